@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Allocator calls and bytes by (caller, entry point, size class). Entry-only
+ * uprobes: no uretprobe, so no trampoline syscalls and half the traps. The
+ * attach cookie says which entry point fired; one program per argument
+ * layout. */
+#include "common.bpf.h"
+#include "sizeclass.bpf.h"
+#include "alloc.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct alloc_key);
+	__type(value, struct alloc_val);
+} allocs SEC(".maps");
+
+static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
+{
+	if (!is_target(current_tgid()))
+		return 0;
+	stat_add(RIG_STAT_EVENTS, 1);
+	struct alloc_key k = {
+		.caller = caller_of(ctx),
+		.kind = (__u32)bpf_get_attach_cookie(ctx),
+		.size_class = cls,
+	};
+	struct alloc_val zero = {};
+	struct alloc_val *v = upsert(&allocs, &k, &zero);
+	if (v) {
+		v->calls++;
+		v->bytes += bytes;
+	}
+	return 0;
+}
+
+/* malloc(size), valloc, pvalloc, operator new(size, ...) */
+SEC("uprobe")
+int rig_alloc_arg1(struct pt_regs *ctx)
+{
+	__u64 n = PT_REGS_PARM1(ctx);
+	return record(ctx, n, size_class(n));
+}
+
+/* calloc(nmemb, size) */
+SEC("uprobe")
+int rig_alloc_calloc(struct pt_regs *ctx)
+{
+	__u64 n = PT_REGS_PARM1(ctx) * PT_REGS_PARM2(ctx);
+	return record(ctx, n, size_class(n));
+}
+
+/* realloc(ptr, size), memalign(align, size), aligned_alloc(align, size) */
+SEC("uprobe")
+int rig_alloc_arg2(struct pt_regs *ctx)
+{
+	__u64 n = PT_REGS_PARM2(ctx);
+	return record(ctx, n, size_class(n));
+}
+
+/* posix_memalign(&ptr, align, size) */
+SEC("uprobe")
+int rig_alloc_arg3(struct pt_regs *ctx)
+{
+	__u64 n = PT_REGS_PARM3(ctx);
+	return record(ctx, n, size_class(n));
+}
+
+/* free(ptr), operator delete(ptr, ...) */
+SEC("uprobe")
+int rig_alloc_free(struct pt_regs *ctx)
+{
+	return record(ctx, 0, PT_REGS_PARM1(ctx) ? 0 : ALLOC_CLASS_NULL_FREE);
+}

@@ -1,0 +1,77 @@
+/* Kernel-side helpers shared by every rig program (not ABI). */
+#ifndef RIG_COMMON_BPF_H
+#define RIG_COMMON_BPF_H
+
+#include <linux/bpf.h>
+#include <linux/ptrace.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "common.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Processes under measurement (tgid -> 1). A map rather than one constant so
+ * a process tree can be followed without reloading. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} targets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rig_stats);
+} stats SEC(".maps");
+
+static __always_inline void stat_add(enum rig_stat slot, __u64 n)
+{
+	__u32 zero = 0;
+	struct rig_stats *s = bpf_map_lookup_elem(&stats, &zero);
+	if (s && slot < RIG_STAT_SLOTS)
+		s->slot[slot] += n;
+}
+
+static __always_inline int is_target(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&targets, &tgid) != 0;
+}
+
+static __always_inline __u32 current_tgid(void)
+{
+	return bpf_get_current_pid_tgid() >> 32;
+}
+
+static __always_inline __u32 current_tid(void)
+{
+	return (__u32)bpf_get_current_pid_tgid();
+}
+
+/* At a uprobe on a function's first instruction the return address is the
+ * word at the stack pointer: frame-pointer walks miss this caller. */
+static __always_inline __u64 caller_of(struct pt_regs *ctx)
+{
+	__u64 ret = 0;
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx)))
+		stat_add(RIG_STAT_READ_FAIL, 1);
+	return ret;
+}
+
+/* Add to a per-CPU hash value, inserting a zeroed one first. Returns NULL
+ * (and counts it) when the map is full. */
+static __always_inline void *upsert(void *map, const void *key, const void *zero)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+	if (v)
+		return v;
+	/* EEXIST from a racing CPU is fine: the lookup below finds its entry. */
+	bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(map, key);
+	if (!v)
+		stat_add(RIG_STAT_MAP_FULL, 1);
+	return v;
+}
+
+#endif

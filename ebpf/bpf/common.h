@@ -1,0 +1,27 @@
+/* ABI shared by every rig BPF program and the harness.
+ * Rust twin: ebpf/src/abi.rs (`Stats`). Fixed-width fields only, explicit
+ * padding, sizes asserted on both sides. */
+#ifndef RIG_COMMON_H
+#define RIG_COMMON_H
+
+#include <linux/types.h>
+
+/* Slots of the per-CPU self-stats array every program keeps. Anything but
+ * RIG_STAT_EVENTS and RIG_STAT_PROBE_SYSCALLS means the window lost data. */
+enum rig_stat {
+	RIG_STAT_EVENTS = 0,         /* events accepted for the target */
+	RIG_STAT_MAP_FULL = 1,       /* an update failed: a map was full */
+	RIG_STAT_LOOKUP_FAIL = 2,    /* a value that must exist was missing */
+	RIG_STAT_READ_FAIL = 3,      /* bpf_probe_read_* failed */
+	RIG_STAT_UNPAIRED = 4,       /* an exit/return without its entry */
+	RIG_STAT_PROBE_SYSCALLS = 5, /* the probes' own syscalls, not counted */
+	RIG_STAT_STACK_FAIL = 6,     /* user stack could not be read */
+	RIG_STAT_SLOTS = 8,
+};
+
+struct rig_stats {
+	__u64 slot[RIG_STAT_SLOTS];
+};
+_Static_assert(sizeof(struct rig_stats) == 64, "rig_stats ABI");
+
+#endif

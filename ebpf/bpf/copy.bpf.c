@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: GPL-2.0
+/* memcpy / memmove / memset bytes and calls by (caller, implementation, size
+ * bucket). The harness attaches this at the IFUNC implementation the target
+ * really runs (read from its resolved GOT), never at the `memcpy` symbol. All
+ * three take the length in the third argument. */
+#include "common.bpf.h"
+#include "copy.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct copy_key);
+	__type(value, struct copy_val);
+} copies SEC(".maps");
+
+SEC("uprobe")
+int rig_copy(struct pt_regs *ctx)
+{
+	if (!is_target(current_tgid()))
+		return 0;
+	stat_add(RIG_STAT_EVENTS, 1);
+	__u64 n = PT_REGS_PARM3(ctx);
+	__u32 bucket = n < 64 ? COPY_LT_64 : n < 1024 ? COPY_LT_1K : n < 16384 ? COPY_LT_16K : COPY_GE_16K;
+	struct copy_key k = {
+		.caller = caller_of(ctx),
+		.impl = (__u32)bpf_get_attach_cookie(ctx),
+		.bucket = bucket,
+	};
+	struct copy_val zero = {};
+	struct copy_val *v = upsert(&copies, &k, &zero);
+	if (v) {
+		v->calls++;
+		v->bytes += n;
+	}
+	return 0;
+}

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: GPL-2.0
+/* pthread mutex acquisitions per (caller, mutex), contended wait from the
+ * futex syscalls made inside the lock call, and hold time from lock return
+ * to unlock entry. uprobe + uretprobe on lock/trylock, uprobe on unlock; the
+ * futex time comes from raw_syscalls tracepoints (cheap, not single-stepped).
+ * call_ns and hold_ns include the probes' own trap cost; the harness measures
+ * that cost and says so beside them. */
+#include "common.bpf.h"
+#include "locks.h"
+
+#define NR_FUTEX 202
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct lock_key);
+	__type(value, struct lock_val);
+} locks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct lock_pending);
+} pending SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct held_key);
+	__type(value, struct held_val);
+} held SEC(".maps");
+
+static __always_inline struct lock_val *lock_val_of(__u64 caller, __u64 mutex, __u32 op)
+{
+	struct lock_key k = { .caller = caller, .mutex = mutex, .op = op };
+	struct lock_val zero = {};
+	return upsert(&locks, &k, &zero);
+}
+
+static __always_inline int on_entry(struct pt_regs *ctx, __u32 op)
+{
+	if (!is_target(current_tgid()))
+		return 0;
+	stat_add(RIG_STAT_EVENTS, 1);
+	__u32 tid = current_tid();
+	struct lock_pending p = {
+		.caller = caller_of(ctx),
+		.mutex = PT_REGS_PARM1(ctx),
+		.t_entry = bpf_ktime_get_ns(),
+		.op = op,
+	};
+	struct lock_val *v = lock_val_of(p.caller, p.mutex, op);
+	if (v)
+		v->calls++;
+	if (bpf_map_update_elem(&pending, &tid, &p, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+	return 0;
+}
+
+SEC("uprobe")
+int rig_mutex_lock(struct pt_regs *ctx) { return on_entry(ctx, LOCK_OP_LOCK); }
+
+SEC("uprobe")
+int rig_mutex_trylock(struct pt_regs *ctx) { return on_entry(ctx, LOCK_OP_TRYLOCK); }
+
+SEC("uretprobe")
+int rig_mutex_lock_ret(struct pt_regs *ctx)
+{
+	if (!is_target(current_tgid()))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 tid = current_tid();
+	struct lock_pending *p = bpf_map_lookup_elem(&pending, &tid);
+	if (!p) {
+		stat_add(RIG_STAT_UNPAIRED, 1); /* entered before attach */
+		return 0;
+	}
+	struct lock_pending cur = *p;
+	bpf_map_delete_elem(&pending, &tid);
+	struct lock_val *v = lock_val_of(cur.caller, cur.mutex, cur.op);
+	if (!v)
+		return 0;
+	v->returns++;
+	v->call_ns += now - cur.t_entry;
+	if (PT_REGS_RC(ctx) != 0)
+		return 0; /* trylock busy, or an error: not acquired */
+	v->acquired++;
+	v->futex_wait_ns += cur.futex_wait_ns;
+	if (cur.futex_waits)
+		v->contended++;
+	struct held_key hk = { .mutex = cur.mutex, .tid = tid };
+	struct held_val hv = { .t_acquired = now, .caller = cur.caller, .op = cur.op };
+	if (bpf_map_update_elem(&held, &hk, &hv, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+	return 0;
+}
+
+SEC("uprobe")
+int rig_mutex_unlock(struct pt_regs *ctx)
+{
+	if (!is_target(current_tgid()))
+		return 0;
+	stat_add(RIG_STAT_EVENTS, 1);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 mutex = PT_REGS_PARM1(ctx);
+	struct lock_val *v = lock_val_of(caller_of(ctx), mutex, LOCK_OP_UNLOCK);
+	if (v)
+		v->calls++;
+	struct held_key hk = { .mutex = mutex, .tid = current_tid() };
+	struct held_val *hv = bpf_map_lookup_elem(&held, &hk);
+	if (!hv)
+		return 0; /* acquired before attach, or by another thread */
+	struct held_val h = *hv;
+	bpf_map_delete_elem(&held, &hk);
+	struct lock_val *lv = lock_val_of(h.caller, mutex, h.op);
+	if (lv) {
+		lv->holds++;
+		lv->hold_ns += now - h.t_acquired;
+	}
+	return 0;
+}
+
+/* Futex waits inside a pending lock call are that call's contended wait. */
+SEC("raw_tracepoint/sys_enter")
+int rig_lock_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (ctx->args[1] != NR_FUTEX || !is_target(current_tgid()))
+		return 0;
+	__u32 tid = current_tid();
+	struct lock_pending *p = bpf_map_lookup_elem(&pending, &tid);
+	if (p) {
+		p->futex_t0 = bpf_ktime_get_ns();
+		p->futex_waits++;
+	}
+	return 0;
+}
+
+SEC("raw_tracepoint/sys_exit")
+int rig_lock_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (!is_target(current_tgid()))
+		return 0;
+	__u32 tid = current_tid();
+	struct lock_pending *p = bpf_map_lookup_elem(&pending, &tid);
+	if (p && p->futex_t0) {
+		p->futex_wait_ns += bpf_ktime_get_ns() - p->futex_t0;
+		p->futex_t0 = 0;
+	}
+	return 0;
+}

@@ -1,0 +1,58 @@
+/* Rust twin: ebpf/src/abi.rs (`LockKey`, `LockVal`). */
+#ifndef RIG_LOCKS_H
+#define RIG_LOCKS_H
+#include <linux/types.h>
+
+enum lock_op {
+	LOCK_OP_LOCK = 1,
+	LOCK_OP_TRYLOCK = 2,
+	LOCK_OP_UNLOCK = 3,
+};
+
+struct lock_key {
+	__u64 caller; /* return address of the lock/trylock/unlock call */
+	__u64 mutex;  /* address of the pthread_mutex_t */
+	__u32 op;     /* enum lock_op */
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct lock_key) == 24, "lock_key ABI");
+
+struct lock_val {
+	__u64 calls;        /* entries */
+	__u64 acquired;     /* lock/trylock that returned 0 */
+	__u64 contended;    /* acquisitions that waited in futex at least once */
+	__u64 futex_wait_ns;/* time in futex syscalls inside the lock call */
+	__u64 call_ns;      /* entry-to-return of the lock call (probe-inflated) */
+	__u64 holds;        /* acquisitions whose unlock was seen */
+	__u64 hold_ns;      /* lock return to unlock entry (probe-inflated) */
+	__u64 returns;      /* uretprobe hits */
+};
+_Static_assert(sizeof(struct lock_val) == 64, "lock_val ABI");
+
+/* Per-thread state of a lock call in progress. */
+struct lock_pending {
+	__u64 caller;
+	__u64 mutex;
+	__u64 t_entry;
+	__u64 futex_t0;      /* nonzero while inside a futex syscall */
+	__u64 futex_wait_ns;
+	__u32 op;
+	__u32 futex_waits;
+};
+_Static_assert(sizeof(struct lock_pending) == 48, "lock_pending ABI");
+
+struct held_key {
+	__u64 mutex;
+	__u32 tid;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct held_key) == 16, "held_key ABI");
+
+struct held_val {
+	__u64 t_acquired;
+	__u64 caller;
+	__u32 op;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct held_val) == 24, "held_val ABI");
+#endif

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Context switches and off-CPU time per target thread, from the sched_switch
+ * raw tracepoint: TP_PROTO(bool preempt, struct task_struct *prev,
+ * struct task_struct *next, unsigned int prev_state). The kernel bills nvcsw
+ * exactly when !preempt && prev_state != 0, so the same test here matches
+ * /proc/<pid>/task/<tid>/status. */
+#include "common.bpf.h"
+#include <bpf/bpf_core_read.h>
+#include "sched.h"
+
+/* Only the fields we read; CO-RE relocates them against the kernel's BTF. */
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct sched_val);
+} sched_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, __u64); /* switch-out time */
+} switched_out SEC(".maps");
+
+static __always_inline struct sched_val *thread_val(__u32 tid, __u32 tgid)
+{
+	struct sched_val zero = { .tgid = tgid };
+	return upsert(&sched_threads, &tid, &zero);
+}
+
+SEC("raw_tracepoint/sched_switch")
+int rig_sched_switch(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 preempt = ctx->args[0];
+	struct task_struct *next = (struct task_struct *)ctx->args[2];
+	__u32 prev_state = (__u32)ctx->args[3];
+
+	/* The tracepoint runs in prev's context. */
+	__u32 prev_tgid = current_tgid();
+	if (is_target(prev_tgid)) {
+		stat_add(RIG_STAT_EVENTS, 1);
+		__u32 tid = current_tid();
+		struct sched_val *v = thread_val(tid, prev_tgid);
+		if (v) {
+			if (!preempt && prev_state)
+				v->voluntary++;
+			else
+				v->involuntary++;
+		}
+		if (bpf_map_update_elem(&switched_out, &tid, &now, BPF_ANY))
+			stat_add(RIG_STAT_MAP_FULL, 1);
+	}
+
+	__u32 next_tgid = BPF_CORE_READ(next, tgid);
+	if (is_target(next_tgid)) {
+		__u32 tid = BPF_CORE_READ(next, pid);
+		__u64 *t0 = bpf_map_lookup_elem(&switched_out, &tid);
+		if (t0) {
+			__u64 off = now - *t0;
+			bpf_map_delete_elem(&switched_out, &tid);
+			struct sched_val *v = thread_val(tid, next_tgid);
+			if (v)
+				v->off_cpu_ns += off;
+		}
+	}
+	return 0;
+}

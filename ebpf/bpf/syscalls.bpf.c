@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Per-syscall count and time of the target's threads, from raw_syscalls
+ * tracepoints (no kprobes needed). A syscall is counted at entry so calls
+ * that never return (exit_group) count too; time is added at return. */
+#include "common.bpf.h"
+#include "syscalls.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct sys_start);
+} sys_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RIG_MAX_SYSCALLS);
+	__type(key, __u32); /* syscall nr */
+	__type(value, struct sys_count);
+} sys_counts SEC(".maps");
+
+SEC("raw_tracepoint/sys_enter")
+int rig_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (!is_target(current_tgid()))
+		return 0;
+	__u32 nr = (__u32)ctx->args[1];
+	if (nr == RIG_NR_URETPROBE) {
+		stat_add(RIG_STAT_PROBE_SYSCALLS, 1);
+		return 0;
+	}
+	stat_add(RIG_STAT_EVENTS, 1);
+	__u32 tid = current_tid();
+	struct sys_start st = { .ts = bpf_ktime_get_ns(), .nr = nr };
+	if (bpf_map_update_elem(&sys_starts, &tid, &st, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+	struct sys_count *c = bpf_map_lookup_elem(&sys_counts, &nr);
+	if (c)
+		c->count++;
+	else
+		stat_add(RIG_STAT_LOOKUP_FAIL, 1); /* nr beyond the table */
+	return 0;
+}
+
+SEC("raw_tracepoint/sys_exit")
+int rig_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (!is_target(current_tgid()))
+		return 0;
+	__u32 tid = current_tid();
+	struct sys_start *st = bpf_map_lookup_elem(&sys_starts, &tid);
+	if (!st)
+		return 0; /* entered before we attached, or the trampoline's own */
+	__u64 ns = bpf_ktime_get_ns() - st->ts;
+	__u32 nr = st->nr;
+	bpf_map_delete_elem(&sys_starts, &tid);
+	struct sys_count *c = bpf_map_lookup_elem(&sys_counts, &nr);
+	if (c) {
+		c->exits++;
+		c->ns += ns;
+	}
+	return 0;
+}

@@ -1,0 +1,63 @@
+//! Compiles the BPF programs in `bpf/` with clang (`-g -O2 -target bpf`; aya
+//! refuses objects without BTF, which `-g` provides) against libbpf-dev's
+//! headers, into OUT_DIR, where `src/lib.rs` embeds them.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Every program family; one object each.
+const PROGRAMS: &[&str] = &["syscalls", "alloc", "copy", "locks", "faults", "sched"];
+/// Headers the programs share (rebuild when any changes).
+const HEADERS: &[&str] = &[
+    "common.h",
+    "common.bpf.h",
+    "sizeclass.bpf.h",
+    "syscalls.h",
+    "alloc.h",
+    "copy.h",
+    "locks.h",
+    "faults.h",
+    "sched.h",
+];
+
+fn main() {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let src = Path::new("bpf");
+    for h in HEADERS {
+        println!("cargo:rerun-if-changed=bpf/{h}");
+    }
+    println!("cargo:rerun-if-env-changed=RIG_CLANG");
+    let clang = find_clang();
+    let multiarch = format!("/usr/include/{}-linux-gnu", env::consts::ARCH);
+    for name in PROGRAMS {
+        let c = src.join(format!("{name}.bpf.c"));
+        println!("cargo:rerun-if-changed={}", c.display());
+        let obj = out.join(format!("{name}.bpf.o"));
+        let status = Command::new(&clang)
+            .args(["-g", "-O2", "-target", "bpf", "-Wall", "-Werror"])
+            .arg("-D__TARGET_ARCH_x86")
+            .arg(format!("-I{multiarch}"))
+            .arg("-c")
+            .arg(&c)
+            .arg("-o")
+            .arg(&obj)
+            .status()
+            .unwrap_or_else(|e| {
+                panic!("running {clang}: {e}. Install clang and libbpf-dev (`make deps`)")
+            });
+        assert!(status.success(), "{clang} failed on {}", c.display());
+    }
+}
+
+fn find_clang() -> String {
+    if let Ok(c) = env::var("RIG_CLANG") {
+        return c;
+    }
+    for c in ["clang", "clang-19", "clang-16", "clang-14"] {
+        if Command::new(c).arg("--version").output().is_ok() {
+            return c.to_string();
+        }
+    }
+    panic!("no clang found: install clang and libbpf-dev (`make deps`), or set RIG_CLANG");
+}

@@ -1,0 +1,154 @@
+//! Rust twins of the structs in `ebpf/bpf/*.h`. Each names its C twin; sizes
+//! are asserted here and with `_Static_assert` on the C side.
+
+use std::mem::size_of;
+
+/// Slots of `struct rig_stats` (common.h `enum rig_stat`).
+pub mod stat {
+    pub const EVENTS: usize = 0;
+    pub const MAP_FULL: usize = 1;
+    pub const LOOKUP_FAIL: usize = 2;
+    pub const READ_FAIL: usize = 3;
+    pub const UNPAIRED: usize = 4;
+    pub const PROBE_SYSCALLS: usize = 5;
+    pub const STACK_FAIL: usize = 6;
+    pub const SLOTS: usize = 8;
+}
+
+/// C twin: `struct rig_stats` (common.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub slot: [u64; stat::SLOTS],
+}
+const _: () = assert!(size_of::<Stats>() == 64);
+
+/// C twin: `struct sys_count` (syscalls.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SysCount {
+    pub count: u64,
+    pub exits: u64,
+    pub ns: u64,
+}
+const _: () = assert!(size_of::<SysCount>() == 24);
+
+/// `RIG_MAX_SYSCALLS` and `RIG_NR_URETPROBE` (syscalls.h).
+pub const MAX_SYSCALLS: u32 = 512;
+pub const NR_URETPROBE: u32 = 335;
+
+/// C twin: `enum alloc_kind` (alloc.h).
+pub mod alloc_kind {
+    pub const MALLOC: u32 = 1;
+    pub const CALLOC: u32 = 2;
+    pub const REALLOC: u32 = 3;
+    pub const FREE: u32 = 4;
+    pub const POSIX_MEMALIGN: u32 = 5;
+    pub const MEMALIGN: u32 = 6;
+    pub const ALIGNED_ALLOC: u32 = 7;
+    pub const VALLOC: u32 = 8;
+    pub const PVALLOC: u32 = 9;
+    pub const CXX_NEW: u32 = 10;
+    pub const CXX_NEW_ARRAY: u32 = 11;
+    pub const CXX_DELETE: u32 = 12;
+    pub const CXX_DELETE_ARRAY: u32 = 13;
+}
+/// `ALLOC_CLASS_NULL_FREE` (alloc.h).
+pub const ALLOC_CLASS_NULL_FREE: u32 = 0xffff_ffff;
+
+/// C twin: `struct alloc_key` (alloc.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AllocKey {
+    pub caller: u64,
+    pub kind: u32,
+    pub size_class: u32,
+}
+const _: () = assert!(size_of::<AllocKey>() == 16);
+
+/// C twin: `struct alloc_val` (alloc.h); also `struct copy_val` (copy.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallsBytes {
+    pub calls: u64,
+    pub bytes: u64,
+}
+const _: () = assert!(size_of::<CallsBytes>() == 16);
+
+/// C twin: `struct copy_key` (copy.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CopyKey {
+    pub caller: u64,
+    pub implementation: u32,
+    pub bucket: u32,
+}
+const _: () = assert!(size_of::<CopyKey>() == 16);
+
+/// C twin: `enum lock_op` (locks.h).
+pub mod lock_op {
+    pub const LOCK: u32 = 1;
+    pub const TRYLOCK: u32 = 2;
+    pub const UNLOCK: u32 = 3;
+}
+
+/// C twin: `struct lock_key` (locks.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockKey {
+    pub caller: u64,
+    pub mutex: u64,
+    pub op: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<LockKey>() == 24);
+
+/// C twin: `struct lock_val` (locks.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockVal {
+    pub calls: u64,
+    pub acquired: u64,
+    pub contended: u64,
+    pub futex_wait_ns: u64,
+    pub call_ns: u64,
+    pub holds: u64,
+    pub hold_ns: u64,
+    pub returns: u64,
+}
+const _: () = assert!(size_of::<LockVal>() == 64);
+
+/// C twin: `struct fault_key` (faults.h). Value: u64 count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FaultKey {
+    pub ip: u64,
+    pub kind: u32,
+    pub in_kernel: u32,
+}
+const _: () = assert!(size_of::<FaultKey>() == 16);
+pub const FAULT_MINOR: u32 = 0;
+pub const FAULT_MAJOR: u32 = 1;
+
+/// C twin: `struct sched_val` (sched.h). Key: u32 tid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedVal {
+    pub voluntary: u64,
+    pub involuntary: u64,
+    pub off_cpu_ns: u64,
+    pub tgid: u64,
+}
+const _: () = assert!(size_of::<SchedVal>() == 32);
+
+// SAFETY: all of these are repr(C), fixed-width integers only, no padding
+// holes (sizes asserted above), valid for any bit pattern.
+unsafe impl aya::Pod for Stats {}
+unsafe impl aya::Pod for SysCount {}
+unsafe impl aya::Pod for AllocKey {}
+unsafe impl aya::Pod for CallsBytes {}
+unsafe impl aya::Pod for CopyKey {}
+unsafe impl aya::Pod for LockKey {}
+unsafe impl aya::Pod for LockVal {}
+unsafe impl aya::Pod for FaultKey {}
+unsafe impl aya::Pod for SchedVal {}

@@ -1,0 +1,234 @@
+//! Command line: flags (clap) → validated settings → the session → output.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::load::H1Target;
+use crate::probe::{Family, ProbeError};
+use crate::report::{table, Attribution};
+use crate::session::{self, AttachSettings, Drive};
+
+/// Exit codes (documented in README).
+pub mod exit {
+    pub const OK: i32 = 0;
+    /// Any other failure.
+    pub const ERROR: i32 = 1;
+    /// Bad flags (clap's own code).
+    pub const USAGE: i32 = 2;
+    /// Not permitted: not root, or the pid cannot be traced.
+    pub const PERMISSION: i32 = 3;
+    /// No such process.
+    pub const NO_PROCESS: i32 = 4;
+    /// The window lost events (the report says which).
+    pub const INCOMPLETE: i32 = 5;
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rig",
+    version,
+    about = "What one request costs a server: exact per-request counters at true call sites"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Attach probes to a running process for one window and attribute its costs to call sites.
+    Attach(AttachArgs),
+    /// Measure what each probe kind costs per hit on this host.
+    ProbeCost(ProbeCostArgs),
+    /// Run an attribution session against the bundled calibration server.
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct Common {
+    /// Probe families: all, or a list of syscalls,alloc,copy,locks,faults,sched.
+    #[arg(long, default_value = "all")]
+    pub probes: String,
+    /// Rows per table.
+    #[arg(long, default_value_t = 15)]
+    pub top: usize,
+    /// Also write the full attribution as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    /// Process to attach to (all its threads are covered).
+    #[arg(long)]
+    pub pid: u32,
+    /// Window length when you drive the load yourself (e.g. 10s, 500ms).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Divide by this many requests (what your load tool reported for the window).
+    #[arg(long)]
+    pub per: Option<u64>,
+    /// Drive the load from rig: a loopback http:// URL; the window is then
+    /// exactly --requests requests after a warm-up.
+    #[arg(long)]
+    pub drive: Option<String>,
+    /// Requests in a driven window.
+    #[arg(long, default_value_t = 2000)]
+    pub requests: u64,
+    /// Keep-alive connections for a driven window.
+    #[arg(long, default_value_t = 2)]
+    pub connections: usize,
+    /// Warm-up requests before a driven window.
+    #[arg(long, default_value_t = 200)]
+    pub warmup: u64,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ProbeCostArgs {
+    /// Loop iterations per run.
+    #[arg(long, default_value_t = 200_000)]
+    pub iterations: u64,
+    /// A B B A rounds per probe kind.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Also write the measurements as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Requests in the window.
+    #[arg(long, default_value_t = 2000)]
+    pub requests: u64,
+    /// Keep-alive connections.
+    #[arg(long, default_value_t = 2)]
+    pub connections: usize,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+fn settings(a: &AttachArgs) -> Result<AttachSettings> {
+    let families = Family::parse_list(&a.common.probes)?;
+    if a.per == Some(0) {
+        bail!("--per 0: give the number of requests your load tool completed in the window");
+    }
+    let drive = match &a.drive {
+        Some(url) => {
+            if a.per.is_some() {
+                bail!("--per and --drive together: with --drive rig counts the requests itself; drop --per");
+            }
+            if a.requests == 0 || a.connections == 0 {
+                bail!("--requests and --connections must be at least 1");
+            }
+            Some(Drive {
+                target: H1Target::parse(url)?,
+                connections: a.connections,
+                warmup: a.warmup,
+                requests: a.requests,
+            })
+        }
+        None => None,
+    };
+    Ok(AttachSettings {
+        pid: a.pid,
+        families,
+        duration: a.duration,
+        per: a.per,
+        drive,
+    })
+}
+
+fn output(a: &Attribution, common: &Common) -> Result<i32> {
+    print!("{}", table::render(a, common.top));
+    if let Some(path) = &common.json {
+        let f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        serde_json::to_writer_pretty(std::io::BufWriter::new(f), a)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(if a.complete {
+        exit::OK
+    } else {
+        exit::INCOMPLETE
+    })
+}
+
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing signal handlers")?;
+    }
+    Ok(stop)
+}
+
+/// Parse flags and run; returns the exit code.
+pub fn run() -> Result<i32> {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Attach(a) => {
+            let s = settings(&a)?;
+            let stop = stop_flag()?;
+            let attribution = session::run_attach(&s, &stop)?;
+            output(&attribution, &a.common)
+        }
+        Cmd::ProbeCost(p) => {
+            crate::probe::require_root()?;
+            let rows = crate::probe::cost::measure(p.iterations, p.rounds)?;
+            println!("{}", crate::probe::cost::render(&rows));
+            if let Some(path) = &p.json {
+                std::fs::write(path, serde_json::to_vec_pretty(&rows)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            Ok(exit::OK)
+        }
+        Cmd::Demo(d) => {
+            let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
+            cmd.args(["--port", "0", "--threads", "2", "--contend"]);
+            let target = session::Child::spawn_ready(cmd)?;
+            eprintln!(
+                "rig demo: calibration server pid {} on 127.0.0.1:{} (costs per request: fixtures/calib/COSTS.md)",
+                target.pid(),
+                target.port
+            );
+            let s = AttachSettings {
+                pid: target.pid(),
+                families: Family::parse_list(&d.common.probes)?,
+                duration: Duration::ZERO,
+                per: None,
+                drive: Some(Drive {
+                    target: H1Target::parse(&format!("http://127.0.0.1:{}/calib", target.port))?,
+                    connections: d.connections,
+                    warmup: 200,
+                    requests: d.requests,
+                }),
+            };
+            let stop = stop_flag()?;
+            let attribution = session::run_attach(&s, &stop)?;
+            drop(target);
+            output(&attribution, &d.common)
+        }
+    }
+}
+
+/// Map an error to its documented exit code.
+pub fn exit_code(err: &anyhow::Error) -> i32 {
+    match err.downcast_ref::<ProbeError>() {
+        Some(
+            ProbeError::NotRoot { .. }
+            | ProbeError::SelfTarget { .. }
+            | ProbeError::KernelThread { .. },
+        ) => exit::PERMISSION,
+        Some(ProbeError::NoSuchProcess { .. }) => exit::NO_PROCESS,
+        Some(ProbeError::UnknownFamily(_)) => exit::USAGE,
+        _ => exit::ERROR,
+    }
+}

@@ -1,0 +1,13 @@
+//! rig: what one request costs a server.
+//!
+//! Pipeline, one module per stage, plain data between stages:
+//! `target` (pid checks, maps) → `load` (generators) → `probe` (eBPF + perf,
+//! windowed) → `symbolize` → `report`.
+
+pub mod cli;
+pub mod load;
+pub mod probe;
+pub mod report;
+pub mod session;
+pub mod symbolize;
+pub mod target;

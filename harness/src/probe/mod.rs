@@ -1,0 +1,391 @@
+//! Probes: eBPF programs and perf events attached to one target process.
+//!
+//! In: a pid, the probe families asked for, the target's memory map. Out: a
+//! `ProbeSet` whose `snapshot()` reads every in-kernel counter; the exact
+//! difference of two snapshots (`Snapshot::delta`) is a window's cost, keyed by
+//! raw addresses for the `symbolize` stage. Dropping the `ProbeSet` detaches
+//! everything (links are file descriptors: the kernel also drops them when rig
+//! dies for any reason).
+
+pub mod attach;
+pub mod cost;
+mod read;
+pub mod window;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use rig_ebpf::abi::{
+    AllocKey, CallsBytes, CopyKey, FaultKey, LockKey, LockVal, SchedVal, Stats, SysCount,
+};
+use serde::Serialize;
+
+pub use attach::{check_target, require_root, AttachNote, CopyImpl, ProbeSet};
+pub use window::{alive, Window, WindowEnd, WindowStart};
+
+/// One family of probes; each is one BPF object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Syscalls,
+    Alloc,
+    Copy,
+    Locks,
+    Faults,
+    Sched,
+}
+
+impl Family {
+    pub const ALL: [Family; 6] = [
+        Family::Syscalls,
+        Family::Alloc,
+        Family::Copy,
+        Family::Locks,
+        Family::Faults,
+        Family::Sched,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Syscalls => "syscalls",
+            Family::Alloc => "alloc",
+            Family::Copy => "copy",
+            Family::Locks => "locks",
+            Family::Faults => "faults",
+            Family::Sched => "sched",
+        }
+    }
+
+    /// `all`, or a comma-separated list of family names.
+    pub fn parse_list(s: &str) -> Result<Vec<Family>, ProbeError> {
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if part == "all" {
+                out.extend(Family::ALL);
+            } else {
+                out.push(part.parse()?);
+            }
+        }
+        if out.is_empty() {
+            return Err(ProbeError::UnknownFamily(s.to_string()));
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+}
+
+impl FromStr for Family {
+    type Err = ProbeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Family::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| ProbeError::UnknownFamily(s.to_string()))
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "unknown probe family `{0}`: choose from syscalls, alloc, copy, locks, faults, sched, or all"
+    )]
+    UnknownFamily(String),
+    #[error("no process with pid {pid}")]
+    NoSuchProcess { pid: u32 },
+    #[error(
+        "attaching probes needs root (CAP_BPF and CAP_PERFMON); run rig as root (euid is {euid})"
+    )]
+    NotRoot { euid: u32 },
+    #[error("pid {pid} is rig itself; point rig at another process")]
+    SelfTarget { pid: u32 },
+    #[error("pid {pid} is a kernel thread (no user memory to probe)")]
+    KernelThread { pid: u32 },
+    #[error("process {pid} has no C library mapped (looked for libc.so.* in /proc/{pid}/maps); the {family} probes need it")]
+    NoLibc { pid: u32, family: Family },
+    #[error("{lib} has no symbol `{symbol}`, which the {family} probes need")]
+    MissingSymbol {
+        lib: String,
+        symbol: String,
+        family: Family,
+    },
+    #[error("reading /proc/{pid}/maps: {source}")]
+    Maps {
+        pid: u32,
+        #[source]
+        source: crate::target::maps::MapsError,
+    },
+    #[error("resolving `{api}` in {lib} for pid {pid}: {source}")]
+    Resolve {
+        pid: u32,
+        lib: String,
+        api: String,
+        #[source]
+        source: anyhow::Error,
+    },
+    #[error("loading the {family} BPF object: {source}")]
+    Load {
+        family: Family,
+        #[source]
+        source: aya::EbpfError,
+    },
+    #[error("{family} BPF object has no {what} `{name}` (rig build is inconsistent)")]
+    Missing {
+        family: Family,
+        what: &'static str,
+        name: String,
+    },
+    #[error("{what} for the {family} probes: {source}")]
+    Program {
+        family: Family,
+        what: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("map `{map}` of the {family} probes: {source}")]
+    Map {
+        family: Family,
+        map: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("listing online CPUs for the fault probes: {0}")]
+    Cpus(std::io::Error),
+}
+
+/// Every in-kernel counter of a `ProbeSet` at one instant (per-CPU values
+/// summed). Families not attached are empty.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// Syscall nr -> count and time.
+    pub syscalls: BTreeMap<u32, SysCount>,
+    pub alloc: BTreeMap<AllocKey, CallsBytes>,
+    pub copy: BTreeMap<CopyKey, CallsBytes>,
+    pub locks: BTreeMap<LockKey, LockVal>,
+    pub faults: BTreeMap<FaultKey, u64>,
+    /// tid -> switches and off-CPU time.
+    pub sched: BTreeMap<u32, SchedVal>,
+    /// Each family's self-stats (events, losses).
+    pub stats: BTreeMap<Family, Stats>,
+}
+
+impl Snapshot {
+    /// What happened between `start` and `self`: exact per-key differences.
+    /// Keys that did not move are dropped.
+    pub fn delta(&self, start: &Snapshot) -> Snapshot {
+        Snapshot {
+            syscalls: delta_map(&self.syscalls, &start.syscalls),
+            alloc: delta_map(&self.alloc, &start.alloc),
+            copy: delta_map(&self.copy, &start.copy),
+            locks: delta_map(&self.locks, &start.locks),
+            faults: delta_map(&self.faults, &start.faults),
+            sched: delta_map(&self.sched, &start.sched),
+            stats: self
+                .stats
+                .iter()
+                .map(|(f, s)| {
+                    let zero = Stats::default();
+                    (*f, s.minus(start.stats.get(f).unwrap_or(&zero)))
+                })
+                .collect(),
+        }
+    }
+
+    /// Events lost in this snapshot's counters (map full, failed lookups or
+    /// reads, unpaired returns), by family. Empty when nothing was lost.
+    pub fn losses(&self) -> BTreeMap<Family, Vec<(&'static str, u64)>> {
+        use rig_ebpf::abi::stat;
+        let mut out = BTreeMap::new();
+        for (f, s) in &self.stats {
+            let lost: Vec<_> = [
+                ("map full", stat::MAP_FULL),
+                ("lookup failed", stat::LOOKUP_FAIL),
+                ("read failed", stat::READ_FAIL),
+                ("unpaired return", stat::UNPAIRED),
+                ("stack unreadable", stat::STACK_FAIL),
+            ]
+            .into_iter()
+            .filter(|(_, i)| s.slot[*i] > 0)
+            .map(|(n, i)| (n, s.slot[i]))
+            .collect();
+            if !lost.is_empty() {
+                out.insert(*f, lost);
+            }
+        }
+        out
+    }
+}
+
+/// Counter values that can be subtracted (end - start) and tested for zero.
+pub(crate) trait Counter: Copy + Default + PartialEq {
+    fn minus(&self, start: &Self) -> Self;
+    fn plus(&mut self, other: &Self);
+    fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+fn delta_map<K: Ord + Copy, V: Counter>(
+    end: &BTreeMap<K, V>,
+    start: &BTreeMap<K, V>,
+) -> BTreeMap<K, V> {
+    end.iter()
+        .map(|(k, v)| (*k, v.minus(start.get(k).unwrap_or(&V::default()))))
+        .filter(|(_, v)| !v.is_zero())
+        .collect()
+}
+
+macro_rules! counter_fields {
+    ($t:ty, $($f:ident),+) => {
+        impl Counter for $t {
+            fn minus(&self, s: &Self) -> Self {
+                Self { $($f: self.$f.saturating_sub(s.$f)),+ }
+            }
+            fn plus(&mut self, o: &Self) {
+                $(self.$f += o.$f;)+
+            }
+        }
+    };
+}
+counter_fields!(SysCount, count, exits, ns);
+counter_fields!(CallsBytes, calls, bytes);
+counter_fields!(
+    LockVal,
+    calls,
+    acquired,
+    contended,
+    futex_wait_ns,
+    call_ns,
+    holds,
+    hold_ns,
+    returns
+);
+
+impl Counter for SchedVal {
+    fn minus(&self, s: &Self) -> Self {
+        SchedVal {
+            voluntary: self.voluntary.saturating_sub(s.voluntary),
+            involuntary: self.involuntary.saturating_sub(s.involuntary),
+            off_cpu_ns: self.off_cpu_ns.saturating_sub(s.off_cpu_ns),
+            tgid: self.tgid,
+        }
+    }
+    fn plus(&mut self, o: &Self) {
+        self.voluntary += o.voluntary;
+        self.involuntary += o.involuntary;
+        self.off_cpu_ns += o.off_cpu_ns;
+        self.tgid = o.tgid;
+    }
+    fn is_zero(&self) -> bool {
+        self.voluntary == 0 && self.involuntary == 0 && self.off_cpu_ns == 0
+    }
+}
+
+impl Counter for Stats {
+    fn minus(&self, s: &Self) -> Self {
+        let mut out = Stats::default();
+        for i in 0..out.slot.len() {
+            out.slot[i] = self.slot[i].saturating_sub(s.slot[i]);
+        }
+        out
+    }
+    fn plus(&mut self, o: &Self) {
+        for i in 0..self.slot.len() {
+            self.slot[i] += o.slot[i];
+        }
+    }
+}
+
+impl Counter for u64 {
+    fn minus(&self, s: &Self) -> Self {
+        self.saturating_sub(*s)
+    }
+    fn plus(&mut self, o: &Self) {
+        *self += *o;
+    }
+}
+
+/// Name of an x86_64 syscall number.
+pub fn syscall_name(nr: u32) -> String {
+    syscalls::Sysno::new(nr as usize)
+        .map(|s| s.name().to_string())
+        .unwrap_or_else(|| format!("syscall_{nr}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_family_lists() {
+        assert_eq!(Family::parse_list("all").unwrap(), Family::ALL.to_vec());
+        assert_eq!(
+            Family::parse_list("copy, alloc").unwrap(),
+            vec![Family::Alloc, Family::Copy]
+        );
+        let err = Family::parse_list("alloc,mallocs").unwrap_err();
+        assert!(err.to_string().contains("unknown probe family `mallocs`"));
+    }
+
+    #[test]
+    fn delta_is_exact_and_drops_unmoved_keys() {
+        let mut a = Snapshot::default();
+        let mut b = Snapshot::default();
+        let k1 = AllocKey {
+            caller: 1,
+            kind: 1,
+            size_class: 5,
+        };
+        let k2 = AllocKey {
+            caller: 2,
+            kind: 1,
+            size_class: 5,
+        };
+        a.alloc.insert(
+            k1,
+            CallsBytes {
+                calls: 10,
+                bytes: 240,
+            },
+        );
+        a.alloc.insert(k2, CallsBytes { calls: 3, bytes: 3 });
+        b.alloc.insert(
+            k1,
+            CallsBytes {
+                calls: 13,
+                bytes: 312,
+            },
+        );
+        b.alloc.insert(k2, CallsBytes { calls: 3, bytes: 3 });
+        let k3 = AllocKey {
+            caller: 3,
+            kind: 4,
+            size_class: 0,
+        };
+        b.alloc.insert(k3, CallsBytes { calls: 7, bytes: 0 });
+        let d = b.delta(&a);
+        assert_eq!(d.alloc.len(), 2);
+        assert_eq!(
+            d.alloc[&k1],
+            CallsBytes {
+                calls: 3,
+                bytes: 72
+            }
+        );
+        assert_eq!(d.alloc[&k3], CallsBytes { calls: 7, bytes: 0 });
+    }
+
+    #[test]
+    fn names_syscalls() {
+        assert_eq!(syscall_name(0), "read");
+        assert_eq!(syscall_name(110), "getppid");
+        assert_eq!(syscall_name(9999), "syscall_9999");
+    }
+}

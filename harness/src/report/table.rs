@@ -1,0 +1,248 @@
+//! Terminal rendering of an `Attribution`: one table per probe family, rows
+//! per call site, values per request when the request count is known.
+
+use std::fmt::Write as _;
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, ContentArrangement, Table};
+
+use super::Attribution;
+
+/// `v / per` with up to three decimals, or the raw count when `per` is unknown.
+pub fn per(v: u64, per: Option<u64>) -> String {
+    match per {
+        Some(0) | None => v.to_string(),
+        Some(n) if v.is_multiple_of(n) => (v / n).to_string(),
+        Some(n) => format!("{:.3}", v as f64 / n as f64),
+    }
+}
+
+fn micros(ns: u64, count: u64) -> String {
+    if count == 0 {
+        "-".into()
+    } else {
+        format!("{:.2}", ns as f64 / count as f64 / 1000.0)
+    }
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(header.iter().copied());
+    for i in 1..header.len() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+fn size_class(c: Option<u32>) -> String {
+    match c {
+        None => "NULL".into(),
+        Some(0) => "<=1".into(),
+        Some(c) if c < 10 => format!("<={}", 1u64 << c),
+        Some(c) if c < 20 => format!("<={}K", 1u64 << (c - 10)),
+        Some(c) => format!("<={}M", 1u64 << (c - 20)),
+    }
+}
+
+/// Render the whole attribution, at most `top` rows per table.
+pub fn render(a: &Attribution, top: usize) -> String {
+    let n = a.window.requests;
+    let mut out = String::new();
+    let unit = if n.is_some() { "/req" } else { "" };
+    let _ = writeln!(
+        out,
+        "rig attach: pid {} ({}), {:.2} s window, {}{}",
+        a.pid,
+        a.command,
+        a.window.elapsed_ns as f64 / 1e9,
+        match n {
+            Some(n) => format!("{n} successful requests; values are per request"),
+            None => "no request count given (--per): values are window totals".into(),
+        },
+        match a.window.end {
+            crate::probe::WindowEnd::Completed => "",
+            crate::probe::WindowEnd::Interrupted => " [INTERRUPTED: partial window]",
+            crate::probe::WindowEnd::TargetExited => " [TARGET EXITED during the window]",
+        }
+    );
+    if let Some(l) = &a.window.load {
+        let _ = writeln!(
+            out,
+            "load: {} sent, {} succeeded, {} failed {:?}",
+            l.sent,
+            l.succeeded,
+            l.failed(),
+            l.errors
+        );
+    }
+    if !a.complete {
+        let _ = writeln!(out, "INCOMPLETE: the probes lost events: {:?}", a.losses);
+    }
+
+    if !a.syscalls.is_empty() {
+        let mut t = table(&["syscall", &format!("calls{unit}"), "µs/call"]);
+        let mut rows = a.syscalls.clone();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.count));
+        for r in rows.iter().take(top) {
+            t.add_row(vec![
+                r.name.clone(),
+                per(r.count, n),
+                micros(r.ns, r.returns),
+            ]);
+        }
+        let total: u64 = a.syscalls.iter().map(|r| r.count).sum();
+        let _ = writeln!(
+            out,
+            "\nsyscalls: {} {unit} in total ({} uretprobe trampoline calls of rig's excluded)\n{t}",
+            per(total, n),
+            a.probe_syscalls_excluded
+        );
+    }
+    if a.families.contains(&crate::probe::Family::Alloc) {
+        let t_ = &a.alloc_totals;
+        let mut t = table(&[
+            "call site",
+            "function",
+            "size",
+            &format!("calls{unit}"),
+            &format!("bytes{unit}"),
+        ]);
+        for r in a.alloc.iter().take(top) {
+            let kind = if r.inner {
+                format!("{} (inner)", r.kind)
+            } else {
+                r.kind.to_string()
+            };
+            t.add_row(vec![
+                r.site.label(),
+                kind,
+                size_class(r.size_class),
+                per(r.calls, n),
+                per(r.bytes, n),
+            ]);
+        }
+        let _ = writeln!(
+            out,
+            "\nallocations: {} allocs{unit}, {} bytes{unit}, {} frees{unit}\n{t}",
+            per(t_.allocations, n),
+            per(t_.bytes, n),
+            per(t_.frees, n)
+        );
+    }
+    if a.families.contains(&crate::probe::Family::Copy) {
+        let mut t = table(&[
+            "call site",
+            "function",
+            "size",
+            &format!("calls{unit}"),
+            &format!("bytes{unit}"),
+        ]);
+        for r in a.copy.iter().take(top) {
+            t.add_row(vec![
+                r.site.label(),
+                r.kind.clone(),
+                r.bucket.to_string(),
+                per(r.calls, n),
+                per(r.bytes, n),
+            ]);
+        }
+        let total: u64 = a.copy.iter().map(|r| r.bytes).sum();
+        let impls = a
+            .copy_impls
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} -> {}",
+                    i.apis.join("/"),
+                    i.impl_name.as_deref().unwrap_or("[unnamed]")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            out,
+            "\ncopies: {} bytes{unit} ({impls})\n{t}",
+            per(total, n)
+        );
+    }
+    if a.families.contains(&crate::probe::Family::Locks) {
+        let mut t = table(&[
+            "call site",
+            "op",
+            &format!("calls{unit}"),
+            &format!("contended{unit}"),
+            "futex wait µs/acq",
+            "hold µs/acq*",
+        ]);
+        for r in a.locks.iter().take(top) {
+            let (wait, hold) = if r.op == "unlock" {
+                ("-".into(), "-".into())
+            } else {
+                (
+                    micros(r.futex_wait_ns, r.acquired),
+                    micros(r.hold_ns, r.holds),
+                )
+            };
+            t.add_row(vec![
+                r.site.label(),
+                r.op.to_string(),
+                per(r.calls, n),
+                per(r.contended, n),
+                wait,
+                hold,
+            ]);
+        }
+        let _ = writeln!(out, "\nmutexes (* inflated by probe cost, see below)\n{t}");
+    }
+    if a.families.contains(&crate::probe::Family::Faults) {
+        let mut t = table(&["site", "kind", &format!("faults{unit}")]);
+        for r in a.faults.iter().take(top) {
+            let kind = match (r.major, r.in_kernel) {
+                (false, false) => "minor",
+                (true, false) => "major",
+                (false, true) => "minor, in syscall",
+                (true, true) => "major, in syscall",
+            };
+            t.add_row(vec![r.site.label(), kind.to_string(), per(r.count, n)]);
+        }
+        let total: u64 = a.faults.iter().map(|r| r.count).sum();
+        let _ = writeln!(out, "\npage faults: {}{unit}\n{t}", per(total, n));
+    }
+    if a.families.contains(&crate::probe::Family::Sched) {
+        let s = &a.sched;
+        let _ = writeln!(
+            out,
+            "\ncontext switches: {} voluntary{unit}, {} involuntary{unit}, off-CPU {:.1} µs{unit} (summed over {} threads)",
+            per(s.voluntary, n),
+            per(s.involuntary, n),
+            s.off_cpu_ns as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64,
+            s.threads.len()
+        );
+    }
+    for d in &a.distortions {
+        let _ = writeln!(out, "note: {d}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_request_values_are_exact_when_divisible() {
+        assert_eq!(per(3000, Some(1000)), "3");
+        assert_eq!(per(1500, Some(1000)), "1.500");
+        assert_eq!(per(7, None), "7");
+    }
+
+    #[test]
+    fn size_classes_read_as_upper_bounds() {
+        assert_eq!(size_class(Some(5)), "<=32");
+        assert_eq!(size_class(Some(13)), "<=8K");
+        assert_eq!(size_class(None), "NULL");
+    }
+}

@@ -1,0 +1,362 @@
+//! Exact per-request counts at exact call sites on the calibration server
+//! (fixtures/calib/calib_server.c, costs in fixtures/calib/COSTS.md).
+
+use rig::probe::{Family, ProbeSet, WindowEnd};
+use rig::report::Attribution;
+
+use super::{at, attribute, calib, probes_shared, root_or_skip};
+
+const N: u64 = 1000;
+
+/// (calls, bytes) of `kind` rows at `function` and the marker's line.
+fn alloc_at(a: &Attribution, function: &str, marker: &str, kind: &str) -> (u64, u64) {
+    let line = at(marker);
+    a.alloc
+        .iter()
+        .filter(|r| {
+            r.kind == kind
+                && r.site.function.as_deref() == Some(function)
+                && r.site.file_line().as_deref() == Some(line.as_str())
+        })
+        .fold((0, 0), |(c, b), r| (c + r.calls, b + r.bytes))
+}
+
+#[test]
+fn counts_exact_allocations_per_request_at_each_call_site() {
+    if !root_or_skip("counts_exact_allocations_per_request_at_each_call_site") {
+        return;
+    }
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2"]);
+    let a = attribute(&target, &[Family::Alloc], N, 2);
+    // (function, marker, kind, calls/req, bytes/req)
+    let expected = [
+        ("calib_alloc_small", "alloc_small_a", "malloc", 1, 24),
+        ("calib_alloc_small", "alloc_small_b", "malloc", 1, 24),
+        ("calib_alloc_small", "alloc_small_c", "malloc", 1, 24),
+        ("calib_alloc_small", "free_small_a", "free", 1, 0),
+        ("calib_alloc_small", "free_small_b", "free", 1, 0),
+        ("calib_alloc_small", "free_small_c", "free", 1, 0),
+        ("calib_alloc_calloc", "calloc", "calloc", 1, 64),
+        ("calib_alloc_calloc", "free_calloc", "free", 1, 0),
+        ("calib_alloc_realloc", "realloc_malloc", "malloc", 1, 5000),
+        ("calib_alloc_realloc", "realloc", "realloc", 1, 100),
+        ("calib_alloc_realloc", "free_realloc", "free", 1, 0),
+        (
+            "calib_alloc_aligned",
+            "posix_memalign",
+            "posix_memalign",
+            1,
+            256,
+        ),
+        ("calib_alloc_aligned", "memalign", "memalign", 1, 512),
+        ("calib_alloc_aligned", "free_posix_memalign", "free", 1, 0),
+        ("calib_alloc_aligned", "free_memalign", "free", 1, 0),
+    ];
+    for (function, marker, kind, calls, bytes) in expected {
+        assert_eq!(
+            alloc_at(&a, function, marker, kind),
+            (calls * N, bytes * N),
+            "{kind} at {function} ({})",
+            at(marker)
+        );
+    }
+    // Nothing else allocates per request: totals are exactly the sum.
+    assert_eq!(a.alloc_totals.allocations, 8 * N, "{:#?}", a.alloc);
+    assert_eq!(
+        a.alloc_totals.bytes,
+        (3 * 24 + 64 + 5000 + 100 + 256 + 512) * N
+    );
+    assert_eq!(a.alloc_totals.frees, 7 * N);
+    assert_eq!(a.alloc_totals.null_frees, 0);
+    // Size classes: 24 B is in (16, 32].
+    let small = a
+        .alloc
+        .iter()
+        .find(|r| r.site.file_line() == Some(at("alloc_small_a")))
+        .unwrap();
+    assert_eq!(small.size_class, Some(5));
+}
+
+#[test]
+fn counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation() {
+    if !root_or_skip("counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation") {
+        return;
+    }
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2"]);
+    let a = attribute(&target, &[Family::Copy], N, 2);
+    // (function, marker, api, bucket, bytes per call)
+    let expected = [
+        ("calib_copy_small", "memcpy_small_a", "memcpy", "<64", 16),
+        ("calib_copy_small", "memcpy_small_b", "memcpy", "<64", 16),
+        ("calib_copy_medium", "memcpy_medium", "memcpy", "<1K", 200),
+        ("calib_copy_large", "memcpy_large", "memcpy", "<16K", 4000),
+        ("calib_copy_huge", "memcpy_huge", "memcpy", ">=16K", 20000),
+        ("calib_move", "memmove", "memmove", "<1K", 1000),
+        ("calib_set", "memset_a", "memset", "<16K", 3000),
+        ("calib_set", "memset_b", "memset", "<1K", 100),
+    ];
+    for (function, marker, api, bucket, bytes) in expected {
+        let rows: Vec<_> = a
+            .copy
+            .iter()
+            .filter(|r| r.site.file_line() == Some(at(marker)))
+            .collect();
+        assert_eq!(rows.len(), 1, "one row at {}: {rows:#?}", at(marker));
+        let r = rows[0];
+        assert_eq!(r.site.function.as_deref(), Some(function));
+        assert!(r.kind.split('/').any(|k| k == api), "{} is {api}", r.kind);
+        assert_eq!(r.bucket, bucket);
+        assert_eq!((r.calls, r.bytes), (N, bytes * N), "at {}", at(marker));
+    }
+    let total: u64 = a.copy.iter().map(|r| r.bytes).sum();
+    assert_eq!(
+        total,
+        (16 + 16 + 200 + 4000 + 20000 + 1000 + 3000 + 100) * N,
+        "{:#?}",
+        a.copy
+    );
+
+    // The probes sit on the implementations glibc's IFUNC resolvers chose for
+    // this CPU, named from libc6-dbg: `__memmove_<isa>_unaligned_erms`
+    // (memcpy and memmove share it) and `__memset_<isa>_unaligned_erms`.
+    let memcpy = a
+        .copy_impls
+        .iter()
+        .find(|i| i.apis.contains(&"memcpy".to_string()))
+        .unwrap();
+    let name = memcpy.impl_name.as_deref().unwrap();
+    assert!(
+        name.starts_with("__memmove_") && !name.contains("nss"),
+        "{name}"
+    );
+    assert!(
+        memcpy.apis.contains(&"memmove".to_string()),
+        "{:?}",
+        a.copy_impls
+    );
+    let memset = a
+        .copy_impls
+        .iter()
+        .find(|i| i.apis.contains(&"memset".to_string()))
+        .unwrap();
+    assert!(memset
+        .impl_name
+        .as_deref()
+        .unwrap()
+        .starts_with("__memset_"));
+}
+
+#[test]
+fn counts_exact_mutex_operations_with_contention_attributed_to_the_locking_caller() {
+    if !root_or_skip(
+        "counts_exact_mutex_operations_with_contention_attributed_to_the_locking_caller",
+    ) {
+        return;
+    }
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2", "--contend"]);
+    let a = attribute(&target, &[Family::Locks], N, 2);
+    let at_marker = |marker: &str, op: &str| {
+        a.locks
+            .iter()
+            .filter(|r| r.op == op && r.site.file_line() == Some(at(marker)))
+            .fold((0, 0, 0), |(c, q, w), r| {
+                (c + r.calls, q + r.acquired, w + r.contended)
+            })
+    };
+    let (lock_calls, lock_acq, lock_contended) = at_marker("mutex_lock", "lock");
+    assert_eq!((lock_calls, lock_acq), (4 * N, 4 * N));
+    assert_eq!(at_marker("mutex_unlock", "unlock").0, 4 * N);
+    let (try_calls, try_ok, _) = at_marker("mutex_trylock", "trylock");
+    assert_eq!(try_calls, N);
+    // Whatever the contention, every successful trylock is unlocked once.
+    assert_eq!(at_marker("mutex_unlock_try", "unlock").0, try_ok);
+    let lock_row = a
+        .locks
+        .iter()
+        .find(|r| r.site.file_line() == Some(at("mutex_lock")))
+        .unwrap();
+    assert_eq!(lock_row.site.function.as_deref(), Some("calib_lock"));
+    // The contender holds the mutex ~20 µs of every ~70 µs: some lock calls
+    // wait in futex, and that wait is billed to the waiting call site.
+    let wait: u64 = a
+        .locks
+        .iter()
+        .filter(|r| r.site.file_line() == Some(at("mutex_lock")))
+        .map(|r| r.futex_wait_ns)
+        .sum();
+    assert!(
+        lock_contended > 0 && wait > 0,
+        "contention was seen: {:#?}",
+        a.locks
+    );
+    assert!(lock_contended <= lock_acq);
+}
+
+#[test]
+fn counts_exact_syscalls_and_none_of_the_probes_own() {
+    if !root_or_skip("counts_exact_syscalls_and_none_of_the_probes_own") {
+        return;
+    }
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2"]);
+    // Locks bring uretprobes, whose trampoline makes the `uretprobe` syscall
+    // inside the target: it must not appear in the target's table.
+    let a = attribute(&target, &[Family::Syscalls, Family::Locks], N, 2);
+    for (name, per_request) in [
+        ("recvfrom", 1),
+        ("sendto", 1),
+        ("getppid", 3),
+        ("getuid", 1),
+        ("mmap", 1),
+        ("munmap", 1),
+        ("clock_nanosleep", 1),
+    ] {
+        assert_eq!(
+            a.syscall(name),
+            per_request * N,
+            "{name}: {:#?}",
+            a.syscalls
+        );
+    }
+    assert!(
+        a.syscalls
+            .iter()
+            .all(|r| r.nr != 335 && r.name != "uretprobe"),
+        "{:#?}",
+        a.syscalls
+    );
+    // One trampoline syscall per uretprobe hit: 4 locks + 1 trylock per
+    // request. Seen, and kept out of the table.
+    assert_eq!(
+        a.probe_syscalls_excluded,
+        5 * N,
+        "trampoline syscalls were seen and excluded"
+    );
+    // Nothing else: the two workers may contend on g_mu, so futex may
+    // appear; no other syscall may.
+    for r in &a.syscalls {
+        assert!(
+            matches!(
+                r.name.as_str(),
+                "recvfrom"
+                    | "sendto"
+                    | "getppid"
+                    | "getuid"
+                    | "mmap"
+                    | "munmap"
+                    | "clock_nanosleep"
+                    | "futex"
+            ),
+            "unexpected syscall {r:?}"
+        );
+    }
+}
+
+#[test]
+fn counts_exact_page_faults_at_the_faulting_instruction() {
+    if !root_or_skip("counts_exact_page_faults_at_the_faulting_instruction") {
+        return;
+    }
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2"]);
+    let a = attribute(&target, &[Family::Faults], N, 2);
+    let rows: Vec<_> = a
+        .faults
+        .iter()
+        .filter(|r| r.site.file_line() == Some(at("page_fault")))
+        .collect();
+    assert!(!rows.is_empty(), "{:#?}", a.faults);
+    assert!(rows.iter().all(|r| !r.major && !r.in_kernel));
+    assert!(rows
+        .iter()
+        .all(|r| r.site.function.as_deref() == Some("calib_touch")));
+    assert_eq!(rows.iter().map(|r| r.count).sum::<u64>(), 4 * N);
+    assert_eq!(
+        a.faults.iter().map(|r| r.count).sum::<u64>(),
+        4 * N,
+        "{:#?}",
+        a.faults
+    );
+}
+
+/// Voluntary and involuntary switches of every thread, from the kernel's own
+/// accounting (/proc/<pid>/task/*/status).
+fn proc_switches(pid: u32) -> (u64, u64) {
+    let mut v = (0, 0);
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let s = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap();
+        for l in s.lines() {
+            if let Some(n) = l.strip_prefix("voluntary_ctxt_switches:") {
+                v.0 += n.trim().parse::<u64>().unwrap();
+            }
+            if let Some(n) = l.strip_prefix("nonvoluntary_ctxt_switches:") {
+                v.1 += n.trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn context_switches_match_the_kernels_accounting_exactly() {
+    if !root_or_skip("context_switches_match_the_kernels_accounting_exactly") {
+        return;
+    }
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2"]);
+    let d = super::drive(target.port, "/calib", N, 2);
+    let mut conns = rig::load::connect(&d.target, 2).unwrap();
+    rig::load::fixed_count(&mut conns, 200);
+    let probes = ProbeSet::attach(target.pid(), &[Family::Sched]).unwrap();
+    rig::load::fixed_count(&mut conns, 50);
+    // Quiesced: every thread of the target is blocked, so nothing switches
+    // between these reads and the snapshots.
+    let before = proc_switches(target.pid());
+    let start = probes.start_window().unwrap();
+    let r = rig::load::fixed_count(&mut conns, N);
+    let w = probes.end_window(start, WindowEnd::Completed).unwrap();
+    let after = proc_switches(target.pid());
+    assert_eq!(r.succeeded, N);
+    let vol: u64 = w.delta.sched.values().map(|v| v.voluntary).sum();
+    let invol: u64 = w.delta.sched.values().map(|v| v.involuntary).sum();
+    assert_eq!((vol, invol), (after.0 - before.0, after.1 - before.1));
+    // At least the nanosleep and the blocking recv of every request.
+    assert!(vol >= N, "{vol}");
+    // Both workers served (two connections, one worker each): the threads
+    // that existed before attaching are all counted.
+    let active = w
+        .delta
+        .sched
+        .values()
+        .filter(|v| v.voluntary >= N / 4)
+        .count();
+    assert!(active >= 2, "{:#?}", w.delta.sched);
+}
+
+#[test]
+fn counts_every_thread_of_an_already_running_process() {
+    if !root_or_skip("counts_every_thread_of_an_already_running_process") {
+        return;
+    }
+    let _g = probes_shared();
+    // Four workers started long before attach; four connections land on
+    // four different threads.
+    let target = calib(&["--threads", "4"]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let a = attribute(&target, &[Family::Alloc, Family::Sched], N, 4);
+    assert_eq!(a.alloc_totals.allocations, 8 * N);
+    let busy = a
+        .sched
+        .threads
+        .iter()
+        .filter(|t| t.voluntary >= N / 8)
+        .count();
+    assert!(
+        busy >= 4,
+        "all four workers were seen: {:#?}",
+        a.sched.threads
+    );
+}

@@ -1,0 +1,149 @@
+//! After `rig attach` ends — normally, on Ctrl-C, or when the target dies —
+//! no BPF program or perf event of rig's remains. These tests hold the probe
+//! lock exclusively, so any `rig_*` program they see would be a leftover.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{ChildStderr, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{calib, probes_exclusive, rig_bin, rig_programs, root_or_skip};
+
+/// A rig attach session in a child process, its stderr read line by line.
+struct Rig {
+    child: std::process::Child,
+    stderr: BufReader<ChildStderr>,
+    seen: String,
+}
+
+/// Wait until every probe is attached and the window is open.
+fn wait_open(rig: &mut Rig) {
+    loop {
+        let mut line = String::new();
+        let n = rig.stderr.read_line(&mut line).unwrap();
+        assert!(n > 0, "rig ended before opening its window: {}", rig.seen);
+        rig.seen.push_str(&line);
+        if line.contains("window open") {
+            assert!(
+                !rig_programs().is_empty(),
+                "probes are loaded while the window is open"
+            );
+            return;
+        }
+    }
+}
+
+/// Program release after the last fd closes is asynchronous (RCU): allow
+/// it a moment, then insist.
+fn assert_none_left() {
+    let t0 = Instant::now();
+    while !rig_programs().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        rig_programs(),
+        Vec::<String>::new(),
+        "rig programs left loaded"
+    );
+}
+
+fn finish(mut rig: Rig) -> (i32, String, String) {
+    let (mut out, mut err) = (String::new(), rig.seen);
+    rig.child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    rig.stderr.read_to_string(&mut err).unwrap();
+    let status = rig.child.wait().unwrap();
+    (status.code().unwrap_or(-1), out, err)
+}
+
+fn start_rig(pid: u32, duration: &str) -> Rig {
+    let mut child = Command::new(rig_bin())
+        .args([
+            "attach",
+            "--pid",
+            &pid.to_string(),
+            "--probes",
+            "all",
+            "--duration",
+            duration,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    Rig {
+        child,
+        stderr,
+        seen: String::new(),
+    }
+}
+
+#[test]
+fn leaves_no_probe_behind_after_a_normal_window() {
+    if !root_or_skip("leaves_no_probe_behind_after_a_normal_window") {
+        return;
+    }
+    let _g = probes_exclusive();
+    assert_none_left();
+    let target = calib(&[]);
+    let mut rig = start_rig(target.pid(), "1s");
+    wait_open(&mut rig);
+    let (code, out, err) = finish(rig);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("syscalls"), "{out}");
+    assert_none_left();
+}
+
+#[test]
+fn leaves_no_probe_behind_after_ctrl_c() {
+    if !root_or_skip("leaves_no_probe_behind_after_ctrl_c") {
+        return;
+    }
+    let _g = probes_exclusive();
+    let target = calib(&[]);
+    let mut rig = start_rig(target.pid(), "60s");
+    wait_open(&mut rig);
+    // SAFETY: signalling the rig process this test started.
+    unsafe { libc::kill(rig.child.id() as i32, libc::SIGINT) };
+    let (code, out, err) = finish(rig);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("INTERRUPTED"),
+        "the partial window is reported: {out}"
+    );
+    assert_none_left();
+}
+
+#[test]
+fn leaves_no_probe_behind_when_the_target_dies_mid_window() {
+    if !root_or_skip("leaves_no_probe_behind_when_the_target_dies_mid_window") {
+        return;
+    }
+    let _g = probes_exclusive();
+    let target = calib(&[]);
+    let mut rig = start_rig(target.pid(), "60s");
+    wait_open(&mut rig);
+    drop(target); // kills and reaps the calibration server
+    let (code, out, err) = finish(rig);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("TARGET EXITED"), "{out}");
+    assert_none_left();
+}
+
+#[test]
+fn leaves_no_probe_behind_when_rig_is_killed() {
+    if !root_or_skip("leaves_no_probe_behind_when_rig_is_killed") {
+        return;
+    }
+    let _g = probes_exclusive();
+    let target = calib(&[]);
+    let mut rig = start_rig(target.pid(), "60s");
+    wait_open(&mut rig);
+    rig.child.kill().unwrap(); // SIGKILL: no destructor runs; the kernel cleans up
+    rig.child.wait().unwrap();
+    assert_none_left();
+}

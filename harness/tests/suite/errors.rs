@@ -1,0 +1,126 @@
+//! Bad input gets a clear message and a documented exit code.
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use super::{calib, is_root, rig_bin, root_or_skip};
+
+fn rig(args: &[&str]) -> (i32, String) {
+    let out = Command::new(rig_bin()).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn refuses_an_unknown_probe_family_with_the_list_of_known_ones() {
+    let (code, err) = rig(&["attach", "--pid", "1", "--probes", "alloc,mallocs"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown probe family `mallocs`"), "{err}");
+    assert!(
+        err.contains("syscalls, alloc, copy, locks, faults, sched"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refuses_a_pid_that_does_not_exist() {
+    if !root_or_skip("refuses_a_pid_that_does_not_exist") {
+        return;
+    }
+    // pid_max is at most 2^22: this pid cannot exist.
+    let (code, err) = rig(&["attach", "--pid", "4194305", "--duration", "1s"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("rig: error: no process with pid 4194305"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refuses_to_run_without_root() {
+    if !is_root() {
+        // Already unprivileged: rig must refuse us directly.
+        let (code, err) = rig(&["attach", "--pid", "1", "--duration", "1s"]);
+        assert_eq!(code, 3, "{err}");
+        assert!(err.contains("needs root"), "{err}");
+        return;
+    }
+    let target = calib(&[]);
+    let out = Command::new(rig_bin())
+        .args([
+            "attach",
+            "--pid",
+            &target.pid().to_string(),
+            "--duration",
+            "1s",
+        ])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("needs root") && err.contains("euid is 65534"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refuses_pids_it_cannot_trace_itself_or_kernel_threads() {
+    if !root_or_skip("refuses_pids_it_cannot_trace_itself_or_kernel_threads") {
+        return;
+    }
+    // pid 2 is kthreadd: no user memory.
+    let (code, err) = rig(&["attach", "--pid", "2", "--duration", "1s"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("kernel thread"), "{err}");
+}
+
+#[test]
+fn refuses_a_process_without_the_libc_symbols_the_probes_need() {
+    if !root_or_skip("refuses_a_process_without_the_libc_symbols_the_probes_need") {
+        return;
+    }
+    // A static binary maps no libc.so: the alloc probes cannot attach.
+    let dir = std::env::temp_dir().join(format!("rig-static-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("s.c");
+    std::fs::write(
+        &src,
+        "#include <unistd.h>\nint main(void){ for(;;) pause(); }\n",
+    )
+    .unwrap();
+    let exe = dir.join("s");
+    let ok = Command::new("gcc")
+        .args(["-static", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "gcc -static works (libc6-dev ships libc.a)");
+    let mut child = Command::new(&exe).spawn().unwrap();
+    let (code, err) = rig(&[
+        "attach",
+        "--pid",
+        &child.id().to_string(),
+        "--probes",
+        "alloc",
+        "--duration",
+        "1s",
+    ]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("has no C library mapped"), "{err}");
+}
+
+#[test]
+fn refuses_to_drive_load_anywhere_but_loopback() {
+    let (code, err) = rig(&["attach", "--pid", "1", "--drive", "http://192.0.2.1:80/"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not loopback"), "{err}");
+}

@@ -1,0 +1,107 @@
+//! Shared set-up for the integration tests.
+//!
+//! Privileged tests call `root_or_skip()`: without root they skip only when
+//! `CI` is unset (and say so); in CI they fail instead.
+
+mod attach_calib;
+mod cleanup;
+mod errors;
+mod symbols;
+
+use std::process::Command;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use rig::load::H1Target;
+use rig::probe::Family;
+use rig::report::Attribution;
+use rig::session::{self, AttachSettings, Child, Drive};
+
+/// Tests that load probes hold this shared; tests that check that no probe
+/// of rig's is left hold it exclusively, so they see only their own.
+static PROBES: RwLock<()> = RwLock::new(());
+
+pub fn probes_shared() -> RwLockReadGuard<'static, ()> {
+    PROBES.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn probes_exclusive() -> RwLockWriteGuard<'static, ()> {
+    PROBES.write().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// True when the test may run; false (after saying so) when it must skip.
+pub fn root_or_skip(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: needs root, and CI is set: privileged tests never skip in CI");
+    }
+    eprintln!("SKIPPED {test}: needs root (CI unset, so skipping is allowed)");
+    false
+}
+
+/// The calibration server, started fresh for one test.
+pub fn calib(args: &[&str]) -> Child {
+    let mut cmd = Command::new(rig_fixtures::calib_server());
+    cmd.args(["--port", "0"]).args(args);
+    Child::spawn_ready(cmd).expect("calibration server starts")
+}
+
+pub fn drive(port: u16, path: &str, requests: u64, connections: usize) -> Drive {
+    Drive {
+        target: H1Target::parse(&format!("http://127.0.0.1:{port}{path}")).unwrap(),
+        connections,
+        warmup: 200,
+        requests,
+    }
+}
+
+/// A fixed-count attribution session against `target`.
+pub fn attribute(
+    target: &Child,
+    families: &[Family],
+    requests: u64,
+    connections: usize,
+) -> Attribution {
+    let s = AttachSettings {
+        pid: target.pid(),
+        families: families.to_vec(),
+        duration: std::time::Duration::ZERO,
+        per: None,
+        drive: Some(drive(target.port, "/calib", requests, connections)),
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let a = session::run_attach(&s, &stop).expect("attribution session");
+    let load = a.window.load.as_ref().unwrap();
+    assert_eq!(
+        load.succeeded, requests,
+        "every request succeeded: {:?}",
+        load.errors
+    );
+    assert!(a.complete, "no events lost: {:?}", a.losses);
+    a
+}
+
+/// `calib_server.c:LINE` of a `SITE:` marker.
+pub fn at(marker: &str) -> String {
+    format!("calib_server.c:{}", rig_fixtures::site_line(marker))
+}
+
+/// The rig binary built for these tests.
+pub fn rig_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rig")
+}
+
+/// Names of loaded BPF programs that are rig's (`rig_` prefix).
+pub fn rig_programs() -> Vec<String> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter_map(|p| p.name_as_str().map(str::to_string))
+        .filter(|n| n.starts_with("rig_"))
+        .collect()
+}
