@@ -14,6 +14,13 @@ struct {
 	__type(value, struct alloc_val);
 } allocs SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct alloc_fwd);
+} fwds SEC(".maps");
+
 static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 {
 	if (!is_target(current_tgid()))
@@ -24,12 +31,42 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		.kind = (__u32)bpf_get_attach_cookie(ctx),
 		.size_class = cls,
 	};
+	/* Reached by jumps from a forwarder: same stack pointer, same return
+	 * address. Count it once, as the API the caller called. */
+	__u32 tid = current_tid();
+	struct alloc_fwd *f = bpf_map_lookup_elem(&fwds, &tid);
+	if (f) {
+		if (f->sp == PT_REGS_SP(ctx) && f->caller == k.caller)
+			k.kind = f->kind;
+		bpf_map_delete_elem(&fwds, &tid);
+	}
 	struct alloc_val zero = {};
 	struct alloc_val *v = upsert(&allocs, &k, &zero);
 	if (v) {
 		v->calls++;
 		v->bytes += bytes;
 	}
+	return 0;
+}
+
+/* An entry point that only jumps on (see struct alloc_fwd). The outermost
+ * forwarder of a chain names the call. */
+SEC("uprobe")
+int rig_alloc_fwd(struct pt_regs *ctx)
+{
+	if (!is_target(current_tgid()))
+		return 0;
+	__u32 tid = current_tid();
+	struct alloc_fwd f = {
+		.sp = PT_REGS_SP(ctx),
+		.caller = caller_of(ctx),
+		.kind = (__u32)bpf_get_attach_cookie(ctx),
+	};
+	struct alloc_fwd *outer = bpf_map_lookup_elem(&fwds, &tid);
+	if (outer && outer->sp == f.sp && outer->caller == f.caller)
+		return 0;
+	if (bpf_map_update_elem(&fwds, &tid, &f, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
 	return 0;
 }
 

@@ -35,4 +35,15 @@ struct alloc_val {
 	__u64 bytes;
 };
 _Static_assert(sizeof(struct alloc_val) == 16, "alloc_val ABI");
+/* A call entering through a forwarder (an entry point that only jumps to
+ * another, e.g. libstdc++'s operator new[] -> operator new -> ..., operator
+ * delete -> free): noted per thread so the probe at the end of the jump chain
+ * counts the call once, under the API the caller called. */
+struct alloc_fwd {
+	__u64 sp;
+	__u64 caller;
+	__u32 kind;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct alloc_fwd) == 24, "alloc_fwd ABI");
 #endif

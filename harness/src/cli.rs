@@ -93,7 +93,7 @@ pub struct AttachArgs {
 #[derive(Args, Debug)]
 pub struct ProbeCostArgs {
     /// Loop iterations per run.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 50_000)]
     pub iterations: u64,
     /// A B B A rounds per probe kind.
     #[arg(long, default_value_t = 2)]

@@ -109,6 +109,40 @@ impl ProbeSet {
         Ok(set)
     }
 
+    /// One program of `family` at one libc function's entry (IFUNCs resolved
+    /// to the implementation the target runs): for measuring what a single
+    /// probe costs.
+    pub fn attach_single(
+        pid: u32,
+        family: Family,
+        program: &str,
+        symbol: &str,
+    ) -> Result<ProbeSet, ProbeError> {
+        check_target(pid)?;
+        let maps = ProcMaps::read(pid).map_err(|source| ProbeError::Maps { pid, source })?;
+        let libc_maps_path = maps.libc_path().ok_or(ProbeError::NoLibc { pid, family })?;
+        let libc = maps.open_path(&libc_maps_path);
+        let resolve_err = |source| ProbeError::Resolve {
+            pid,
+            lib: libc_maps_path.clone(),
+            api: symbol.to_string(),
+            source,
+        };
+        let offset = elf::resolve_ifunc(pid, &maps, &libc_maps_path, symbol)
+            .map_err(resolve_err)?
+            .file_offset;
+        let mut ebpf = load(family)?;
+        add_target(&mut ebpf, family, pid)?;
+        uprobe(&mut ebpf, family, program, &libc, offset, Some(1), pid)?;
+        Ok(ProbeSet {
+            pid,
+            objects: vec![(family, ebpf)],
+            copy_impls: Vec::new(),
+            notes: Vec::new(),
+            families: vec![family],
+        })
+    }
+
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -242,9 +276,7 @@ impl ProbeSet {
 
     /// Attach each (symbol, program, cookie) of `table` in `lib`, once per
     /// distinct code address: an alias (aligned_alloc = memalign in glibc
-    /// 2.36) would otherwise fire two probes per call. A function that only
-    /// jumps to another is not probed either: its target sees the same
-    /// return address, so probing both would count one call twice.
+    /// 2.36) would otherwise fire two probes per call.
     fn attach_table(
         &mut self,
         ebpf: &mut Ebpf,
@@ -283,19 +315,18 @@ impl ProbeSet {
                 );
                 continue;
             }
-            // Only optional entry points (C++ sized/array forms) are skipped
-            // as forwarders; the core C allocator is always probed.
-            if let Some(dest) = (!required)
+            // An optional entry point (libstdc++'s operator new[], sized and
+            // array deletes) that only jumps on gets the forwarder program:
+            // the probe at the end of the jump chain counts the call once,
+            // under this entry point's name.
+            let forwards_to = (!required)
                 .then(|| tail_jump(lib, info.file_offset))
-                .flatten()
-            {
-                self.note(
-                    family,
-                    symbol,
-                    format!("only jumps to {dest}: counted there"),
-                );
-                continue;
-            }
+                .flatten();
+            let program = if forwards_to.is_some() {
+                "rig_alloc_fwd"
+            } else {
+                program
+            };
             uprobe(
                 ebpf,
                 family,
@@ -306,10 +337,18 @@ impl ProbeSet {
                 self.pid,
             )?;
             done.push((lib.to_path_buf(), info.file_offset, symbol.to_string()));
+            let how = match forwards_to {
+                Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
+                None => String::new(),
+            };
             self.note(
                 family,
                 symbol,
-                format!("uprobe at {}+{:#x}", basename(&lib_name), info.file_offset),
+                format!(
+                    "uprobe at {}+{:#x}{how}",
+                    basename(&lib_name),
+                    info.file_offset
+                ),
             );
         }
         Ok(())

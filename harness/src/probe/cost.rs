@@ -32,36 +32,103 @@ pub struct CostRow {
     pub ns_per_hit: f64,
 }
 
+/// What to attach for one measurement.
+enum Attach {
+    /// One program at one libc function.
+    Single {
+        program: &'static str,
+        symbol: &'static str,
+    },
+    /// A whole family.
+    Family,
+}
+
 struct Kind {
     name: &'static str,
+    /// The hitloop loop to run.
+    hitloop: &'static str,
     family: Family,
+    attach: Attach,
     hits: &'static str,
     hits_per_iteration: u32,
 }
 
+/// One row per probe, so a costly one is not hidden in an average: on x86 a
+/// uprobe whose first instruction the kernel can emulate (push, jmp) is far
+/// cheaper than one it must single-step out of line (mov, test).
 const KINDS: &[Kind] = &[
     Kind {
-        name: "malloc",
+        name: "malloc entry",
+        hitloop: "malloc",
         family: Family::Alloc,
-        hits: "uprobe at malloc entry + uprobe at free entry",
-        hits_per_iteration: 2,
-    },
-    Kind {
-        name: "memcpy",
-        family: Family::Copy,
-        hits: "uprobe at the memcpy implementation's entry",
+        attach: Attach::Single {
+            program: "rig_alloc_arg1",
+            symbol: "malloc",
+        },
+        hits: "uprobe",
         hits_per_iteration: 1,
     },
     Kind {
-        name: "lock",
-        family: Family::Locks,
-        hits: "uprobe + uretprobe at pthread_mutex_lock, uprobe at unlock",
-        hits_per_iteration: 3,
+        name: "free entry",
+        hitloop: "malloc",
+        family: Family::Alloc,
+        attach: Attach::Single {
+            program: "rig_alloc_free",
+            symbol: "free",
+        },
+        hits: "uprobe",
+        hits_per_iteration: 1,
     },
     Kind {
-        name: "syscall",
+        name: "memcpy implementation entry",
+        hitloop: "memcpy",
+        family: Family::Copy,
+        attach: Attach::Single {
+            program: "rig_copy",
+            symbol: "memcpy",
+        },
+        hits: "uprobe",
+        hits_per_iteration: 1,
+    },
+    Kind {
+        name: "pthread_mutex_lock entry",
+        hitloop: "lock",
+        family: Family::Locks,
+        attach: Attach::Single {
+            program: "rig_mutex_lock",
+            symbol: "pthread_mutex_lock",
+        },
+        hits: "uprobe",
+        hits_per_iteration: 1,
+    },
+    Kind {
+        name: "pthread_mutex_lock return",
+        hitloop: "lock",
+        family: Family::Locks,
+        attach: Attach::Single {
+            program: "rig_mutex_lock_ret",
+            symbol: "pthread_mutex_lock",
+        },
+        hits: "uretprobe",
+        hits_per_iteration: 1,
+    },
+    Kind {
+        name: "pthread_mutex_unlock entry",
+        hitloop: "lock",
+        family: Family::Locks,
+        attach: Attach::Single {
+            program: "rig_mutex_unlock",
+            symbol: "pthread_mutex_unlock",
+        },
+        hits: "uprobe",
+        hits_per_iteration: 1,
+    },
+    Kind {
+        name: "syscall enter + exit",
+        hitloop: "syscall",
         family: Family::Syscalls,
-        hits: "raw_syscalls sys_enter + sys_exit tracepoints",
+        attach: Attach::Family,
+        hits: "raw tracepoints",
         hits_per_iteration: 2,
     },
 ];
@@ -83,7 +150,7 @@ fn median(v: &[f64]) -> f64 {
 /// Run `hitloop KIND ITERS` once, probed or not; ns per iteration.
 fn run_once(kind: &Kind, iterations: u64, probed: bool) -> Result<f64> {
     let mut child = Command::new(rig_fixtures::hitloop())
-        .arg(kind.name)
+        .arg(kind.hitloop)
         .arg(iterations.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -96,10 +163,13 @@ fn run_once(kind: &Kind, iterations: u64, probed: bool) -> Result<f64> {
         if line.trim() != "READY" {
             bail!("hitloop said {line:?} instead of READY");
         }
-        let probes = if probed {
-            Some(ProbeSet::attach(child.id(), &[kind.family])?)
-        } else {
-            None
+        let pid = child.id();
+        let probes = match (probed, &kind.attach) {
+            (false, _) => None,
+            (true, Attach::Family) => Some(ProbeSet::attach(pid, &[kind.family])?),
+            (true, Attach::Single { program, symbol }) => {
+                Some(ProbeSet::attach_single(pid, kind.family, program, symbol)?)
+            }
         };
         child
             .stdin
@@ -162,7 +232,7 @@ pub fn render(rows: &[CostRow]) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "probe",
-        "fires per iteration",
+        "kind",
         "clean ns/iter (median)",
         "probed ns/iter (median)",
         "ns per hit",
@@ -170,7 +240,7 @@ pub fn render(rows: &[CostRow]) -> String {
     for r in rows {
         t.add_row(vec![
             r.kind.to_string(),
-            format!("{} ({})", r.hits_per_iteration, r.hits),
+            format!("{} x{}/iter", r.hits, r.hits_per_iteration),
             format!("{:.1}", r.clean_median),
             format!("{:.1}", r.probed_median),
             format!("{:.0}", r.ns_per_hit),

@@ -5,6 +5,8 @@
 
 mod attach_calib;
 mod cleanup;
+mod cost;
+mod cxx;
 mod errors;
 mod symbols;
 

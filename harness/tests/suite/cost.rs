@@ -1,0 +1,61 @@
+//! `rig probe-cost` measures every probe kind on this host (no timing is
+//! asserted: only that each was measured and reported).
+
+use super::{probes_shared, rig_bin, root_or_skip};
+
+#[test]
+fn probe_cost_measures_every_probe_kind() {
+    if !root_or_skip("probe_cost_measures_every_probe_kind") {
+        return;
+    }
+    let _g = probes_shared();
+    let json = std::env::temp_dir().join(format!("rig-cost-{}.json", std::process::id()));
+    let out = std::process::Command::new(rig_bin())
+        .args([
+            "probe-cost",
+            "--iterations",
+            "2000",
+            "--rounds",
+            "1",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let kinds: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "malloc entry",
+            "free entry",
+            "memcpy implementation entry",
+            "pthread_mutex_lock entry",
+            "pthread_mutex_lock return",
+            "pthread_mutex_unlock entry",
+            "syscall enter + exit"
+        ]
+    );
+    for r in rows.as_array().unwrap() {
+        assert_eq!(
+            r["clean_runs"].as_array().unwrap().len(),
+            2,
+            "A B B A: two runs per arm"
+        );
+        assert_eq!(r["probed_runs"].as_array().unwrap().len(), 2);
+        assert!(r["ns_per_hit"].as_f64().unwrap().is_finite(), "{r}");
+        assert!(stdout.contains(r["kind"].as_str().unwrap()));
+    }
+}
