@@ -68,10 +68,15 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         }
     }
 
+    let driven = s.drive.is_some();
+    let (settle, patience) = (Duration::from_millis(20), Duration::from_millis(500));
+    let quiet_start = driven && probes.quiesce(settle, patience)?;
     let start = probes.start_window()?;
+    let mut quiesced = None;
     let (end, load_result): (WindowEnd, Option<LoadResult>) = match (&s.drive, conns.as_mut()) {
         (Some(d), Some(c)) => {
             let r = load::fixed_count(c, d.requests);
+            quiesced = Some(quiet_start & probes.quiesce(settle, patience)?);
             let end = if alive(&id) {
                 WindowEnd::Completed
             } else {
@@ -113,7 +118,8 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         (None, None) => None,
     };
     let mut sym = Symbolizer::new();
-    let attribution = Attribution::build(&window, requests, load_result, &mut sym);
+    let mut attribution = Attribution::build(&window, requests, load_result, &mut sym);
+    attribution.window.quiesced = quiesced;
     Ok(attribution)
 }
 

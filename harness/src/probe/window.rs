@@ -42,6 +42,28 @@ pub struct Window {
 }
 
 impl ProbeSet {
+    /// Wait until the target stops moving: two snapshots `settle` apart are
+    /// identical. A request's last syscall (the worker re-entering recv after
+    /// sending the response) can land just after the client has its answer;
+    /// snapshotting only once the counters are still puts it on the right
+    /// side of the boundary. Gives up after `timeout` (a target with a
+    /// background thread never settles) and says so.
+    pub fn quiesce(&self, settle: Duration, timeout: Duration) -> Result<bool, ProbeError> {
+        let t0 = Instant::now();
+        let mut last = self.snapshot()?;
+        loop {
+            std::thread::sleep(settle);
+            let now = self.snapshot()?;
+            if now == last {
+                return Ok(true);
+            }
+            if t0.elapsed() >= timeout {
+                return Ok(false);
+            }
+            last = now;
+        }
+    }
+
     /// Snapshot every counter: the window starts now.
     pub fn start_window(&self) -> Result<WindowStart, ProbeError> {
         let maps = ProcMaps::read(self.pid()).ok();

@@ -51,6 +51,10 @@ pub struct WindowInfo {
     /// Denominator for per-request values: successful requests in the window.
     pub requests: Option<u64>,
     pub load: Option<LoadResult>,
+    /// Fixed-count windows: whether the target was still (no counter moving)
+    /// at both boundaries. `false` means a background thread kept working,
+    /// so counts of what it does are not exact per request.
+    pub quiesced: Option<bool>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -380,6 +384,7 @@ impl Attribution {
                 end: w.end,
                 requests,
                 load,
+                quiesced: None,
             },
             syscalls,
             alloc,

@@ -12,7 +12,11 @@ pub fn per(v: u64, per: Option<u64>) -> String {
     match per {
         Some(0) | None => v.to_string(),
         Some(n) if v.is_multiple_of(n) => (v / n).to_string(),
-        Some(n) => format!("{:.3}", v as f64 / n as f64),
+        // Enough decimals that an inexact ratio never prints as an integer.
+        Some(n) => {
+            let s = format!("{:.6}", v as f64 / n as f64);
+            s.trim_end_matches('0').to_string()
+        }
     }
 }
 
@@ -76,6 +80,13 @@ pub fn render(a: &Attribution, top: usize) -> String {
             l.succeeded,
             l.failed(),
             l.errors
+        );
+    }
+    if a.window.quiesced == Some(false) {
+        let _ = writeln!(
+            out,
+            "note: the target never went quiet around the window (a background thread?): \
+             counts from such threads are not exact per request"
         );
     }
     if !a.complete {
@@ -235,7 +246,8 @@ mod tests {
     #[test]
     fn per_request_values_are_exact_when_divisible() {
         assert_eq!(per(3000, Some(1000)), "3");
-        assert_eq!(per(1500, Some(1000)), "1.500");
+        assert_eq!(per(1500, Some(1000)), "1.5");
+        assert_eq!(per(2001, Some(2000)), "1.0005");
         assert_eq!(per(7, None), "7");
     }
 

@@ -205,6 +205,9 @@ fn counts_exact_syscalls_and_none_of_the_probes_own() {
     // Locks bring uretprobes, whose trampoline makes the `uretprobe` syscall
     // inside the target: it must not appear in the target's table.
     let a = attribute(&target, &[Family::Syscalls, Family::Locks], N, 2);
+    // Without --contend the server goes quiet between batches, so the
+    // trailing recv of each worker falls on a definite side of the boundary.
+    assert_eq!(a.window.quiesced, Some(true));
     for (name, per_request) in [
         ("recvfrom", 1),
         ("sendto", 1),
@@ -314,9 +317,13 @@ fn context_switches_match_the_kernels_accounting_exactly() {
     rig::load::fixed_count(&mut conns, 50);
     // Quiesced: every thread of the target is blocked, so nothing switches
     // between these reads and the snapshots.
+    let settle = std::time::Duration::from_millis(20);
+    let patience = std::time::Duration::from_secs(2);
+    assert!(probes.quiesce(settle, patience).unwrap());
     let before = proc_switches(target.pid());
     let start = probes.start_window().unwrap();
     let r = rig::load::fixed_count(&mut conns, N);
+    assert!(probes.quiesce(settle, patience).unwrap());
     let w = probes.end_window(start, WindowEnd::Completed).unwrap();
     let after = proc_switches(target.pid());
     assert_eq!(r.succeeded, N);
