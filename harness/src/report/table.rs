@@ -116,7 +116,7 @@ pub fn render(a: &Attribution, top: usize) -> String {
         let t_ = &a.alloc_totals;
         let mut t = table(&[
             "call site",
-            "function",
+            "api",
             "size",
             &format!("calls{unit}"),
             &format!("bytes{unit}"),
@@ -127,10 +127,19 @@ pub fn render(a: &Attribution, top: usize) -> String {
             } else {
                 r.kind.to_string()
             };
+            // A free has no size; a free(NULL) frees nothing.
+            let size = match (
+                r.kind.contains("free") || r.kind.contains("delete"),
+                r.size_class,
+            ) {
+                (true, None) => "NULL".to_string(),
+                (true, Some(_)) => "-".to_string(),
+                (false, c) => size_class(c),
+            };
             t.add_row(vec![
                 r.site.label(),
                 kind,
-                size_class(r.size_class),
+                size,
                 per(r.calls, n),
                 per(r.bytes, n),
             ]);
@@ -146,7 +155,7 @@ pub fn render(a: &Attribution, top: usize) -> String {
     if a.families.contains(&crate::probe::Family::Copy) {
         let mut t = table(&[
             "call site",
-            "function",
+            "api",
             "size",
             &format!("calls{unit}"),
             &format!("bytes{unit}"),
