@@ -9,6 +9,7 @@ command -v clang >/dev/null 2>&1 || need="$need clang"
 [ -f /usr/include/linux/bpf.h ] || need="$need linux-libc-dev"
 dpkg -s libc6-dbg >/dev/null 2>&1 || need="$need libc6-dbg"
 command -v gcc >/dev/null 2>&1 || need="$need gcc"
+command -v g++ >/dev/null 2>&1 || need="$need g++"
 # The symbolizer tests check against independent tools.
 command -v gdb >/dev/null 2>&1 || need="$need gdb"
 command -v objdump >/dev/null 2>&1 || need="$need binutils"

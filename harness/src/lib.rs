@@ -8,6 +8,7 @@ pub mod cli;
 pub mod load;
 pub mod probe;
 pub mod report;
+pub mod scenario;
 pub mod session;
 pub mod symbolize;
 pub mod target;

@@ -4,6 +4,7 @@
 //! requests it contained, and the session's `Symbolizer`. Out: an
 //! `Attribution` (plain, serializable, versioned) and its terminal table.
 
+pub mod host;
 pub mod table;
 
 use std::collections::BTreeMap;
@@ -42,6 +43,9 @@ pub struct Attribution {
     pub notes: Vec<AttachNote>,
     /// Which reported timings the probes themselves inflate.
     pub distortions: Vec<String>,
+    /// Hardware instruction counters: present or not, and what the kernel
+    /// said. Without them rig reports no instruction counts (never zero).
+    pub pmu: host::Pmu,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -399,6 +403,7 @@ impl Attribution {
             probe_syscalls_excluded,
             notes: w.notes.clone(),
             distortions,
+            pmu: host::detect_pmu(),
         }
     }
 

@@ -242,6 +242,13 @@ pub fn render(a: &Attribution, top: usize) -> String {
             s.threads.len()
         );
     }
+    if !a.pmu.instructions {
+        let _ = writeln!(
+            out,
+            "instructions: not counted ({}); this is not zero",
+            a.pmu.detail
+        );
+    }
     for d in &a.distortions {
         let _ = writeln!(out, "note: {d}");
     }

@@ -1,0 +1,466 @@
+//! Scenarios: the matrix file expanded into an ordered list of cases.
+//!
+//! In: `config/matrix.toml` (suites of protocol × path × load × topology),
+//! the targets, the suites asked for, and the repeat count. Out: `Case`s in
+//! run order — every round runs every case once, with the targets'
+//! (implementations') order reversed on every other round so that no
+//! implementation always runs first.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MatrixError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{col}: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        col: usize,
+        message: String,
+    },
+    #[error("{path}: suite `{suite}`: {message}")]
+    Invalid {
+        path: String,
+        suite: String,
+        message: String,
+    },
+    #[error("--suite {0}: no such suite in the matrix (have: {1})")]
+    UnknownSuite(String, String),
+}
+
+/// What a suite measures.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SuiteKind {
+    /// Idle resources after READY: RSS, PSS, VmHWM, threads, FDs.
+    Memory,
+    /// Request load on one protocol × path × load × topology.
+    Http,
+}
+
+/// Wire protocol of a load case.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Proto {
+    H1,
+    H2c,
+    H2Tls,
+}
+
+impl Proto {
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::H1 => "h1",
+            Proto::H2c => "h2c",
+            Proto::H2Tls => "h2-tls",
+        }
+    }
+}
+
+/// How load is offered in the clean pass.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum LoadShape {
+    /// Fixed arrival rate (requests/s), latency from the scheduled time.
+    Open { rate: f64 },
+    /// Every request slot busy all the time.
+    Closed,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    #[serde(default = "d_warmup")]
+    pub warmup_ms: u64,
+    #[serde(default = "d_duration")]
+    pub duration_ms: u64,
+    #[serde(default = "d_repeats")]
+    pub repeats: u32,
+    /// Requests in the counted pass (fixed-count window).
+    #[serde(default = "d_counted")]
+    pub counted_requests: u64,
+    /// Idle time after READY before a memory suite samples.
+    #[serde(default = "d_settle")]
+    pub settle_ms: u64,
+}
+
+fn d_warmup() -> u64 {
+    500
+}
+fn d_duration() -> u64 {
+    2000
+}
+fn d_repeats() -> u32 {
+    1
+}
+fn d_counted() -> u64 {
+    1000
+}
+fn d_settle() -> u64 {
+    500
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            warmup_ms: d_warmup(),
+            duration_ms: d_duration(),
+            repeats: d_repeats(),
+            counted_requests: d_counted(),
+            settle_ms: d_settle(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteSpec {
+    pub name: String,
+    pub kind: SuiteKind,
+    #[serde(default)]
+    pub protocols: Vec<Proto>,
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Open-loop rates; empty = closed loop.
+    #[serde(default)]
+    pub rates: Vec<f64>,
+    /// `CONNECTIONSxSTREAMS` (h2) or `CONNECTIONS` (h1).
+    #[serde(default)]
+    pub topologies: Vec<String>,
+    /// h1 only: keep-alive (true) and/or a new connection per request.
+    #[serde(default = "d_keepalive")]
+    pub keepalive: Vec<bool>,
+    pub warmup_ms: Option<u64>,
+    pub duration_ms: Option<u64>,
+}
+
+fn d_keepalive() -> Vec<bool> {
+    vec![true]
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Matrix {
+    #[serde(default)]
+    pub defaults: Defaults,
+    #[serde(rename = "suite")]
+    pub suites: Vec<SuiteSpec>,
+}
+
+/// Connections and concurrent streams per connection.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct Topology {
+    pub connections: usize,
+    pub streams: usize,
+}
+
+impl Topology {
+    pub fn parse(s: &str) -> Option<Topology> {
+        let (c, st) = match s.split_once('x') {
+            Some((c, st)) => (c.trim().parse().ok()?, st.trim().parse().ok()?),
+            None => (s.trim().parse().ok()?, 1),
+        };
+        (c > 0 && st > 0).then_some(Topology {
+            connections: c,
+            streams: st,
+        })
+    }
+}
+
+/// One measured case: everything the runner needs, no references back.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Case {
+    /// Stable, readable id: `http/peer/h1/plain/r1000/16x1/ka/#1`.
+    pub id: String,
+    pub suite: String,
+    pub kind: SuiteKind,
+    /// Index into the run's targets.
+    pub target: usize,
+    pub target_name: String,
+    pub repeat: u32,
+    pub protocol: Option<Proto>,
+    pub path: Option<String>,
+    pub load: Option<LoadShape>,
+    pub topology: Option<Topology>,
+    pub keepalive: bool,
+    pub warmup_ms: u64,
+    pub duration_ms: u64,
+    pub counted_requests: u64,
+    pub settle_ms: u64,
+}
+
+impl Matrix {
+    pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        Matrix::parse(&p, &text)
+    }
+
+    pub fn parse(path: &str, text: &str) -> Result<Matrix, MatrixError> {
+        let m: Matrix = toml::from_str(text).map_err(|e| {
+            let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            MatrixError::Parse {
+                path: path.to_string(),
+                line,
+                col,
+                message: e.message().to_string(),
+            }
+        })?;
+        for s in &m.suites {
+            let bad = |message: String| MatrixError::Invalid {
+                path: path.to_string(),
+                suite: s.name.clone(),
+                message,
+            };
+            if s.kind == SuiteKind::Http {
+                if s.protocols.is_empty() || s.paths.is_empty() || s.topologies.is_empty() {
+                    return Err(bad(
+                        "an http suite needs protocols, paths and topologies".into()
+                    ));
+                }
+                for t in &s.topologies {
+                    let topo = Topology::parse(t).ok_or_else(|| {
+                        bad(format!(
+                            "topology `{t}`: write CONNECTIONS or CONNECTIONSxSTREAMS, e.g. 4x16"
+                        ))
+                    })?;
+                    if topo.streams > 1 && s.protocols.contains(&Proto::H1) {
+                        return Err(bad(format!(
+                            "topology `{t}` has {} streams per connection, but HTTP/1.1 carries one request at a time",
+                            topo.streams
+                        )));
+                    }
+                }
+                if let Some(r) = s.rates.iter().find(|r| !r.is_finite() || **r <= 0.0) {
+                    return Err(bad(format!("rate {r}: rates are requests per second, > 0")));
+                }
+                if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
+                    return Err(bad(format!("path `{p}` must start with /")));
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// Expand `suites` (all when empty) for `targets` into run order.
+    pub fn expand(
+        &self,
+        suites: &[String],
+        targets: &[String],
+        repeats: Option<u32>,
+    ) -> Result<Vec<Case>, MatrixError> {
+        for s in suites {
+            if !self.suites.iter().any(|x| &x.name == s) {
+                let have = self
+                    .suites
+                    .iter()
+                    .map(|x| x.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(MatrixError::UnknownSuite(s.clone(), have));
+            }
+        }
+        let d = &self.defaults;
+        let repeats = repeats.unwrap_or(d.repeats).max(1);
+        let mut cases = Vec::new();
+        for round in 1..=repeats {
+            // A B, then B A: implementation order reversed every round.
+            let order: Vec<usize> = if round % 2 == 1 {
+                (0..targets.len()).collect()
+            } else {
+                (0..targets.len()).rev().collect()
+            };
+            for s in self
+                .suites
+                .iter()
+                .filter(|s| suites.is_empty() || suites.contains(&s.name))
+            {
+                let warmup_ms = s.warmup_ms.unwrap_or(d.warmup_ms);
+                let duration_ms = s.duration_ms.unwrap_or(d.duration_ms);
+                let base = |t: usize| Case {
+                    id: String::new(),
+                    suite: s.name.clone(),
+                    kind: s.kind,
+                    target: t,
+                    target_name: targets[t].clone(),
+                    repeat: round,
+                    protocol: None,
+                    path: None,
+                    load: None,
+                    topology: None,
+                    keepalive: true,
+                    warmup_ms,
+                    duration_ms,
+                    counted_requests: d.counted_requests,
+                    settle_ms: d.settle_ms,
+                };
+                match s.kind {
+                    SuiteKind::Memory => {
+                        for &t in &order {
+                            let mut c = base(t);
+                            c.id = format!("{}/{}/#{round}", s.name, targets[t]);
+                            cases.push(c);
+                        }
+                    }
+                    SuiteKind::Http => {
+                        let loads: Vec<LoadShape> = if s.rates.is_empty() {
+                            vec![LoadShape::Closed]
+                        } else {
+                            s.rates
+                                .iter()
+                                .map(|&rate| LoadShape::Open { rate })
+                                .collect()
+                        };
+                        for &proto in &s.protocols {
+                            let keepalives: &[bool] = if proto == Proto::H1 {
+                                &s.keepalive
+                            } else {
+                                &[true]
+                            };
+                            for path in &s.paths {
+                                for load in &loads {
+                                    for topo in &s.topologies {
+                                        let topo = Topology::parse(topo).expect("validated");
+                                        for &ka in keepalives {
+                                            for &t in &order {
+                                                let mut c = base(t);
+                                                c.protocol = Some(proto);
+                                                c.path = Some(path.clone());
+                                                c.load = Some(*load);
+                                                c.topology = Some(topo);
+                                                c.keepalive = ka;
+                                                c.id = case_id(&c);
+                                                cases.push(c);
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(cases)
+    }
+}
+
+fn case_id(c: &Case) -> String {
+    let load = match c.load {
+        Some(LoadShape::Open { rate }) => format!("r{rate}"),
+        _ => "closed".into(),
+    };
+    let topo = c
+        .topology
+        .map(|t| format!("{}x{}", t.connections, t.streams))
+        .unwrap_or_default();
+    format!(
+        "{}/{}/{}/{}/{}/{}/{}/#{}",
+        c.suite,
+        c.target_name,
+        c.protocol.map_or("-", Proto::name),
+        c.path.as_deref().unwrap_or("-").trim_start_matches('/'),
+        load,
+        topo,
+        if c.keepalive { "ka" } else { "new" },
+        c.repeat
+    )
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: &str = r#"
+[defaults]
+repeats = 2
+
+[[suite]]
+name = "memory"
+kind = "memory"
+
+[[suite]]
+name = "http"
+kind = "http"
+protocols = ["h1"]
+paths = ["/plain", "/json"]
+rates = [1000.0]
+topologies = ["4"]
+keepalive = [true, false]
+"#;
+
+    #[test]
+    fn expands_rounds_with_target_order_reversed() {
+        let m = Matrix::parse("m.toml", M).unwrap();
+        let cases = m.expand(&[], &["a".into(), "b".into()], None).unwrap();
+        // 2 rounds × (memory 2 targets + http 2 paths × 2 keepalive × 2 targets)
+        assert_eq!(cases.len(), 2 * (2 + 8));
+        assert_eq!(cases[0].id, "memory/a/#1");
+        assert_eq!(cases[1].id, "memory/b/#1");
+        assert_eq!(cases[10].id, "memory/b/#2");
+        assert_eq!(cases[11].id, "memory/a/#2");
+        assert_eq!(cases[2].id, "http/a/h1/plain/r1000/4x1/ka/#1");
+        assert_eq!(cases[4].id, "http/a/h1/plain/r1000/4x1/new/#1");
+    }
+
+    #[test]
+    fn explains_errors_with_their_line() {
+        let e = Matrix::parse("m.toml", "[[suite]]\nname = \"x\"\nkind = \"htp\"\n").unwrap_err();
+        let s = e.to_string();
+        assert!(s.starts_with("m.toml:3:"), "{s}");
+        let e = Matrix::parse(
+            "m.toml",
+            "[[suite]]\nname = \"h\"\nkind = \"http\"\nprotocols=[\"h1\"]\npaths=[\"/\"]\ntopologies=[\"2x8\"]\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("HTTP/1.1 carries one request at a time"),
+            "{e}"
+        );
+        let m = Matrix::parse("m.toml", M).unwrap();
+        let e = m.expand(&["nope".into()], &["a".into()], None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--suite nope: no such suite in the matrix (have: memory, http)"
+        );
+    }
+
+    #[test]
+    fn parses_topologies() {
+        assert_eq!(
+            Topology::parse("4x16"),
+            Some(Topology {
+                connections: 4,
+                streams: 16
+            })
+        );
+        assert_eq!(
+            Topology::parse("8"),
+            Some(Topology {
+                connections: 8,
+                streams: 1
+            })
+        );
+        assert_eq!(Topology::parse("0x1"), None);
+        assert_eq!(Topology::parse("x"), None);
+    }
+}
