@@ -18,6 +18,14 @@
 //! stdout. SIGTERM or SIGINT stops accepting, lets open connections finish for
 //! up to 5 s, then exits 0.
 //!
+//! What a request costs, from `rig attach --pid $PID --drive
+//! http://127.0.0.1:$PORT/plain --probes alloc,copy,syscalls` (release build,
+//! `--workers 2`, 2000 requests, 2 keep-alive h1 connections): 4 allocs/req
+//! (8888 bytes), every one inside hyper/http/bytes, none in this crate; one
+//! `recvfrom` and one `writev` per request. `/bytes` costs the same
+//! allocations and 18 more copied bytes (its longer headers): the 64 KiB
+//! body goes out from static memory in that one `writev`, uncopied.
+//!
 //! ```text
 //! rig-peer --port P [--addr 127.0.0.1] [--workers N] [--tls --cert FILE --key FILE]
 //! ```

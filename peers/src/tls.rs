@@ -1,8 +1,11 @@
 //! PEM files in, a rustls `ServerConfig` (ALPN h2 then http/1.1) out.
 //!
-//! The provider is `ring`, chosen explicitly rather than rustls' process-wide
-//! default: aws-lc-rs would be the default, and its C build is heavier
-//! (and needs cmake on some targets) for no gain in a reference server.
+//! The crypto provider is `ring`, passed explicitly (no process-wide
+//! default). rustls' default, aws-lc-rs, does build here without cmake or
+//! nasm (aws-lc-sys 0.47 compiles with `cc`), but it is the heavier build for
+//! no gain in a reference server: a clean `cargo build --release` of a crate
+//! depending only on rustls 0.23.46 took 1m54s with aws-lc-rs and 1m04s with
+//! ring on this 2-core VM.
 
 use std::path::Path;
 use std::sync::Arc;
