@@ -1,0 +1,89 @@
+//! The request handler: method + path in, a response with a fixed body out.
+//!
+//! This is the hot path rig measures, so every body is a `Bytes` over static
+//! memory and every header value is `from_static`: a response costs hyper's
+//! own allocations and nothing of ours (no copy, no refcount).
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+
+pub const PLAIN: &[u8] = b"hello";
+pub const JSON: &[u8] = br#"{"message":"hello","id":1}"#;
+pub const NOT_FOUND: &[u8] = b"not found";
+pub const BYTES_LEN: usize = 65536;
+
+/// Byte `i` is `i % 251`: 251 is prime, so the pattern does not line up with
+/// any power-of-two chunk or frame size and a misplaced chunk shows.
+/// Built by the compiler, so it sits in read-only memory shared by every
+/// response.
+static BYTES: [u8; BYTES_LEN] = pattern();
+
+const fn pattern() -> [u8; BYTES_LEN] {
+    let mut out = [0u8; BYTES_LEN];
+    let mut i = 0;
+    while i < BYTES_LEN {
+        out[i] = (i % 251) as u8;
+        i += 1;
+    }
+    out
+}
+
+pub async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    Ok(respond(req.method(), req.uri().path()))
+}
+
+fn respond(method: &Method, path: &str) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match (method, path) {
+        (&Method::GET, "/plain") => (StatusCode::OK, "text/plain", PLAIN),
+        (&Method::GET, "/json") => (StatusCode::OK, "application/json", JSON),
+        (&Method::GET, "/bytes") => (StatusCode::OK, "application/octet-stream", &BYTES[..]),
+        _ => (StatusCode::NOT_FOUND, "text/plain", NOT_FOUND),
+    };
+    let mut response = Response::new(Full::new(Bytes::from_static(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_pattern_is_i_mod_251() {
+        assert!(BYTES
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b as usize == i % 251));
+        assert_eq!(BYTES[250], 250);
+        assert_eq!(BYTES[251], 0);
+        assert_eq!(BYTES[BYTES_LEN - 1], (65535 % 251) as u8);
+    }
+
+    #[test]
+    fn json_body_is_the_documented_26_bytes() {
+        assert_eq!(JSON, b"{\"message\":\"hello\",\"id\":1}");
+        assert_eq!(JSON.len(), 26);
+    }
+
+    #[test]
+    fn only_get_on_known_paths_is_200() {
+        assert_eq!(respond(&Method::GET, "/plain").status(), StatusCode::OK);
+        assert_eq!(
+            respond(&Method::POST, "/plain").status(),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            respond(&Method::GET, "/plain/").status(),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(respond(&Method::GET, "/").status(), StatusCode::NOT_FOUND);
+    }
+}

@@ -1,0 +1,2 @@
+//! One test binary for rig-peer: every test starts the real binary.
+mod suite;
