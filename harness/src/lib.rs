@@ -8,6 +8,7 @@ pub mod cli;
 pub mod load;
 pub mod probe;
 pub mod report;
+pub mod sample;
 pub mod session;
 pub mod symbolize;
 pub mod target;
