@@ -264,7 +264,9 @@ pub struct CgroupSnapshot {
     pub oom_events: Option<u64>,
     /// v2 memory.events `oom_kill` / v1 memory.oom_control `oom_kill`.
     pub oom_kills: Option<u64>,
-    /// v1 memory.failcnt / v2 memory.events `max`: times usage hit the limit.
+    /// v1 max(memory.failcnt, memory.memsw.failcnt) / v2 memory.events
+    /// `max`: times a charge hit the limit. (On kernel 6.18 the v1 counters
+    /// stayed 0 through an OOM kill; trust `oom_kills` and the peak.)
     pub limit_hits: Option<u64>,
     pub cpu_periods: Option<u64>,
     pub cpu_throttled: Option<u64>,
@@ -313,7 +315,13 @@ impl CgroupSnapshot {
                     if let Ok(oc) = read(d.join("memory.oom_control")) {
                         s.oom_kills = parse_kv(&oc, "oom_kill");
                     }
-                    s.limit_hits = read_u64(&d.join("memory.failcnt"));
+                    // With memsw limited to the same value, the memsw
+                    // counter is charged (and fails) first.
+                    let hits = [&d.join("memory.failcnt"), &d.join("memory.memsw.failcnt")]
+                        .into_iter()
+                        .filter_map(|p| read_u64(p))
+                        .max();
+                    s.limit_hits = hits;
                 }
             }
         }

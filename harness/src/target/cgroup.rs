@@ -116,7 +116,10 @@ pub struct Cgroup {
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
-fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> CgroupError + 'a {
+fn io_err<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> CgroupError + 'a {
     move |source| CgroupError::Io {
         what,
         path: path.to_path_buf(),
@@ -341,7 +344,8 @@ impl Cgroup {
             let swap = dir.join("memory.swap.max");
             if swap.exists() {
                 write(&swap, "0")?;
-                cg.notes.push(format!("memory.max = {m} MiB, memory.swap.max = 0"));
+                cg.notes
+                    .push(format!("memory.max = {m} MiB, memory.swap.max = 0"));
             } else {
                 cg.notes.push(format!(
                     "memory.max = {m} MiB; no memory.swap.max (swap accounting off): swap is not limited"
@@ -351,7 +355,8 @@ impl Cgroup {
         if let Some(c) = limits.cpu_quota {
             let quota = (c * 100_000.0).round() as u64;
             write(&dir.join("cpu.max"), &format!("{quota} 100000"))?;
-            cg.notes.push(format!("cpu.max = {quota} 100000 ({c} cores)"));
+            cg.notes
+                .push(format!("cpu.max = {quota} 100000 ({c} cores)"));
         }
         Ok(cg)
     }

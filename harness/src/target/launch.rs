@@ -2,9 +2,9 @@
 //! proof of what was started.
 //!
 //! In: a [`TargetSpec`] and [`LaunchOptions`]. Out: a [`Launched`] target
-//! whose port is proven to be held by the process rig started (BRIEF lesson
-//! 1) and whose mapped objects are recorded with size, SHA-256 and build-id
-//! (lesson 2). `Launched::stop` (or drop, or [`cleanup_all`] from the CLI's
+//! whose port is proven to be held by the process rig started (BRIEF
+//! lesson 1) and whose mapped objects are recorded with size, SHA-256 and
+//! build-id (lesson 2). `Launched::stop` (or drop, or [`cleanup_all`] from the CLI's
 //! signal path) removes every process and cgroup rig created (lesson 17).
 //!
 //! Clean-up paths:
@@ -119,7 +119,9 @@ pub enum LaunchError {
         "target {name} (pid {pid}) became ready but no process listens on port {port}; does its argv/env pass {{port}} to it?"
     )]
     NoListener { name: String, pid: u32, port: u16 },
-    #[error("target pid {pid}: asked to pin to CPUs {requested:?}, but it may run on {effective:?}")]
+    #[error(
+        "target pid {pid}: asked to pin to CPUs {requested:?}, but it may run on {effective:?}"
+    )]
     Affinity {
         pid: u32,
         requested: Vec<usize>,
@@ -348,7 +350,12 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
 }
 
 fn stat_state(stat: &str) -> Option<char> {
-    stat.rsplit_once(')')?.1.split_whitespace().next()?.chars().next()
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
 }
 
 // ---------------------------------------------------------------------------
@@ -434,11 +441,21 @@ impl Launched {
         }
         let pgid = self.pgid as i32;
         let exited_on_its_own = exited_nowait(self.pid);
+        // Everything that may become an orphan once the leader dies.
+        let mut family: Vec<u32> = port::descendants(self.pid);
+        family.extend(group_members(self.pgid));
+        if let Some(cg) = &self.cgroup {
+            family.extend(cg.handle().procs());
+        }
+        family.retain(|&p| p != self.pid);
+        family.sort_unstable();
+        family.dedup();
         // SAFETY (all killpg below): the group leader is our unreaped child,
         // so the pgid still names the group rig created.
         unsafe { libc::killpg(pgid, libc::SIGTERM) };
         let t0 = Instant::now();
-        while t0.elapsed() < grace && !(exited_nowait(self.pid) && group_members(self.pgid).is_empty())
+        while t0.elapsed() < grace
+            && !(exited_nowait(self.pid) && group_members(self.pgid).is_empty())
         {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -469,6 +486,7 @@ impl Launched {
         live().retain(|e| e.key != self.key);
         let status: Option<ExitStatus> = self.child.as_mut().and_then(|c| c.wait().ok());
         self.child = None;
+        reap_orphans(&family, Duration::from_millis(500));
         leftover.extend(group_members(self.pgid));
         leftover.sort_unstable();
         leftover.dedup();
@@ -491,6 +509,46 @@ impl Launched {
 impl Drop for Launched {
     fn drop(&mut self) {
         self.shutdown(Duration::from_millis(300));
+    }
+}
+
+/// Orphaned descendants of a target (a pre-fork server's workers after the
+/// master died) are reparented to rig instead of init, so `stop` can reap
+/// them: some inits (containers, micro-VMs) never reap, and their zombies
+/// would linger. Process-wide and idempotent.
+fn become_subreaper() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: plain prctl.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+            log::warn!(
+                "cannot become a child subreaper: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    });
+}
+
+/// Reap `pids` that became rig's children by reparenting (never pids a
+/// `std::process::Child` owns: those are reaped by their owner). Waits up
+/// to `t` for each to exit and be reparented.
+fn reap_orphans(pids: &[u32], t: Duration) {
+    let t0 = Instant::now();
+    for &p in pids {
+        loop {
+            let mut status = 0;
+            // SAFETY: plain syscall.
+            let r = unsafe { libc::waitpid(p as i32, &mut status, libc::WNOHANG) };
+            if r == p as i32 {
+                break;
+            }
+            let gone = !std::path::Path::new(&format!("/proc/{p}")).exists();
+            if gone || t0.elapsed() > t {
+                break;
+            }
+            // r == 0 (ours, running) or ECHILD (not yet reparented to us).
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }
 
@@ -554,6 +612,9 @@ fn hash_file(path: &std::path::Path) -> std::io::Result<(u64, String, Vec<u8>)> 
 /// Size, SHA-256 and build-id of every distinct file `pid` maps, read
 /// through /proc/<pid>/map_files (what is mapped, even if the file on disk
 /// was since replaced), and of its executable.
+// A launch error is built once per failed launch and carries what the user
+// needs to fix it; its size does not matter.
+#[allow(clippy::result_large_err)]
 pub fn mapped_objects(pid: u32) -> Result<(ObjectFact, Vec<ObjectFact>), LaunchError> {
     let maps = ProcMaps::read(pid)?;
     let mut objects: Vec<ObjectFact> = Vec::new();
@@ -643,7 +704,9 @@ pub fn parse_status_line(b: &[u8]) -> Option<u16> {
 
 /// Start the target described by `spec`, wait until it is ready, prove it
 /// holds its port, and record what it maps.
+#[allow(clippy::result_large_err)] // see mapped_objects
 pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+    become_subreaper();
     for p in cgroup::reap_stale_cgroups() {
         log::warn!("removed stale cgroup {} (its rig was killed)", p.display());
     }
@@ -855,7 +918,18 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
                 pid,
                 waited,
                 ready: ready_desc,
-                exit: exited.then(|| info.describe()),
+                exit: exited.then(|| {
+                    let oom = info.cgroup.and_then(|c| c.oom_kills).unwrap_or(0);
+                    if oom > 0 {
+                        format!(
+                            "{}; its cgroup recorded {oom} OOM kill(s): the memory limit ({} MiB) is below what it needs to start",
+                            info.describe(),
+                            opts.memory_limit_mib.unwrap_or(0)
+                        )
+                    } else {
+                        info.describe()
+                    }
+                }),
                 stderr_tail: info.stderr_tail,
             });
         }
@@ -869,7 +943,10 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
     l.proof = loop {
         match port::check_holder(port, pid) {
             HolderCheck::Proven(p) => break p,
-            HolderCheck::Other { pid: holder, cmdline } => {
+            HolderCheck::Other {
+                pid: holder,
+                cmdline,
+            } => {
                 return Err(LaunchError::PortHeldByOther {
                     port,
                     holder_pid: holder,
@@ -946,9 +1023,6 @@ mod tests {
     #[test]
     fn exit_descriptions() {
         assert_eq!(describe_exit(Some(1), None), "exited with code 1");
-        assert_eq!(
-            describe_exit(None, Some(9)),
-            "killed by signal 9 (SIGKILL)"
-        );
+        assert_eq!(describe_exit(None, Some(9)), "killed by signal 9 (SIGKILL)");
     }
 }

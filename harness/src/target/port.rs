@@ -43,8 +43,7 @@ pub fn parse_net_tcp(text: &str, v6: bool) -> Vec<Listener> {
         let Some((_, port_hex)) = f[1].rsplit_once(':') else {
             continue;
         };
-        let (Ok(port), Ok(inode)) = (u16::from_str_radix(port_hex, 16), f[9].parse::<u64>())
-        else {
+        let (Ok(port), Ok(inode)) = (u16::from_str_radix(port_hex, 16), f[9].parse::<u64>()) else {
             continue;
         };
         if inode != 0 {
@@ -110,7 +109,10 @@ pub fn port_holders(port: u16) -> Vec<(u32, u64)> {
 
 /// `socket:[123]` → 123.
 pub fn socket_inode(link: &str) -> Option<u64> {
-    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// Parent pid from the text of `/proc/<pid>/stat` (comm may hold spaces and
@@ -183,7 +185,10 @@ pub enum HolderCheck {
     /// Nothing listens on the port.
     NoListener,
     /// Someone outside the launched process tree holds a listener.
-    Other { pid: u32, cmdline: String },
+    Other {
+        pid: u32,
+        cmdline: String,
+    },
 }
 
 /// Check that every LISTEN socket on `port` is held by `pid` or one of its

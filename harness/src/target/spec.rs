@@ -338,7 +338,9 @@ fn locate(text: &str, offset: usize) -> (usize, usize, String) {
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let col = text[line_start..offset].chars().count() + 1;
     let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
-    let source_line = text[line_start..line_end].trim_end_matches('\r').to_string();
+    let source_line = text[line_start..line_end]
+        .trim_end_matches('\r')
+        .to_string();
     (line, col, source_line)
 }
 
@@ -383,7 +385,10 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         None | Some((RawPort::Argv, _)) => PortPassing::Argv,
         Some((RawPort::Env(v), span)) => {
             if v.is_empty() {
-                d.error(span, "`port = { env = \"\" }`: name the variable, e.g. { env = \"PORT\" }");
+                d.error(
+                    span,
+                    "`port = { env = \"\" }`: name the variable, e.g. { env = \"PORT\" }",
+                );
             }
             PortPassing::Env(v.clone())
         }
@@ -399,14 +404,22 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
     };
 
     let argv_span = raw.argv.span();
-    let argv: Vec<String> = raw.argv.get_ref().iter().map(|a| a.get_ref().clone()).collect();
+    let argv: Vec<String> = raw
+        .argv
+        .get_ref()
+        .iter()
+        .map(|a| a.get_ref().clone())
+        .collect();
     if argv.is_empty() {
         d.error(
             argv_span.clone(),
             "`argv` is empty: give the program and its arguments as a list, e.g. argv = [\"{calib_server}\", \"--port\", \"{port}\"]",
         );
     } else if argv[0].trim().is_empty() {
-        d.error(raw.argv.get_ref()[0].span(), "argv[0] is empty: it must name the program");
+        d.error(
+            raw.argv.get_ref()[0].span(),
+            "argv[0] is empty: it must name the program",
+        );
     }
     let mut mentions_port = false;
     let mut check_placeholders = |d: &mut Diag, s: &Spanned<String>| {
@@ -474,7 +487,10 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         }
         RawReady::Http(p) => {
             if !p.starts_with('/') {
-                d.error(raw.ready.span(), format!("ready = {{ http = {p:?} }}: the path must start with '/'"));
+                d.error(
+                    raw.ready.span(),
+                    format!("ready = {{ http = {p:?} }}: the path must start with '/'"),
+                );
             }
             Ready::Http(p.clone())
         }
@@ -482,7 +498,10 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
 
     let ready_timeout = match &raw.ready_timeout_ms {
         Some(t) if *t.get_ref() == 0 => {
-            d.error(t.span(), "ready_timeout_ms = 0 gives the target no time at all; use e.g. 10000");
+            d.error(
+                t.span(),
+                "ready_timeout_ms = 0 gives the target no time at all; use e.g. 10000",
+            );
             Duration::ZERO
         }
         Some(t) => Duration::from_millis(*t.get_ref()),
@@ -511,11 +530,17 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
     let mut endpoints = Vec::new();
     for e in &raw.endpoints {
         if !e.path.get_ref().starts_with('/') {
-            d.error(e.path.span(), format!("endpoint path {:?} must start with '/'", e.path.get_ref()));
+            d.error(
+                e.path.span(),
+                format!("endpoint path {:?} must start with '/'", e.path.get_ref()),
+            );
         }
         let status = *e.status.get_ref();
         if !(100..=599).contains(&status) {
-            d.error(e.status.span(), format!("status {status} is not an HTTP status; use 100..=599"));
+            d.error(
+                e.status.span(),
+                format!("status {status} is not an HTTP status; use 100..=599"),
+            );
         }
         let body = e.body.as_ref().map(|b| match b.get_ref() {
             RawBody::Literal(s) => Body::Literal(s.clone()),
@@ -767,7 +792,8 @@ impl TargetSpec {
 /// The `rig-peer` binary next to the running executable. Test binaries live
 /// one level down (`target/debug/deps/`), so the parent of `deps` is tried too.
 pub fn rig_peer() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the rig executable: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the rig executable: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let mut tried = vec![dir.join("rig-peer")];
     if dir.file_name().is_some_and(|n| n == "deps") {
@@ -859,16 +885,29 @@ body = { literal = "hello" }
         let text = "name='x'\nargv=[]\nready={tcp=true}\n[[endpoints]]\npath='/a'\nstatus=700\nbody={sha256='abc'}\n";
         let (_, d) = parse_str(text);
         let msgs: Vec<String> = d.iter().map(|e| e.to_string()).collect();
-        assert!(msgs.iter().any(|m| m.contains(":2:6: `argv` is empty")), "{msgs:#?}");
-        assert!(msgs.iter().any(|m| m.contains(":6:8: status 700")), "{msgs:#?}");
-        assert!(msgs.iter().any(|m| m.contains("64 hex digits, got 3")), "{msgs:#?}");
+        assert!(
+            msgs.iter().any(|m| m.contains(":2:6: `argv` is empty")),
+            "{msgs:#?}"
+        );
+        assert!(
+            msgs.iter().any(|m| m.contains(":6:8: status 700")),
+            "{msgs:#?}"
+        );
+        assert!(
+            msgs.iter().any(|m| m.contains("64 hex digits, got 3")),
+            "{msgs:#?}"
+        );
     }
 
     #[test]
     fn missing_port_placeholder_is_an_error() {
         let (_, d) = parse_str("name='x'\nargv=['srv','--port','8080']\nready={tcp=true}\n");
         assert_eq!(d.len(), 1);
-        assert!(d[0].message.contains("no argument contains {port}"), "{}", d[0]);
+        assert!(
+            d[0].message.contains("no argument contains {port}"),
+            "{}",
+            d[0]
+        );
     }
 
     #[test]
