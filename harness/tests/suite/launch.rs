@@ -57,12 +57,19 @@ fn get(port: u16, req: &[u8], expect_len: usize) -> Vec<u8> {
     buf
 }
 
-fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rig-launch-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
+/// A spec file in /tmp, removed when dropped.
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn temp_file(name: &str, text: &str) -> TempFile {
+    let p = std::env::temp_dir().join(format!("rig-test-{}-{name}", std::process::id()));
     std::fs::write(&p, text).unwrap();
-    p
+    TempFile(p)
 }
 
 #[test]
@@ -481,11 +488,12 @@ fn cleanup_all_kills_every_live_target_and_reap_finds_stale_cgroups() {
 
 #[test]
 fn check_config_locates_syntax_errors() {
-    let p = temp_file(
+    let f = temp_file(
         "broken.toml",
         "name = \"x\"\nargv = [\"a\", \"{port}\"\nready = { tcp = true }\n",
     );
-    let errs = check_config(&p).unwrap_err();
+    let p = &f.0;
+    let errs = check_config(p).unwrap_err();
     assert_eq!(errs.len(), 1);
     let text = errs[0].to_string();
     assert!(
@@ -500,11 +508,11 @@ fn check_config_locates_syntax_errors() {
 
 #[test]
 fn check_config_explains_semantic_errors() {
-    let p = temp_file(
+    let f = temp_file(
         "empty_argv.toml",
         "name = \"x\"\nargv = []\nready = { tcp = true }\n",
     );
-    let errs = check_config(&p).unwrap_err();
+    let errs = check_config(&f.0).unwrap_err();
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!((errs[0].line, errs[0].col), (2, 8));
     assert!(
