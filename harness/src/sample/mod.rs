@@ -10,9 +10,9 @@
 //! - `cpu_ns` is the sum of `/proc/<pid>/task/*/schedstat` (ns the thread ran).
 //!   `/proc/<pid>/schedstat` alone is the MAIN THREAD only (checked by
 //!   `cpu_ns_sums_threads_not_just_the_main_one` below). Threads that exited
-//!   are missing from the sum; `utime`/`stime` (ticks, from /proc/<pid>/stat)
+//!   are missing from the sum; `utime`/`stime` (ticks, from `/proc/<pid>/stat`)
 //!   include them, at tick resolution.
-//! - `minflt`/`majflt` come from /proc/<pid>/stat: whole process, exited
+//! - `minflt`/`majflt` come from `/proc/<pid>/stat`: whole process, exited
 //!   threads included.
 //! - voluntary/involuntary context switches are summed over live threads
 //!   (`/proc/<pid>/task/*/status`); the process's own status file shows the
@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use crate::target::cgroup::{CgroupHandle, CgroupVersion};
 
-/// Fields of /proc/<pid>/stat rig uses.
+/// Fields of `/proc/<pid>/stat` rig uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatFields {
     pub state: char,
@@ -42,7 +42,7 @@ pub struct StatFields {
     pub start_ticks: u64,
 }
 
-/// Parse /proc/<pid>/stat (fields counted after the last ')', since comm
+/// Parse `/proc/<pid>/stat` (fields counted after the last ')', since comm
 /// may contain spaces and parentheses).
 pub fn parse_stat(text: &str) -> Option<StatFields> {
     let rest = text.rsplit_once(')')?.1;
@@ -60,7 +60,7 @@ pub fn parse_stat(text: &str) -> Option<StatFields> {
     })
 }
 
-/// Fields of /proc/<pid>/status rig uses (kB values as printed).
+/// Fields of `/proc/<pid>/status` rig uses (kB values as printed).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatusFields {
     pub vm_rss_kib: u64,
@@ -95,7 +95,7 @@ pub fn parse_status(text: &str) -> StatusFields {
     s
 }
 
-/// `Pss:` of /proc/<pid>/smaps_rollup, in KiB.
+/// `Pss:` of `/proc/<pid>/smaps_rollup`, in KiB.
 pub fn parse_smaps_rollup_pss(text: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix("Pss:"))
@@ -127,7 +127,7 @@ pub struct ProcSnapshot {
     pub vm_hwm_kib: u64,
     pub threads: u64,
     pub fds: u64,
-    /// Sum over live threads of /proc/<pid>/task/*/schedstat.
+    /// Sum over live threads of `/proc/<pid>/task/*/schedstat`.
     pub cpu_ns: u64,
     /// Whole process, exited threads included (ticks of [`clock_ticks`]).
     pub utime_ticks: u64,

@@ -141,13 +141,13 @@ pub enum LaunchError {
 /// One file mapped by the target (or its executable), for the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ObjectFact {
-    /// As printed in /proc/<pid>/maps (or the /proc/<pid>/exe link).
+    /// As printed in `/proc/<pid>/maps` (or the `/proc/<pid>/exe` link).
     pub path: String,
     pub size: u64,
     pub sha256: String,
     pub build_id: Option<String>,
     /// The file on disk was deleted or replaced after it was mapped; the
-    /// hash is of what is mapped (read through /proc/<pid>/map_files).
+    /// hash is of what is mapped (read through `/proc/<pid>/map_files`).
     pub deleted: bool,
 }
 
@@ -370,10 +370,10 @@ pub struct Launched {
     pub id: ProcessId,
     pub port: u16,
     pub proof: PortProof,
-    /// The executable (/proc/<pid>/exe) and every distinct mapped file.
+    /// The executable (`/proc/<pid>/exe`) and every distinct mapped file.
     pub exe: ObjectFact,
     pub objects: Vec<ObjectFact>,
-    /// CPUs the target may run on, read back from /proc/<pid>/status.
+    /// CPUs the target may run on, read back from `/proc/<pid>/status`.
     pub affinity: Vec<usize>,
     /// How budgets/accounting were set up, and what is missing.
     pub notes: Vec<String>,
@@ -584,7 +584,7 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// CPUs a process may run on, from `Cpus_allowed_list` in /proc/<pid>/status.
+/// CPUs a process may run on, from `Cpus_allowed_list` in `/proc/<pid>/status`.
 pub fn affinity_of(pid: u32) -> std::io::Result<Vec<usize>> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
@@ -610,7 +610,7 @@ fn hash_file(path: &std::path::Path) -> std::io::Result<(u64, String, Vec<u8>)> 
 }
 
 /// Size, SHA-256 and build-id of every distinct file `pid` maps, read
-/// through /proc/<pid>/map_files (what is mapped, even if the file on disk
+/// through `/proc/<pid>/map_files` (what is mapped, even if the file on disk
 /// was since replaced), and of its executable.
 // A launch error is built once per failed launch and carries what the user
 // needs to fix it; its size does not matter.
