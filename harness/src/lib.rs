@@ -1,13 +1,15 @@
 //! rig: what one request costs a server.
 //!
 //! Pipeline, one module per stage, plain data between stages:
-//! `target` (pid checks, maps) → `load` (generators) → `probe` (eBPF + perf,
-//! windowed) → `symbolize` → `report`.
+//! `target` (spec, launch, pin, cgroup, ready, port-holder proof, maps) →
+//! `load` (generators) → `probe` (eBPF + perf, windowed) and `sample`
+//! (/proc + cgroup, by pid) → `symbolize` → `report`.
 
 pub mod cli;
 pub mod load;
 pub mod probe;
 pub mod report;
+pub mod sample;
 pub mod scenario;
 pub mod session;
 pub mod symbolize;

@@ -1,10 +1,21 @@
-//! The process under test: pid validation and its memory map.
+//! The process under test: its spec, launch, pid validation and memory map.
 //!
-//! In: a pid. Out: `ProcMaps` (what is mapped where, with build-ids), used by
-//! the probe stage to find libraries and by the symbolizer to turn absolute
-//! addresses into module offsets.
+//! In: a target spec (`spec`, TOML) or a pid. Out: a `launch::Launched`
+//! target (own process group, pinned, in its own cgroup, ready, port holder
+//! proven, mapped objects hashed) and `ProcMaps` (what is mapped where, with
+//! build-ids), used by the probe stage to find libraries and by the
+//! symbolizer to turn absolute addresses into module offsets.
 
+pub mod cgroup;
+pub mod launch;
 pub mod maps;
+pub mod port;
+pub mod spec;
+
+pub use cgroup::{reap_stale_cgroups, CgroupHandle};
+pub use launch::{cleanup_all, launch, ExitInfo, LaunchError, LaunchOptions, Launched};
+pub use port::{descendants, port_holders};
+pub use spec::{check_config, ConfigError, SpecError, TargetSpec};
 
 use std::fmt;
 

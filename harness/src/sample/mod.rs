@@ -1,0 +1,679 @@
+//! /proc and cgroup sampling of one target, by pid (never by name: two
+//! same-named processes once made a fake 34 MB "leak", BRIEF lesson 3).
+//!
+//! In: a pid and optionally the target's [`CgroupHandle`]. Out: snapshots
+//! ([`ProcSnapshot`], [`CgroupSnapshot`]) whose differences give per-window
+//! costs (CPU ns, faults, context switches), and a [`Sampler`] time series
+//! of memory and CPU with its peaks.
+//!
+//! What each number covers, and why it is read where it is:
+//! - `cpu_ns` is the sum of `/proc/<pid>/task/*/schedstat` (ns the thread ran).
+//!   `/proc/<pid>/schedstat` alone is the MAIN THREAD only (checked by
+//!   `cpu_ns_sums_threads_not_just_the_main_one` below). Threads that exited
+//!   are missing from the sum; `utime`/`stime` (ticks, from `/proc/<pid>/stat`)
+//!   include them, at tick resolution.
+//! - `minflt`/`majflt` come from `/proc/<pid>/stat`: whole process, exited
+//!   threads included.
+//! - voluntary/involuntary context switches are summed over live threads
+//!   (`/proc/<pid>/task/*/status`); the process's own status file shows the
+//!   main thread only.
+//! - `pss_kib` comes from smaps_rollup (costly for big processes: it walks the
+//!   page tables; fine at 50 ms).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::target::cgroup::{CgroupHandle, CgroupVersion};
+
+/// Fields of `/proc/<pid>/stat` rig uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatFields {
+    pub state: char,
+    pub minflt: u64,
+    pub majflt: u64,
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    pub threads: u64,
+    pub start_ticks: u64,
+}
+
+/// Parse `/proc/<pid>/stat` (fields counted after the last ')', since comm
+/// may contain spaces and parentheses).
+pub fn parse_stat(text: &str) -> Option<StatFields> {
+    let rest = text.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state); field N is f[N - 3].
+    let n = |field: usize| -> Option<u64> { f.get(field - 3)?.parse().ok() };
+    Some(StatFields {
+        state: f.first()?.chars().next()?,
+        minflt: n(10)?,
+        majflt: n(12)?,
+        utime_ticks: n(14)?,
+        stime_ticks: n(15)?,
+        threads: n(20)?,
+        start_ticks: n(22)?,
+    })
+}
+
+/// Fields of `/proc/<pid>/status` rig uses (kB values as printed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusFields {
+    pub vm_rss_kib: u64,
+    pub vm_hwm_kib: u64,
+    pub threads: u64,
+    pub voluntary_ctxt: u64,
+    pub nonvoluntary_ctxt: u64,
+}
+
+fn field_u64(line: &str) -> u64 {
+    line.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn parse_status(text: &str) -> StatusFields {
+    let mut s = StatusFields::default();
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        match k {
+            "VmRSS" => s.vm_rss_kib = field_u64(v),
+            "VmHWM" => s.vm_hwm_kib = field_u64(v),
+            "Threads" => s.threads = field_u64(v),
+            "voluntary_ctxt_switches" => s.voluntary_ctxt = field_u64(v),
+            "nonvoluntary_ctxt_switches" => s.nonvoluntary_ctxt = field_u64(v),
+            _ => {}
+        }
+    }
+    s
+}
+
+/// `Pss:` of `/proc/<pid>/smaps_rollup`, in KiB.
+pub fn parse_smaps_rollup_pss(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .map(field_u64)
+}
+
+/// First field of a schedstat file: ns spent running.
+pub fn parse_schedstat(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Clock ticks per second (utime/stime unit).
+pub fn clock_ticks() -> u64 {
+    // SAFETY: no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
+/// One reading of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProcSnapshot {
+    pub pid: u32,
+    pub rss_kib: u64,
+    pub pss_kib: u64,
+    pub vm_hwm_kib: u64,
+    pub threads: u64,
+    pub fds: u64,
+    /// Sum over live threads of `/proc/<pid>/task/*/schedstat`.
+    pub cpu_ns: u64,
+    /// Whole process, exited threads included (ticks of [`clock_ticks`]).
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    pub minflt: u64,
+    pub majflt: u64,
+    /// Summed over live threads.
+    pub voluntary_ctxt: u64,
+    pub nonvoluntary_ctxt: u64,
+}
+
+fn read(path: impl AsRef<Path>) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
+fn bad(pid: u32, what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("pid {pid}: malformed {what}"),
+    )
+}
+
+impl ProcSnapshot {
+    /// Read every field for `pid`. Fails when the process is gone.
+    pub fn read(pid: u32) -> std::io::Result<ProcSnapshot> {
+        let stat = parse_stat(&read(format!("/proc/{pid}/stat"))?)
+            .ok_or_else(|| bad(pid, "/proc/<pid>/stat"))?;
+        if stat.state == 'Z' {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("pid {pid} has exited (zombie)"),
+            ));
+        }
+        let status = parse_status(&read(format!("/proc/{pid}/status"))?);
+        let pss_kib = read(format!("/proc/{pid}/smaps_rollup"))
+            .ok()
+            .and_then(|t| parse_smaps_rollup_pss(&t))
+            .unwrap_or(0);
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count() as u64;
+        let (mut cpu_ns, mut vol, mut nonvol) = (0, 0, 0);
+        for t in std::fs::read_dir(format!("/proc/{pid}/task"))?.filter_map(Result::ok) {
+            // A thread may exit between listing and reading: skip it.
+            if let Some(ns) = read(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| parse_schedstat(&s))
+            {
+                cpu_ns += ns;
+            }
+            if let Ok(s) = read(t.path().join("status")) {
+                let s = parse_status(&s);
+                vol += s.voluntary_ctxt;
+                nonvol += s.nonvoluntary_ctxt;
+            }
+        }
+        Ok(ProcSnapshot {
+            pid,
+            rss_kib: status.vm_rss_kib,
+            pss_kib,
+            vm_hwm_kib: status.vm_hwm_kib,
+            threads: stat.threads,
+            fds,
+            cpu_ns,
+            utime_ticks: stat.utime_ticks,
+            stime_ticks: stat.stime_ticks,
+            minflt: stat.minflt,
+            majflt: stat.majflt,
+            voluntary_ctxt: vol,
+            nonvoluntary_ctxt: nonvol,
+        })
+    }
+
+    /// Counters accumulated from `earlier` to `self`.
+    pub fn since(&self, earlier: &ProcSnapshot) -> ProcDelta {
+        let ticks_ns = 1_000_000_000 / clock_ticks();
+        ProcDelta {
+            cpu_ns: self.cpu_ns.saturating_sub(earlier.cpu_ns),
+            utime_stime_ns: (self.utime_ticks + self.stime_ticks)
+                .saturating_sub(earlier.utime_ticks + earlier.stime_ticks)
+                * ticks_ns,
+            minflt: self.minflt.saturating_sub(earlier.minflt),
+            majflt: self.majflt.saturating_sub(earlier.majflt),
+            voluntary_ctxt: self.voluntary_ctxt.saturating_sub(earlier.voluntary_ctxt),
+            nonvoluntary_ctxt: self
+                .nonvoluntary_ctxt
+                .saturating_sub(earlier.nonvoluntary_ctxt),
+            rss_kib: self.rss_kib as i64 - earlier.rss_kib as i64,
+            pss_kib: self.pss_kib as i64 - earlier.pss_kib as i64,
+        }
+    }
+}
+
+/// What happened between two snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProcDelta {
+    /// From schedstat: exact ns, live threads only (a thread that exited
+    /// inside the window loses its share; compare with `utime_stime_ns`).
+    pub cpu_ns: u64,
+    /// From utime+stime: whole process, tick resolution.
+    pub utime_stime_ns: u64,
+    pub minflt: u64,
+    pub majflt: u64,
+    pub voluntary_ctxt: u64,
+    pub nonvoluntary_ctxt: u64,
+    pub rss_kib: i64,
+    pub pss_kib: i64,
+}
+
+/// CPU ns used by rig itself (the load generator), all threads including
+/// exited ones (getrusage, µs resolution). For lesson 13: generator CPU is
+/// recorded next to the server's, so a saturated generator is visible.
+pub fn self_cpu_ns() -> u64 {
+    // SAFETY: zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    (us(ru.ru_utime) + us(ru.ru_stime)) * 1000
+}
+
+// ---------------------------------------------------------------------------
+// cgroup
+
+/// One reading of a target's cgroup. Fields the kernel does not offer for
+/// the cgroup's version are `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CgroupSnapshot {
+    pub mem_current_bytes: Option<u64>,
+    /// v2 memory.peak / v1 memory.max_usage_in_bytes.
+    pub mem_peak_bytes: Option<u64>,
+    /// None when unlimited.
+    pub mem_limit_bytes: Option<u64>,
+    /// v2 memory.events `oom` (times the limit could not be kept).
+    pub oom_events: Option<u64>,
+    /// v2 memory.events `oom_kill` / v1 memory.oom_control `oom_kill`.
+    pub oom_kills: Option<u64>,
+    /// v1 max(memory.failcnt, memory.memsw.failcnt) / v2 memory.events
+    /// `max`: times a charge hit the limit. (On kernel 6.18 the v1 counters
+    /// stayed 0 through an OOM kill; trust `oom_kills` and the peak.)
+    pub limit_hits: Option<u64>,
+    pub cpu_periods: Option<u64>,
+    pub cpu_throttled: Option<u64>,
+    pub cpu_throttled_ns: Option<u64>,
+}
+
+/// `key value` lines (memory.events, memory.oom_control, cpu.stat).
+pub fn parse_kv(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+fn read_u64(p: &Path) -> Option<u64> {
+    read(p).ok()?.trim().parse().ok()
+}
+
+impl CgroupSnapshot {
+    pub fn read(h: &CgroupHandle) -> std::io::Result<CgroupSnapshot> {
+        let mut s = CgroupSnapshot::default();
+        if let Some(d) = &h.memory_dir {
+            if !d.exists() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("cgroup {} is gone", d.display()),
+                ));
+            }
+            match h.version {
+                CgroupVersion::V2 => {
+                    s.mem_current_bytes = read_u64(&d.join("memory.current"));
+                    s.mem_peak_bytes = read_u64(&d.join("memory.peak"));
+                    s.mem_limit_bytes = read_u64(&d.join("memory.max")); // "max" → None
+                    if let Ok(ev) = read(d.join("memory.events")) {
+                        s.oom_events = parse_kv(&ev, "oom");
+                        s.oom_kills = parse_kv(&ev, "oom_kill");
+                        s.limit_hits = parse_kv(&ev, "max");
+                    }
+                }
+                CgroupVersion::V1 => {
+                    s.mem_current_bytes = read_u64(&d.join("memory.usage_in_bytes"));
+                    s.mem_peak_bytes = read_u64(&d.join("memory.max_usage_in_bytes"));
+                    // v1 prints a huge page-aligned number for "unlimited".
+                    s.mem_limit_bytes =
+                        read_u64(&d.join("memory.limit_in_bytes")).filter(|&l| l < 1 << 60);
+                    if let Ok(oc) = read(d.join("memory.oom_control")) {
+                        s.oom_kills = parse_kv(&oc, "oom_kill");
+                    }
+                    // With memsw limited to the same value, the memsw
+                    // counter is charged (and fails) first.
+                    let hits = [&d.join("memory.failcnt"), &d.join("memory.memsw.failcnt")]
+                        .into_iter()
+                        .filter_map(|p| read_u64(p))
+                        .max();
+                    s.limit_hits = hits;
+                }
+            }
+        }
+        if let Some(d) = &h.cpu_dir {
+            if let Ok(st) = read(d.join("cpu.stat")) {
+                s.cpu_periods = parse_kv(&st, "nr_periods");
+                s.cpu_throttled = parse_kv(&st, "nr_throttled");
+                s.cpu_throttled_ns = match h.version {
+                    CgroupVersion::V1 => parse_kv(&st, "throttled_time"),
+                    CgroupVersion::V2 => parse_kv(&st, "throttled_usec").map(|u| u * 1000),
+                };
+            }
+        }
+        Ok(s)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Sampler
+
+/// One sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Point {
+    /// Since `Sampler::start`.
+    pub t_ms: u64,
+    pub rss_kib: u64,
+    pub pss_kib: u64,
+    pub hwm_kib: u64,
+    pub threads: u64,
+    pub fds: u64,
+    pub cpu_ns: u64,
+    pub minflt: u64,
+    pub majflt: u64,
+    pub cg_mem_bytes: Option<u64>,
+    pub cg_peak_bytes: Option<u64>,
+    pub cg_oom_kills: Option<u64>,
+    pub cg_throttled: Option<u64>,
+}
+
+/// A sampled series and its extremes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Samples {
+    pub pid: u32,
+    pub interval_ms: u64,
+    pub points: Vec<Point>,
+    pub max_rss_kib: u64,
+    pub max_pss_kib: u64,
+    pub max_hwm_kib: u64,
+    pub max_threads: u64,
+    pub max_fds: u64,
+    pub max_cg_mem_bytes: Option<u64>,
+    /// The cgroup's own peak (catches spikes between samples).
+    pub cg_peak_bytes: Option<u64>,
+    pub cg_oom_kills: Option<u64>,
+    /// Why sampling ended before `stop` (the process exited), if it did.
+    pub ended: Option<String>,
+}
+
+impl Samples {
+    fn add(&mut self, p: Point) {
+        self.max_rss_kib = self.max_rss_kib.max(p.rss_kib);
+        self.max_pss_kib = self.max_pss_kib.max(p.pss_kib);
+        self.max_hwm_kib = self.max_hwm_kib.max(p.hwm_kib);
+        self.max_threads = self.max_threads.max(p.threads);
+        self.max_fds = self.max_fds.max(p.fds);
+        let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.max_cg_mem_bytes = max(self.max_cg_mem_bytes, p.cg_mem_bytes);
+        self.cg_peak_bytes = max(self.cg_peak_bytes, p.cg_peak_bytes);
+        self.cg_oom_kills = max(self.cg_oom_kills, p.cg_oom_kills);
+        self.points.push(p);
+    }
+}
+
+/// Background sampling of one pid (and its cgroup).
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Samples>>,
+}
+
+impl Sampler {
+    /// Sample `pid` every `interval` (50 ms is the usual) until `stop`. The
+    /// first point is taken before this returns.
+    pub fn start(pid: u32, cgroup: Option<CgroupHandle>, interval: Duration) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut out = Samples {
+                pid,
+                interval_ms: interval.as_millis() as u64,
+                ..Samples::default()
+            };
+            let mut next = t0;
+            let mut first = true;
+            loop {
+                match sample_once(pid, cgroup.as_ref(), t0) {
+                    Ok(p) => out.add(p),
+                    Err(e) => {
+                        out.ended = Some(format!("pid {pid}: {e}"));
+                        if first {
+                            let _ = tx.send(());
+                        }
+                        break;
+                    }
+                }
+                if first {
+                    let _ = tx.send(());
+                    first = false;
+                }
+                if flag.load(Ordering::Acquire) {
+                    break;
+                }
+                // Fixed schedule, so a slow read does not stretch the series.
+                next += interval;
+                let now = Instant::now();
+                if next > now {
+                    park_until(&flag, next);
+                } else {
+                    next = now;
+                }
+                if flag.load(Ordering::Acquire) {
+                    // One last point at stop time.
+                    if let Ok(p) = sample_once(pid, cgroup.as_ref(), t0) {
+                        out.add(p);
+                    }
+                    break;
+                }
+            }
+            out
+        });
+        let _ = rx.recv();
+        Sampler {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop and return the series.
+    pub fn stop(mut self) -> Samples {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Samples {
+        self.stop.store(true, Ordering::Release);
+        match self.thread.take() {
+            Some(t) => {
+                t.thread().unpark();
+                t.join().unwrap_or_default()
+            }
+            None => Samples::default(),
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn park_until(flag: &AtomicBool, deadline: Instant) {
+    while !flag.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        std::thread::park_timeout(deadline - now);
+    }
+}
+
+fn sample_once(pid: u32, cg: Option<&CgroupHandle>, t0: Instant) -> std::io::Result<Point> {
+    let s = ProcSnapshot::read(pid)?;
+    let c = cg.and_then(|h| CgroupSnapshot::read(h).ok());
+    Ok(Point {
+        t_ms: t0.elapsed().as_millis() as u64,
+        rss_kib: s.rss_kib,
+        pss_kib: s.pss_kib,
+        hwm_kib: s.vm_hwm_kib,
+        threads: s.threads,
+        fds: s.fds,
+        cpu_ns: s.cpu_ns,
+        minflt: s.minflt,
+        majflt: s.majflt,
+        cg_mem_bytes: c.and_then(|c| c.mem_current_bytes),
+        cg_peak_bytes: c.and_then(|c| c.mem_peak_bytes),
+        cg_oom_kills: c.and_then(|c| c.oom_kills),
+        cg_throttled: c.and_then(|c| c.cpu_throttled),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_hostile_comm() {
+        // Real layout (kernel 6.x), comm "a) (b".
+        let t = "1234 (a) (b) S 1 1234 1234 0 -1 4194560 1500 0 3 0 25 7 0 0 20 0 3 0 98765 10000000 500 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        let s = parse_stat(t).unwrap();
+        assert_eq!(
+            s,
+            StatFields {
+                state: 'S',
+                minflt: 1500,
+                majflt: 3,
+                utime_ticks: 25,
+                stime_ticks: 7,
+                threads: 3,
+                start_ticks: 98765,
+            }
+        );
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn parses_status() {
+        let t = "Name:\tcalib_server\nVmHWM:\t    4096 kB\nVmRSS:\t    3000 kB\nThreads:\t3\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t4\n";
+        assert_eq!(
+            parse_status(t),
+            StatusFields {
+                vm_rss_kib: 3000,
+                vm_hwm_kib: 4096,
+                threads: 3,
+                voluntary_ctxt: 12,
+                nonvoluntary_ctxt: 4
+            }
+        );
+    }
+
+    #[test]
+    fn parses_pss_and_schedstat() {
+        let r = "55d0-7ffd ---p 00000000 00:00 0    [rollup]\nRss:                1000 kB\nPss:                 612 kB\nPss_Dirty:           100 kB\n";
+        assert_eq!(parse_smaps_rollup_pss(r), Some(612));
+        assert_eq!(parse_schedstat("123456789 2000 15\n"), Some(123456789));
+    }
+
+    #[test]
+    fn parses_cgroup_key_values() {
+        let oc = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
+        assert_eq!(parse_kv(oc, "oom_kill"), Some(2));
+        assert_eq!(parse_kv(oc, "oom"), None);
+        let ev = "low 0\nhigh 0\nmax 17\noom 1\noom_kill 1\noom_group_kill 0\n";
+        assert_eq!(parse_kv(ev, "oom"), Some(1));
+        assert_eq!(parse_kv(ev, "max"), Some(17));
+        let cpu = "nr_periods 10\nnr_throttled 4\nthrottled_time 5000\n";
+        assert_eq!(parse_kv(cpu, "throttled_time"), Some(5000));
+    }
+
+    #[test]
+    fn deltas() {
+        let a = ProcSnapshot {
+            pid: 1,
+            rss_kib: 100,
+            pss_kib: 90,
+            vm_hwm_kib: 100,
+            threads: 1,
+            fds: 3,
+            cpu_ns: 1000,
+            utime_ticks: 1,
+            stime_ticks: 1,
+            minflt: 10,
+            majflt: 0,
+            voluntary_ctxt: 5,
+            nonvoluntary_ctxt: 1,
+        };
+        let b = ProcSnapshot {
+            rss_kib: 80,
+            cpu_ns: 3500,
+            utime_ticks: 3,
+            minflt: 14,
+            voluntary_ctxt: 9,
+            ..a
+        };
+        let d = b.since(&a);
+        assert_eq!(d.cpu_ns, 2500);
+        assert_eq!(d.minflt, 4);
+        assert_eq!(d.voluntary_ctxt, 4);
+        assert_eq!(d.rss_kib, -20);
+        assert_eq!(d.utime_stime_ns, 2 * (1_000_000_000 / clock_ticks()));
+    }
+
+    /// Busy threads, then: the per-task sum sees them, the process-level
+    /// schedstat file (main thread only) does not.
+    #[test]
+    fn cpu_ns_sums_threads_not_just_the_main_one() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                let done = done_tx.clone();
+                std::thread::spawn(move || {
+                    // Spin until THIS thread has run 150 ms of CPU, however
+                    // loaded the machine is.
+                    while thread_cpu_ns() < 150_000_000 {
+                        std::hint::black_box(0u64);
+                    }
+                    done.send(()).unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..2 {
+            done_rx.recv().unwrap();
+        }
+        let me = std::process::id();
+        let snap = ProcSnapshot::read(me).unwrap();
+        // The process-level file: whichever thread is the group leader.
+        let leader = parse_schedstat(&read(format!("/proc/{me}/schedstat")).unwrap()).unwrap();
+        let leader_task =
+            parse_schedstat(&read(format!("/proc/{me}/task/{me}/schedstat")).unwrap()).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            w.join().unwrap();
+        }
+        // Leader file equals the leader task (± what it ran between reads).
+        assert!(leader_task >= leader && leader_task - leader < 50_000_000);
+        // The two busy workers alone ran >= 2 x 150 ms.
+        assert!(
+            snap.cpu_ns >= leader + 300_000_000,
+            "sum {} vs leader {}",
+            snap.cpu_ns,
+            leader
+        );
+        assert!(snap.threads >= 3);
+        assert!(snap.fds >= 3);
+        assert!(snap.rss_kib > 0 && snap.vm_hwm_kib >= snap.rss_kib);
+    }
+
+    fn thread_cpu_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid out-parameter.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    #[test]
+    fn self_cpu_moves() {
+        let a = self_cpu_ns();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(30) {
+            std::hint::black_box(0u64);
+        }
+        assert!(self_cpu_ns() > a);
+    }
+}

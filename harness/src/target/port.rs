@@ -1,0 +1,295 @@
+//! Ports: picking a free loopback port, and proving who listens on one.
+//!
+//! The proof (BRIEF lesson 1): a stale server on the port once made two
+//! "different" arms identical. Connecting to the port proves nothing about
+//! who answers, so rig reads the kernel's socket tables: LISTEN sockets on
+//! the port in `/proc/net/tcp{,6}` give socket inodes, and the process holding
+//! `socket:[inode]` among its `/proc/<pid>/fd/*` is the holder.
+//!
+//! Caveat: `/proc/net/tcp*` lists the sockets of rig's own network
+//! namespace; a target in another namespace has no listener there.
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+
+/// A free loopback port: bind 127.0.0.1:0, read the port, close.
+///
+/// There is a small race: between the close and the target's bind another
+/// process may take the port. The launcher's holder proof then finds the
+/// other process and refuses the case, so a loser is never measured.
+pub fn free_port() -> std::io::Result<u16> {
+    let l = TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(l.local_addr()?.port())
+}
+
+/// One LISTEN socket from `/proc/net/tcp{,6}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub port: u16,
+    pub inode: u64,
+    pub v6: bool,
+}
+
+/// LISTEN sockets in the text of `/proc/net/tcp` (or `tcp6`).
+pub fn parse_net_tcp(text: &str, v6: bool) -> Vec<Listener> {
+    const TCP_LISTEN: &str = "0A";
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 10 || f[3] != TCP_LISTEN {
+            continue;
+        }
+        let Some((_, port_hex)) = f[1].rsplit_once(':') else {
+            continue;
+        };
+        let (Ok(port), Ok(inode)) = (u16::from_str_radix(port_hex, 16), f[9].parse::<u64>()) else {
+            continue;
+        };
+        if inode != 0 {
+            out.push(Listener { port, inode, v6 });
+        }
+    }
+    out
+}
+
+/// Every LISTEN socket (IPv4 and IPv6) of rig's network namespace.
+pub fn listeners() -> Vec<Listener> {
+    let mut out = Vec::new();
+    for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            out.extend(parse_net_tcp(&text, v6));
+        }
+    }
+    out
+}
+
+/// All pids in /proc.
+pub fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `(pid, inode)` for every process holding a LISTEN socket on `port` (any
+/// address, v4 or v6). One socket shared by several processes (inherited
+/// across fork) appears once per process.
+pub fn port_holders(port: u16) -> Vec<(u32, u64)> {
+    let inodes: HashSet<u64> = listeners()
+        .into_iter()
+        .filter(|l| l.port == port)
+        .map(|l| l.inode)
+        .collect();
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for pid in all_pids() {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.filter_map(Result::ok) {
+            let Ok(link) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if let Some(inode) = socket_inode(&link.to_string_lossy()) {
+                if inodes.contains(&inode) && !out.contains(&(pid, inode)) {
+                    out.push((pid, inode));
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// `socket:[123]` → 123.
+pub fn socket_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// Parent pid from the text of `/proc/<pid>/stat` (comm may hold spaces and
+/// parentheses, so fields are counted after the last ')').
+pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Process group from the text of `/proc/<pid>/stat`.
+pub fn parse_stat_pgrp(stat: &str) -> Option<u32> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+/// Every descendant of `pid` (children, grandchildren, ...), from the ppid
+/// field of `/proc/*/stat`. Not including `pid` itself.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = all_pids()
+        .into_iter()
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            Some((p, parse_stat_ppid(&stat)?))
+        })
+        .collect();
+    descendants_in(pid, &parents)
+}
+
+/// Descendants of `root` in a `(pid, ppid)` table.
+pub fn descendants_in(root: u32, parents: &[(u32, u32)]) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(child, parent) in parents {
+            if parent == p && child != root && !out.contains(&child) {
+                out.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Who holds the listener on a launched target's port, proven.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PortProof {
+    pub port: u16,
+    /// The socket inodes of the LISTEN sockets on the port.
+    pub inodes: Vec<u64>,
+    /// Holders: the launched pid and/or its descendants.
+    pub holders: Vec<u32>,
+    /// True when a holder is a descendant rather than the launched pid
+    /// itself (a pre-fork server, or a wrapper that forks).
+    pub via_descendant: bool,
+}
+
+/// Outcome of checking a port's holders against the process rig started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HolderCheck {
+    Proven(PortProof),
+    /// Nothing listens on the port.
+    NoListener,
+    /// Someone outside the launched process tree holds a listener.
+    Other {
+        pid: u32,
+        cmdline: String,
+    },
+}
+
+/// Check that every LISTEN socket on `port` is held by `pid` or one of its
+/// descendants.
+pub fn check_holder(port: u16, pid: u32) -> HolderCheck {
+    let holders = port_holders(port);
+    if holders.is_empty() {
+        return HolderCheck::NoListener;
+    }
+    let family: HashSet<u32> = std::iter::once(pid).chain(descendants(pid)).collect();
+    if let Some(&(other, _)) = holders.iter().find(|(p, _)| !family.contains(p)) {
+        return HolderCheck::Other {
+            pid: other,
+            cmdline: super::cmdline(other),
+        };
+    }
+    let mut inodes: Vec<u64> = holders.iter().map(|h| h.1).collect();
+    inodes.dedup();
+    let mut pids: Vec<u32> = holders.iter().map(|h| h.0).collect();
+    pids.dedup();
+    HolderCheck::Proven(PortProof {
+        port,
+        inodes,
+        via_descendant: !pids.contains(&pid),
+        holders: pids,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:A8CB 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 123456 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:A8CB 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000     0        0 0 1 0000000000000000 20 4 30 10 -1
+   2: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0000000000000000 100 0 0 10 0
+";
+    const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 999 1 0000000000000000 100 0 0 10 0
+";
+
+    #[test]
+    fn parses_only_listen_sockets() {
+        assert_eq!(
+            parse_net_tcp(TCP, false),
+            vec![
+                Listener {
+                    port: 43211,
+                    inode: 123456,
+                    v6: false
+                },
+                Listener {
+                    port: 22,
+                    inode: 777,
+                    v6: false
+                },
+            ]
+        );
+        assert_eq!(
+            parse_net_tcp(TCP6, true),
+            vec![Listener {
+                port: 8080,
+                inode: 999,
+                v6: true
+            }]
+        );
+    }
+
+    #[test]
+    fn socket_links() {
+        assert_eq!(socket_inode("socket:[123]"), Some(123));
+        assert_eq!(socket_inode("pipe:[123]"), None);
+        assert_eq!(socket_inode("/dev/null"), None);
+    }
+
+    #[test]
+    fn stat_fields_after_odd_comm() {
+        let stat = "42 (a) b (c) S 7 42 42 0 -1";
+        assert_eq!(parse_stat_ppid(stat), Some(7));
+        assert_eq!(parse_stat_pgrp(stat), Some(42));
+    }
+
+    #[test]
+    fn descendants_walk_the_tree() {
+        let t = [(2, 1), (3, 2), (4, 3), (5, 1), (6, 9)];
+        assert_eq!(descendants_in(2, &t), vec![3, 4]);
+        assert_eq!(descendants_in(1, &t), vec![2, 3, 4, 5]);
+        assert_eq!(descendants_in(6, &t), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn finds_its_own_listener() {
+        let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let me = std::process::id();
+        let h = port_holders(port);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[0].0, me);
+        match check_holder(port, me) {
+            HolderCheck::Proven(p) => assert!(!p.via_descendant && p.holders == vec![me]),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,952 @@
+//! Target specs: one TOML file per server under test.
+//!
+//! In: a `config/targets/*.toml` file. Out: a validated [`TargetSpec`] that the
+//! launcher turns into a command line ([`TargetSpec::command`]).
+//!
+//! ```toml
+//! name = "peer"
+//! argv = ["{rig_peer}", "--port", "{port}", "--workers", "1"]  # never a shell string
+//! env = { RUST_LOG = "warn" }      # optional
+//! cwd = "."                        # optional; default: the spec file's directory
+//! port = "argv"                    # or { env = "PORT" } or { fixed = 43211 }
+//! ready = { tcp = true }           # or { stdout = "READY" } or { http = "/plain" }
+//! ready_timeout_ms = 10000         # optional; default 10000
+//!
+//! [protocols]                      # what the load may speak on the one port
+//! h1 = true
+//! h2c = true
+//! # h2_tls = { ca = "../../fixtures/tls/ca.pem", server_name = "localhost" }
+//!
+//! [[endpoints]]
+//! path = "/plain"
+//! status = 200
+//! content_type = "text/plain"
+//! body = { literal = "hello" }     # or { file = "..." } or { sha256 = "64 hex" }
+//! ```
+//!
+//! Rules, and why:
+//! - **Relative paths are relative to the spec file's directory** (`cwd`,
+//!   `argv[0]` when it contains a `/`, body files, the TLS CA), so a spec
+//!   means the same thing whatever directory rig is started from. Other argv
+//!   elements are passed as written; they are resolved by the target against
+//!   its `cwd`, which defaults to the spec's directory for the same reason.
+//! - **argv is a list, never a shell string**: no quoting bugs, and the pid
+//!   rig starts is the server itself, not a shell in front of it (a spec may
+//!   still say `["sh", "-c", "..."]` explicitly).
+//! - Placeholders, in argv, env values and cwd: `{port}` (the port rig picked
+//!   or the fixed one), `{calib_server}` (the calibration server built by
+//!   `rig-fixtures`), `{rig_peer}` (the `rig-peer` binary next to the running
+//!   rig executable), `{spec_dir}`. Any other `{word}` is an error, so a typo
+//!   never reaches the target as a literal.
+//! - `port`: `"argv"` — rig picks a free loopback port and substitutes it for
+//!   `{port}` (which must then appear somewhere); `{ env = "PORT" }` — the same
+//!   port is also exported in that variable; `{ fixed = N }` — the target
+//!   always listens on N (rig checks before launch that nobody holds it).
+//! - `[protocols]`: a target speaks on ONE port. `h1`/`h2c` say which
+//!   cleartext protocols the load may use; `h2_tls` says the port is TLS
+//!   (ALPN picks h2 or http/1.1) and gives the CA and server name to verify.
+//! - Unknown keys are errors (a misspelt `redy` must not silently mean
+//!   "no readiness check").
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+/// Errors loading a spec.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read target spec {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid target spec:\n{}", render_errors(.0))]
+    Invalid(Vec<ConfigError>),
+    #[error("target spec {path}: placeholder {{{placeholder}}}: {why}")]
+    Placeholder {
+        path: PathBuf,
+        placeholder: String,
+        why: String,
+    },
+}
+
+fn render_errors(errors: &[ConfigError]) -> String {
+    errors
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One problem found in a spec file, located at `line:col` (1-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: PathBuf,
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+    /// The offending source line (without its newline).
+    pub source_line: String,
+    pub warning: bool,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}{}",
+            self.path.display(),
+            self.line,
+            self.col,
+            if self.warning { "warning: " } else { "" },
+            self.message
+        )?;
+        if !self.source_line.is_empty() {
+            let width = self.line.to_string().len();
+            write!(
+                f,
+                "\n{:>width$} | {}\n{:>width$} | {:>col$}",
+                self.line,
+                self.source_line,
+                "",
+                "^",
+                col = self.col
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// How `{port}` reaches the target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum PortPassing {
+    /// Substituted for `{port}` in argv (rig picks a free port).
+    Argv,
+    /// Exported in this environment variable (and substituted for `{port}`).
+    Env(String),
+    /// The target always listens on this port.
+    Fixed(u16),
+}
+
+/// When the target counts as ready.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Ready {
+    /// A TCP connect to the port succeeds.
+    Tcp,
+    /// A stdout line contains this text.
+    Stdout(String),
+    /// `GET <path>` answers with any status below 500.
+    Http(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TlsSpec {
+    /// Absolute (resolved against the spec's directory).
+    pub ca: PathBuf,
+    pub server_name: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Protocols {
+    pub h1: bool,
+    pub h2c: bool,
+    pub h2_tls: Option<TlsSpec>,
+}
+
+/// What a response body must be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Body {
+    Literal(String),
+    /// Absolute (resolved against the spec's directory).
+    File(PathBuf),
+    /// Lower-case hex SHA-256 of the body.
+    Sha256(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Option<Body>,
+}
+
+/// A validated target spec. Paths are absolute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TargetSpec {
+    pub name: String,
+    /// argv as written (placeholders unresolved; see [`TargetSpec::command`]).
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// As written; resolved by [`TargetSpec::command`].
+    pub cwd: Option<String>,
+    pub port: PortPassing,
+    pub ready: Ready,
+    pub ready_timeout: Duration,
+    pub protocols: Protocols,
+    pub endpoints: Vec<Endpoint>,
+    /// The spec file (absolute).
+    pub path: PathBuf,
+    /// Its directory: base of every relative path in the spec.
+    pub dir: PathBuf,
+}
+
+/// A command ready to spawn: everything resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+}
+
+// ---------------------------------------------------------------------------
+// Raw (as parsed, with spans) form.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    name: Spanned<String>,
+    argv: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    env: BTreeMap<String, Spanned<String>>,
+    cwd: Option<Spanned<String>>,
+    port: Option<Spanned<RawPort>>,
+    ready: Spanned<RawReady>,
+    ready_timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    protocols: RawProtocols,
+    #[serde(default)]
+    endpoints: Vec<RawEndpoint>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+enum RawPort {
+    Argv,
+    Env(String),
+    Fixed(u16),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+enum RawReady {
+    Tcp(bool),
+    Stdout(String),
+    Http(String),
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawProtocols {
+    #[serde(default)]
+    h1: bool,
+    #[serde(default)]
+    h2c: bool,
+    h2_tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca: Spanned<String>,
+    server_name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEndpoint {
+    method: Option<String>,
+    path: Spanned<String>,
+    status: Spanned<i64>,
+    content_type: Option<String>,
+    body: Option<Spanned<RawBody>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+enum RawBody {
+    Literal(String),
+    File(String),
+    Sha256(String),
+}
+
+/// Placeholders a spec may use.
+pub const PLACEHOLDERS: &[&str] = &["port", "calib_server", "rig_peer", "spec_dir"];
+
+/// `{word}` occurrences in `s` (word = `[A-Za-z0-9_]+`), with byte offsets.
+fn placeholders(s: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'{' {
+            let rest = &s[i + 1..];
+            let n = rest
+                .bytes()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
+                .count();
+            if n > 0 && rest.as_bytes().get(n) == Some(&b'}') {
+                out.push((i, &rest[..n]));
+                i += n + 2;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Collects located problems while validating one file.
+struct Diag<'a> {
+    path: &'a Path,
+    text: &'a str,
+    out: Vec<ConfigError>,
+}
+
+impl Diag<'_> {
+    fn at(&mut self, span: Range<usize>, warning: bool, message: String) {
+        let (line, col, source_line) = locate(self.text, span.start);
+        self.out.push(ConfigError {
+            path: self.path.to_path_buf(),
+            line,
+            col,
+            message,
+            source_line,
+            warning,
+        });
+    }
+    fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
+        self.at(span, false, message.into())
+    }
+    fn warn(&mut self, span: Range<usize>, message: impl Into<String>) {
+        self.at(span, true, message.into())
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset`, and that line.
+fn locate(text: &str, offset: usize) -> (usize, usize, String) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let col = text[line_start..offset].chars().count() + 1;
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let source_line = text[line_start..line_end]
+        .trim_end_matches('\r')
+        .to_string();
+    (line, col, source_line)
+}
+
+/// Make `p` absolute against `dir` (the spec file's directory).
+fn under(dir: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        dir.join(p)
+    }
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|c| c.is_ascii_hexdigit())
+}
+
+/// Parse and check a spec's text. `path` is the file (used for locations and
+/// as the base of relative paths). Errors and warnings come back together.
+fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
+    let mut d = Diag {
+        path,
+        text,
+        out: Vec::new(),
+    };
+    let raw: RawSpec = match toml::from_str(text) {
+        Ok(r) => r,
+        Err(e) => {
+            let span = e.span().unwrap_or(0..0);
+            d.error(span, explain_toml(e.message()));
+            return (None, d.out);
+        }
+    };
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+
+    let name = raw.name.get_ref().trim().to_string();
+    if name.is_empty() {
+        d.error(raw.name.span(), "`name` is empty; give the target a name");
+    }
+
+    let port = match raw.port.as_ref().map(|p| (p.get_ref(), p.span())) {
+        None | Some((RawPort::Argv, _)) => PortPassing::Argv,
+        Some((RawPort::Env(v), span)) => {
+            if v.is_empty() {
+                d.error(
+                    span,
+                    "`port = { env = \"\" }`: name the variable, e.g. { env = \"PORT\" }",
+                );
+            }
+            PortPassing::Env(v.clone())
+        }
+        Some((RawPort::Fixed(p), span)) => {
+            if *p == 0 {
+                d.error(
+                    span,
+                    "`port = { fixed = 0 }` means \"any port\": use port = \"argv\" and let rig pick one",
+                );
+            }
+            PortPassing::Fixed(*p)
+        }
+    };
+
+    let argv_span = raw.argv.span();
+    let argv: Vec<String> = raw
+        .argv
+        .get_ref()
+        .iter()
+        .map(|a| a.get_ref().clone())
+        .collect();
+    if argv.is_empty() {
+        d.error(
+            argv_span.clone(),
+            "`argv` is empty: give the program and its arguments as a list, e.g. argv = [\"{calib_server}\", \"--port\", \"{port}\"]",
+        );
+    } else if argv[0].trim().is_empty() {
+        d.error(
+            raw.argv.get_ref()[0].span(),
+            "argv[0] is empty: it must name the program",
+        );
+    }
+    let mut mentions_port = false;
+    let mut check_placeholders = |d: &mut Diag, s: &Spanned<String>| {
+        for (off, ph) in placeholders(s.get_ref()) {
+            if ph == "port" {
+                mentions_port = true;
+            } else if !PLACEHOLDERS.contains(&ph) {
+                // +1: the span starts at the opening quote.
+                let at = s.span().start + 1 + off;
+                d.error(
+                    at..at,
+                    format!(
+                        "unknown placeholder {{{ph}}}; known: {}",
+                        PLACEHOLDERS
+                            .iter()
+                            .map(|p| format!("{{{p}}}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+            }
+        }
+    };
+    for a in raw.argv.get_ref() {
+        check_placeholders(&mut d, a);
+    }
+    for v in raw.env.values() {
+        check_placeholders(&mut d, v);
+    }
+    if let Some(c) = &raw.cwd {
+        check_placeholders(&mut d, c);
+    }
+    if port == PortPassing::Argv && !mentions_port && !argv.is_empty() {
+        d.error(
+            argv_span,
+            "port = \"argv\" but no argument contains {port}: the target would never learn the \
+             port rig picked; add e.g. \"--port\", \"{port}\" (or use port = { env = \"PORT\" })",
+        );
+    }
+    if let PortPassing::Env(var) = &port {
+        if raw.env.contains_key(var) {
+            let span = raw.port.as_ref().map(|p| p.span()).unwrap_or(0..0);
+            d.error(
+                span,
+                format!("`env` sets {var} itself, but port = {{ env = \"{var}\" }} makes rig set it; remove one"),
+            );
+        }
+    }
+
+    let ready = match raw.ready.get_ref() {
+        RawReady::Tcp(true) => Ready::Tcp,
+        RawReady::Tcp(false) => {
+            d.error(
+                raw.ready.span(),
+                "ready = { tcp = false } disables the only readiness check it names; use tcp = true, \
+                 { stdout = \"TEXT\" } or { http = \"/path\" }",
+            );
+            Ready::Tcp
+        }
+        RawReady::Stdout(s) => {
+            if s.is_empty() {
+                d.error(raw.ready.span(), "ready = { stdout = \"\" } matches any line; give the text the target prints when ready");
+            }
+            Ready::Stdout(s.clone())
+        }
+        RawReady::Http(p) => {
+            if !p.starts_with('/') {
+                d.error(
+                    raw.ready.span(),
+                    format!("ready = {{ http = {p:?} }}: the path must start with '/'"),
+                );
+            }
+            Ready::Http(p.clone())
+        }
+    };
+
+    let ready_timeout = match &raw.ready_timeout_ms {
+        Some(t) if *t.get_ref() == 0 => {
+            d.error(
+                t.span(),
+                "ready_timeout_ms = 0 gives the target no time at all; use e.g. 10000",
+            );
+            Duration::ZERO
+        }
+        Some(t) => Duration::from_millis(*t.get_ref()),
+        None => Duration::from_millis(10_000),
+    };
+
+    let h2_tls = raw.protocols.h2_tls.as_ref().map(|t| {
+        let ca = under(&dir, t.ca.get_ref());
+        if !ca.is_file() {
+            d.error(
+                t.ca.span(),
+                format!("h2_tls.ca: {} does not exist (relative paths are relative to the spec's directory {})", ca.display(), dir.display()),
+            );
+        }
+        TlsSpec {
+            ca,
+            server_name: t.server_name.clone(),
+        }
+    });
+    let protocols = Protocols {
+        h1: raw.protocols.h1,
+        h2c: raw.protocols.h2c,
+        h2_tls,
+    };
+
+    let mut endpoints = Vec::new();
+    for e in &raw.endpoints {
+        if !e.path.get_ref().starts_with('/') {
+            d.error(
+                e.path.span(),
+                format!("endpoint path {:?} must start with '/'", e.path.get_ref()),
+            );
+        }
+        let status = *e.status.get_ref();
+        if !(100..=599).contains(&status) {
+            d.error(
+                e.status.span(),
+                format!("status {status} is not an HTTP status; use 100..=599"),
+            );
+        }
+        let body = e.body.as_ref().map(|b| match b.get_ref() {
+            RawBody::Literal(s) => Body::Literal(s.clone()),
+            RawBody::File(f) => {
+                let p = under(&dir, f);
+                if !p.is_file() {
+                    d.error(
+                        b.span(),
+                        format!("body file {} does not exist (relative paths are relative to the spec's directory {})", p.display(), dir.display()),
+                    );
+                }
+                Body::File(p)
+            }
+            RawBody::Sha256(h) => {
+                if !is_hex64(h) {
+                    d.error(
+                        b.span(),
+                        format!("sha256 must be 64 hex digits, got {} characters{}", h.len(),
+                            if h.bytes().all(|c| c.is_ascii_hexdigit()) { "" } else { " (some not hex)" }),
+                    );
+                }
+                Body::Sha256(h.to_ascii_lowercase())
+            }
+        });
+        endpoints.push(Endpoint {
+            method: e.method.clone().unwrap_or_else(|| "GET".into()),
+            path: e.path.get_ref().clone(),
+            status: status.clamp(0, u16::MAX as i64) as u16,
+            content_type: e.content_type.clone(),
+            body,
+        });
+    }
+    if let Ready::Http(p) = &ready {
+        if !endpoints.is_empty() && !endpoints.iter().any(|e| &e.path == p) {
+            d.warn(
+                raw.ready.span(),
+                format!("ready path {p} is not among [[endpoints]]; readiness accepts any status < 500, so a 404 also counts"),
+            );
+        }
+    }
+
+    let spec = TargetSpec {
+        name,
+        argv,
+        env: raw
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+            .collect(),
+        cwd: raw.cwd.as_ref().map(|c| c.get_ref().clone()),
+        port,
+        ready,
+        ready_timeout,
+        protocols,
+        endpoints,
+        path: path.to_path_buf(),
+        dir,
+    };
+    (Some(spec), d.out)
+}
+
+/// Add a hint to the toml crate's messages where the cause is rig's schema.
+fn explain_toml(msg: &str) -> String {
+    let msg = msg.trim_end();
+    let hint = if msg.contains("unknown field") {
+        Some("unknown keys are errors so that a misspelt key never silently means its default")
+    } else if msg.contains("missing field") {
+        Some("required: name, argv, ready")
+    } else if msg.contains("unknown variant") && msg.contains("argv") {
+        Some("port is \"argv\", { env = \"VAR\" } or { fixed = N }")
+    } else if msg.contains("unknown variant") && msg.contains("stdout") {
+        Some("ready is { tcp = true }, { stdout = \"TEXT\" } or { http = \"/path\" }")
+    } else if msg.contains("unknown variant") && msg.contains("literal") {
+        Some("body is { literal = \"...\" }, { file = \"path\" } or { sha256 = \"64 hex\" }")
+    } else if msg.contains("invalid type: string") && msg.contains("sequence") {
+        Some("argv is a list of strings, never a shell string: [\"prog\", \"--flag\", \"{port}\"]")
+    } else {
+        None
+    };
+    match hint {
+        Some(h) => format!("{msg} ({h})"),
+        None => msg.to_string(),
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Check a spec file: `Ok(summary)` (warnings included in it) or every error
+/// found, each with `file:line:col` and the offending line.
+pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> {
+    let path = absolute(path.as_ref());
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        vec![ConfigError {
+            path: path.clone(),
+            line: 0,
+            col: 0,
+            message: format!("cannot read: {e}"),
+            source_line: String::new(),
+            warning: false,
+        }]
+    })?;
+    let (spec, diags) = parse(&path, &text);
+    let (warnings, errors): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.warning);
+    if !errors.is_empty() {
+        return Err(errors.into_iter().chain(warnings).collect());
+    }
+    let spec = spec.expect("no errors means a spec");
+    let mut s = spec.summary();
+    for w in warnings {
+        s.push('\n');
+        s.push_str(&w.to_string());
+    }
+    Ok(s)
+}
+
+impl TargetSpec {
+    /// Read, parse and validate a spec file. Warnings are dropped (use
+    /// [`check_config`] to see them).
+    pub fn load(path: impl AsRef<Path>) -> Result<TargetSpec, SpecError> {
+        let path = absolute(path.as_ref());
+        let text = std::fs::read_to_string(&path).map_err(|source| SpecError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Self::from_text(&path, &text)
+    }
+
+    /// Parse spec text as if it were the file `path`.
+    pub fn from_text(path: &Path, text: &str) -> Result<TargetSpec, SpecError> {
+        let (spec, diags) = parse(path, text);
+        let errors: Vec<_> = diags.into_iter().filter(|d| !d.warning).collect();
+        match (spec, errors.is_empty()) {
+            (Some(s), true) => Ok(s),
+            _ => Err(SpecError::Invalid(errors)),
+        }
+    }
+
+    /// One paragraph for humans.
+    pub fn summary(&self) -> String {
+        let port = match &self.port {
+            PortPassing::Argv => "free loopback port via {port}".to_string(),
+            PortPassing::Env(v) => format!("free loopback port via ${v}"),
+            PortPassing::Fixed(p) => format!("fixed port {p}"),
+        };
+        let ready = match &self.ready {
+            Ready::Tcp => "tcp connect".to_string(),
+            Ready::Stdout(s) => format!("stdout line containing {s:?}"),
+            Ready::Http(p) => format!("GET {p} answering < 500"),
+        };
+        let mut protos = Vec::new();
+        if self.protocols.h1 {
+            protos.push("h1".to_string());
+        }
+        if self.protocols.h2c {
+            protos.push("h2c".to_string());
+        }
+        if let Some(t) = &self.protocols.h2_tls {
+            protos.push(format!("h2 over TLS ({})", t.server_name));
+        }
+        format!(
+            "{}: {} ({}); ready: {} within {} ms; protocols: {}; {} endpoint(s)",
+            self.name,
+            self.argv.join(" "),
+            port,
+            ready,
+            self.ready_timeout.as_millis(),
+            if protos.is_empty() {
+                "none listed".into()
+            } else {
+                protos.join(", ")
+            },
+            self.endpoints.len()
+        )
+    }
+
+    /// Resolve placeholders and paths for a launch on `port`.
+    pub fn command(&self, port: u16) -> Result<ResolvedCommand, SpecError> {
+        let sub = |s: &str| self.substitute(s, port);
+        let mut argv = self
+            .argv
+            .iter()
+            .map(|a| sub(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        if argv.is_empty() {
+            return Err(SpecError::Invalid(vec![]));
+        }
+        let prog = argv.remove(0);
+        // A bare name is looked up in PATH by the spawn; a name with a slash
+        // is a path, relative to the spec's directory.
+        let program = if prog.contains('/') {
+            under(&self.dir, &prog)
+        } else {
+            PathBuf::from(prog)
+        };
+        let mut env = BTreeMap::new();
+        for (k, v) in &self.env {
+            env.insert(k.clone(), sub(v)?);
+        }
+        if let PortPassing::Env(var) = &self.port {
+            env.insert(var.clone(), port.to_string());
+        }
+        let cwd = match &self.cwd {
+            Some(c) => under(&self.dir, &sub(c)?),
+            None => self.dir.clone(),
+        };
+        Ok(ResolvedCommand {
+            program,
+            args: argv,
+            env,
+            cwd,
+        })
+    }
+
+    fn substitute(&self, s: &str, port: u16) -> Result<String, SpecError> {
+        let mut out = String::new();
+        let mut last = 0;
+        for (off, ph) in placeholders(s) {
+            out.push_str(&s[last..off]);
+            let value = match ph {
+                "port" => port.to_string(),
+                "spec_dir" => self.dir.display().to_string(),
+                "calib_server" => rig_fixtures::calib_server().display().to_string(),
+                "rig_peer" => rig_peer()
+                    .map_err(|why| SpecError::Placeholder {
+                        path: self.path.clone(),
+                        placeholder: ph.into(),
+                        why,
+                    })?
+                    .display()
+                    .to_string(),
+                other => {
+                    return Err(SpecError::Placeholder {
+                        path: self.path.clone(),
+                        placeholder: other.into(),
+                        why: format!("unknown; known: {}", PLACEHOLDERS.join(", ")),
+                    })
+                }
+            };
+            out.push_str(&value);
+            last = off + ph.len() + 2;
+        }
+        out.push_str(&s[last..]);
+        Ok(out)
+    }
+}
+
+/// The `rig-peer` binary next to the running executable. Test binaries live
+/// one level down (`target/debug/deps/`), so the parent of `deps` is tried too.
+pub fn rig_peer() -> Result<PathBuf, String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the rig executable: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let mut tried = vec![dir.join("rig-peer")];
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        if let Some(up) = dir.parent() {
+            tried.push(up.join("rig-peer"));
+        }
+    }
+    tried.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+        format!(
+            "no rig-peer binary at {}; build it (`cargo build -p rig-peer`, same profile as rig)",
+            tried
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
+        parse(Path::new("/specs/t.toml"), text)
+    }
+
+    const GOOD: &str = r#"
+name = "peer"
+argv = ["{rig_peer}", "--port", "{port}"]
+env = { RUST_LOG = "warn" }
+ready = { http = "/plain" }
+[protocols]
+h1 = true
+h2c = true
+[[endpoints]]
+path = "/plain"
+status = 200
+content_type = "text/plain"
+body = { literal = "hello" }
+"#;
+
+    #[test]
+    fn parses_a_full_spec() {
+        let (spec, diags) = parse_str(GOOD);
+        assert_eq!(diags, vec![]);
+        let s = spec.unwrap();
+        assert_eq!(s.name, "peer");
+        assert_eq!(s.port, PortPassing::Argv);
+        assert_eq!(s.ready, Ready::Http("/plain".into()));
+        assert_eq!(s.ready_timeout, Duration::from_secs(10));
+        assert!(s.protocols.h1 && s.protocols.h2c && s.protocols.h2_tls.is_none());
+        assert_eq!(s.endpoints[0].body, Some(Body::Literal("hello".into())));
+        assert_eq!(s.endpoints[0].method, "GET");
+        assert_eq!(s.dir, Path::new("/specs"));
+    }
+
+    #[test]
+    fn port_forms() {
+        for (text, want) in [
+            ("port = \"argv\"", PortPassing::Argv),
+            ("port = { env = \"PORT\" }", PortPassing::Env("PORT".into())),
+            ("port = { fixed = 43211 }", PortPassing::Fixed(43211)),
+        ] {
+            let t = format!("name='x'\nargv=['a','{{port}}']\nready={{tcp=true}}\n{text}\n");
+            let (s, d) = parse_str(&t);
+            assert_eq!(d, vec![], "{text}");
+            assert_eq!(s.unwrap().port, want);
+        }
+    }
+
+    #[test]
+    fn syntax_error_has_line_and_column() {
+        let (_, d) = parse_str("name = \"x\"\nargv = [\"a\", \n ready = 3\n");
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].line, 3, "{}", d[0]);
+    }
+
+    #[test]
+    fn unknown_key_is_located() {
+        let (_, d) = parse_str("name='x'\nargv=['a','{port}']\nredy={tcp=true}\n");
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].line, d[0].col), (3, 1), "{}", d[0]);
+        assert!(d[0].message.contains("unknown field `redy`"), "{}", d[0]);
+    }
+
+    #[test]
+    fn semantic_errors_are_explained() {
+        let text = "name='x'\nargv=[]\nready={tcp=true}\n[[endpoints]]\npath='/a'\nstatus=700\nbody={sha256='abc'}\n";
+        let (_, d) = parse_str(text);
+        let msgs: Vec<String> = d.iter().map(|e| e.to_string()).collect();
+        assert!(
+            msgs.iter().any(|m| m.contains(":2:6: `argv` is empty")),
+            "{msgs:#?}"
+        );
+        assert!(
+            msgs.iter().any(|m| m.contains(":6:8: status 700")),
+            "{msgs:#?}"
+        );
+        assert!(
+            msgs.iter().any(|m| m.contains("64 hex digits, got 3")),
+            "{msgs:#?}"
+        );
+    }
+
+    #[test]
+    fn missing_port_placeholder_is_an_error() {
+        let (_, d) = parse_str("name='x'\nargv=['srv','--port','8080']\nready={tcp=true}\n");
+        assert_eq!(d.len(), 1);
+        assert!(
+            d[0].message.contains("no argument contains {port}"),
+            "{}",
+            d[0]
+        );
+    }
+
+    #[test]
+    fn unknown_placeholder_is_an_error() {
+        let (_, d) = parse_str("name='x'\nargv=['srv','{prot}','{port}']\nready={tcp=true}\n");
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!((d[0].line, d[0].col), (2, 14), "{}", d[0]);
+    }
+
+    #[test]
+    fn ready_path_not_an_endpoint_is_a_warning() {
+        let (s, d) = parse_str(&GOOD.replace("http = \"/plain\"", "http = \"/health\""));
+        assert!(s.is_some());
+        assert_eq!(d.len(), 1);
+        assert!(d[0].warning && d[0].message.contains("/health"), "{}", d[0]);
+    }
+
+    #[test]
+    fn shell_string_argv_is_refused_with_a_hint() {
+        let (_, d) = parse_str("name='x'\nargv='srv --port {port}'\nready={tcp=true}\n");
+        assert_eq!(d.len(), 1);
+        assert!(d[0].message.contains("never a shell string"), "{}", d[0]);
+    }
+
+    #[test]
+    fn command_resolves_placeholders_and_paths() {
+        let t = "name='x'\nargv=['./bin/srv','--port','{port}','--root','{spec_dir}']\nport={env='PORT'}\ncwd='work'\nready={tcp=true}\n";
+        let (s, d) = parse_str(t);
+        assert_eq!(d, vec![]);
+        let c = s.unwrap().command(4242).unwrap();
+        assert_eq!(c.program, Path::new("/specs/./bin/srv"));
+        assert_eq!(c.args, ["--port", "4242", "--root", "/specs"]);
+        assert_eq!(c.env.get("PORT").map(String::as_str), Some("4242"));
+        assert_eq!(c.cwd, Path::new("/specs/work"));
+    }
+
+    #[test]
+    fn locate_counts_lines_and_columns() {
+        assert_eq!(locate("ab\ncd\n", 4), (2, 2, "cd".into()));
+        assert_eq!(locate("ab", 0), (1, 1, "ab".into()));
+    }
+}
