@@ -45,6 +45,9 @@
 //! - `[protocols]`: a target speaks on ONE port. `h1`/`h2c` say which
 //!   cleartext protocols the load may use; `h2_tls` says the port is TLS
 //!   (ALPN picks h2 or http/1.1) and gives the CA and server name to verify.
+//! - `tls_variant = "peer-tls.toml"`: the same implementation serving TLS
+//!   (a spec whose `[protocols]` has `h2_tls`); a run's TLS cases launch it,
+//!   so one `--target` covers cleartext and TLS.
 //! - Unknown keys are errors (a misspelt `redy` must not silently mean
 //!   "no readiness check").
 
@@ -191,6 +194,9 @@ pub struct TargetSpec {
     pub ready_timeout: Duration,
     pub protocols: Protocols,
     pub endpoints: Vec<Endpoint>,
+    /// The same implementation with a TLS listener (another spec file):
+    /// cases that need TLS launch that one.
+    pub tls_variant: Option<PathBuf>,
     /// The spec file (absolute).
     pub path: PathBuf,
     /// Its directory: base of every relative path in the spec.
@@ -224,6 +230,7 @@ struct RawSpec {
     protocols: RawProtocols,
     #[serde(default)]
     endpoints: Vec<RawEndpoint>,
+    tls_variant: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -526,6 +533,16 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         h2c: raw.protocols.h2c,
         h2_tls,
     };
+    let tls_variant = raw.tls_variant.as_ref().map(|t| {
+        let p = under(&dir, t.get_ref());
+        if !p.is_file() {
+            d.error(
+                t.span(),
+                format!("tls_variant: {} does not exist (relative paths are relative to the spec's directory {})", p.display(), dir.display()),
+            );
+        }
+        p
+    });
 
     let mut endpoints = Vec::new();
     for e in &raw.endpoints {
@@ -596,6 +613,7 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         ready_timeout,
         protocols,
         endpoints,
+        tls_variant,
         path: path.to_path_buf(),
         dir,
     };

@@ -1,0 +1,272 @@
+//! `rig run`: the scenario matrix against fresh servers, case by case.
+//!
+//! In: `RunSettings` (targets, matrix, suites, passes, budgets, pinning).
+//! Out: a new directory with `manifest.json` (written first), `cases.jsonl`
+//! (a line per finished case) and `report.json` (rewritten after every case,
+//! so it exists even when a case or rig itself fails), plus a terminal table.
+//! Per case: a clean pass (no uprobes: throughput, latency, CPU, memory) and
+//! a counted pass (probes attached: exact per-request counters), each on a
+//! fresh server process, never mixed.
+
+pub mod case;
+pub mod output;
+pub mod table;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::load::hist;
+use crate::probe::Family;
+use crate::report::host::HostFacts;
+use crate::scenario::{Case, Matrix};
+use crate::symbolize::Symbolizer;
+use crate::target::launch::ObjectFact;
+use crate::target::spec::TargetSpec;
+
+pub use case::{CaseResult, Status};
+use output::OutDir;
+
+/// Bumped on any incompatible change to manifest.json, cases.jsonl or
+/// report.json (documented in docs/run-schema.md).
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Passes {
+    pub clean: bool,
+    pub counted: bool,
+}
+
+impl Passes {
+    pub fn parse(s: &str) -> Result<Passes, String> {
+        let mut p = Passes {
+            clean: false,
+            counted: false,
+        };
+        for part in s.split(',').map(str::trim) {
+            match part {
+                "clean" => p.clean = true,
+                "counted" => p.counted = true,
+                other => {
+                    return Err(format!(
+                        "--passes: unknown pass `{other}`; use clean, counted or clean,counted"
+                    ))
+                }
+            }
+        }
+        Ok(p)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    /// Each target with its TLS variant, if it has one.
+    pub targets: Vec<(TargetSpec, Option<TargetSpec>)>,
+    pub matrix_path: PathBuf,
+    pub matrix: Matrix,
+    pub suites: Vec<String>,
+    pub out: PathBuf,
+    pub families: Vec<Family>,
+    pub passes: Passes,
+    pub repeats: Option<u32>,
+    pub server_cpus: Option<Vec<usize>>,
+    pub client_cpus: Option<Vec<usize>>,
+    pub memory_mib: Option<u64>,
+    pub cpu_quota: Option<f64>,
+    pub argv: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct TargetManifest {
+    name: String,
+    spec: TargetSpec,
+    tls_variant: Option<TargetSpec>,
+    /// The executable and every mapped object of its first launch, hashed.
+    objects: Option<Vec<ObjectFact>>,
+}
+
+#[derive(Serialize)]
+struct Manifest<'a> {
+    schema_version: u32,
+    rig_version: &'static str,
+    started_unix_s: u64,
+    argv: &'a [String],
+    host: HostFacts,
+    matrix: String,
+    suites: &'a [String],
+    families: &'a [Family],
+    passes: Passes,
+    server_cpus: &'a Option<Vec<usize>>,
+    client_cpus: &'a Option<Vec<usize>>,
+    memory_mib: Option<u64>,
+    cpu_quota: Option<f64>,
+    targets: Vec<TargetManifest>,
+    cases: Vec<String>,
+}
+
+/// Cases that differ only by repeat, merged: medians of per-run values and
+/// latency from the merged histograms (p99s are never averaged).
+#[derive(Clone, Debug, Serialize)]
+pub struct Group {
+    pub key: String,
+    pub runs: usize,
+    pub failed: usize,
+    pub rps_median: Option<f64>,
+    pub cpu_us_per_request_median: Option<f64>,
+    pub latency_merged: Option<hist::HistSummary>,
+    pub rss_max_kib: Option<u64>,
+}
+
+#[derive(Serialize)]
+pub struct Report<'a> {
+    pub schema_version: u32,
+    pub rig_version: &'static str,
+    pub complete: bool,
+    pub interrupted: bool,
+    pub ok: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub cases: &'a [CaseResult],
+    pub groups: Vec<Group>,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+}
+
+pub fn groups(results: &[CaseResult]) -> Vec<Group> {
+    let mut by: BTreeMap<String, Vec<&CaseResult>> = BTreeMap::new();
+    for r in results {
+        let key = r.case.id.rsplit_once("/#").map_or(r.case.id.clone(), |(k, _)| k.to_string());
+        by.entry(key).or_default().push(r);
+    }
+    by.into_iter()
+        .map(|(key, rs)| {
+            let cleans: Vec<_> = rs.iter().filter_map(|r| r.clean.as_ref()).collect();
+            let merged = hist::merge_encoded(cleans.iter().map(|c| c.load.histogram.latency.as_str()))
+                .ok()
+                .filter(|h| h.len() > 0)
+                .map(|h| hist::summarize(&h));
+            Group {
+                key,
+                runs: rs.len(),
+                failed: rs.iter().filter(|r| r.status == Status::Failed).count(),
+                rps_median: median(cleans.iter().map(|c| c.load.rps).collect()),
+                cpu_us_per_request_median: median(
+                    cleans.iter().filter_map(|c| c.server.cpu_us_per_request).collect(),
+                ),
+                latency_merged: merged,
+                rss_max_kib: cleans
+                    .iter()
+                    .map(|c| c.server.rss_max_kib)
+                    .chain(rs.iter().filter_map(|r| r.memory.as_ref()).map(|m| m.proc.rss_kib))
+                    .max(),
+            }
+        })
+        .collect()
+}
+
+/// Run the matrix. `stop` (Ctrl-C) ends the run after the current case; the
+/// report is written either way.
+pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
+    let names: Vec<String> = rs.targets.iter().map(|(t, _)| t.name.clone()).collect();
+    let cases: Vec<Case> = rs.matrix.expand(&rs.suites, &names, rs.repeats)?;
+    let mut out = OutDir::create(&rs.out)?;
+    let mut targets: Vec<TargetManifest> = rs
+        .targets
+        .iter()
+        .map(|(t, tls)| TargetManifest {
+            name: t.name.clone(),
+            spec: t.clone(),
+            tls_variant: tls.clone(),
+            objects: None,
+        })
+        .collect();
+    let write_manifest = |out: &OutDir, targets: Vec<TargetManifest>| -> Result<Vec<TargetManifest>> {
+        let m = Manifest {
+            schema_version: SCHEMA_VERSION,
+            rig_version: env!("CARGO_PKG_VERSION"),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            argv: &rs.argv,
+            host: HostFacts::gather(),
+            matrix: rs.matrix_path.display().to_string(),
+            suites: &rs.suites,
+            families: &rs.families,
+            passes: rs.passes,
+            server_cpus: &rs.server_cpus,
+            client_cpus: &rs.client_cpus,
+            memory_mib: rs.memory_mib,
+            cpu_quota: rs.cpu_quota,
+            targets,
+            cases: cases.iter().map(|c| c.id.clone()).collect(),
+        };
+        out.write_json("manifest.json", &m)?;
+        Ok(m.targets)
+    };
+    targets = write_manifest(&out, targets)?;
+
+    let bar = indicatif::ProgressBar::new(cases.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    let mut sym = Symbolizer::new();
+    let mut results: Vec<CaseResult> = Vec::new();
+    let mut interrupted = false;
+    for case in &cases {
+        if stop.load(Ordering::Relaxed) {
+            interrupted = true;
+        }
+        let r = if interrupted {
+            CaseResult::skipped(case, "rig was interrupted before this case".into())
+        } else {
+            bar.set_message(case.id.clone());
+            let (spec, tls) = &rs.targets[case.target];
+            case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
+        };
+        bar.inc(1);
+        if r.status == Status::Failed {
+            bar.println(format!("rig: case {} failed: {}", case.id, r.reasons.join("; ")));
+        }
+        out.append_case(&r).context("appending to cases.jsonl")?;
+        // The first launch of a target records what it mapped, hashed.
+        if targets[case.target].objects.is_none() && r.objects.is_some() {
+            targets[case.target].objects = r.objects.clone();
+            targets = write_manifest(&out, targets)?;
+        }
+        results.push(r);
+        write_report(&out, &results, interrupted, cases.len())?;
+    }
+    bar.finish_and_clear();
+    crate::target::launch::cleanup_all();
+    write_report(&out, &results, interrupted, cases.len())?;
+    Ok(results)
+}
+
+fn write_report(out: &OutDir, results: &[CaseResult], interrupted: bool, total: usize) -> Result<()> {
+    let count = |s: Status| results.iter().filter(|r| r.status == s).count();
+    let report = Report {
+        schema_version: SCHEMA_VERSION,
+        rig_version: env!("CARGO_PKG_VERSION"),
+        complete: results.len() == total && !interrupted,
+        interrupted,
+        ok: count(Status::Ok),
+        failed: count(Status::Failed),
+        skipped: count(Status::Skipped),
+        cases: results,
+        groups: groups(results),
+    };
+    out.write_json("report.json", &report)
+}

@@ -1,0 +1,74 @@
+//! The terminal table of a run: one row per case, per-request counters from
+//! the counted pass next to throughput, latency, CPU and memory from the
+//! clean pass.
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
+
+use super::case::{CaseResult, Status};
+
+fn f(v: Option<f64>, decimals: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.decimals$}"),
+        _ => "-".into(),
+    }
+}
+
+pub fn render(results: &[CaseResult]) -> String {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "case",
+        "status",
+        "rps",
+        "p50 µs",
+        "p99 µs",
+        "srv CPU µs/req",
+        "RSS MiB",
+        "allocs/req",
+        "alloc B/req",
+        "syscalls/req",
+        "copy B/req",
+        "faults/req",
+    ]);
+    for i in 2..12 {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    for r in results {
+        let status = match r.status {
+            Status::Ok => "ok".to_string(),
+            Status::Failed => "FAILED".to_string(),
+            Status::Skipped => "skipped".to_string(),
+        };
+        let clean = r.clean.as_ref();
+        let counted = r.counted.as_ref().map(|c| &c.per_request);
+        let rss = clean
+            .map(|c| c.server.rss_max_kib)
+            .or(r.memory.as_ref().map(|m| m.proc.rss_kib))
+            .map(|k| k as f64 / 1024.0);
+        t.add_row(vec![
+            r.case.id.clone(),
+            status,
+            f(clean.map(|c| c.load.rps), 0),
+            f(clean.map(|c| c.load.latency.p50_us), 1),
+            f(clean.map(|c| c.load.latency.p99_us), 1),
+            f(clean.and_then(|c| c.server.cpu_us_per_request), 2),
+            f(rss, 1),
+            f(counted.and_then(|p| p.allocations), 2),
+            f(counted.and_then(|p| p.alloc_bytes), 0),
+            f(counted.and_then(|p| p.syscalls), 2),
+            f(counted.and_then(|p| p.copy_bytes), 0),
+            f(counted.and_then(|p| p.page_faults), 2),
+        ]);
+    }
+    let mut out = t.to_string();
+    for r in results.iter().filter(|r| r.status != Status::Ok) {
+        out.push_str(&format!("\n{}: {}", r.case.id, r.reasons.join("; ")));
+    }
+    for r in results {
+        if let Some(s) = r.clean.as_ref().and_then(|c| c.generator_saturated.as_ref()) {
+            out.push_str(&format!("\n{}: load generator may have limited this case: {s}", r.case.id));
+        }
+    }
+    out
+}
