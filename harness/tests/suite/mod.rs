@@ -8,6 +8,7 @@ mod cleanup;
 mod cost;
 mod cxx;
 mod errors;
+mod load;
 mod symbols;
 
 use std::process::Command;
