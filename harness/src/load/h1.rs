@@ -52,8 +52,7 @@ pub(crate) fn parse_head(b: &[u8]) -> Result<Option<Head>, &'static str> {
     if !d.iter().all(u8::is_ascii_digit) {
         return Err("parse: bad status code");
     }
-    let status =
-        (d[0] - b'0') as u16 * 100 + (d[1] - b'0') as u16 * 10 + (d[2] - b'0') as u16;
+    let status = (d[0] - b'0') as u16 * 100 + (d[1] - b'0') as u16 * 10 + (d[2] - b'0') as u16;
     let mut pos = line_end + 2;
     let mut length = None;
     let mut chunked = false;
@@ -86,7 +85,10 @@ pub(crate) fn parse_head(b: &[u8]) -> Result<Option<Head>, &'static str> {
                 length = Some(n);
             }
             12 if name.eq_ignore_ascii_case(b"content-type") => {
-                let start = pos + colon + 1 + (h[colon + 1..].len() - h[colon + 1..].trim_ascii_start().len());
+                let start = pos
+                    + colon
+                    + 1
+                    + (h[colon + 1..].len() - h[colon + 1..].trim_ascii_start().len());
                 content_type = Some(start..start + value.len());
             }
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
@@ -280,15 +282,12 @@ impl H1Conn {
             }
             let nothing_yet = self.start == self.end;
             match self.fill().await {
-                Ok(0) if nothing_yet => {
-                    return broken("io: closed before response".into(), reused)
-                }
+                Ok(0) if nothing_yet => return broken("io: closed before response".into(), reused),
                 Ok(0) => return broken("io: closed mid-response".into(), false),
                 Ok(_) => {}
                 Err(e) => {
-                    let retry = reused
-                        && nothing_yet
-                        && e.kind() == std::io::ErrorKind::ConnectionReset;
+                    let retry =
+                        reused && nothing_yet && e.kind() == std::io::ErrorKind::ConnectionReset;
                     return broken(format!("io: {:?}", e.kind()), retry);
                 }
             }
@@ -452,14 +451,18 @@ mod tests {
 
     #[test]
     fn close_chunked_and_bodiless_heads() {
-        let h = parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
-            .unwrap()
-            .unwrap();
+        let h = parse_head(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(h.framing, Framing::Chunked);
         assert!(h.close);
         let h = parse_head(b"HTTP/1.0 200 OK\r\n\r\n").unwrap().unwrap();
         assert_eq!((h.framing, h.close), (Framing::UntilClose, true));
-        let h = parse_head(b"HTTP/1.1 204 No Content\r\n\r\n").unwrap().unwrap();
+        let h = parse_head(b"HTTP/1.1 204 No Content\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.framing, Framing::Length(0));
         assert!(parse_head(b"HTTX/1.1 200 OK\r\n\r\n").is_err());
         assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());

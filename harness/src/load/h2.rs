@@ -71,11 +71,7 @@ impl Drop for H2Conn {
 }
 
 impl H2Conn {
-    pub fn new(
-        setup: Arc<Setup>,
-        send: SendRequest<Bytes>,
-        driver: JoinHandle<()>,
-    ) -> Rc<H2Conn> {
+    pub fn new(setup: Arc<Setup>, send: SendRequest<Bytes>, driver: JoinHandle<()>) -> Rc<H2Conn> {
         Rc::new(H2Conn {
             setup,
             current: RefCell::new(Some((1, send))),

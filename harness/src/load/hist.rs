@@ -33,7 +33,9 @@ impl Hists {
     pub fn merge(&mut self, o: &Hists) {
         // Same bounds on both sides: adding cannot fail.
         self.latency.add(&o.latency).expect("same bounds");
-        self.request_latency.add(&o.request_latency).expect("same bounds");
+        self.request_latency
+            .add(&o.request_latency)
+            .expect("same bounds");
         self.dispatch_lag.add(&o.dispatch_lag).expect("same bounds");
     }
 

@@ -86,9 +86,15 @@ pub enum Protocol {
     /// HTTP/2 with prior knowledge over TCP.
     H2c,
     /// HTTP/2 over TLS (ALPN `h2`), verifying the server against `ca_pem`.
-    H2Tls { ca_pem: PathBuf, server_name: String },
+    H2Tls {
+        ca_pem: PathBuf,
+        server_name: String,
+    },
     /// HTTP/1.1 keep-alive over TLS (ALPN `http/1.1`).
-    H1Tls { ca_pem: PathBuf, server_name: String },
+    H1Tls {
+        ca_pem: PathBuf,
+        server_name: String,
+    },
 }
 
 /// Expected body of every response.
@@ -307,14 +313,9 @@ impl Client {
                         .collect(),
                 ),
                 Mode::Closed { duration } => worker::Plan::Closed(start + *duration),
-                Mode::Open { rate, duration } => worker::Plan::Open(schedule::Schedule::for_thread(
-                    start,
-                    *duration,
-                    *rate,
-                    n,
-                    total_slots,
-                    i,
-                )),
+                Mode::Open { rate, duration } => worker::Plan::Open(
+                    schedule::Schedule::for_thread(start, *duration, *rate, n, total_slots, i),
+                ),
             };
             first_slot += n;
             w.send(worker::Job { start, plan });

@@ -123,7 +123,10 @@ mod tests {
         assert_eq!(s.rate, 500.0);
         let n = (0..).take_while(|&k| s.at(k).is_some()).count();
         assert_eq!(n, 1000);
-        assert_eq!(s.at(1).unwrap() - s.at(0).unwrap(), Duration::from_millis(2));
+        assert_eq!(
+            s.at(1).unwrap() - s.at(0).unwrap(),
+            Duration::from_millis(2)
+        );
     }
 
     #[test]
@@ -144,7 +147,10 @@ mod tests {
         let late = Duration::from_millis(1500);
         assert_eq!(decide(late, bound, true), Decision::Expired);
         assert_eq!(decide(late, bound, false), Decision::Expired);
-        assert_eq!(decide(Duration::ZERO, bound, false), Decision::DroppedCapacity);
+        assert_eq!(
+            decide(Duration::ZERO, bound, false),
+            Decision::DroppedCapacity
+        );
         assert_eq!(decide(Duration::ZERO, bound, true), Decision::Send);
     }
 

@@ -40,9 +40,10 @@ pub(crate) fn connector(
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![alpn.as_bytes().to_vec()];
-    let name = ServerName::try_from(server_name.to_string()).map_err(|e| LoadError::ServerName {
-        name: server_name.to_string(),
-        why: e.to_string(),
-    })?;
+    let name =
+        ServerName::try_from(server_name.to_string()).map_err(|e| LoadError::ServerName {
+            name: server_name.to_string(),
+            why: e.to_string(),
+        })?;
     Ok((TlsConnector::from(Arc::new(config)), name))
 }

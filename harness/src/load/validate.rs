@@ -76,9 +76,18 @@ mod tests {
 
     #[test]
     fn media_type_alone_ignores_parameters() {
-        assert!(content_type_matches(b"text/plain", Some(b"Text/Plain; charset=utf-8")));
-        assert!(!content_type_matches(b"text/plain; charset=utf-8", Some(b"text/plain")));
-        assert!(content_type_matches(b"text/plain; charset=utf-8", Some(b" text/plain; charset=UTF-8")));
+        assert!(content_type_matches(
+            b"text/plain",
+            Some(b"Text/Plain; charset=utf-8")
+        ));
+        assert!(!content_type_matches(
+            b"text/plain; charset=utf-8",
+            Some(b"text/plain")
+        ));
+        assert!(content_type_matches(
+            b"text/plain; charset=utf-8",
+            Some(b" text/plain; charset=UTF-8")
+        ));
         assert!(!content_type_matches(b"text/plain", Some(b"text/plainx")));
     }
 
@@ -88,6 +97,9 @@ mod tests {
         let e = expect(None, ExpectBody::Sha256(h));
         assert_eq!(check(&e, 200, None, b"hello"), Ok(()));
         assert_eq!(check(&e, 200, None, b"hellO").unwrap_err(), "body mismatch");
-        assert_eq!(check(&expect(None, ExpectBody::Any), 200, None, b"x"), Ok(()));
+        assert_eq!(
+            check(&expect(None, ExpectBody::Any), 200, None, b"x"),
+            Ok(())
+        );
     }
 }

@@ -62,7 +62,9 @@ impl ThreadReport {
     pub fn into_report(self, mode: Mode, start: Instant) -> LoadReport {
         let r = self.run;
         let hists = r.hists.unwrap_or_else(Hists::new);
-        let elapsed = r.last.map_or(Duration::ZERO, |l| l.saturating_duration_since(start));
+        let elapsed = r
+            .last
+            .map_or(Duration::ZERO, |l| l.saturating_duration_since(start));
         let elapsed = match &mode {
             // A closed or open window lasts at least its duration.
             Mode::Closed { duration } | Mode::Open { duration, .. } => elapsed.max(*duration),
@@ -310,7 +312,9 @@ async fn connect_all(
         .collect();
     let mut slots = Vec::new();
     for t in tasks {
-        let (c, r) = t.await.map_err(|e| handshake_err(0, format!("task: {e}")))?;
+        let (c, r) = t
+            .await
+            .map_err(|e| handshake_err(0, format!("task: {e}")))?;
         slots.extend(r.map_err(|k| handshake_err(c, k))?);
     }
     Ok(slots)
@@ -442,8 +446,12 @@ async fn open_loop(
             continue;
         }
         in_flight.set(in_flight.get() + 1);
-        let (stats, idle, in_flight, all_back) =
-            (stats.clone(), idle.clone(), in_flight.clone(), all_back.clone());
+        let (stats, idle, in_flight, all_back) = (
+            stats.clone(),
+            idle.clone(),
+            in_flight.clone(),
+            all_back.clone(),
+        );
         tokio::task::spawn_local(async move {
             let sent_at = Instant::now();
             let r = slot.request(&stats).await;

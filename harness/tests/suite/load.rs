@@ -85,10 +85,7 @@ fn tls(alpn: &str) -> Tls {
         .unwrap()
         .signed_by(&key, &ca, &ca_key)
         .unwrap();
-    let dir = std::env::temp_dir().join(format!(
-        "rig-load-tls-{}-{n}",
-        std::process::id(),
-    ));
+    let dir = std::env::temp_dir().join(format!("rig-load-tls-{}-{n}", std::process::id(),));
     std::fs::create_dir_all(&dir).unwrap();
     let ca_path = dir.join("ca.pem");
     std::fs::write(&ca_path, ca.pem()).unwrap();
@@ -198,19 +195,30 @@ async fn h1_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, b: Behaviour) {
         if !b.delay.is_zero() {
             tokio::time::sleep(b.delay).await;
         }
-        let mut r = format!("HTTP/1.1 {} X\r\nContent-Type: {}\r\n", a.status, a.content_type);
+        let mut r = format!(
+            "HTTP/1.1 {} X\r\nContent-Type: {}\r\n",
+            a.status, a.content_type
+        );
         if a.chunked {
             let (x, y) = a.body.split_at(a.body.len() / 2);
             r.push_str("Transfer-Encoding: chunked\r\n");
             if close {
                 r.push_str("Connection: close\r\n");
             }
-            r.push_str(&format!("\r\n{:x}\r\n{x}\r\n{:x}\r\n{y}\r\n0\r\n\r\n", x.len(), y.len()));
+            r.push_str(&format!(
+                "\r\n{:x}\r\n{x}\r\n{:x}\r\n{y}\r\n0\r\n\r\n",
+                x.len(),
+                y.len()
+            ));
         } else {
             if close {
                 r.push_str("Connection: close\r\n");
             }
-            r.push_str(&format!("Content-Length: {}\r\n\r\n{}", a.body.len(), a.body));
+            r.push_str(&format!(
+                "Content-Length: {}\r\n\r\n{}",
+                a.body.len(),
+                a.body
+            ));
         }
         if s.write_all(r.as_bytes()).await.is_err() || s.flush().await.is_err() {
             return;
@@ -380,9 +388,12 @@ fn h2c_topology_makes_exactly_one_handshake_per_connection() {
     assert_eq!((h.tcp, h.tls, h.h2), (3, 0, 3));
     let r = run(&mut c, fixed(999));
     assert_eq!((r.sent, r.succeeded), (999, 999), "{:?}", r.errors);
-    let r = run(&mut c, Mode::Closed {
-        duration: Duration::from_millis(200),
-    });
+    let r = run(
+        &mut c,
+        Mode::Closed {
+            duration: Duration::from_millis(200),
+        },
+    );
     assert_eq!(r.errors_total(), 0, "{:?}", r.errors);
     assert_eq!(r.handshakes, Default::default());
     assert_eq!(s.accepted.load(Ordering::Relaxed), 3);
@@ -505,8 +516,8 @@ fn merged_histograms_hold_every_success_of_every_repeat() {
     let mut c = Client::connect(&spec(s.addr, Protocol::H1 { keepalive: true }, 2, 1)).unwrap();
     let a = run(&mut c, fixed(300));
     let b = run(&mut c, fixed(200));
-    let m = hist::merge_encoded([a.histogram.latency.as_str(), b.histogram.latency.as_str()])
-        .unwrap();
+    let m =
+        hist::merge_encoded([a.histogram.latency.as_str(), b.histogram.latency.as_str()]).unwrap();
     assert_eq!(m.len(), 500);
 }
 
