@@ -26,6 +26,10 @@ pub mod exit {
     pub const NO_PROCESS: i32 = 4;
     /// The window lost events (the report says which).
     pub const INCOMPLETE: i32 = 5;
+    /// `rig run`: at least one case failed (the report says why).
+    pub const CASE_FAILED: i32 = 6;
+    /// Interrupted by SIGINT/SIGTERM; partial results were written.
+    pub const INTERRUPTED: i32 = 130;
 }
 
 #[derive(Parser, Debug)]
@@ -47,6 +51,53 @@ pub enum Cmd {
     ProbeCost(ProbeCostArgs),
     /// Run an attribution session against the bundled calibration server.
     Demo(DemoArgs),
+    /// Run the scenario matrix against fresh servers: per-request counters next to rps, latency and memory.
+    Run(RunArgs),
+    /// Validate a target spec or a matrix file and explain each error with its line.
+    CheckConfig(CheckConfigArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Target spec (TOML); repeat for several implementations (order is reversed every round).
+    #[arg(long, required = true)]
+    pub target: Vec<PathBuf>,
+    /// Scenario matrix.
+    #[arg(long, default_value = "config/matrix.toml")]
+    pub matrix: PathBuf,
+    /// Only these suites (repeatable); default: all suites of the matrix.
+    #[arg(long)]
+    pub suite: Vec<String>,
+    /// Output directory; must not exist.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Probe families for the counted pass: all, or a list (syscalls,alloc,copy,locks,faults,sched).
+    #[arg(long, default_value = "syscalls,alloc,copy,faults,sched")]
+    pub probes: String,
+    /// Passes per case: clean (no uprobes: timing, memory) and/or counted (probes: per-request counters).
+    #[arg(long, default_value = "clean,counted")]
+    pub passes: String,
+    /// Rounds of the whole matrix (overrides the matrix default).
+    #[arg(long)]
+    pub repeats: Option<u32>,
+    /// Pin the server to these CPUs (e.g. 0 or 0-1).
+    #[arg(long)]
+    pub server_cpu: Option<String>,
+    /// Pin the load generator to these CPUs (disjoint from --server-cpu).
+    #[arg(long)]
+    pub client_cpus: Option<String>,
+    /// Memory limit of the server's cgroup, swap 0.
+    #[arg(long)]
+    pub memory_mib: Option<u64>,
+    /// CPU quota of the server's cgroup, in cores (e.g. 1 or 0.5).
+    #[arg(long)]
+    pub cpu_quota: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckConfigArgs {
+    /// A target spec or a matrix file.
+    pub file: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -170,6 +221,90 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
+fn cpu_list(flag: &str, v: &Option<String>) -> Result<Option<Vec<usize>>> {
+    v.as_ref()
+        .map(|s| {
+            crate::target::launch::parse_cpu_list(s)
+                .ok_or_else(|| anyhow::anyhow!("{flag} {s}: give CPUs as a list like 0 or 1,3 or 2-3"))
+        })
+        .transpose()
+}
+
+fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
+    use crate::target::spec::TargetSpec;
+    let server_cpus = cpu_list("--server-cpu", &a.server_cpu)?;
+    let client_cpus = cpu_list("--client-cpus", &a.client_cpus)?;
+    if let (Some(s), Some(c)) = (&server_cpus, &client_cpus) {
+        if let Some(x) = s.iter().find(|x| c.contains(x)) {
+            bail!(
+                "--client-cpus {} overlaps --server-cpu {} on CPU {x}; give disjoint CPU sets",
+                a.client_cpus.as_deref().unwrap_or_default(),
+                a.server_cpu.as_deref().unwrap_or_default()
+            );
+        }
+    }
+    if a.cpu_quota.is_some_and(|q| !(q > 0.0)) {
+        bail!("--cpu-quota must be a positive number of cores, e.g. 1 or 0.5");
+    }
+    let passes = crate::run::Passes::parse(&a.passes).map_err(anyhow::Error::msg)?;
+    let families = if a.probes == "none" { Vec::new() } else { Family::parse_list(&a.probes)? };
+    let mut targets = Vec::new();
+    for t in &a.target {
+        let spec = TargetSpec::load(t).with_context(|| format!("--target {}", t.display()))?;
+        let tls = match &spec.tls_variant {
+            Some(p) => Some(TargetSpec::load(p).with_context(|| format!("tls_variant of {}", t.display()))?),
+            None => None,
+        };
+        targets.push((spec, tls));
+    }
+    let matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    Ok(crate::run::RunSettings {
+        targets,
+        matrix_path: a.matrix.clone(),
+        matrix,
+        suites: a.suite.clone(),
+        out: a.out.clone(),
+        families,
+        passes,
+        repeats: a.repeats,
+        server_cpus,
+        client_cpus,
+        memory_mib: a.memory_mib,
+        cpu_quota: a.cpu_quota,
+        argv: std::env::args().collect(),
+    })
+}
+
+/// Validate one config file: a matrix (it has `[[suite]]`) or a target spec.
+fn check_config(path: &std::path::Path) -> Result<i32> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    if text.contains("[[suite]]") {
+        match crate::scenario::Matrix::load(path) {
+            Ok(m) => {
+                println!("{}: a valid matrix with {} suites", path.display(), m.suites.len());
+                Ok(exit::OK)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                Ok(exit::ERROR)
+            }
+        }
+    } else {
+        match crate::target::spec::check_config(path) {
+            Ok(summary) => {
+                println!("{summary}");
+                Ok(exit::OK)
+            }
+            Err(errors) => {
+                for e in &errors {
+                    eprintln!("{e}");
+                }
+                Ok(exit::ERROR)
+            }
+        }
+    }
+}
+
 /// Parse flags and run; returns the exit code.
 pub fn run() -> Result<i32> {
     let cli = Cli::parse();
@@ -190,6 +325,25 @@ pub fn run() -> Result<i32> {
             }
             Ok(exit::OK)
         }
+        Cmd::Run(a) => {
+            let s = run_settings(&a)?;
+            if !s.families.is_empty() && s.passes.counted {
+                crate::probe::require_root()?;
+            }
+            let stop = stop_flag()?;
+            let results = crate::run::run(&s, &stop)?;
+            println!("{}", crate::run::table::render(&results));
+            println!("results: {}", s.out.display());
+            let failed = results.iter().any(|r| r.status == crate::run::Status::Failed);
+            Ok(if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                exit::INTERRUPTED
+            } else if failed {
+                exit::CASE_FAILED
+            } else {
+                exit::OK
+            })
+        }
+        Cmd::CheckConfig(c) => check_config(&c.file),
         Cmd::Demo(d) => {
             let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
             cmd.args(["--port", "0", "--threads", "2", "--contend"]);

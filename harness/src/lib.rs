@@ -9,6 +9,7 @@ pub mod cli;
 pub mod load;
 pub mod probe;
 pub mod report;
+pub mod run;
 pub mod sample;
 pub mod scenario;
 pub mod session;

@@ -1,17 +1,53 @@
 //! Load generators.
 //!
-//! In: a loopback URL, a connection count and an exact request count. Out: a
-//! `LoadResult` (successes, errors by kind). This is the fixed-count HTTP/1.1
-//! keep-alive generator the attribution window uses: connections are opened
-//! (and warmed) before the window, so the window contains exactly the N
-//! requests and nothing of connection setup.
+//! In: a `LoadSpec` (loopback address, protocol, endpoint with the expected
+//! response, connections × streams, client CPUs) and a `Mode` (fixed count,
+//! closed loop for a duration, open loop at a rate). Out: a `LoadReport`:
+//! counts that always add up (`scheduled = sent + dropped_capacity +
+//! expired`, `sent = succeeded + errors`), errors by kind, HDR latency
+//! histograms (summaries plus the serialized histograms, so repeats can be
+//! merged), handshakes made and the generator's own CPU time.
+//!
+//! `Client` keeps its connections between runs: the runner connects once,
+//! warms up with `run(FixedCount)`, then measures. Every response is
+//! validated (status, content type, whole body) and a failed request is
+//! counted by kind, never an abort.
+//!
+//! `blocking` is the small thread-per-connection HTTP/1.1 client that
+//! `rig attach --drive` uses for its fixed-count attribution window.
+
+mod blocking;
+mod conn;
+mod h1;
+mod h2;
+pub mod hist;
+pub mod schedule;
+mod tls;
+mod validate;
+mod worker;
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+pub use blocking::{connect, fixed_count, Conn, H1Target, LoadResult};
+pub use hist::{EncodedHists, HistSummary};
+
+/// A request that has not completed after this long counts as `timeout`.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Open loop: a send slot whose dispatch lags its scheduled time by more
+/// than this is `expired` (not sent): the generator itself has fallen behind.
+pub const EXPIRE_AFTER: Duration = Duration::from_secs(1);
+/// A slot whose connection fails this many times in a row (breaks, or cannot
+/// be re-established) with no successful request in between is given up:
+/// its further requests count as `connection lost`.
+pub const MAX_CONSECUTIVE_CONN_FAILURES: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -25,273 +61,303 @@ pub enum LoadError {
         #[source]
         source: io::Error,
     },
+    #[error("load spec: {0}")]
+    Spec(String),
+    #[error("CA file {path}: {why}")]
+    Ca { path: PathBuf, why: String },
+    #[error("server name `{name}`: {why}")]
+    ServerName { name: String, why: String },
+    #[error("connection {index} to {addr}: {kind}")]
+    Handshake {
+        index: usize,
+        addr: SocketAddr,
+        kind: String,
+    },
+    #[error("load thread {index}: {why}")]
+    Thread { index: usize, why: String },
 }
 
-/// An HTTP/1.1 endpoint on loopback.
-#[derive(Clone, Debug, Serialize)]
-pub struct H1Target {
-    pub url: String,
-    pub addr: SocketAddr,
-    pub host: String,
+/// Wire protocol and connection policy.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1 over TCP; `keepalive: false` opens a new TCP connection for
+    /// every request.
+    H1 { keepalive: bool },
+    /// HTTP/2 with prior knowledge over TCP.
+    H2c,
+    /// HTTP/2 over TLS (ALPN `h2`), verifying the server against `ca_pem`.
+    H2Tls {
+        ca_pem: PathBuf,
+        server_name: String,
+    },
+    /// HTTP/1.1 keep-alive over TLS (ALPN `http/1.1`).
+    H1Tls {
+        ca_pem: PathBuf,
+        server_name: String,
+    },
+}
+
+/// Expected body of every response.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ExpectBody {
+    Exact(Bytes),
+    Sha256([u8; 32]),
+    Any,
+}
+
+/// What every response must be. `content_type` without `;` matches the
+/// media type only (`text/plain` matches `text/plain; charset=utf-8`); with
+/// `;` it must match the whole value. Both compare case-insensitively.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Expect {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: ExpectBody,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Path and query, e.g. `/plain`.
     pub path: String,
+    pub expect: Expect,
 }
 
-impl H1Target {
-    /// Parse `http://HOST:PORT/PATH`; only loopback addresses are accepted.
-    pub fn parse(url: &str) -> Result<H1Target, LoadError> {
-        let bad = |why: &str| LoadError::BadUrl {
-            url: url.to_string(),
-            why: why.to_string(),
-        };
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("only http:// URLs are supported here"))?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        if !authority.contains(':') {
-            return Err(bad("give the port explicitly, e.g. http://127.0.0.1:8080/"));
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Mode {
+    /// Exactly `requests` requests, spread evenly over every stream.
+    FixedCount { requests: u64 },
+    /// Every stream sends its next request as soon as the last one
+    /// completed, until `duration` has passed.
+    Closed { duration: Duration },
+    /// `rate` requests per second in total on a fixed schedule, for
+    /// `duration` (see `schedule` for the exact policy).
+    Open { rate: f64, duration: Duration },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LoadSpec {
+    /// Loopback only.
+    pub addr: SocketAddr,
+    pub protocol: Protocol,
+    pub endpoint: Endpoint,
+    pub connections: usize,
+    /// HTTP/2: concurrent streams per connection. HTTP/1.1: must be 1.
+    pub streams: usize,
+    /// Pin the generator's threads to these CPUs (thread i → CPU i mod n).
+    pub client_cpus: Option<Vec<usize>>,
+    /// Generator threads; default: one per client CPU, else
+    /// min(connections, available CPUs).
+    pub threads: Option<usize>,
+}
+
+/// Successful handshakes, counted per layer.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Handshakes {
+    pub tcp: u64,
+    pub tls: u64,
+    pub h2: u64,
+}
+
+impl Handshakes {
+    fn add(&mut self, o: Handshakes) {
+        self.tcp += o.tcp;
+        self.tls += o.tls;
+        self.h2 += o.h2;
+    }
+    fn minus(self, o: Handshakes) -> Handshakes {
+        Handshakes {
+            tcp: self.tcp - o.tcp,
+            tls: self.tls - o.tls,
+            h2: self.h2 - o.h2,
         }
-        let addr = authority
-            .to_socket_addrs()
-            .map_err(|e| bad(&format!("cannot resolve {authority}: {e}")))?
-            .next()
-            .ok_or_else(|| bad("resolves to no address"))?;
-        if !addr.ip().is_loopback() {
-            return Err(LoadError::NotLoopback {
-                url: url.to_string(),
-                addr,
-            });
-        }
-        Ok(H1Target {
-            url: url.to_string(),
-            addr,
-            host: authority.to_string(),
-            path: path.to_string(),
-        })
     }
 }
 
-/// Outcome of a batch of requests.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct LoadResult {
+/// What one `Client::run` did.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LoadReport {
+    pub mode: Mode,
+    /// From the common start to the last completed request.
+    pub elapsed_ns: u64,
+    /// Open loop: send slots on the schedule. Otherwise equal to `sent`.
+    pub scheduled: u64,
     pub sent: u64,
     pub succeeded: u64,
-    /// Failed requests by kind (`status 500`, `io: connection reset`, ...).
+    /// Failed requests by kind: `status 500`, `content-type`, `body
+    /// mismatch`, `io: ConnectionReset`, `timeout`, `tls: ...`, ...
     pub errors: BTreeMap<String, u64>,
+    /// Open loop: a send slot came and every stream of its thread was busy.
+    pub dropped_capacity: u64,
+    /// Open loop: the slot was dispatched more than `EXPIRE_AFTER` late.
+    pub expired: u64,
+    /// Successful requests. Open loop: from the scheduled send time
+    /// (coordinated omission corrected); otherwise from the actual send.
+    pub latency: HistSummary,
+    /// Successful requests, from the actual send.
+    pub request_latency: HistSummary,
+    /// Open loop: actual send − scheduled send, every sent request.
+    pub dispatch_lag: HistSummary,
+    /// The three histograms, serialized: merge these across repeats.
+    pub histogram: EncodedHists,
+    /// Handshakes made during this run (re-established connections, or one
+    /// per request without keep-alive).
+    pub handshakes: Handshakes,
+    /// CPU time of the generator's threads over the run.
+    pub client_cpu_ns: u64,
+    /// `succeeded` per second of `elapsed_ns`.
+    pub rps: f64,
 }
 
-impl LoadResult {
-    fn merge(&mut self, o: LoadResult) {
-        self.sent += o.sent;
-        self.succeeded += o.succeeded;
-        for (k, v) in o.errors {
-            *self.errors.entry(k).or_default() += v;
-        }
-    }
-    pub fn failed(&self) -> u64 {
+impl LoadReport {
+    pub fn errors_total(&self) -> u64 {
         self.errors.values().sum()
     }
-}
 
-/// One keep-alive connection.
-pub struct Conn {
-    stream: TcpStream,
-    request: Vec<u8>,
-    buf: Vec<u8>,
-    broken: bool,
-}
-
-impl Conn {
-    pub fn open(target: &H1Target) -> Result<Conn, LoadError> {
-        let stream =
-            TcpStream::connect_timeout(&target.addr, Duration::from_secs(5)).map_err(|source| {
-                LoadError::Connect {
-                    addr: target.addr,
-                    source,
-                }
-            })?;
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rig\r\n\r\n",
-            target.path, target.host
-        )
-        .into_bytes();
-        Ok(Conn {
-            stream,
-            request,
-            buf: Vec::with_capacity(4096),
-            broken: false,
-        })
-    }
-
-    /// Send one request in one write and read its whole response.
-    fn request(&mut self) -> Result<(), String> {
-        if self.broken {
-            return Err("connection closed earlier".into());
+    /// The invariants every report must satisfy; `Err` names the one that
+    /// does not hold.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.scheduled != self.sent + self.dropped_capacity + self.expired {
+            return Err(format!(
+                "scheduled {} != sent {} + dropped_capacity {} + expired {}",
+                self.scheduled, self.sent, self.dropped_capacity, self.expired
+            ));
         }
-        // A transport or framing error leaves the stream unusable; a
-        // complete response with a bad status does not.
-        let status = self.exchange().inspect_err(|_| self.broken = true)?;
-        if status != 200 {
-            return Err(format!("status {status}"));
+        if self.sent != self.succeeded + self.errors_total() {
+            return Err(format!(
+                "sent {} != succeeded {} + errors {}",
+                self.sent,
+                self.succeeded,
+                self.errors_total()
+            ));
+        }
+        if let Mode::FixedCount { requests } = self.mode {
+            if self.sent != requests {
+                return Err(format!("sent {} != requests {requests}", self.sent));
+            }
         }
         Ok(())
     }
 
-    /// One request/response; returns the status.
-    fn exchange(&mut self) -> Result<u16, String> {
-        self.stream
-            .write_all(&self.request)
-            .map_err(|e| format!("io: {}", e.kind()))?;
-        self.buf.clear();
-        let mut chunk = [0u8; 8192];
-        let head_end = loop {
-            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
-                break i + 4;
-            }
-            let n = self
-                .stream
-                .read(&mut chunk)
-                .map_err(|e| format!("io: {}", e.kind()))?;
-            if n == 0 {
-                return Err("io: connection closed mid-response".into());
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        };
-        let head = std::str::from_utf8(&self.buf[..head_end]).map_err(|_| "bad header bytes")?;
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse::<u16>().ok())
-            .ok_or("no status line")?;
-        let len = head
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse::<usize>().ok())
-                    .flatten()
-            })
-            .ok_or("no content-length")?;
-        while self.buf.len() < head_end + len {
-            let n = self
-                .stream
-                .read(&mut chunk)
-                .map_err(|e| format!("io: {}", e.kind()))?;
-            if n == 0 {
-                return Err("io: connection closed mid-body".into());
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
+    /// Client CPU per successful request, in µs.
+    pub fn client_us_per_request(&self) -> f64 {
+        if self.succeeded == 0 {
+            return f64::NAN;
         }
-        if self.buf.len() > head_end + len {
-            return Err("more bytes than content-length".into());
-        }
-        Ok(status)
+        self.client_cpu_ns as f64 / 1e3 / self.succeeded as f64
     }
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+/// Established connections, ready to run load again and again.
+pub struct Client {
+    workers: Vec<worker::Worker>,
+    /// Slots (connection × stream) per worker, in global slot order.
+    slots_per_worker: Vec<usize>,
+    handshakes: Handshakes,
 }
 
-/// Open `n` connections.
-pub fn connect(target: &H1Target, n: usize) -> Result<Vec<Conn>, LoadError> {
-    (0..n).map(|_| Conn::open(target)).collect()
-}
-
-/// Send exactly `total` requests spread over `conns` (one thread each, closed
-/// loop, one request in flight per connection).
-pub fn fixed_count(conns: &mut [Conn], total: u64) -> LoadResult {
-    let n = conns.len() as u64;
-    let mut result = LoadResult::default();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = conns
-            .iter_mut()
+impl Client {
+    /// Validate `spec`, start the generator threads and make every
+    /// connection (TCP, TLS, h2 handshakes). Keep-alive connections that
+    /// cannot be made are an error here; without keep-alive nothing is
+    /// connected until `run`.
+    pub fn connect(spec: &LoadSpec) -> Result<Client, LoadError> {
+        let setup = Arc::new(conn::Setup::new(spec)?);
+        let threads = thread_count(spec)?;
+        let mut per_thread: Vec<Vec<usize>> = vec![Vec::new(); threads];
+        for c in 0..spec.connections {
+            per_thread[c % threads].push(c);
+        }
+        let mut workers = Vec::with_capacity(threads);
+        let mut slots_per_worker = Vec::with_capacity(threads);
+        let mut handshakes = Handshakes::default();
+        let starting: Vec<_> = per_thread
+            .into_iter()
             .enumerate()
-            .map(|(i, c)| {
-                let share = total / n + u64::from((i as u64) < total % n);
-                s.spawn(move || {
-                    let mut r = LoadResult::default();
-                    for _ in 0..share {
-                        r.sent += 1;
-                        match c.request() {
-                            Ok(()) => r.succeeded += 1,
-                            Err(kind) => *r.errors.entry(kind).or_default() += 1,
-                        }
-                    }
-                    r
-                })
+            .map(|(i, conns)| {
+                let cpu = spec.client_cpus.as_ref().map(|c| c[i % c.len()]);
+                slots_per_worker.push(conns.len() * setup.streams);
+                worker::Worker::start(i, cpu, setup.clone(), conns)
             })
-            .collect();
-        for h in handles {
-            result.merge(h.join().expect("load thread panicked"));
+            .collect::<Result<_, _>>()?;
+        // Each thread connects its own connections, concurrently.
+        for w in starting {
+            let (w, hs) = w.ready()?;
+            handshakes.add(hs);
+            workers.push(w);
         }
-    });
-    result
+        Ok(Client {
+            workers,
+            slots_per_worker,
+            handshakes,
+        })
+    }
+
+    /// Handshakes made so far (connect plus every run).
+    pub fn handshakes(&self) -> Handshakes {
+        self.handshakes
+    }
+
+    /// Run `mode` on the established connections and report.
+    pub fn run(&mut self, mode: &Mode) -> LoadReport {
+        let total_slots: usize = self.slots_per_worker.iter().sum();
+        // Threads start together, a little in the future so that every
+        // thread is waiting when the moment comes.
+        let start = Instant::now() + Duration::from_millis(2);
+        let mut first_slot = 0;
+        for (i, w) in self.workers.iter().enumerate() {
+            let n = self.slots_per_worker[i];
+            let plan = match mode {
+                Mode::FixedCount { requests } => worker::Plan::Fixed(
+                    (first_slot..first_slot + n)
+                        .map(|g| schedule::share(*requests, total_slots as u64, g as u64))
+                        .collect(),
+                ),
+                Mode::Closed { duration } => worker::Plan::Closed(start + *duration),
+                Mode::Open { rate, duration } => worker::Plan::Open(
+                    schedule::Schedule::for_thread(start, *duration, *rate, n, total_slots, i),
+                ),
+            };
+            first_slot += n;
+            w.send(worker::Job { start, plan });
+        }
+        let mut total = worker::ThreadReport::default();
+        for w in &self.workers {
+            total.merge(w.wait());
+        }
+        self.handshakes.add(total.handshakes);
+        total.into_report(mode.clone(), start)
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::TcpListener;
-
-    #[test]
-    fn refuses_non_loopback_targets() {
-        let e = H1Target::parse("http://10.1.2.3:80/").unwrap_err();
-        assert!(matches!(e, LoadError::NotLoopback { .. }), "{e}");
-        assert!(H1Target::parse("https://127.0.0.1:1/").is_err());
-        assert!(H1Target::parse("http://127.0.0.1/").is_err());
-        let t = H1Target::parse("http://127.0.0.1:8080/calib").unwrap();
-        assert_eq!(t.path, "/calib");
-        assert_eq!(t.addr.port(), 8080);
+fn thread_count(spec: &LoadSpec) -> Result<usize, LoadError> {
+    if spec.connections == 0 {
+        return Err(LoadError::Spec("connections must be at least 1".into()));
     }
-
-    /// A tiny in-process server: answers every request on each connection
-    /// with `responses` in turn.
-    fn serve(responses: Vec<&'static str>) -> H1Target {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let mut s = s.unwrap();
-                let responses = responses.clone();
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 4096];
-                    for r in responses.iter().cycle() {
-                        match s.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) => s.write_all(r.as_bytes()).unwrap(),
-                        }
-                    }
-                });
-            }
-        });
-        H1Target::parse(&format!("http://127.0.0.1:{port}/x")).unwrap()
+    if let Some(c) = &spec.client_cpus {
+        if c.is_empty() {
+            return Err(LoadError::Spec(
+                "client_cpus is empty; give at least one CPU or None".into(),
+            ));
+        }
     }
-
-    #[test]
-    fn counts_exact_successes_over_connections() {
-        let t = serve(vec!["HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"]);
-        let mut conns = connect(&t, 3).unwrap();
-        let r = fixed_count(&mut conns, 100);
-        assert_eq!(r.sent, 100);
-        assert_eq!(r.succeeded, 100);
-        assert!(r.errors.is_empty());
+    let default = match &spec.client_cpus {
+        Some(c) => c.len(),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let t = spec.threads.unwrap_or(default).min(spec.connections);
+    if t == 0 {
+        return Err(LoadError::Spec("threads must be at least 1".into()));
     }
+    Ok(t)
+}
 
-    #[test]
-    fn counts_failures_by_kind() {
-        let t = serve(vec![
-            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-            "HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n",
-        ]);
-        let mut conns = connect(&t, 1).unwrap();
-        let r = fixed_count(&mut conns, 10);
-        assert_eq!(r.succeeded, 5);
-        assert_eq!(r.errors.get("status 503"), Some(&5));
-        assert_eq!(r.sent, r.succeeded + r.failed());
+/// Endpoint helper: expect `200`, optionally a content type, exactly `body`.
+impl Expect {
+    pub fn ok_exact(content_type: Option<&str>, body: impl Into<Bytes>) -> Expect {
+        Expect {
+            status: 200,
+            content_type: content_type.map(str::to_string),
+            body: ExpectBody::Exact(body.into()),
+        }
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod attach;
 pub mod cost;
+pub mod placement;
 mod read;
 pub mod window;
 

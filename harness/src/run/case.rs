@@ -461,8 +461,8 @@ fn saturation(r: &LoadReport, threads: usize) -> Option<String> {
     if busy > 0.9 {
         why.push(format!("generator threads {:.0}% busy", busy * 100.0));
     }
-    if matches!(r.mode, Mode::Open { .. }) && r.dispatch_lag.p99_us > 1000.0 {
-        why.push(format!("dispatch lag p99 {:.0} µs", r.dispatch_lag.p99_us));
+    if matches!(r.mode, Mode::Open { .. }) && r.dispatch_lag.p99_ns > 1_000_000 {
+        why.push(format!("dispatch lag p99 {:.0} µs", r.dispatch_lag.p99_ns as f64 / 1e3));
     }
     (!why.is_empty()).then(|| why.join("; "))
 }

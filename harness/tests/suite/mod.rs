@@ -9,6 +9,7 @@ mod cost;
 mod cxx;
 mod errors;
 mod launch;
+mod load;
 mod symbols;
 
 use std::process::Command;

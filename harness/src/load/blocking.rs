@@ -1,0 +1,287 @@
+//! The small blocking fixed-count HTTP/1.1 client behind `rig attach
+//! --drive`.
+//!
+//! In: a loopback URL, a connection count and an exact request count. Out: a
+//! `LoadResult` (successes, errors by kind). One OS thread per connection and
+//! no runtime: between requests nothing of rig's runs, which keeps the
+//! attribution window's quiesce simple. Connections are opened (and warmed)
+//! before the window, so the window contains exactly the N requests and
+//! nothing of connection setup. Throughput work uses `Client` instead.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::LoadError;
+
+/// An HTTP/1.1 endpoint on loopback.
+#[derive(Clone, Debug, Serialize)]
+pub struct H1Target {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub host: String,
+    pub path: String,
+}
+
+impl H1Target {
+    /// Parse `http://HOST:PORT/PATH`; only loopback addresses are accepted.
+    pub fn parse(url: &str) -> Result<H1Target, LoadError> {
+        let bad = |why: &str| LoadError::BadUrl {
+            url: url.to_string(),
+            why: why.to_string(),
+        };
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| bad("only http:// URLs are supported here"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if !authority.contains(':') {
+            return Err(bad("give the port explicitly, e.g. http://127.0.0.1:8080/"));
+        }
+        let addr = authority
+            .to_socket_addrs()
+            .map_err(|e| bad(&format!("cannot resolve {authority}: {e}")))?
+            .next()
+            .ok_or_else(|| bad("resolves to no address"))?;
+        if !addr.ip().is_loopback() {
+            return Err(LoadError::NotLoopback {
+                url: url.to_string(),
+                addr,
+            });
+        }
+        Ok(H1Target {
+            url: url.to_string(),
+            addr,
+            host: authority.to_string(),
+            path: path.to_string(),
+        })
+    }
+}
+
+/// Outcome of a batch of requests.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct LoadResult {
+    pub sent: u64,
+    pub succeeded: u64,
+    /// Failed requests by kind (`status 500`, `io: connection reset`, ...).
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl LoadResult {
+    fn merge(&mut self, o: LoadResult) {
+        self.sent += o.sent;
+        self.succeeded += o.succeeded;
+        for (k, v) in o.errors {
+            *self.errors.entry(k).or_default() += v;
+        }
+    }
+    pub fn failed(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// One keep-alive connection.
+pub struct Conn {
+    stream: TcpStream,
+    request: Vec<u8>,
+    buf: Vec<u8>,
+    broken: bool,
+}
+
+impl Conn {
+    pub fn open(target: &H1Target) -> Result<Conn, LoadError> {
+        let stream =
+            TcpStream::connect_timeout(&target.addr, Duration::from_secs(5)).map_err(|source| {
+                LoadError::Connect {
+                    addr: target.addr,
+                    source,
+                }
+            })?;
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let request = format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rig\r\n\r\n",
+            target.path, target.host
+        )
+        .into_bytes();
+        Ok(Conn {
+            stream,
+            request,
+            buf: Vec::with_capacity(4096),
+            broken: false,
+        })
+    }
+
+    /// Send one request in one write and read its whole response.
+    fn request(&mut self) -> Result<(), String> {
+        if self.broken {
+            return Err("connection closed earlier".into());
+        }
+        // A transport or framing error leaves the stream unusable; a
+        // complete response with a bad status does not.
+        let status = self.exchange().inspect_err(|_| self.broken = true)?;
+        if status != 200 {
+            return Err(format!("status {status}"));
+        }
+        Ok(())
+    }
+
+    /// One request/response; returns the status.
+    fn exchange(&mut self) -> Result<u16, String> {
+        self.stream
+            .write_all(&self.request)
+            .map_err(|e| format!("io: {}", e.kind()))?;
+        self.buf.clear();
+        let mut chunk = [0u8; 8192];
+        let head_end = loop {
+            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = self
+                .stream
+                .read(&mut chunk)
+                .map_err(|e| format!("io: {}", e.kind()))?;
+            if n == 0 {
+                return Err("io: connection closed mid-response".into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        };
+        let head = std::str::from_utf8(&self.buf[..head_end]).map_err(|_| "bad header bytes")?;
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or("no status line")?;
+        let len = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())
+                    .flatten()
+            })
+            .ok_or("no content-length")?;
+        while self.buf.len() < head_end + len {
+            let n = self
+                .stream
+                .read(&mut chunk)
+                .map_err(|e| format!("io: {}", e.kind()))?;
+            if n == 0 {
+                return Err("io: connection closed mid-body".into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+        if self.buf.len() > head_end + len {
+            return Err("more bytes than content-length".into());
+        }
+        Ok(status)
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Open `n` connections.
+pub fn connect(target: &H1Target, n: usize) -> Result<Vec<Conn>, LoadError> {
+    (0..n).map(|_| Conn::open(target)).collect()
+}
+
+/// Send exactly `total` requests spread over `conns` (one thread each, closed
+/// loop, one request in flight per connection).
+pub fn fixed_count(conns: &mut [Conn], total: u64) -> LoadResult {
+    let n = conns.len() as u64;
+    let mut result = LoadResult::default();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = conns
+            .iter_mut()
+            .enumerate()
+            .map(|(i, c)| {
+                let share = total / n + u64::from((i as u64) < total % n);
+                s.spawn(move || {
+                    let mut r = LoadResult::default();
+                    for _ in 0..share {
+                        r.sent += 1;
+                        match c.request() {
+                            Ok(()) => r.succeeded += 1,
+                            Err(kind) => *r.errors.entry(kind).or_default() += 1,
+                        }
+                    }
+                    r
+                })
+            })
+            .collect();
+        for h in handles {
+            result.merge(h.join().expect("load thread panicked"));
+        }
+    });
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn refuses_non_loopback_targets() {
+        let e = H1Target::parse("http://10.1.2.3:80/").unwrap_err();
+        assert!(matches!(e, LoadError::NotLoopback { .. }), "{e}");
+        assert!(H1Target::parse("https://127.0.0.1:1/").is_err());
+        assert!(H1Target::parse("http://127.0.0.1/").is_err());
+        let t = H1Target::parse("http://127.0.0.1:8080/calib").unwrap();
+        assert_eq!(t.path, "/calib");
+        assert_eq!(t.addr.port(), 8080);
+    }
+
+    /// A tiny in-process server: answers every request on each connection
+    /// with `responses` in turn.
+    fn serve(responses: Vec<&'static str>) -> H1Target {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let mut s = s.unwrap();
+                let responses = responses.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    for r in responses.iter().cycle() {
+                        match s.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => s.write_all(r.as_bytes()).unwrap(),
+                        }
+                    }
+                });
+            }
+        });
+        H1Target::parse(&format!("http://127.0.0.1:{port}/x")).unwrap()
+    }
+
+    #[test]
+    fn counts_exact_successes_over_connections() {
+        let t = serve(vec!["HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"]);
+        let mut conns = connect(&t, 3).unwrap();
+        let r = fixed_count(&mut conns, 100);
+        assert_eq!(r.sent, 100);
+        assert_eq!(r.succeeded, 100);
+        assert!(r.errors.is_empty());
+    }
+
+    #[test]
+    fn counts_failures_by_kind() {
+        let t = serve(vec![
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            "HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n",
+        ]);
+        let mut conns = connect(&t, 1).unwrap();
+        let r = fixed_count(&mut conns, 10);
+        assert_eq!(r.succeeded, 5);
+        assert_eq!(r.errors.get("status 503"), Some(&5));
+        assert_eq!(r.sent, r.succeeded + r.failed());
+    }
+}

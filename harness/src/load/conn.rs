@@ -1,0 +1,270 @@
+//! What every connection of a client shares (`Setup`), the byte stream under
+//! HTTP (`Io`: TCP or TLS over TCP), opening one, and the per-thread
+//! counters the requests record into.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+use super::{hist, Expect, Handshakes, LoadError, LoadSpec, Protocol};
+
+/// Immutable facts every connection of one client uses.
+pub(crate) struct Setup {
+    pub addr: SocketAddr,
+    pub tls: Option<(TlsConnector, ServerName<'static>)>,
+    pub h2: bool,
+    pub keepalive: bool,
+    pub streams: usize,
+    /// HTTP/1.1: the whole request, serialized once.
+    pub h1_request: Vec<u8>,
+    /// HTTP/2: `scheme://authority/path`.
+    pub uri: http::Uri,
+    pub expect: Expect,
+}
+
+impl Setup {
+    pub fn new(spec: &LoadSpec) -> Result<Setup, LoadError> {
+        if !spec.addr.ip().is_loopback() {
+            return Err(LoadError::NotLoopback {
+                url: spec.addr.to_string(),
+                addr: spec.addr,
+            });
+        }
+        let path = &spec.endpoint.path;
+        if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(LoadError::Spec(format!(
+                "endpoint path `{path}` must start with `/` and contain no spaces or control bytes"
+            )));
+        }
+        let (h2, keepalive, tls) = match &spec.protocol {
+            Protocol::H1 { keepalive } => (false, *keepalive, None),
+            Protocol::H2c => (true, true, None),
+            Protocol::H2Tls {
+                ca_pem,
+                server_name,
+            } => (true, true, Some((ca_pem, server_name, "h2"))),
+            Protocol::H1Tls {
+                ca_pem,
+                server_name,
+            } => (false, true, Some((ca_pem, server_name, "http/1.1"))),
+        };
+        if !h2 && spec.streams != 1 {
+            return Err(LoadError::Spec(format!(
+                "streams is {}; HTTP/1.1 has one request in flight per connection, give 1",
+                spec.streams
+            )));
+        }
+        if spec.streams == 0 {
+            return Err(LoadError::Spec("streams must be at least 1".into()));
+        }
+        let tls = match tls {
+            Some((ca, name, alpn)) => Some(super::tls::connector(ca, name, alpn)?),
+            None => None,
+        };
+        let authority = match &tls {
+            Some((_, ServerName::DnsName(n))) => format!("{}:{}", n.as_ref(), spec.addr.port()),
+            _ => spec.addr.to_string(),
+        };
+        let mut h1_request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\n");
+        if !keepalive {
+            h1_request.push_str("Connection: close\r\n");
+        }
+        h1_request.push_str("\r\n");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let uri: http::Uri = format!("{scheme}://{authority}{path}")
+            .parse()
+            .map_err(|e| LoadError::Spec(format!("endpoint path `{path}`: {e}")))?;
+        Ok(Setup {
+            addr: spec.addr,
+            tls,
+            h2,
+            keepalive,
+            streams: spec.streams,
+            h1_request: h1_request.into_bytes(),
+            uri,
+            expect: spec.endpoint.expect.clone(),
+        })
+    }
+}
+
+/// TCP, or TLS over TCP.
+pub(crate) enum Io {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// Open one connection: TCP, then TLS when configured. Errors are kinds
+/// (`connect: ConnectionRefused`, `tls: invalid peer certificate: ...`).
+pub(crate) async fn open(setup: &Setup, stats: &Stats) -> Result<Io, String> {
+    let tcp = TcpStream::connect(setup.addr)
+        .await
+        .map_err(|e| format!("connect: {:?}", e.kind()))?;
+    let _ = tcp.set_nodelay(true);
+    stats.handshakes.borrow_mut().tcp += 1;
+    let Some((connector, name)) = &setup.tls else {
+        return Ok(Io::Plain(tcp));
+    };
+    let tls = connector
+        .connect(name.clone(), tcp)
+        .await
+        .map_err(|e| match e.get_ref() {
+            Some(inner) => format!("tls: {inner}"),
+            None => format!("tls: {:?}", e.kind()),
+        })?;
+    let alpn = tls.get_ref().1.alpn_protocol();
+    let want: &[u8] = if setup.h2 { b"h2" } else { b"http/1.1" };
+    // A server without ALPN speaks HTTP/1.1; h2 must be negotiated.
+    if alpn != Some(want) && (setup.h2 || alpn.is_some()) {
+        return Err(format!(
+            "tls: server negotiated ALPN {:?}, not {}",
+            alpn.map(String::from_utf8_lossy),
+            String::from_utf8_lossy(want)
+        ));
+    }
+    stats.handshakes.borrow_mut().tls += 1;
+    Ok(Io::Tls(Box::new(tls)))
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+/// Counters of one generator thread (single-threaded: `RefCell`s).
+pub(crate) struct Stats {
+    pub handshakes: RefCell<Handshakes>,
+    pub run: RefCell<RunStats>,
+}
+
+#[derive(Default)]
+pub(crate) struct RunStats {
+    pub scheduled: u64,
+    pub sent: u64,
+    pub succeeded: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub dropped_capacity: u64,
+    pub expired: u64,
+    pub hists: Option<hist::Hists>,
+    /// Completion time of the last request.
+    pub last: Option<Instant>,
+}
+
+impl Stats {
+    pub fn new() -> Stats {
+        Stats {
+            handshakes: RefCell::new(Handshakes::default()),
+            run: RefCell::new(RunStats {
+                hists: Some(hist::Hists::new()),
+                ..RunStats::default()
+            }),
+        }
+    }
+
+    /// One request finished. `scheduled` is its open-loop send time.
+    pub fn done(&self, scheduled: Option<Instant>, sent_at: Instant, r: Result<(), String>) {
+        let now = Instant::now();
+        let mut s = self.run.borrow_mut();
+        s.sent += 1;
+        s.last = Some(now);
+        let h = s.hists.as_mut().expect("histograms present during a run");
+        if let Some(t) = scheduled {
+            h.dispatch_lag.saturating_record(nanos(sent_at - t));
+        }
+        match r {
+            Ok(()) => {
+                let rl = nanos(now - sent_at);
+                h.request_latency.saturating_record(rl);
+                let l = scheduled.map_or(rl, |t| nanos(now - t));
+                h.latency.saturating_record(l);
+                s.succeeded += 1;
+            }
+            Err(kind) => *s.errors.entry(kind).or_default() += 1,
+        }
+    }
+
+    /// `n` requests that were attempted on a slot already given up.
+    pub fn lost(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut s = self.run.borrow_mut();
+        s.sent += n;
+        *s.errors.entry(LOST.to_string()).or_default() += n;
+    }
+
+    pub fn take_run(&self) -> RunStats {
+        std::mem::replace(
+            &mut *self.run.borrow_mut(),
+            RunStats {
+                hists: Some(hist::Hists::new()),
+                ..RunStats::default()
+            },
+        )
+    }
+}
+
+/// Error kind of a request on a slot whose connection was given up.
+pub(crate) const LOST: &str = "connection lost";
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
