@@ -11,6 +11,7 @@ use aya::{Ebpf, EbpfLoader};
 use rig_ebpf::abi::alloc_kind;
 use serde::Serialize;
 
+use super::placement::{safe_probe_offset, Placement};
 use super::read;
 use super::{Family, ProbeError, Snapshot};
 use crate::symbolize::elf;
@@ -327,7 +328,7 @@ impl ProbeSet {
             } else {
                 program
             };
-            uprobe(
+            let at = uprobe(
                 ebpf,
                 family,
                 program,
@@ -345,9 +346,10 @@ impl ProbeSet {
                 family,
                 symbol,
                 format!(
-                    "uprobe at {}+{:#x}{how}",
+                    "uprobe at {}+{:#x}{how}{}",
                     basename(&lib_name),
-                    info.file_offset
+                    info.file_offset,
+                    moved(&at, info.file_offset)
                 ),
             );
         }
@@ -389,7 +391,7 @@ impl ProbeSet {
             });
         }
         for (i, c) in self.copy_impls.clone().iter().enumerate() {
-            uprobe(
+            let at = uprobe(
                 ebpf,
                 family,
                 "rig_copy",
@@ -402,13 +404,14 @@ impl ProbeSet {
                 family,
                 c.apis.join("/"),
                 format!(
-                    "uprobe at {} ({}+{:#x}), found by {}",
+                    "uprobe at {} ({}+{:#x}), found by {}{}",
                     c.impl_name
                         .as_deref()
                         .unwrap_or("an unnamed implementation"),
                     basename(&c.lib),
                     c.file_offset,
-                    c.method
+                    c.method,
+                    moved(&at, c.file_offset)
                 ),
             );
         }
@@ -438,19 +441,18 @@ impl ProbeSet {
         let trylock = find("pthread_mutex_trylock")?;
         let unlock = find("pthread_mutex_unlock")?;
         let pid = self.pid;
-        uprobe(ebpf, family, "rig_mutex_lock", &libc, lock, None, pid)?;
-        uprobe(ebpf, family, "rig_mutex_lock_ret", &libc, lock, None, pid)?;
-        uprobe(ebpf, family, "rig_mutex_trylock", &libc, trylock, None, pid)?;
-        uprobe(
-            ebpf,
-            family,
-            "rig_mutex_lock_ret",
-            &libc,
-            trylock,
-            None,
-            pid,
-        )?;
-        uprobe(ebpf, family, "rig_mutex_unlock", &libc, unlock, None, pid)?;
+        for (program, entry, what) in [
+            ("rig_mutex_lock", lock, "pthread_mutex_lock"),
+            ("rig_mutex_lock_ret", lock, "pthread_mutex_lock return"),
+            ("rig_mutex_trylock", trylock, "pthread_mutex_trylock"),
+            ("rig_mutex_lock_ret", trylock, "pthread_mutex_trylock return"),
+            ("rig_mutex_unlock", unlock, "pthread_mutex_unlock"),
+        ] {
+            let at = uprobe(ebpf, family, program, &libc, entry, None, pid)?;
+            if !at.skipped.is_empty() {
+                self.note(family, what, moved(&at, entry));
+            }
+        }
         raw_tp(ebpf, family, "rig_lock_sys_enter", "sys_enter")?;
         raw_tp(ebpf, family, "rig_lock_sys_exit", "sys_exit")?;
         self.note(
@@ -534,8 +536,9 @@ fn raw_tp(ebpf: &mut Ebpf, family: Family, program: &str, tp: &str) -> Result<()
     Ok(())
 }
 
-/// Attach a uprobe (or uretprobe: the program's section decides) at a file
-/// offset, scoped to the target process.
+/// Attach a uprobe (or uretprobe: the program's section decides) at a
+/// function entry, scoped to the target process. The probe goes on the first
+/// instruction that is safe to single-step (`placement`); returns where.
 fn uprobe(
     ebpf: &mut Ebpf,
     family: Family,
@@ -544,7 +547,12 @@ fn uprobe(
     file_offset: u64,
     cookie: Option<u64>,
     pid: u32,
-) -> Result<(), ProbeError> {
+) -> Result<Placement, ProbeError> {
+    let placement = safe_probe_offset(lib, file_offset).map_err(|why| ProbeError::Unsafe {
+        family,
+        what: format!("{program} at {}+{file_offset:#x}", lib.display()),
+        why,
+    })?;
     let p: &mut UProbe = ebpf
         .program_mut(program)
         .ok_or_else(|| missing_program(family, program))?
@@ -555,15 +563,28 @@ fn uprobe(
             .map_err(program_err(family, format!("loading {program}")))?;
     }
     let point = UProbeAttachPoint {
-        location: UProbeAttachLocation::AbsoluteOffset(file_offset),
+        location: UProbeAttachLocation::AbsoluteOffset(placement.file_offset),
         cookie,
     };
     let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid checked nonzero"));
     p.attach(point, lib, scope).map_err(program_err(
         family,
-        format!("attaching {program} at {}+{file_offset:#x}", lib.display()),
+        format!("attaching {program} at {}+{:#x}", lib.display(), placement.file_offset),
     ))?;
-    Ok(())
+    Ok(placement)
+}
+
+/// Text for a note when a probe was moved off a vector instruction.
+fn moved(p: &Placement, entry: u64) -> String {
+    if p.skipped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; placed at entry+{:#x}, after `{}` (single-stepping vector instructions corrupts the target)",
+            p.file_offset - entry,
+            p.skipped.join("; ")
+        )
+    }
 }
 
 fn attach_faults(ebpf: &mut Ebpf) -> Result<(), ProbeError> {

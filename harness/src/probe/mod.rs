@@ -157,6 +157,12 @@ pub enum ProbeError {
         #[source]
         source: aya::maps::MapError,
     },
+    #[error("cannot place the {family} probe {what} safely: {why}")]
+    Unsafe {
+        family: Family,
+        what: String,
+        why: String,
+    },
     #[error("listing online CPUs for the fault probes: {0}")]
     Cpus(std::io::Error),
 }
