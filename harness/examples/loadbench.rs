@@ -45,6 +45,10 @@ struct Args {
     /// responses are then only checked for status 200.
     #[arg(long)]
     url: Option<String>,
+    /// Also run rig open-loop at this total rate (req/s) after its closed
+    /// leg, and print its schedule accounting.
+    #[arg(long)]
+    open_rate: Option<f64>,
     /// Skip wrk and h2load (e.g. to profile rig's legs alone).
     #[arg(long)]
     rig_only: bool,
@@ -147,7 +151,6 @@ fn main() -> Result<()> {
             }
             let r = client.run(&Mode::Closed { duration });
             r.check_invariants().map_err(anyhow::Error::msg)?;
-            drop(client);
             row(
                 proto,
                 "rig",
@@ -156,6 +159,31 @@ fn main() -> Result<()> {
                 r.client_us_per_request(),
                 r.errors_total(),
             );
+            if let Some(rate) = args.open_rate {
+                let o = client.run(&Mode::Open { rate, duration });
+                o.check_invariants().map_err(anyhow::Error::msg)?;
+                row(
+                    proto,
+                    "rig-open",
+                    round,
+                    o.rps,
+                    o.client_us_per_request(),
+                    o.errors_total(),
+                );
+                println!(
+                    "       scheduled {} sent {} dropped_capacity {} expired {}; latency p50/p99 {:.1}/{:.1} µs, request p99 {:.1} µs, dispatch lag p50/p99 {:.1}/{:.1} µs",
+                    o.scheduled,
+                    o.sent,
+                    o.dropped_capacity,
+                    o.expired,
+                    o.latency.p50_ns as f64 / 1e3,
+                    o.latency.p99_ns as f64 / 1e3,
+                    o.request_latency.p99_ns as f64 / 1e3,
+                    o.dispatch_lag.p50_ns as f64 / 1e3,
+                    o.dispatch_lag.p99_ns as f64 / 1e3,
+                );
+            }
+            drop(client);
             let url = format!("{scheme}://127.0.0.1:{}{}", addr.port(), target.path);
             let secs = format!("{}", args.duration.ceil() as u64);
             let c = args.connections.to_string();
