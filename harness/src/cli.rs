@@ -224,8 +224,9 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
 fn cpu_list(flag: &str, v: &Option<String>) -> Result<Option<Vec<usize>>> {
     v.as_ref()
         .map(|s| {
-            crate::target::launch::parse_cpu_list(s)
-                .ok_or_else(|| anyhow::anyhow!("{flag} {s}: give CPUs as a list like 0 or 1,3 or 2-3"))
+            crate::target::launch::parse_cpu_list(s).ok_or_else(|| {
+                anyhow::anyhow!("{flag} {s}: give CPUs as a list like 0 or 1,3 or 2-3")
+            })
         })
         .transpose()
 }
@@ -243,16 +244,22 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
             );
         }
     }
-    if a.cpu_quota.is_some_and(|q| !(q > 0.0)) {
+    if a.cpu_quota.is_some_and(|q| !q.is_finite() || q <= 0.0) {
         bail!("--cpu-quota must be a positive number of cores, e.g. 1 or 0.5");
     }
     let passes = crate::run::Passes::parse(&a.passes).map_err(anyhow::Error::msg)?;
-    let families = if a.probes == "none" { Vec::new() } else { Family::parse_list(&a.probes)? };
+    let families = if a.probes == "none" {
+        Vec::new()
+    } else {
+        Family::parse_list(&a.probes)?
+    };
     let mut targets = Vec::new();
     for t in &a.target {
         let spec = TargetSpec::load(t).with_context(|| format!("--target {}", t.display()))?;
         let tls = match &spec.tls_variant {
-            Some(p) => Some(TargetSpec::load(p).with_context(|| format!("tls_variant of {}", t.display()))?),
+            Some(p) => Some(
+                TargetSpec::load(p).with_context(|| format!("tls_variant of {}", t.display()))?,
+            ),
             None => None,
         };
         targets.push((spec, tls));
@@ -277,11 +284,16 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
 
 /// Validate one config file: a matrix (it has `[[suite]]`) or a target spec.
 fn check_config(path: &std::path::Path) -> Result<i32> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     if text.contains("[[suite]]") {
         match crate::scenario::Matrix::load(path) {
             Ok(m) => {
-                println!("{}: a valid matrix with {} suites", path.display(), m.suites.len());
+                println!(
+                    "{}: a valid matrix with {} suites",
+                    path.display(),
+                    m.suites.len()
+                );
                 Ok(exit::OK)
             }
             Err(e) => {
@@ -334,7 +346,9 @@ pub fn run() -> Result<i32> {
             let results = crate::run::run(&s, &stop)?;
             println!("{}", crate::run::table::render(&results));
             println!("results: {}", s.out.display());
-            let failed = results.iter().any(|r| r.status == crate::run::Status::Failed);
+            let failed = results
+                .iter()
+                .any(|r| r.status == crate::run::Status::Failed);
             Ok(if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 exit::INTERRUPTED
             } else if failed {

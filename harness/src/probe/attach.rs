@@ -445,7 +445,11 @@ impl ProbeSet {
             ("rig_mutex_lock", lock, "pthread_mutex_lock"),
             ("rig_mutex_lock_ret", lock, "pthread_mutex_lock return"),
             ("rig_mutex_trylock", trylock, "pthread_mutex_trylock"),
-            ("rig_mutex_lock_ret", trylock, "pthread_mutex_trylock return"),
+            (
+                "rig_mutex_lock_ret",
+                trylock,
+                "pthread_mutex_trylock return",
+            ),
             ("rig_mutex_unlock", unlock, "pthread_mutex_unlock"),
         ] {
             let at = uprobe(ebpf, family, program, &libc, entry, None, pid)?;
@@ -569,7 +573,11 @@ fn uprobe(
     let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid checked nonzero"));
     p.attach(point, lib, scope).map_err(program_err(
         family,
-        format!("attaching {program} at {}+{:#x}", lib.display(), placement.file_offset),
+        format!(
+            "attaching {program} at {}+{:#x}",
+            lib.display(),
+            placement.file_offset
+        ),
     ))?;
     Ok(placement)
 }

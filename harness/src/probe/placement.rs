@@ -60,7 +60,10 @@ fn skippable(ins: &Instruction, info: &mut InstructionInfoFactory) -> bool {
         r.is_gpr()
             && matches!(
                 u.access(),
-                OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite
+                OpAccess::Write
+                    | OpAccess::ReadWrite
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadCondWrite
             )
     });
     !writes_mem && !writes_gpr
@@ -121,7 +124,13 @@ mod tests {
     fn keeps_a_plain_entry() {
         // mov %rdi,%rax ; cmp $0x40,%rdx
         let p = place(&[0x48, 0x89, 0xf8, 0x48, 0x83, 0xfa, 0x40], 0x1000).unwrap();
-        assert_eq!(p, Placement { file_offset: 0x1000, skipped: vec![] });
+        assert_eq!(
+            p,
+            Placement {
+                file_offset: 0x1000,
+                skipped: vec![]
+            }
+        );
     }
 
     #[test]

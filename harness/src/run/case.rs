@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::load::{Client, Endpoint as LoadEndpoint, Expect, ExpectBody, LoadReport, LoadSpec, Mode, Protocol};
+use crate::load::{
+    Client, Endpoint as LoadEndpoint, Expect, ExpectBody, LoadReport, LoadSpec, Mode, Protocol,
+};
 use crate::probe::{Family, ProbeSet, WindowEnd};
 use crate::report::Attribution;
 use crate::sample::{CgroupSnapshot, ProcSnapshot, Sampler, Samples};
@@ -108,7 +110,12 @@ impl PerRequest {
             copy_bytes: has(Family::Copy).then(|| per(a.copy.iter().map(|r| r.bytes).sum())),
             copy_calls: has(Family::Copy).then(|| per(a.copy.iter().map(|r| r.calls).sum())),
             lock_acquisitions: has(Family::Locks).then(|| {
-                per(a.locks.iter().filter(|r| r.op != "unlock").map(|r| r.acquired).sum())
+                per(a
+                    .locks
+                    .iter()
+                    .filter(|r| r.op != "unlock")
+                    .map(|r| r.acquired)
+                    .sum())
             }),
             contended: has(Family::Locks).then(|| per(a.locks.iter().map(|r| r.contended).sum())),
             page_faults: has(Family::Faults).then(|| per(a.faults.iter().map(|r| r.count).sum())),
@@ -185,10 +192,19 @@ impl<E: std::fmt::Display> From<E> for Fail {
 }
 
 /// The spec to launch for `case`: the target, or its TLS variant.
-pub fn spec_for<'a>(case: &Case, spec: &'a TargetSpec, tls: Option<&'a TargetSpec>) -> Result<&'a TargetSpec, String> {
+pub fn spec_for<'a>(
+    case: &Case,
+    spec: &'a TargetSpec,
+    tls: Option<&'a TargetSpec>,
+) -> Result<&'a TargetSpec, String> {
     let needs_tls = case.protocol == Some(Proto::H2Tls);
     let s = if needs_tls && spec.protocols.h2_tls.is_none() {
-        tls.ok_or_else(|| format!("target {} offers no TLS listener (no h2_tls, no tls_variant)", spec.name))?
+        tls.ok_or_else(|| {
+            format!(
+                "target {} offers no TLS listener (no h2_tls, no tls_variant)",
+                spec.name
+            )
+        })?
     } else {
         spec
     };
@@ -231,8 +247,16 @@ fn launch_opts(rs: &RunSettings, case: &Case, pass: &str) -> LaunchOptions {
     }
 }
 
-fn load_spec(rs: &RunSettings, case: &Case, spec: &TargetSpec, port: u16) -> Result<LoadSpec, Fail> {
-    let path = case.path.clone().ok_or_else(|| Fail("http case without a path".into()))?;
+fn load_spec(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    port: u16,
+) -> Result<LoadSpec, Fail> {
+    let path = case
+        .path
+        .clone()
+        .ok_or_else(|| Fail("http case without a path".into()))?;
     let ep = spec
         .endpoints
         .iter()
@@ -256,7 +280,9 @@ fn load_spec(rs: &RunSettings, case: &Case, spec: &TargetSpec, port: u16) -> Res
         }
     };
     let protocol = match case.protocol {
-        Some(Proto::H1) => Protocol::H1 { keepalive: case.keepalive },
+        Some(Proto::H1) => Protocol::H1 {
+            keepalive: case.keepalive,
+        },
         Some(Proto::H2c) => Protocol::H2c,
         Some(Proto::H2Tls) => {
             let t = spec.protocols.h2_tls.as_ref().expect("checked by spec_for");
@@ -267,7 +293,9 @@ fn load_spec(rs: &RunSettings, case: &Case, spec: &TargetSpec, port: u16) -> Res
         }
         None => return Err(Fail("http case without a protocol".into())),
     };
-    let topo = case.topology.ok_or_else(|| Fail("http case without a topology".into()))?;
+    let topo = case
+        .topology
+        .ok_or_else(|| Fail("http case without a topology".into()))?;
     Ok(LoadSpec {
         addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
         protocol,
@@ -312,12 +340,23 @@ fn check_load(pass: &str, r: &LoadReport) -> Vec<String> {
 }
 
 fn exited_reason(pass: &str, l: &Launched) -> Option<String> {
-    l.has_exited()
-        .then(|| format!("{pass} pass: the target exited during the case; stderr tail: {}", tail(&l.stderr_tail())))
+    l.has_exited().then(|| {
+        format!(
+            "{pass} pass: the target exited during the case; stderr tail: {}",
+            tail(&l.stderr_tail())
+        )
+    })
 }
 
 fn tail(s: &str) -> String {
-    let t: String = s.chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
+    let t: String = s
+        .chars()
+        .rev()
+        .take(400)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
     t.trim().to_string()
 }
 
@@ -396,12 +435,19 @@ pub fn run_case(
     res
 }
 
-fn memory_pass(rs: &RunSettings, case: &Case, spec: &TargetSpec, objs: &mut Option<Vec<ObjectFact>>) -> Result<(MemoryPass, Vec<String>), Fail> {
+fn memory_pass(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    objs: &mut Option<Vec<ObjectFact>>,
+) -> Result<(MemoryPass, Vec<String>), Fail> {
     let l = launch(spec, &launch_opts(rs, case, "memory"))?;
     record_objects(&l, objs);
     std::thread::sleep(Duration::from_millis(case.settle_ms));
     let proc = ProcSnapshot::read(l.pid);
-    let cgroup = l.cgroup_handle().and_then(|h| CgroupSnapshot::read(&h).ok());
+    let cgroup = l
+        .cgroup_handle()
+        .and_then(|h| CgroupSnapshot::read(&h).ok());
     let mut reasons: Vec<String> = exited_reason("memory", &l).into_iter().collect();
     let info = LaunchInfo::of(&l);
     let exit = stop(l);
@@ -426,7 +472,13 @@ fn shape_mode(case: &Case, d: Duration) -> Mode {
     }
 }
 
-fn usage(before: &ProcSnapshot, after: &ProcSnapshot, samples: &Samples, ok: u64, exit: &ExitInfo) -> ServerUsage {
+fn usage(
+    before: &ProcSnapshot,
+    after: &ProcSnapshot,
+    samples: &Samples,
+    ok: u64,
+    exit: &ExitInfo,
+) -> ServerUsage {
     let d = after.since(before);
     let per = |v: u64| (ok > 0).then(|| v as f64 / ok as f64);
     ServerUsage {
@@ -441,7 +493,11 @@ fn usage(before: &ProcSnapshot, after: &ProcSnapshot, samples: &Samples, ok: u64
         vm_hwm_kib: after.vm_hwm_kib,
         threads_max: samples.max_threads.max(after.threads),
         fds_max: samples.max_fds.max(after.fds),
-        cgroup_peak_bytes: exit.cgroup.as_ref().and_then(|c| c.mem_peak_bytes).or(samples.cg_peak_bytes),
+        cgroup_peak_bytes: exit
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.mem_peak_bytes)
+            .or(samples.cg_peak_bytes),
         oom_kills: exit.cgroup.as_ref().and_then(|c| c.oom_kills).unwrap_or(0),
         throttled_ns: exit.cgroup.as_ref().and_then(|c| c.cpu_throttled_ns),
         samples: samples.points.len(),
@@ -452,7 +508,10 @@ fn usage(before: &ProcSnapshot, after: &ProcSnapshot, samples: &Samples, ok: u64
 fn saturation(r: &LoadReport, threads: usize) -> Option<String> {
     let mut why = Vec::new();
     if r.dropped_capacity > 0 {
-        why.push(format!("{} send slots dropped for lack of a free connection/stream", r.dropped_capacity));
+        why.push(format!(
+            "{} send slots dropped for lack of a free connection/stream",
+            r.dropped_capacity
+        ));
     }
     if r.expired > 0 {
         why.push(format!("{} requests expired before dispatch", r.expired));
@@ -462,12 +521,20 @@ fn saturation(r: &LoadReport, threads: usize) -> Option<String> {
         why.push(format!("generator threads {:.0}% busy", busy * 100.0));
     }
     if matches!(r.mode, Mode::Open { .. }) && r.dispatch_lag.p99_ns > 1_000_000 {
-        why.push(format!("dispatch lag p99 {:.0} µs", r.dispatch_lag.p99_ns as f64 / 1e3));
+        why.push(format!(
+            "dispatch lag p99 {:.0} µs",
+            r.dispatch_lag.p99_ns as f64 / 1e3
+        ));
     }
     (!why.is_empty()).then(|| why.join("; "))
 }
 
-fn clean_pass(rs: &RunSettings, case: &Case, spec: &TargetSpec, objs: &mut Option<Vec<ObjectFact>>) -> Result<(CleanPass, Vec<String>), Fail> {
+fn clean_pass(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    objs: &mut Option<Vec<ObjectFact>>,
+) -> Result<(CleanPass, Vec<String>), Fail> {
     let l = launch(spec, &launch_opts(rs, case, "clean"))?;
     record_objects(&l, objs);
     let ls = load_spec(rs, case, spec, l.port)?;
@@ -517,14 +584,18 @@ fn counted_pass(
     ls.threads = Some(1);
     let mut client = Client::connect(&ls)?;
     let slots = (ls.connections * ls.streams) as u64;
-    let warm = client.run(&Mode::FixedCount { requests: 200.max(4 * slots) });
+    let warm = client.run(&Mode::FixedCount {
+        requests: 200.max(4 * slots),
+    });
     let mut reasons = check_load("counted warm-up", &warm);
     if !reasons.is_empty() {
         return Err(Fail(reasons.join("; ")));
     }
     let probes = ProbeSet::attach(l.pid, &rs.families)?;
     // First hits under probes fault in BPF state: keep them out too.
-    client.run(&Mode::FixedCount { requests: 100.max(slots) });
+    client.run(&Mode::FixedCount {
+        requests: 100.max(slots),
+    });
     let settle = Duration::from_millis(20);
     let patience = Duration::from_millis(500);
     let quiet_start = probes.quiesce(settle, patience)?;
@@ -533,7 +604,11 @@ fn counted_pass(
         requests: case.counted_requests,
     });
     let quiet_end = probes.quiesce(settle, patience)?;
-    let end = if l.has_exited() { WindowEnd::TargetExited } else { WindowEnd::Completed };
+    let end = if l.has_exited() {
+        WindowEnd::TargetExited
+    } else {
+        WindowEnd::Completed
+    };
     let window = probes.end_window(start, end)?;
     drop(probes);
     drop(client);
@@ -542,7 +617,10 @@ fn counted_pass(
     let mut attribution = Attribution::build(&window, Some(report.succeeded), None, sym);
     attribution.window.quiesced = Some(quiet_start && quiet_end);
     if !attribution.complete {
-        reasons.push(format!("counted pass: the probes lost events: {:?}", attribution.losses));
+        reasons.push(format!(
+            "counted pass: the probes lost events: {:?}",
+            attribution.losses
+        ));
     }
     let info = LaunchInfo::of(&l);
     let exit = stop(l);

@@ -140,35 +140,51 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 pub fn groups(results: &[CaseResult]) -> Vec<Group> {
     let mut by: BTreeMap<String, Vec<&CaseResult>> = BTreeMap::new();
     for r in results {
-        let key = r.case.id.rsplit_once("/#").map_or(r.case.id.clone(), |(k, _)| k.to_string());
+        let key = r
+            .case
+            .id
+            .rsplit_once("/#")
+            .map_or(r.case.id.clone(), |(k, _)| k.to_string());
         by.entry(key).or_default().push(r);
     }
     by.into_iter()
         .map(|(key, rs)| {
             let cleans: Vec<_> = rs.iter().filter_map(|r| r.clean.as_ref()).collect();
-            let merged = hist::merge_encoded(cleans.iter().map(|c| c.load.histogram.latency.as_str()))
-                .ok()
-                .filter(|h| h.len() > 0)
-                .map(|h| hist::summarize(&h));
+            let merged =
+                hist::merge_encoded(cleans.iter().map(|c| c.load.histogram.latency.as_str()))
+                    .ok()
+                    .filter(|h| !h.is_empty())
+                    .map(|h| hist::summarize(&h));
             Group {
                 key,
                 runs: rs.len(),
                 failed: rs.iter().filter(|r| r.status == Status::Failed).count(),
                 rps_median: median(cleans.iter().map(|c| c.load.rps).collect()),
                 cpu_us_per_request_median: median(
-                    cleans.iter().filter_map(|c| c.server.cpu_us_per_request).collect(),
+                    cleans
+                        .iter()
+                        .filter_map(|c| c.server.cpu_us_per_request)
+                        .collect(),
                 ),
                 latency_merged: merged,
                 rss_max_kib: cleans
                     .iter()
                     .map(|c| c.server.rss_max_kib)
-                    .chain(rs.iter().filter_map(|r| r.memory.as_ref()).map(|m| m.proc.rss_kib))
+                    .chain(
+                        rs.iter()
+                            .filter_map(|r| r.memory.as_ref())
+                            .map(|m| m.proc.rss_kib),
+                    )
                     .max(),
             }
         })
@@ -191,29 +207,30 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
             objects: None,
         })
         .collect();
-    let write_manifest = |out: &OutDir, targets: Vec<TargetManifest>| -> Result<Vec<TargetManifest>> {
-        let m = Manifest {
-            schema_version: SCHEMA_VERSION,
-            rig_version: env!("CARGO_PKG_VERSION"),
-            started_unix_s: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            argv: &rs.argv,
-            host: HostFacts::gather(),
-            matrix: rs.matrix_path.display().to_string(),
-            suites: &rs.suites,
-            families: &rs.families,
-            passes: rs.passes,
-            server_cpus: &rs.server_cpus,
-            client_cpus: &rs.client_cpus,
-            memory_mib: rs.memory_mib,
-            cpu_quota: rs.cpu_quota,
-            targets,
-            cases: cases.iter().map(|c| c.id.clone()).collect(),
+    let write_manifest =
+        |out: &OutDir, targets: Vec<TargetManifest>| -> Result<Vec<TargetManifest>> {
+            let m = Manifest {
+                schema_version: SCHEMA_VERSION,
+                rig_version: env!("CARGO_PKG_VERSION"),
+                started_unix_s: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                argv: &rs.argv,
+                host: HostFacts::gather(),
+                matrix: rs.matrix_path.display().to_string(),
+                suites: &rs.suites,
+                families: &rs.families,
+                passes: rs.passes,
+                server_cpus: &rs.server_cpus,
+                client_cpus: &rs.client_cpus,
+                memory_mib: rs.memory_mib,
+                cpu_quota: rs.cpu_quota,
+                targets,
+                cases: cases.iter().map(|c| c.id.clone()).collect(),
+            };
+            out.write_json("manifest.json", &m)?;
+            Ok(m.targets)
         };
-        out.write_json("manifest.json", &m)?;
-        Ok(m.targets)
-    };
     targets = write_manifest(&out, targets)?;
 
     let bar = indicatif::ProgressBar::new(cases.len() as u64);
@@ -238,7 +255,11 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
         };
         bar.inc(1);
         if r.status == Status::Failed {
-            bar.println(format!("rig: case {} failed: {}", case.id, r.reasons.join("; ")));
+            bar.println(format!(
+                "rig: case {} failed: {}",
+                case.id,
+                r.reasons.join("; ")
+            ));
         }
         out.append_case(&r).context("appending to cases.jsonl")?;
         // The first launch of a target records what it mapped, hashed.
@@ -255,7 +276,12 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
     Ok(results)
 }
 
-fn write_report(out: &OutDir, results: &[CaseResult], interrupted: bool, total: usize) -> Result<()> {
+fn write_report(
+    out: &OutDir,
+    results: &[CaseResult],
+    interrupted: bool,
+    total: usize,
+) -> Result<()> {
     let count = |s: Status| results.iter().filter(|r| r.status == s).count();
     let report = Report {
         schema_version: SCHEMA_VERSION,

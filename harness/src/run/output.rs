@@ -81,10 +81,14 @@ mod tests {
         let mut out = OutDir::create(&base.join("run1")).unwrap();
         out.append_case(&serde_json::json!({"id": "a"})).unwrap();
         out.append_case(&serde_json::json!({"id": "b"})).unwrap();
-        out.write_json("report.json", &serde_json::json!({"n": 2})).unwrap();
+        out.write_json("report.json", &serde_json::json!({"n": 2}))
+            .unwrap();
         let lines = std::fs::read_to_string(base.join("run1/cases.jsonl")).unwrap();
         assert_eq!(lines, "{\"id\":\"a\"}\n{\"id\":\"b\"}\n");
-        let err = OutDir::create(&base.join("run1")).err().unwrap().to_string();
+        let err = OutDir::create(&base.join("run1"))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("already exists"), "{err}");
         std::fs::remove_dir_all(&base).unwrap();
     }

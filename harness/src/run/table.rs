@@ -66,8 +66,15 @@ pub fn render(results: &[CaseResult]) -> String {
         out.push_str(&format!("\n{}: {}", r.case.id, r.reasons.join("; ")));
     }
     for r in results {
-        if let Some(s) = r.clean.as_ref().and_then(|c| c.generator_saturated.as_ref()) {
-            out.push_str(&format!("\n{}: load generator may have limited this case: {s}", r.case.id));
+        if let Some(s) = r
+            .clean
+            .as_ref()
+            .and_then(|c| c.generator_saturated.as_ref())
+        {
+            out.push_str(&format!(
+                "\n{}: load generator may have limited this case: {s}",
+                r.case.id
+            ));
         }
     }
     out

@@ -8,6 +8,7 @@ mod cleanup;
 mod cost;
 mod cxx;
 mod errors;
+mod integrity;
 mod launch;
 mod load;
 mod symbols;

@@ -1,0 +1,136 @@
+//! Probes must never change what the target computes. A uprobe single-steps
+//! the instruction it replaces; on this kernel that loses the result of an
+//! AVX-512 instruction, and glibc's memset implementation starts with one
+//! (`vpbroadcastb %esi,%zmm16`). rig moves such probes; this test proves the
+//! copies stay right AND are all counted.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use rig::probe::{Family, ProbeSet, WindowEnd};
+use rig::report::Attribution;
+use rig::symbolize::Symbolizer;
+
+use super::{probes_shared, root_or_skip};
+
+const SRC: &str = r#"
+#include <stdio.h>
+#include <string.h>
+static unsigned char src[70000], dst[70000];
+/* One round: memset + memcpy + memmove of many lengths, every result checked. */
+__attribute__((noinline)) long round_trip(int salt) {
+    long bad = 0;
+    for (size_t len = 1; len < 66000; len = len * 3 / 2 + 1) {
+        int c = (int)((len + salt) % 251) + 1;
+        memset(dst, c, len);
+        for (size_t i = 0; i < len; i++) if (dst[i] != (unsigned char)c) { bad++; break; }
+        for (size_t i = 0; i < len; i++) src[i] = (unsigned char)(i * 7 + salt);
+        memcpy(dst, src, len);
+        if (memcmp(dst, src, len) != 0) bad++;
+        memmove(dst + 1, dst, len);
+        if (memcmp(dst + 1, src, len) != 0) bad++;
+    }
+    return bad;
+}
+int main(void) {
+    char line[16];
+    int salt = 0;
+    puts("READY"); fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) { printf("%ld\n", round_trip(salt++)); fflush(stdout); }
+}
+"#;
+
+/// Lengths per round: 1, 2, 4, 7, 11, ... below 66000.
+fn lengths() -> u64 {
+    let (mut n, mut len) = (0, 1u64);
+    while len < 66000 {
+        n += 1;
+        len = len * 3 / 2 + 1;
+    }
+    n
+}
+
+#[test]
+fn probing_copy_routines_never_changes_what_they_compute() {
+    if !root_or_skip("probing_copy_routines_never_changes_what_they_compute") {
+        return;
+    }
+    let _g = probes_shared();
+    let dir = std::env::temp_dir().join(format!("rig-integrity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("t.c"), SRC).unwrap();
+    let exe = dir.join("t");
+    let ok = Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-fno-builtin",
+            "-fno-tree-loop-distribute-patterns",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(dir.join("t.c"))
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let mut child = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "READY\n");
+    let mut rounds = |n: u64| -> u64 {
+        let mut bad = 0;
+        for _ in 0..n {
+            input.write_all(b"go\n").unwrap();
+            line.clear();
+            output.read_line(&mut line).unwrap();
+            bad += line.trim().parse::<u64>().unwrap();
+        }
+        bad
+    };
+    assert_eq!(rounds(3), 0, "correct without probes");
+    let probes = ProbeSet::attach(child.id(), &[Family::Copy]).unwrap();
+    rounds(2);
+    const N: u64 = 20;
+    let start = probes.start_window().unwrap();
+    let bad = rounds(N);
+    let w = probes.end_window(start, WindowEnd::Completed).unwrap();
+    drop(probes);
+    let a = Attribution::build(&w, Some(N), None, &mut Symbolizer::new());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    assert_eq!(
+        bad, 0,
+        "every memset/memcpy/memmove result was right under probes"
+    );
+    let calls = |api: &str| -> u64 {
+        a.copy
+            .iter()
+            .filter(|r| {
+                r.site.function.as_deref() == Some("round_trip")
+                    && r.kind.split('/').any(|k| k == api)
+            })
+            .map(|r| r.calls)
+            .sum()
+    };
+    // memset once per length; memcpy and memmove share one implementation.
+    assert_eq!(calls("memset"), lengths() * N, "{:#?}", a.copy);
+    assert_eq!(calls("memcpy"), 2 * lengths() * N, "{:#?}", a.copy);
+    // Where a probe had to move, the report says so.
+    let memset_note = a.notes.iter().find(|n| n.what.contains("memset")).unwrap();
+    if memset_note.note.contains("placed at entry+") {
+        assert!(
+            memset_note
+                .note
+                .contains("single-stepping vector instructions"),
+            "{memset_note:?}"
+        );
+    }
+}
