@@ -41,6 +41,26 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         ProcessId::of(s.pid).map_err(|_| crate::probe::ProbeError::NoSuchProcess { pid: s.pid })?;
     crate::probe::check_target(s.pid)?;
 
+    // The load must reach the process being probed (lesson 1): the port's
+    // listener belongs to the pid or one of its descendants, or we refuse.
+    if let Some(d) = &s.drive {
+        use crate::target::port::{check_holder, HolderCheck};
+        let port = d.target.addr.port();
+        match check_holder(port, s.pid) {
+            HolderCheck::Proven(_) => {}
+            HolderCheck::NoListener => bail!(
+                "--drive {}: nothing listens on port {port}; start the server or fix the URL",
+                d.target.url
+            ),
+            HolderCheck::Other { pid, cmdline } => bail!(
+                "--drive {}: port {port} is held by pid {pid} ({cmdline}), not by --pid {} or its children; \
+                 the load would measure another process",
+                d.target.url,
+                s.pid
+            ),
+        }
+    }
+
     // Connections (and their accept) and warm-up happen before the probes
     // see anything that counts: lazy binding and first touch stay outside.
     let mut conns = match &s.drive {

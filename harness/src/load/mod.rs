@@ -293,6 +293,11 @@ impl Client {
     }
 
     /// Handshakes made so far (connect plus every run).
+    /// Generator threads (one tokio runtime each).
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
     pub fn handshakes(&self) -> Handshakes {
         self.handshakes
     }

@@ -448,11 +448,19 @@ fn memory_pass(
     let cgroup = l
         .cgroup_handle()
         .and_then(|h| CgroupSnapshot::read(&h).ok());
-    let mut reasons: Vec<String> = exited_reason("memory", &l).into_iter().collect();
+    let died = exited_reason("memory", &l);
     let info = LaunchInfo::of(&l);
     let exit = stop(l);
+    let proc = proc.map_err(|e| {
+        failed(
+            "memory",
+            format!("reading /proc of the idle target: {e}"),
+            died.clone(),
+            &exit,
+        )
+    })?;
+    let mut reasons: Vec<String> = died.into_iter().collect();
     reasons.extend(oom_reason("memory", &exit));
-    let proc = proc.map_err(|e| Fail(format!("reading /proc of the idle target: {e}")))?;
     Ok((
         MemoryPass {
             launch: info,
@@ -529,6 +537,45 @@ fn saturation(r: &LoadReport, threads: usize) -> Option<String> {
     (!why.is_empty()).then(|| why.join("; "))
 }
 
+/// Why a pass failed, with what the stopped target says about it (exit
+/// status, stderr, OOM kills): a target that died explains the failure.
+fn failed(pass: &str, why: String, died: Option<String>, exit: &ExitInfo) -> Fail {
+    let mut r = vec![why];
+    r.extend(died);
+    r.extend(oom_reason(pass, exit));
+    Fail(r.join("; "))
+}
+
+struct CleanMeasure {
+    warm: LoadReport,
+    report: LoadReport,
+    before: ProcSnapshot,
+    after: ProcSnapshot,
+    threads: usize,
+}
+
+fn clean_measure(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    l: &Launched,
+) -> Result<CleanMeasure, Fail> {
+    let ls = load_spec(rs, case, spec, l.port)?;
+    let mut client = Client::connect(&ls)?;
+    let threads = client.threads();
+    let warm = client.run(&shape_mode(case, Duration::from_millis(case.warmup_ms)));
+    let before = ProcSnapshot::read(l.pid)?;
+    let report = client.run(&shape_mode(case, Duration::from_millis(case.duration_ms)));
+    let after = ProcSnapshot::read(l.pid)?;
+    Ok(CleanMeasure {
+        warm,
+        report,
+        before,
+        after,
+        threads,
+    })
+}
+
 fn clean_pass(
     rs: &RunSettings,
     case: &Case,
@@ -537,31 +584,25 @@ fn clean_pass(
 ) -> Result<(CleanPass, Vec<String>), Fail> {
     let l = launch(spec, &launch_opts(rs, case, "clean"))?;
     record_objects(&l, objs);
-    let ls = load_spec(rs, case, spec, l.port)?;
     let sampler = Sampler::start(l.pid, l.cgroup_handle(), Duration::from_millis(50));
-    let mut client = Client::connect(&ls)?;
-    let warm = client.run(&shape_mode(case, Duration::from_millis(case.warmup_ms)));
-    let before = ProcSnapshot::read(l.pid)?;
-    let report = client.run(&shape_mode(case, Duration::from_millis(case.duration_ms)));
-    let after = ProcSnapshot::read(l.pid);
-    drop(client);
+    let measured = clean_measure(rs, case, spec, &l);
     let samples = sampler.stop();
-    let mut reasons = check_load("warm-up", &warm);
-    reasons.retain(|r| !r.contains("no successful"));
-    reasons.extend(check_load("clean", &report));
-    reasons.extend(exited_reason("clean", &l));
     let info = LaunchInfo::of(&l);
+    let died = exited_reason("clean", &l);
     let exit = stop(l);
+    let m = measured.map_err(|Fail(why)| failed("clean", why, died.clone(), &exit))?;
+    let mut reasons = check_load("warm-up", &m.warm);
+    reasons.retain(|r| !r.contains("no successful"));
+    reasons.extend(check_load("clean", &m.report));
+    reasons.extend(died);
     reasons.extend(oom_reason("clean", &exit));
-    let after = after?;
-    let server = usage(&before, &after, &samples, report.succeeded, &exit);
-    let threads = rs.client_cpus.as_ref().map_or(1, |c| c.len());
+    let server = usage(&m.before, &m.after, &samples, m.report.succeeded, &exit);
     Ok((
         CleanPass {
             launch: info,
-            client_us_per_request: report.client_us_per_request(),
-            generator_saturated: saturation(&report, threads),
-            load: report,
+            client_us_per_request: m.report.client_us_per_request(),
+            generator_saturated: saturation(&m.report, m.threads),
+            load: m.report,
             server,
             exit,
         },
@@ -569,15 +610,19 @@ fn clean_pass(
     ))
 }
 
-fn counted_pass(
+struct CountedMeasure {
+    report: LoadReport,
+    attribution: Attribution,
+    reasons: Vec<String>,
+}
+
+fn counted_measure(
     rs: &RunSettings,
     case: &Case,
     spec: &TargetSpec,
+    l: &Launched,
     sym: &mut Symbolizer,
-    objs: &mut Option<Vec<ObjectFact>>,
-) -> Result<(CountedPass, Vec<String>), Fail> {
-    let l = launch(spec, &launch_opts(rs, case, "counted"))?;
-    record_objects(&l, objs);
+) -> Result<CountedMeasure, Fail> {
     let mut ls = load_spec(rs, case, spec, l.port)?;
     // Exact per-request counts want a closed, fixed-count window: the
     // open-loop schedule belongs to the clean pass.
@@ -613,7 +658,6 @@ fn counted_pass(
     drop(probes);
     drop(client);
     reasons.extend(check_load("counted", &report));
-    reasons.extend(exited_reason("counted", &l));
     let mut attribution = Attribution::build(&window, Some(report.succeeded), None, sym);
     attribution.window.quiesced = Some(quiet_start && quiet_end);
     if !attribution.complete {
@@ -622,15 +666,36 @@ fn counted_pass(
             attribution.losses
         ));
     }
+    Ok(CountedMeasure {
+        report,
+        attribution,
+        reasons,
+    })
+}
+
+fn counted_pass(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    sym: &mut Symbolizer,
+    objs: &mut Option<Vec<ObjectFact>>,
+) -> Result<(CountedPass, Vec<String>), Fail> {
+    let l = launch(spec, &launch_opts(rs, case, "counted"))?;
+    record_objects(&l, objs);
+    let measured = counted_measure(rs, case, spec, &l, sym);
     let info = LaunchInfo::of(&l);
+    let died = exited_reason("counted", &l);
     let exit = stop(l);
+    let m = measured.map_err(|Fail(why)| failed("counted", why, died.clone(), &exit))?;
+    let mut reasons = m.reasons;
+    reasons.extend(died);
     reasons.extend(oom_reason("counted", &exit));
     Ok((
         CountedPass {
             launch: info,
-            per_request: PerRequest::of(&attribution),
-            load: report,
-            attribution,
+            per_request: PerRequest::of(&m.attribution),
+            load: m.report,
+            attribution: m.attribution,
             exit,
         },
         reasons,

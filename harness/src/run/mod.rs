@@ -242,34 +242,60 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
     let mut sym = Symbolizer::new();
     let mut results: Vec<CaseResult> = Vec::new();
     let mut interrupted = false;
-    for case in &cases {
-        if stop.load(Ordering::Relaxed) {
-            interrupted = true;
-        }
-        let r = if interrupted {
-            CaseResult::skipped(case, "rig was interrupted before this case".into())
-        } else {
-            bar.set_message(case.id.clone());
-            let (spec, tls) = &rs.targets[case.target];
-            case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
-        };
-        bar.inc(1);
-        if r.status == Status::Failed {
-            bar.println(format!(
-                "rig: case {} failed: {}",
-                case.id,
-                r.reasons.join("; ")
-            ));
-        }
-        out.append_case(&r).context("appending to cases.jsonl")?;
-        // The first launch of a target records what it mapped, hashed.
-        if targets[case.target].objects.is_none() && r.objects.is_some() {
-            targets[case.target].objects = r.objects.clone();
-            targets = write_manifest(&out, targets)?;
-        }
-        results.push(r);
-        write_report(&out, &results, interrupted, cases.len())?;
-    }
+    // Ctrl-C must not wait for a long case to finish: stop the running
+    // target (rig started it), which ends the case's load at once.
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| -> Result<()> {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                if stop.load(Ordering::Relaxed) {
+                    crate::target::launch::cleanup_all();
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        });
+        let result = (|| -> Result<()> {
+            for case in &cases {
+                if stop.load(Ordering::Relaxed) {
+                    interrupted = true;
+                }
+                let mut r = if interrupted {
+                    CaseResult::skipped(case, "rig was interrupted before this case".into())
+                } else {
+                    bar.set_message(case.id.clone());
+                    let (spec, tls) = &rs.targets[case.target];
+                    case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
+                };
+                if !interrupted && stop.load(Ordering::Relaxed) {
+                    // Its target was stopped under it: not a failure of the target.
+                    interrupted = true;
+                    r.status = Status::Skipped;
+                    r.reasons
+                        .insert(0, "interrupted by SIGINT/SIGTERM during this case".into());
+                }
+                bar.inc(1);
+                if r.status == Status::Failed {
+                    bar.println(format!(
+                        "rig: case {} failed: {}",
+                        case.id,
+                        r.reasons.join("; ")
+                    ));
+                }
+                out.append_case(&r).context("appending to cases.jsonl")?;
+                // The first launch of a target records what it mapped, hashed.
+                if targets[case.target].objects.is_none() && r.objects.is_some() {
+                    targets[case.target].objects = r.objects.clone();
+                    targets = write_manifest(&out, targets)?;
+                }
+                results.push(r);
+                write_report(&out, &results, interrupted, cases.len())?;
+            }
+            Ok(())
+        })();
+        done.store(true, Ordering::Relaxed);
+        result
+    })?;
     bar.finish_and_clear();
     crate::target::launch::cleanup_all();
     write_report(&out, &results, interrupted, cases.len())?;

@@ -139,6 +139,22 @@ pub struct SuiteSpec {
     pub keepalive: Vec<bool>,
     pub warmup_ms: Option<u64>,
     pub duration_ms: Option<u64>,
+    /// Memory suites: measure the idle server with a `plain` and/or a `tls`
+    /// listener (the target's `tls_variant`).
+    #[serde(default = "d_listeners")]
+    pub listeners: Vec<Listener>,
+}
+
+/// The listener an idle (memory) case launches.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Listener {
+    Plain,
+    Tls,
+}
+
+fn d_listeners() -> Vec<Listener> {
+    vec![Listener::Plain]
 }
 
 fn d_keepalive() -> Vec<bool> {
@@ -306,10 +322,20 @@ impl Matrix {
                 };
                 match s.kind {
                     SuiteKind::Memory => {
-                        for &t in &order {
-                            let mut c = base(t);
-                            c.id = format!("{}/{}/#{round}", s.name, targets[t]);
-                            cases.push(c);
+                        for &listener in &s.listeners {
+                            for &t in &order {
+                                let mut c = base(t);
+                                let name = match listener {
+                                    Listener::Plain => "plain",
+                                    Listener::Tls => {
+                                        // The TLS listener is what h2-tls cases launch.
+                                        c.protocol = Some(Proto::H2Tls);
+                                        "tls"
+                                    }
+                                };
+                                c.id = format!("{}/{}/{name}/#{round}", s.name, targets[t]);
+                                cases.push(c);
+                            }
                         }
                     }
                     SuiteKind::Http => {
@@ -413,10 +439,10 @@ keepalive = [true, false]
         let cases = m.expand(&[], &["a".into(), "b".into()], None).unwrap();
         // 2 rounds × (memory 2 targets + http 2 paths × 2 keepalive × 2 targets)
         assert_eq!(cases.len(), 2 * (2 + 8));
-        assert_eq!(cases[0].id, "memory/a/#1");
-        assert_eq!(cases[1].id, "memory/b/#1");
-        assert_eq!(cases[10].id, "memory/b/#2");
-        assert_eq!(cases[11].id, "memory/a/#2");
+        assert_eq!(cases[0].id, "memory/a/plain/#1");
+        assert_eq!(cases[1].id, "memory/b/plain/#1");
+        assert_eq!(cases[10].id, "memory/b/plain/#2");
+        assert_eq!(cases[11].id, "memory/a/plain/#2");
         assert_eq!(cases[2].id, "http/a/h1/plain/r1000/4x1/ka/#1");
         assert_eq!(cases[4].id, "http/a/h1/plain/r1000/4x1/new/#1");
     }

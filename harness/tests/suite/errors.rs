@@ -124,3 +124,28 @@ fn refuses_to_drive_load_anywhere_but_loopback() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("not loopback"), "{err}");
 }
+
+#[test]
+fn refuses_to_drive_load_at_a_port_another_process_holds() {
+    if !root_or_skip("refuses_to_drive_load_at_a_port_another_process_holds") {
+        return;
+    }
+    let a = calib(&[]);
+    let b = calib(&[]);
+    // Probing a while driving b's port would measure the wrong process.
+    let url = format!("http://127.0.0.1:{}/calib", b.port);
+    let (code, err) = rig(&[
+        "attach",
+        "--pid",
+        &a.pid().to_string(),
+        "--drive",
+        &url,
+        "--requests",
+        "10",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("is held by pid {}", b.pid())) && err.contains("not by --pid"),
+        "{err}"
+    );
+}

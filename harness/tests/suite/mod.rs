@@ -11,6 +11,7 @@ mod errors;
 mod integrity;
 mod launch;
 mod load;
+mod run;
 mod symbols;
 
 use std::process::Command;
