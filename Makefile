@@ -9,9 +9,12 @@ deps:
 build: deps
 	$(CARGO) build --release --workspace
 
-# rig's main job on the bundled default target.
+# rig's main job on the bundled default target: a short scenario matrix
+# against rig-peer (h1, h2c, h2 over TLS), clean and counted passes, into a
+# new directory under target/rig-demo/.
 demo: build
-	./target/release/rig demo
+	./target/release/rig run --target config/targets/peer.toml --matrix config/demo.toml \
+		--out target/rig-demo/$$(date +%Y%m%d-%H%M%S)
 
 lint: deps
 	$(CARGO) fmt --all --check
