@@ -314,6 +314,27 @@ fn load_spec(
     })
 }
 
+/// A keep-alive topology of C connections must have made exactly C TCP
+/// handshakes (and C TLS / h2 handshakes where the protocol has them) before
+/// any load: otherwise the topology measured is not the one asked for.
+fn handshake_mismatch(ls: &LoadSpec, hs: crate::load::Handshakes) -> Option<String> {
+    let c = ls.connections as u64;
+    let want = match &ls.protocol {
+        Protocol::H1 { keepalive: false } => return None,
+        Protocol::H1 { keepalive: true } => (c, 0, 0),
+        Protocol::H2c => (c, 0, c),
+        Protocol::H2Tls { .. } => (c, c, c),
+        Protocol::H1Tls { .. } => (c, c, 0),
+    };
+    let got = (hs.tcp, hs.tls, hs.h2);
+    (got != want).then(|| {
+        format!(
+            "topology {}x{}: expected {want:?} (tcp, tls, h2) handshakes, made {got:?}",
+            ls.connections, ls.streams
+        )
+    })
+}
+
 /// Failed responses and broken accounting make a pass fail, with the reason.
 fn check_load(pass: &str, r: &LoadReport) -> Vec<String> {
     let mut reasons = Vec::new();
@@ -547,6 +568,8 @@ fn failed(pass: &str, why: String, died: Option<String>, exit: &ExitInfo) -> Fai
 }
 
 struct CleanMeasure {
+    /// Handshakes made by `Client::connect`, and what the topology wants.
+    handshake_check: Option<String>,
     warm: LoadReport,
     report: LoadReport,
     before: ProcSnapshot,
@@ -562,12 +585,14 @@ fn clean_measure(
 ) -> Result<CleanMeasure, Fail> {
     let ls = load_spec(rs, case, spec, l.port)?;
     let mut client = Client::connect(&ls)?;
+    let handshake_check = handshake_mismatch(&ls, client.handshakes());
     let threads = client.threads();
     let warm = client.run(&shape_mode(case, Duration::from_millis(case.warmup_ms)));
     let before = ProcSnapshot::read(l.pid)?;
     let report = client.run(&shape_mode(case, Duration::from_millis(case.duration_ms)));
     let after = ProcSnapshot::read(l.pid)?;
     Ok(CleanMeasure {
+        handshake_check,
         warm,
         report,
         before,
@@ -593,6 +618,7 @@ fn clean_pass(
     let m = measured.map_err(|Fail(why)| failed("clean", why, died.clone(), &exit))?;
     let mut reasons = check_load("warm-up", &m.warm);
     reasons.retain(|r| !r.contains("no successful"));
+    reasons.extend(m.handshake_check);
     reasons.extend(check_load("clean", &m.report));
     reasons.extend(died);
     reasons.extend(oom_reason("clean", &exit));
