@@ -149,3 +149,53 @@ fn refuses_to_drive_load_at_a_port_another_process_holds() {
         "{err}"
     );
 }
+
+#[test]
+fn refuses_overlapping_server_and_client_cpus() {
+    let out = std::env::temp_dir().join(format!("rig-cpus-{}", std::process::id()));
+    let target = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/targets/calib.toml");
+    let (code, err) = rig(&[
+        "run",
+        "--target",
+        target,
+        "--out",
+        out.to_str().unwrap(),
+        "--server-cpu",
+        "0",
+        "--client-cpus",
+        "0,1",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--client-cpus 0,1 overlaps --server-cpu 0 on CPU 0; give disjoint CPU sets"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing was written");
+}
+
+#[test]
+fn check_config_explains_errors_with_their_line() {
+    let dir = std::env::temp_dir().join(format!("rig-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "name = \"x\"\nargv = []\nready = { tcp = true }\n").unwrap();
+    let (code, err) = rig(&["check-config", bad.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("bad.toml:2:"), "{err}");
+    let matrix = dir.join("m.toml");
+    std::fs::write(&matrix, "[[suite]]\nname = \"h\"\nkind = \"htp\"\n").unwrap();
+    let (code, err) = rig(&["check-config", matrix.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("m.toml:3:"), "{err}");
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/matrix.toml");
+    let out = Command::new(rig_bin())
+        .args(["check-config", good])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
