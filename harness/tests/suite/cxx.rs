@@ -1,14 +1,11 @@
 //! C++ operator new/delete are counted once each, at their real caller, and
 //! the malloc/free they make inside libstdc++ are not counted twice.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-
 use rig::probe::{Family, ProbeSet, WindowEnd};
 use rig::report::Attribution;
 use rig::symbolize::Symbolizer;
 
-use super::{probes_shared, root_or_skip};
+use super::{probes_shared, root_or_skip, Driven};
 
 const SRC: &str = r#"
 #include <cstdio>
@@ -38,37 +35,21 @@ fn counts_cxx_new_and_delete_once_at_their_callers() {
         return;
     }
     let _g = probes_shared();
-    let dir = std::env::temp_dir().join(format!("rig-cxx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("n.cc"), SRC).unwrap();
-    let exe = dir.join("n");
-    let ok = Command::new("g++")
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"]) // -O2 may elide new/delete pairs
-        .arg(&exe)
-        .arg(dir.join("n.cc"))
-        .status()
-        .expect("g++ runs");
-    assert!(ok.success());
-    let mut child = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    let mut output = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    output.read_line(&mut line).unwrap();
-    assert_eq!(line, "READY\n");
+    // -O0: at -O2 g++ may elide a new/delete pair altogether.
+    let mut prog = Driven::build(
+        "g++",
+        &["-O0", "-g", "-fno-omit-frame-pointer"],
+        "n.cc",
+        SRC,
+    );
+    let pid = prog.pid();
     let mut round = |n: u64| {
         for _ in 0..n {
-            input.write_all(b"go\n").unwrap();
-            line.clear();
-            output.read_line(&mut line).unwrap();
-            assert_eq!(line, "ok\n");
+            assert_eq!(prog.ask(), "ok");
         }
     };
     round(50); // warm-up: stdio buffers, lazy binding
-    let probes = ProbeSet::attach(child.id(), &[Family::Alloc]).unwrap();
+    let probes = ProbeSet::attach(pid, &[Family::Alloc]).unwrap();
     round(50);
     const N: u64 = 1000;
     let start = probes.start_window().unwrap();
@@ -76,9 +57,6 @@ fn counts_cxx_new_and_delete_once_at_their_callers() {
     let w = probes.end_window(start, WindowEnd::Completed).unwrap();
     drop(probes);
     let a = Attribution::build(&w, Some(N), None, &mut Symbolizer::new());
-    child.kill().unwrap();
-    child.wait().unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
 
     let at_work = |kind: &str| -> (u64, u64) {
         a.alloc

@@ -4,14 +4,11 @@
 //! (`vpbroadcastb %esi,%zmm16`). rig moves such probes; this test proves the
 //! copies stay right AND are all counted.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-
 use rig::probe::{Family, ProbeSet, WindowEnd};
 use rig::report::Attribution;
 use rig::symbolize::Symbolizer;
 
-use super::{probes_shared, root_or_skip};
+use super::{probes_shared, root_or_skip, Driven};
 
 const SRC: &str = r#"
 #include <stdio.h>
@@ -56,45 +53,21 @@ fn probing_copy_routines_never_changes_what_they_compute() {
         return;
     }
     let _g = probes_shared();
-    let dir = std::env::temp_dir().join(format!("rig-integrity-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("t.c"), SRC).unwrap();
-    let exe = dir.join("t");
-    let ok = Command::new("gcc")
-        .args([
+    let mut prog = Driven::build(
+        "gcc",
+        &[
             "-O2",
             "-g",
             "-fno-builtin",
             "-fno-tree-loop-distribute-patterns",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(dir.join("t.c"))
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    let mut child = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    let mut output = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    output.read_line(&mut line).unwrap();
-    assert_eq!(line, "READY\n");
-    let mut rounds = |n: u64| -> u64 {
-        let mut bad = 0;
-        for _ in 0..n {
-            input.write_all(b"go\n").unwrap();
-            line.clear();
-            output.read_line(&mut line).unwrap();
-            bad += line.trim().parse::<u64>().unwrap();
-        }
-        bad
-    };
+        ],
+        "t.c",
+        SRC,
+    );
+    let pid = prog.pid();
+    let mut rounds = |n: u64| -> u64 { (0..n).map(|_| prog.ask().parse::<u64>().unwrap()).sum() };
     assert_eq!(rounds(3), 0, "correct without probes");
-    let probes = ProbeSet::attach(child.id(), &[Family::Copy]).unwrap();
+    let probes = ProbeSet::attach(pid, &[Family::Copy]).unwrap();
     rounds(2);
     const N: u64 = 20;
     let start = probes.start_window().unwrap();
@@ -102,9 +75,6 @@ fn probing_copy_routines_never_changes_what_they_compute() {
     let w = probes.end_window(start, WindowEnd::Completed).unwrap();
     drop(probes);
     let a = Attribution::build(&w, Some(N), None, &mut Symbolizer::new());
-    child.kill().unwrap();
-    child.wait().unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
 
     assert_eq!(
         bad, 0,

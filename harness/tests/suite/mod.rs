@@ -111,3 +111,69 @@ pub fn rig_programs() -> Vec<String> {
         .filter(|n| n.starts_with("rig_"))
         .collect()
 }
+
+/// A small program compiled for one test and driven line by line: it prints
+/// `READY`, then answers each line on stdin with one line. Killed, reaped
+/// and its directory removed on drop.
+pub struct Driven {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+    dir: std::path::PathBuf,
+}
+
+impl Driven {
+    /// Compile `src` (file name `file`, e.g. `t.c`) with `compiler` and `flags`.
+    pub fn build(compiler: &str, flags: &[&str], file: &str, src: &str) -> Driven {
+        use std::io::BufRead;
+        let dir = std::env::temp_dir().join(format!("rig-driven-{}-{file}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(file), src).unwrap();
+        let exe = dir.join("prog");
+        let ok = Command::new(compiler)
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(dir.join(file))
+            .status()
+            .unwrap_or_else(|e| panic!("{compiler} runs: {e}"));
+        assert!(ok.success(), "{compiler} compiled {file}");
+        let mut child = Command::new(&exe)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let mut output = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        assert_eq!(line, "READY\n");
+        Driven {
+            child,
+            input,
+            output,
+            dir,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send one line, return its answer (trimmed).
+    pub fn ask(&mut self) -> String {
+        use std::io::{BufRead, Write};
+        self.input.write_all(b"go\n").unwrap();
+        let mut line = String::new();
+        self.output.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
