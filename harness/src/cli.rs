@@ -279,6 +279,7 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
         memory_mib: a.memory_mib,
         cpu_quota: a.cpu_quota,
         argv: std::env::args().collect(),
+        verify_arms: false,
     })
 }
 

@@ -5,6 +5,7 @@
 //! `load` (generators) → `probe` (eBPF + perf, windowed) and `sample`
 //! (/proc + cgroup, by pid) → `symbolize` → `report`.
 
+pub mod ab;
 pub mod cli;
 pub mod load;
 pub mod probe;

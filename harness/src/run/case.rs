@@ -29,6 +29,8 @@ pub struct LaunchInfo {
     pub proof: PortProof,
     pub notes: Vec<String>,
     pub exe_sha256: String,
+    /// `rig ab`: the arm's binary/libraries, proven mapped by hash.
+    pub arm_proof: Option<crate::ab::identity::ArmProof>,
 }
 
 impl LaunchInfo {
@@ -41,6 +43,7 @@ impl LaunchInfo {
             proof: l.proof.clone(),
             notes: l.notes.clone(),
             exe_sha256: l.exe.sha256.clone(),
+            arm_proof: None,
         }
     }
 }
@@ -234,6 +237,29 @@ fn record_objects(l: &Launched, objs: &mut Option<Vec<ObjectFact>>) {
         let mut all = vec![l.exe.clone()];
         all.extend(l.objects.iter().cloned());
         *objs = Some(all);
+    }
+}
+
+/// Launch a fresh target for one pass; for `rig ab`, refuse it unless the
+/// arm's binary and libraries are what it mapped.
+fn launch_pass(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    pass: &str,
+) -> Result<(Launched, Option<crate::ab::identity::ArmProof>), Fail> {
+    let l = launch(spec, &launch_opts(rs, case, pass))?;
+    if !rs.verify_arms {
+        return Ok((l, None));
+    }
+    let proof = crate::ab::identity::expected_objects(spec)
+        .and_then(|e| crate::ab::identity::verify(&case.target_name, &e, &l));
+    match proof {
+        Ok(p) => Ok((l, Some(p))),
+        Err(why) => {
+            stop(l);
+            Err(Fail(why))
+        }
     }
 }
 
@@ -462,7 +488,7 @@ fn memory_pass(
     spec: &TargetSpec,
     objs: &mut Option<Vec<ObjectFact>>,
 ) -> Result<(MemoryPass, Vec<String>), Fail> {
-    let l = launch(spec, &launch_opts(rs, case, "memory"))?;
+    let (l, arm_proof) = launch_pass(rs, case, spec, "memory")?;
     record_objects(&l, objs);
     std::thread::sleep(Duration::from_millis(case.settle_ms));
     let proc = ProcSnapshot::read(l.pid);
@@ -470,7 +496,8 @@ fn memory_pass(
         .cgroup_handle()
         .and_then(|h| CgroupSnapshot::read(&h).ok());
     let died = exited_reason("memory", &l);
-    let info = LaunchInfo::of(&l);
+    let mut info = LaunchInfo::of(&l);
+    info.arm_proof = arm_proof;
     let exit = stop(l);
     let proc = proc.map_err(|e| {
         failed(
@@ -607,12 +634,13 @@ fn clean_pass(
     spec: &TargetSpec,
     objs: &mut Option<Vec<ObjectFact>>,
 ) -> Result<(CleanPass, Vec<String>), Fail> {
-    let l = launch(spec, &launch_opts(rs, case, "clean"))?;
+    let (l, arm_proof) = launch_pass(rs, case, spec, "clean")?;
     record_objects(&l, objs);
     let sampler = Sampler::start(l.pid, l.cgroup_handle(), Duration::from_millis(50));
     let measured = clean_measure(rs, case, spec, &l);
     let samples = sampler.stop();
-    let info = LaunchInfo::of(&l);
+    let mut info = LaunchInfo::of(&l);
+    info.arm_proof = arm_proof;
     let died = exited_reason("clean", &l);
     let exit = stop(l);
     let m = measured.map_err(|Fail(why)| failed("clean", why, died.clone(), &exit))?;
@@ -706,10 +734,11 @@ fn counted_pass(
     sym: &mut Symbolizer,
     objs: &mut Option<Vec<ObjectFact>>,
 ) -> Result<(CountedPass, Vec<String>), Fail> {
-    let l = launch(spec, &launch_opts(rs, case, "counted"))?;
+    let (l, arm_proof) = launch_pass(rs, case, spec, "counted")?;
     record_objects(&l, objs);
     let measured = counted_measure(rs, case, spec, &l, sym);
-    let info = LaunchInfo::of(&l);
+    let mut info = LaunchInfo::of(&l);
+    info.arm_proof = arm_proof;
     let died = exited_reason("counted", &l);
     let exit = stop(l);
     let m = measured.map_err(|Fail(why)| failed("counted", why, died.clone(), &exit))?;

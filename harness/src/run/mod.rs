@@ -77,6 +77,8 @@ pub struct RunSettings {
     pub memory_mib: Option<u64>,
     pub cpu_quota: Option<f64>,
     pub argv: Vec<String>,
+    /// `rig ab`: prove every launch maps the arm's own binary and libraries.
+    pub verify_arms: bool,
 }
 
 #[derive(Serialize)]

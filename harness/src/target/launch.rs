@@ -602,7 +602,7 @@ fn online_cpus() -> (String, Vec<usize>) {
 
 /// SHA-256 (hex) and size of everything read from `r`, plus the bytes when
 /// `keep` (for the build-id).
-fn hash_file(path: &std::path::Path) -> std::io::Result<(u64, String, Vec<u8>)> {
+pub fn hash_file(path: &std::path::Path) -> std::io::Result<(u64, String, Vec<u8>)> {
     let data = std::fs::read(path)?;
     let digest = Sha256::digest(&data);
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();

@@ -620,6 +620,65 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
     (Some(spec), d.out)
 }
 
+/// `extends = "base.toml"`: this spec is the base with this file's
+/// top-level keys put over it (`env` merged key by key; `[protocols]` and
+/// `[[endpoints]]` replaced whole when given). An A/B arm is typically its
+/// base plus one env change (`LD_LIBRARY_PATH`, `LD_PRELOAD`) or another
+/// `argv`. The merged spec is then parsed as if it were this file, so its
+/// relative paths resolve against this file's directory.
+fn resolve_extends(path: &Path, text: &str, depth: usize) -> Result<String, SpecError> {
+    let mut table: toml::Table = match toml::from_str(text) {
+        Ok(t) => t,
+        Err(_) => return Ok(text.to_string()), // parse() reports it with its line
+    };
+    let Some(base) = table.remove("extends") else {
+        return Ok(text.to_string());
+    };
+    let invalid = |message: String| {
+        SpecError::Invalid(vec![ConfigError {
+            path: path.to_path_buf(),
+            line: 1,
+            col: 1,
+            message,
+            source_line: String::new(),
+            warning: false,
+        }])
+    };
+    let base = base.as_str().ok_or_else(|| {
+        invalid("`extends` must be a file name, e.g. extends = \"calib.toml\"".into())
+    })?;
+    if depth > 8 {
+        return Err(invalid(format!(
+            "`extends = {base:?}`: more than 8 levels (a cycle?)"
+        )));
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let base_path = under(dir, base);
+    let base_text = std::fs::read_to_string(&base_path).map_err(|source| SpecError::Read {
+        path: base_path.clone(),
+        source,
+    })?;
+    let base_text = resolve_extends(&base_path, &base_text, depth + 1)?;
+    let mut merged: toml::Table = toml::from_str(&base_text).map_err(|e| {
+        invalid(format!(
+            "extended spec {}: {}",
+            base_path.display(),
+            e.message()
+        ))
+    })?;
+    for (k, v) in table {
+        match (k.as_str(), merged.get_mut("env"), v) {
+            ("env", Some(toml::Value::Table(base_env)), toml::Value::Table(env)) => {
+                base_env.extend(env);
+            }
+            (_, _, v) => {
+                merged.insert(k, v);
+            }
+        }
+    }
+    toml::to_string(&merged).map_err(|e| invalid(format!("merging {}: {e}", base_path.display())))
+}
+
 /// Add a hint to the toml crate's messages where the cause is rig's schema.
 fn explain_toml(msg: &str) -> String {
     let msg = msg.trim_end();
@@ -685,6 +744,7 @@ impl TargetSpec {
             path: path.clone(),
             source,
         })?;
+        let text = resolve_extends(&path, &text, 0)?;
         Self::from_text(&path, &text)
     }
 

@@ -1,0 +1,2 @@
+pub mod equality;
+pub mod identity;
