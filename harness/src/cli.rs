@@ -55,6 +55,47 @@ pub enum Cmd {
     Run(RunArgs),
     /// Validate a target spec or a matrix file and explain each error with its line.
     CheckConfig(CheckConfigArgs),
+    /// A/B of two or more builds: interleaved arms, proven arms, paired statistics.
+    Ab(AbArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct AbArgs {
+    /// An arm: NAME=TARGET_SPEC (repeat; at least two). The first is the baseline.
+    #[arg(long = "arm", required = true)]
+    pub arms: Vec<String>,
+    /// Scenario matrix.
+    #[arg(long, default_value = "config/matrix.toml")]
+    pub matrix: PathBuf,
+    /// Suites to compare (repeatable).
+    #[arg(long, required = true)]
+    pub suite: Vec<String>,
+    /// Negative-control suites: legs the change must not move, interleaved the same way.
+    #[arg(long)]
+    pub control: Vec<String>,
+    /// Rounds of A B B A blocks.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: u32,
+    /// Output directory; must not exist.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Probe families for the counted pass.
+    #[arg(long, default_value = "syscalls,alloc,copy,faults")]
+    pub probes: String,
+    /// Passes per case.
+    #[arg(long, default_value = "clean,counted")]
+    pub passes: String,
+    /// Response headers masked before comparing outputs (repeatable).
+    #[arg(long = "mask-header", default_value = "date")]
+    pub masks: Vec<String>,
+    #[arg(long)]
+    pub server_cpu: Option<String>,
+    #[arg(long)]
+    pub client_cpus: Option<String>,
+    #[arg(long)]
+    pub memory_mib: Option<u64>,
+    #[arg(long)]
+    pub cpu_quota: Option<f64>,
 }
 
 #[derive(Args, Debug)]
@@ -283,6 +324,60 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
     })
 }
 
+fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
+    use crate::target::spec::TargetSpec;
+    let server_cpus = cpu_list("--server-cpu", &a.server_cpu)?;
+    let client_cpus = cpu_list("--client-cpus", &a.client_cpus)?;
+    if let (Some(s), Some(c)) = (&server_cpus, &client_cpus) {
+        if let Some(x) = s.iter().find(|x| c.contains(x)) {
+            bail!("--client-cpus overlaps --server-cpu on CPU {x}; give disjoint CPU sets");
+        }
+    }
+    let mut arms = Vec::new();
+    for arg in &a.arms {
+        let (name, file) = arg
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--arm {arg}: write NAME=TARGET_SPEC, e.g. --arm A=config/targets/calib-dyn-a.toml"))?;
+        if arms.iter().any(|x: &crate::ab::Arm| x.name == name) {
+            bail!("--arm {name}: two arms with one name");
+        }
+        let spec = TargetSpec::load(file).with_context(|| format!("--arm {name}={file}"))?;
+        let tls = match &spec.tls_variant {
+            Some(p) => Some(TargetSpec::load(p).with_context(|| format!("tls_variant of {file}"))?),
+            None => None,
+        };
+        arms.push(crate::ab::Arm {
+            name: name.to_string(),
+            spec,
+            tls,
+        });
+    }
+    if arms.len() < 2 {
+        bail!("--arm: give at least two arms (--arm A=FILE --arm B=FILE)");
+    }
+    if a.rounds == 0 {
+        bail!("--rounds 0: give at least one A B B A round");
+    }
+    let families = if a.probes == "none" { Vec::new() } else { Family::parse_list(&a.probes)? };
+    Ok(crate::ab::AbSettings {
+        arms,
+        matrix_path: a.matrix.clone(),
+        matrix: crate::scenario::Matrix::load(&a.matrix)?,
+        suites: a.suite.clone(),
+        controls: a.control.clone(),
+        rounds: a.rounds,
+        out: a.out.clone(),
+        families,
+        passes: crate::run::Passes::parse(&a.passes).map_err(anyhow::Error::msg)?,
+        server_cpus,
+        client_cpus,
+        memory_mib: a.memory_mib,
+        cpu_quota: a.cpu_quota,
+        masks: a.masks.clone(),
+        argv: std::env::args().collect(),
+    })
+}
+
 /// Validate one config file: a matrix (it has `[[suite]]`) or a target spec.
 fn check_config(path: &std::path::Path) -> Result<i32> {
     let text =
@@ -359,6 +454,23 @@ pub fn run() -> Result<i32> {
             })
         }
         Cmd::CheckConfig(c) => check_config(&c.file),
+        Cmd::Ab(a) => {
+            let s = ab_settings(&a)?;
+            if !s.families.is_empty() && s.passes.counted {
+                crate::probe::require_root()?;
+            }
+            let stop = stop_flag()?;
+            let report = crate::ab::run(&s, &stop)?;
+            print!("{}", crate::ab::render(&report));
+            println!("results: {}", s.out.display());
+            Ok(if report.interrupted {
+                exit::INTERRUPTED
+            } else if !report.failed_runs.is_empty() {
+                exit::CASE_FAILED
+            } else {
+                exit::OK
+            })
+        }
         Cmd::Demo(d) => {
             let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
             cmd.args(["--port", "0", "--threads", "2", "--contend"]);

@@ -1,2 +1,641 @@
+//! `rig ab`: did the change make the server cheaper, and where?
+//!
+//! In: two or more arms (target specs, typically one `extends` the other
+//! and swaps a binary, an `LD_LIBRARY_PATH` directory or an `LD_PRELOAD`),
+//! the suites to run and negative-control suites, a round count. Out: a new
+//! directory with `manifest.json`, `runs.jsonl` (every case of every run),
+//! `ab.json` and `ab.md`, and a benchstat-like table.
+//!
+//! Runs go in palindromic blocks (A B B A, or A B C C B A), a fresh server
+//! for every pass of every case, each launch proven to map its arm's own
+//! files (`identity`). Outputs are compared byte for byte (`equality`), and
+//! equality is only called evidence next to proof that the arms ran
+//! different code: a counter or call site that differs between them.
+
 pub mod equality;
 pub mod identity;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::probe::Family;
+use crate::report::host::HostFacts;
+use crate::run::case::{run_case, CaseResult, Status};
+use crate::run::output::OutDir;
+use crate::run::{Passes, RunSettings};
+use crate::scenario::{Case, Matrix};
+use crate::stats::{compare, Comparison, Verdict};
+use crate::symbolize::Symbolizer;
+use crate::target::spec::TargetSpec;
+
+/// One arm: a name and its target spec (with its TLS variant, if any).
+#[derive(Clone, Debug)]
+pub struct Arm {
+    pub name: String,
+    pub spec: TargetSpec,
+    pub tls: Option<TargetSpec>,
+}
+
+#[derive(Clone, Debug)]
+pub struct AbSettings {
+    pub arms: Vec<Arm>,
+    pub matrix_path: PathBuf,
+    pub matrix: Matrix,
+    pub suites: Vec<String>,
+    pub controls: Vec<String>,
+    pub rounds: u32,
+    pub out: PathBuf,
+    pub families: Vec<Family>,
+    pub passes: Passes,
+    pub server_cpus: Option<Vec<usize>>,
+    pub client_cpus: Option<Vec<usize>>,
+    pub memory_mib: Option<u64>,
+    pub cpu_quota: Option<f64>,
+    /// Response headers whose values are masked before comparing.
+    pub masks: Vec<String>,
+    pub argv: Vec<String>,
+}
+
+/// The arm order of one round: A B … then … B A.
+pub fn block_order(arms: usize) -> Vec<usize> {
+    (0..arms).chain((0..arms).rev()).collect()
+}
+
+/// Identity of a case across arms and runs.
+fn case_key(c: &Case) -> String {
+    // id = suite/target/rest.../#repeat
+    let mut parts: Vec<&str> = c.id.split('/').collect();
+    parts.pop(); // #repeat
+    if parts.len() > 1 {
+        parts.remove(1); // target
+    }
+    parts.join("/")
+}
+
+/// One metric of one case: per-arm values in run order.
+#[derive(Clone, Debug, Serialize)]
+pub struct MetricValues {
+    pub case: String,
+    pub metric: String,
+    pub unit: &'static str,
+    pub lower_is_better: bool,
+    /// Exact counters (the counted pass) or timings (the clean pass).
+    pub exact: bool,
+    pub control: bool,
+    pub values: Vec<Vec<f64>>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MetricComparison {
+    #[serde(flatten)]
+    pub values: MetricValues,
+    /// Arm i (i ≥ 1) against arm 0.
+    pub vs_first: Vec<Comparison>,
+}
+
+/// What the counted passes say about whether the arms ran different code.
+#[derive(Clone, Debug, Serialize)]
+pub struct CodeDifference {
+    pub case: String,
+    /// Call sites (or syscalls) whose per-request count or bytes differ:
+    /// `(site, arm medians)`.
+    pub sites: Vec<(String, Vec<f64>)>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EqualityReport {
+    pub masks: Vec<String>,
+    pub paths: Vec<String>,
+    /// Per arm i ≥ 1: differences against arm 0 (empty = byte-identical).
+    pub differences: Vec<Vec<String>>,
+    pub responses: Vec<Vec<equality::Captured>>,
+}
+
+#[derive(Serialize)]
+pub struct AbReport {
+    pub schema_version: u32,
+    pub arms: Vec<String>,
+    pub rounds: u32,
+    pub order: Vec<String>,
+    pub interrupted: bool,
+    pub failed_runs: Vec<String>,
+    pub equality: Option<EqualityReport>,
+    pub code_differences: Vec<CodeDifference>,
+    /// One sentence: do outputs and counters together show the change ran?
+    pub evidence: String,
+    pub metrics: Vec<MetricComparison>,
+    /// Negative controls that moved: the machine moved.
+    pub drift: Vec<String>,
+    pub verdict: String,
+}
+
+const CLEAN_METRICS: &[(&str, &str, bool)] = &[
+    ("rps", "req/s", false),
+    ("cpu_us_per_request", "µs", true),
+    ("p50_us", "µs", true),
+    ("p99_us", "µs", true),
+    ("rss_max_kib", "KiB", true),
+];
+
+fn clean_metric(r: &CaseResult, name: &str) -> Option<f64> {
+    let c = r.clean.as_ref()?;
+    Some(match name {
+        "rps" => c.load.rps,
+        "cpu_us_per_request" => c.server.cpu_us_per_request?,
+        "p50_us" => c.load.latency.p50_ns as f64 / 1e3,
+        "p99_us" => c.load.latency.p99_ns as f64 / 1e3,
+        "rss_max_kib" => c.server.rss_max_kib as f64,
+        _ => return None,
+    })
+}
+
+/// Every exact per-request counter of a counted pass, by name: the totals
+/// and one entry per call site (alloc/copy/faults) and per syscall.
+fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let Some(c) = r.counted.as_ref() else { return m };
+    let p = &c.per_request;
+    for (k, v) in [
+        ("syscalls/req", p.syscalls),
+        ("allocs/req", p.allocations),
+        ("alloc bytes/req", p.alloc_bytes),
+        ("frees/req", p.frees),
+        ("copy bytes/req", p.copy_bytes),
+        ("copy calls/req", p.copy_calls),
+        ("lock acquisitions/req", p.lock_acquisitions),
+        ("page faults/req", p.page_faults),
+    ] {
+        if let Some(v) = v {
+            m.insert(k.to_string(), v);
+        }
+    }
+    let a = &c.attribution;
+    let Some(n) = a.window.requests.filter(|n| *n > 0) else { return m };
+    let n = n as f64;
+    let site = |s: &crate::symbolize::Site| -> String {
+        match (&s.function, s.file_line()) {
+            (Some(f), Some(fl)) => format!("{f} ({fl})"),
+            (Some(f), None) => f.clone(),
+            _ => s.label(),
+        }
+    };
+    let mut add = |k: String, v: f64| *m.entry(k).or_insert(0.0) += v;
+    for row in &a.alloc {
+        add(format!("{} calls @ {}", row.kind, site(&row.site)), row.calls as f64 / n);
+        if row.bytes > 0 {
+            add(format!("{} bytes @ {}", row.kind, site(&row.site)), row.bytes as f64 / n);
+        }
+    }
+    for row in &a.copy {
+        add(format!("{} bytes @ {}", row.kind, site(&row.site)), row.bytes as f64 / n);
+        add(format!("{} calls @ {}", row.kind, site(&row.site)), row.calls as f64 / n);
+    }
+    for row in &a.syscalls {
+        add(format!("syscall {}", row.name), row.count as f64 / n);
+    }
+    for row in &a.faults {
+        add(format!("faults @ {}", site(&row.site)), row.count as f64 / n);
+    }
+    m
+}
+
+fn med(v: &[f64]) -> f64 {
+    crate::stats::median(v).unwrap_or(f64::NAN)
+}
+
+/// Send each endpoint of each arm's spec to a fresh server and compare.
+fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
+    let paths: Vec<String> = s.arms[0]
+        .spec
+        .endpoints
+        .iter()
+        .filter(|e| e.method == "GET")
+        .map(|e| e.path.clone())
+        .collect();
+    let mut responses = Vec::new();
+    for (i, arm) in s.arms.iter().enumerate() {
+        let opts = crate::target::launch::LaunchOptions {
+            server_cpus: rs.server_cpus.clone(),
+            memory_limit_mib: rs.memory_mib,
+            cpu_quota: rs.cpu_quota,
+            ready_timeout: None,
+            label: format!("{}-equality", arm.name),
+        };
+        let l = crate::target::launch::launch(&arm.spec, &opts)
+            .with_context(|| format!("launching arm {} for the output comparison", arm.name))?;
+        let expected = identity::expected_objects(&arm.spec).map_err(anyhow::Error::msg)?;
+        if let Err(why) = identity::verify(&arm.name, &expected, &l) {
+            bail!("{why}");
+        }
+        let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), l.port);
+        let mut got = Vec::new();
+        for p in &paths {
+            got.push(
+                equality::capture(addr, p, &s.masks)
+                    .map_err(anyhow::Error::msg)
+                    .with_context(|| format!("arm {} ({i})", arm.name))?,
+            );
+        }
+        l.stop(std::time::Duration::from_secs(2));
+        responses.push(got);
+    }
+    let differences = responses[1..]
+        .iter()
+        .map(|r| equality::differences(&responses[0], r))
+        .collect();
+    Ok(EqualityReport {
+        masks: s.masks.clone(),
+        paths,
+        differences,
+        responses,
+    })
+}
+
+/// Run the comparison. `stop` ends it after the current case.
+pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
+    if s.arms.len() < 2 {
+        bail!("rig ab needs at least two arms (--arm A=FILE --arm B=FILE)");
+    }
+    let names: Vec<String> = s.arms.iter().map(|a| a.name.clone()).collect();
+    let mut suites = s.suites.clone();
+    suites.extend(s.controls.iter().cloned());
+    let all: Vec<Case> = s.matrix.expand(&suites, &names, Some(1))?;
+    let rs = RunSettings {
+        targets: s.arms.iter().map(|a| (a.spec.clone(), a.tls.clone())).collect(),
+        matrix_path: s.matrix_path.clone(),
+        matrix: s.matrix.clone(),
+        suites: suites.clone(),
+        out: s.out.clone(),
+        families: s.families.clone(),
+        passes: s.passes,
+        repeats: Some(1),
+        server_cpus: s.server_cpus.clone(),
+        client_cpus: s.client_cpus.clone(),
+        memory_mib: s.memory_mib,
+        cpu_quota: s.cpu_quota,
+        argv: s.argv.clone(),
+        verify_arms: true,
+    };
+    let mut out = OutDir::create(&s.out)?;
+    let expected: Vec<Vec<identity::Expected>> = s
+        .arms
+        .iter()
+        .map(|a| identity::expected_objects(&a.spec).map_err(anyhow::Error::msg))
+        .collect::<Result<_>>()?;
+    out.write_json(
+        "manifest.json",
+        &serde_json::json!({
+            "schema_version": 1,
+            "rig_version": env!("CARGO_PKG_VERSION"),
+            "argv": s.argv,
+            "host": HostFacts::gather(),
+            "arms": s.arms.iter().zip(&expected).map(|(a, e)| serde_json::json!({
+                "name": a.name, "spec": a.spec, "expected_objects": e,
+            })).collect::<Vec<_>>(),
+            "suites": s.suites, "controls": s.controls, "rounds": s.rounds,
+            "families": s.families, "masks": s.masks,
+        }),
+    )?;
+
+    let equality = check_equality(s, &rs)?;
+
+    let mut order_names = Vec::new();
+    let mut results: Vec<(usize, u32, CaseResult)> = Vec::new();
+    let mut runs_of = vec![0u32; s.arms.len()];
+    let mut sym = Symbolizer::new();
+    let mut interrupted = false;
+    'rounds: for _round in 1..=s.rounds.max(1) {
+        for arm in block_order(s.arms.len()) {
+            if stop.load(Ordering::Relaxed) {
+                interrupted = true;
+                break 'rounds;
+            }
+            runs_of[arm] += 1;
+            let run = runs_of[arm];
+            order_names.push(format!("{}{run}", s.arms[arm].name));
+            for c in all.iter().filter(|c| c.target == arm) {
+                let mut c = c.clone();
+                c.repeat = run;
+                c.id = format!("{}#{run}", c.id.trim_end_matches("#1"));
+                let (spec, tls) = &rs.targets[arm];
+                let r = run_case(&rs, &c, spec, tls.as_ref(), &mut sym);
+                if r.status == Status::Failed {
+                    eprintln!("rig ab: {} failed: {}", c.id, r.reasons.join("; "));
+                }
+                out.append_case(&r)?;
+                results.push((arm, run, r));
+            }
+        }
+    }
+    crate::target::launch::cleanup_all();
+
+    let report = analyse(s, &names, results, equality, order_names, interrupted);
+    out.write_json("ab.json", &report)?;
+    std::fs::write(s.out.join("ab.md"), markdown(&report))?;
+    Ok(report)
+}
+
+fn analyse(
+    s: &AbSettings,
+    names: &[String],
+    results: Vec<(usize, u32, CaseResult)>,
+    equality: EqualityReport,
+    order: Vec<String>,
+    interrupted: bool,
+) -> AbReport {
+    let n_arms = names.len();
+    let failed_runs: Vec<String> = results
+        .iter()
+        .filter(|(_, _, r)| r.status == Status::Failed)
+        .map(|(_, _, r)| format!("{}: {}", r.case.id, r.reasons.join("; ")))
+        .collect();
+    let mut keys: Vec<String> = Vec::new();
+    for (_, _, r) in &results {
+        let k = case_key(&r.case);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut metrics = Vec::new();
+    let mut code_differences = Vec::new();
+    for key in &keys {
+        let control = s.controls.iter().any(|c| key.starts_with(&format!("{c}/")));
+        let of_arm = |arm: usize| -> Vec<&CaseResult> {
+            results
+                .iter()
+                .filter(|(a, _, r)| *a == arm && case_key(&r.case) == *key && r.status == Status::Ok)
+                .map(|(_, _, r)| r)
+                .collect()
+        };
+        let per_arm: Vec<Vec<&CaseResult>> = (0..n_arms).map(of_arm).collect();
+        for &(name, unit, lower) in CLEAN_METRICS {
+            let values: Vec<Vec<f64>> = per_arm
+                .iter()
+                .map(|rs| rs.iter().filter_map(|r| clean_metric(r, name)).collect())
+                .collect();
+            if values.iter().all(|v| v.is_empty()) {
+                continue;
+            }
+            metrics.push(MetricValues {
+                case: key.clone(),
+                metric: name.to_string(),
+                unit,
+                lower_is_better: lower,
+                exact: false,
+                control,
+                values,
+            });
+        }
+        let counted: Vec<Vec<BTreeMap<String, f64>>> = per_arm
+            .iter()
+            .map(|rs| rs.iter().filter(|r| r.counted.is_some()).map(|r| counted_metrics(r)).collect())
+            .collect();
+        let mut names_all: Vec<String> = counted.iter().flatten().flat_map(|m| m.keys().cloned()).collect();
+        names_all.sort();
+        names_all.dedup();
+        let mut sites = Vec::new();
+        for name in names_all {
+            // A site absent from a run did not happen in it: 0 per request.
+            let values: Vec<Vec<f64>> = counted
+                .iter()
+                .map(|runs| runs.iter().map(|m| m.get(&name).copied().unwrap_or(0.0)).collect())
+                .collect();
+            let medians: Vec<f64> = values.iter().map(|v| med(v)).collect();
+            let is_site = name.contains(" @ ") || name.starts_with("syscall ");
+            if is_site {
+                if medians.iter().any(|m| (m - medians[0]).abs() > 1e-9) {
+                    sites.push((name.clone(), medians));
+                }
+                continue;
+            }
+            metrics.push(MetricValues {
+                case: key.clone(),
+                metric: name,
+                unit: "",
+                lower_is_better: true,
+                exact: true,
+                control,
+                values,
+            });
+        }
+        if !control {
+            code_differences.push(CodeDifference {
+                case: key.clone(),
+                sites,
+            });
+        }
+    }
+    let compared: Vec<MetricComparison> = metrics
+        .into_iter()
+        .map(|m| {
+            let vs_first = (1..n_arms)
+                .map(|i| {
+                    let pairs: Vec<(f64, f64)> = m.values[0]
+                        .iter()
+                        .zip(m.values[i].iter())
+                        .map(|(a, b)| (*a, *b))
+                        .collect();
+                    compare(&m.values[0], &m.values[i], Some(&pairs), m.lower_is_better, 0x5eed)
+                })
+                .collect();
+            MetricComparison { values: m, vs_first }
+        })
+        .collect();
+    let drift: Vec<String> = compared
+        .iter()
+        .filter(|m| m.values.control)
+        .flat_map(|m| {
+            m.vs_first.iter().enumerate().filter_map(move |(i, c)| {
+                matches!(c.verdict, Verdict::Better | Verdict::Worse).then(|| {
+                    format!(
+                        "negative control {} {} moved ({} vs {}): the machine moved, so the verdict is in doubt",
+                        m.values.case,
+                        m.values.metric,
+                        names[i + 1],
+                        names[0]
+                    )
+                })
+            })
+        })
+        .collect();
+    let outputs_equal = equality.differences.iter().all(|d| d.is_empty());
+    let code_differs = code_differences.iter().any(|d| !d.sites.is_empty())
+        || compared
+            .iter()
+            .any(|m| m.values.exact && !m.values.control && m.vs_first.iter().any(|c| c.diff_median != 0.0));
+    let evidence = match (outputs_equal, code_differs) {
+        (true, true) => "outputs are byte-identical AND the arms executed different code (counters differ, listed per call site): the equality is evidence".to_string(),
+        (true, false) => "outputs are byte-identical, but the arms are indistinguishable by every counter: nothing shows the changed code ran, so the equality is NOT evidence".to_string(),
+        (false, _) => "outputs DIFFER between arms (see equality.differences)".to_string(),
+    };
+    let timing: Vec<&MetricComparison> = compared.iter().filter(|m| !m.values.exact && !m.values.control).collect();
+    let mut verdict_parts = Vec::new();
+    for m in &timing {
+        for (i, c) in m.vs_first.iter().enumerate() {
+            if matches!(c.verdict, Verdict::Better | Verdict::Worse) {
+                verdict_parts.push(format!(
+                    "{} {} {}: {:?} ({:+.1}%)",
+                    names[i + 1],
+                    m.values.case,
+                    m.values.metric,
+                    c.verdict,
+                    c.rel * 100.0
+                ));
+            }
+        }
+    }
+    let mut verdict = if verdict_parts.is_empty() {
+        "timings: no difference beyond the within-arm spread".to_string()
+    } else {
+        format!("timings: {}", verdict_parts.join("; "))
+    };
+    if !drift.is_empty() {
+        verdict.push_str(" — IN DOUBT: a negative control moved");
+    }
+    AbReport {
+        schema_version: 1,
+        arms: names.to_vec(),
+        rounds: s.rounds,
+        order,
+        interrupted,
+        failed_runs,
+        equality: Some(equality),
+        code_differences,
+        evidence,
+        metrics: compared,
+        drift,
+        verdict,
+    }
+}
+
+/// The benchstat-like terminal table.
+pub fn render(r: &AbReport) -> String {
+    use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+    let mut out = String::new();
+    out.push_str(&format!("rig ab: arms {} — run order {}\n", r.arms.join(", "), r.order.join(" ")));
+    for (i, arm) in r.arms.iter().enumerate().skip(1) {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+            "case".to_string(),
+            "metric".to_string(),
+            format!("{} median", r.arms[0]),
+            format!("{arm} median"),
+            "delta".to_string(),
+            "95% CI of Δ".to_string(),
+            "p".to_string(),
+            "verdict".to_string(),
+        ]);
+        for m in &r.metrics {
+            let c = &m.vs_first[i - 1];
+            if m.values.exact && c.diff_median == 0.0 && c.ci.lo == 0.0 && c.ci.hi == 0.0 {
+                continue; // identical exact counters: summarized below
+            }
+            t.add_row(vec![
+                format!("{}{}", m.values.case, if m.values.control { " [control]" } else { "" }),
+                m.values.metric.clone(),
+                format!("{:.3}", c.a_median),
+                format!("{:.3}", c.b_median),
+                if c.rel.is_finite() { format!("{:+.2}%", c.rel * 100.0) } else { format!("{:+.3}", c.diff_median) },
+                format!("{:.3} .. {:.3}", c.ci.lo, c.ci.hi),
+                c.p_value.map_or("-".into(), |p| format!("{p:.3}")),
+                format!("{:?}", c.verdict),
+            ]);
+        }
+        out.push_str(&format!("{t}\n"));
+        let same = r
+            .metrics
+            .iter()
+            .filter(|m| m.values.exact && m.vs_first[i - 1].diff_median == 0.0)
+            .count();
+        out.push_str(&format!("{same} exact counters identical between {} and {arm}\n", r.arms[0]));
+    }
+    for d in &r.code_differences {
+        if d.sites.is_empty() {
+            out.push_str(&format!("{}: no call site differs between the arms\n", d.case));
+        }
+        for (site, meds) in &d.sites {
+            let v = meds.iter().map(|m| format!("{m:.3}")).collect::<Vec<_>>().join(" vs ");
+            out.push_str(&format!("{}: {site}: {v} per request\n", d.case));
+        }
+    }
+    if let Some(e) = &r.equality {
+        for (i, d) in e.differences.iter().enumerate() {
+            if d.is_empty() {
+                out.push_str(&format!(
+                    "outputs: {} answers byte-identical to {} on {} (masked: {})\n",
+                    r.arms[i + 1],
+                    r.arms[0],
+                    e.paths.join(", "),
+                    e.masks.join(", ")
+                ));
+            } else {
+                out.push_str(&format!("outputs: {} differs from {}: {}\n", r.arms[i + 1], r.arms[0], d.join("; ")));
+            }
+        }
+    }
+    out.push_str(&format!("evidence: {}\n", r.evidence));
+    for d in &r.drift {
+        out.push_str(&format!("drift: {d}\n"));
+    }
+    for f in &r.failed_runs {
+        out.push_str(&format!("failed: {f}\n"));
+    }
+    out.push_str(&format!("verdict: {}\n", r.verdict));
+    out
+}
+
+/// The same, as markdown.
+pub fn markdown(r: &AbReport) -> String {
+    let mut md = format!(
+        "# rig ab: {}\n\nRun order: {}\n\n## Evidence\n\n{}\n\n## Verdict\n\n{}\n\n",
+        r.arms.join(" vs "),
+        r.order.join(" "),
+        r.evidence,
+        r.verdict
+    );
+    md.push_str("## Call sites that differ (per request, arm medians)\n\n| case | site | medians |\n|---|---|---|\n");
+    for d in &r.code_differences {
+        for (site, meds) in &d.sites {
+            let v = meds.iter().map(|m| format!("{m:.3}")).collect::<Vec<_>>().join(" / ");
+            md.push_str(&format!("| {} | {} | {} |\n", d.case, site.replace('|', "\\|"), v));
+        }
+    }
+    md.push_str("\n## Metrics\n\n| case | metric | arm | A median | B median | delta | 95% CI | p | verdict |\n|---|---|---|---|---|---|---|---|---|\n");
+    for m in &r.metrics {
+        for (i, c) in m.vs_first.iter().enumerate() {
+            md.push_str(&format!(
+                "| {} | {} | {} | {:.3} | {:.3} | {:+.2}% | {:.3} .. {:.3} | {} | {:?} |\n",
+                m.values.case,
+                m.values.metric,
+                r.arms[i + 1],
+                c.a_median,
+                c.b_median,
+                c.rel * 100.0,
+                c.ci.lo,
+                c.ci.hi,
+                c.p_value.map_or("-".into(), |p| format!("{p:.3}")),
+                c.verdict
+            ));
+        }
+    }
+    for d in &r.drift {
+        md.push_str(&format!("\n**Drift:** {d}\n"));
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_palindromes() {
+        assert_eq!(block_order(2), vec![0, 1, 1, 0]);
+        assert_eq!(block_order(3), vec![0, 1, 2, 2, 1, 0]);
+    }
+}
