@@ -36,8 +36,11 @@
 //! - Placeholders, in argv, env values and cwd: `{port}` (the port rig picked
 //!   or the fixed one), `{calib_server}` (the calibration server built by
 //!   `rig-fixtures`), `{rig_peer}` (the `rig-peer` binary next to the running
-//!   rig executable), `{spec_dir}`. Any other `{word}` is an error, so a typo
-//!   never reaches the target as a literal.
+//!   rig executable), `{spec_dir}`, and the A/B fixtures of `rig-fixtures`
+//!   (see [`fixture_placeholder`]): `{calib_dyn}`, `{calib_dyn_runpath}`,
+//!   `{calibwork_a}` … `{calibwork_d}` (directories holding the variants of
+//!   `libcalibwork.so`, for `LD_LIBRARY_PATH`). Any other `{word}` is an
+//!   error, so a typo never reaches the target as a literal.
 //! - `port`: `"argv"` — rig picks a free loopback port and substitutes it for
 //!   `{port}` (which must then appear somewhere); `{ env = "PORT" }` — the same
 //!   port is also exported in that variable; `{ fixed = N }` — the target
@@ -285,7 +288,35 @@ enum RawBody {
 }
 
 /// Placeholders a spec may use.
-pub const PLACEHOLDERS: &[&str] = &["port", "calib_server", "rig_peer", "spec_dir"];
+pub const PLACEHOLDERS: &[&str] = &[
+    "port",
+    "calib_server",
+    "rig_peer",
+    "spec_dir",
+    // A/B fixtures (fixture_placeholder):
+    "calib_dyn",
+    "calib_dyn_runpath",
+    "calibwork_a",
+    "calibwork_b",
+    "calibwork_c",
+    "calibwork_d",
+];
+
+/// The A/B calibration fixtures of `rig-fixtures` (fixtures/calib/COSTS.md,
+/// "A/B fixtures"): the `calib_dyn` binaries and the directory of each
+/// `libcalibwork.so` variant. `None` for any other placeholder.
+pub fn fixture_placeholder(name: &str) -> Option<PathBuf> {
+    let p = match name {
+        "calib_dyn" => rig_fixtures::calib_dyn(),
+        "calib_dyn_runpath" => rig_fixtures::calib_dyn_runpath(),
+        "calibwork_a" => rig_fixtures::calibwork_dir('a'),
+        "calibwork_b" => rig_fixtures::calibwork_dir('b'),
+        "calibwork_c" => rig_fixtures::calibwork_dir('c'),
+        "calibwork_d" => rig_fixtures::calibwork_dir('d'),
+        _ => return None,
+    };
+    Some(p.to_path_buf())
+}
 
 /// `{word}` occurrences in `s` (word = `[A-Za-z0-9_]+`), with byte offsets.
 fn placeholders(s: &str) -> Vec<(usize, &str)> {
@@ -843,6 +874,9 @@ impl TargetSpec {
                 "port" => port.to_string(),
                 "spec_dir" => self.dir.display().to_string(),
                 "calib_server" => rig_fixtures::calib_server().display().to_string(),
+                ab if fixture_placeholder(ab).is_some() => {
+                    fixture_placeholder(ab).unwrap().display().to_string()
+                }
                 "rig_peer" => rig_peer()
                     .map_err(|why| SpecError::Placeholder {
                         path: self.path.clone(),
@@ -1020,6 +1054,30 @@ body = { literal = "hello" }
         assert_eq!(c.args, ["--port", "4242", "--root", "/specs"]);
         assert_eq!(c.env.get("PORT").map(String::as_str), Some("4242"));
         assert_eq!(c.cwd, Path::new("/specs/work"));
+    }
+
+    #[test]
+    fn ab_fixture_placeholders_resolve() {
+        let t = "name='x'\nargv=['{calib_dyn}','--port','{port}']\nenv={LD_LIBRARY_PATH='{calibwork_b}'}\nready={tcp=true}\n";
+        let (s, d) = parse_str(t);
+        assert_eq!(d, vec![]);
+        let c = s.unwrap().command(4242).unwrap();
+        assert_eq!(c.program, rig_fixtures::calib_dyn());
+        assert_eq!(
+            c.env.get("LD_LIBRARY_PATH").map(Path::new),
+            Some(rig_fixtures::calibwork_dir('b'))
+        );
+        for v in ['a', 'b', 'c', 'd'] {
+            assert_eq!(
+                fixture_placeholder(&format!("calibwork_{v}")).as_deref(),
+                Some(rig_fixtures::calibwork_dir(v))
+            );
+        }
+        assert_eq!(
+            fixture_placeholder("calib_dyn_runpath").as_deref(),
+            Some(rig_fixtures::calib_dyn_runpath())
+        );
+        assert_eq!(fixture_placeholder("calib_server"), None);
     }
 
     #[test]
