@@ -3,7 +3,7 @@
 //! In: two or more arms (target specs, typically one `extends` the other
 //! and swaps a binary, an `LD_LIBRARY_PATH` directory or an `LD_PRELOAD`),
 //! the suites to run and negative-control suites, a round count. Out: a new
-//! directory with `manifest.json`, `runs.jsonl` (every case of every run),
+//! directory with `manifest.json`, `cases.jsonl` (every case of every run),
 //! `ab.json` and `ab.md`, and a benchstat-like table.
 //!
 //! Runs go in palindromic blocks (A B B A, or A B C C B A), a fresh server

@@ -752,6 +752,22 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> 
             warning: false,
         }]
     })?;
+    // An extending spec is checked as merged (its own errors keep their
+    // line; errors in the merge point at line 1).
+    let text = match resolve_extends(&path, &text, 0) {
+        Ok(t) => t,
+        Err(SpecError::Invalid(errors)) => return Err(errors),
+        Err(e) => {
+            return Err(vec![ConfigError {
+                path: path.clone(),
+                line: 1,
+                col: 1,
+                message: e.to_string(),
+                source_line: String::new(),
+                warning: false,
+            }])
+        }
+    };
     let (spec, diags) = parse(&path, &text);
     let (warnings, errors): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.warning);
     if !errors.is_empty() {

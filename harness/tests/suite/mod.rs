@@ -3,6 +3,7 @@
 //! Privileged tests call `root_or_skip()`: without root they skip only when
 //! `CI` is unset (and say so); in CI they fail instead.
 
+mod ab;
 mod attach_calib;
 mod cleanup;
 mod cost;

@@ -1,0 +1,234 @@
+//! `rig ab` on the A/B calibration fixtures (fixtures/calib/COSTS.md, "A/B
+//! fixtures"): arm B is arm A with `libcalibwork.so` variant b first on
+//! LD_LIBRARY_PATH, which does exactly one fewer malloc(32) (and its free)
+//! per request at site `ab_alloc_3`, and nothing else differently.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{probes_shared, rig_bin, root_or_skip};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn spec(name: &str) -> String {
+    repo().join("config/targets").join(name).display().to_string()
+}
+
+const MATRIX: &str = r#"
+[defaults]
+warmup_ms = 100
+duration_ms = 300
+counted_requests = 500
+
+[[suite]]
+name = "work"
+kind = "http"
+protocols = ["h1"]
+paths = ["/work"]
+topologies = ["1"]
+
+[[suite]]
+name = "noop"
+kind = "http"
+protocols = ["h1"]
+paths = ["/noop"]
+topologies = ["1"]
+"#;
+
+struct Run {
+    dir: PathBuf,
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ab(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.dir.join("out/ab.json")).unwrap()).unwrap()
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn rig_ab(name: &str, arms: &[(&str, &str)], extra: &[&str]) -> Run {
+    let dir = std::env::temp_dir().join(format!("rig-ab-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("m.toml"), MATRIX).unwrap();
+    let mut cmd = Command::new(rig_bin());
+    cmd.arg("ab");
+    for (n, f) in arms {
+        cmd.arg("--arm").arg(format!("{n}={}", spec(f)));
+    }
+    cmd.arg("--matrix")
+        .arg(dir.join("m.toml"))
+        .arg("--out")
+        .arg(dir.join("out"))
+        .args(["--probes", "syscalls,alloc,copy"])
+        .args(extra);
+    let out = cmd.output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        dir,
+    }
+}
+
+fn metric<'a>(ab: &'a Value, case: &str, name: &str) -> &'a Value {
+    ab["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["case"] == case && m["metric"] == name)
+        .unwrap_or_else(|| panic!("no metric {name} for {case}"))
+}
+
+#[test]
+fn ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else() {
+    if !root_or_skip("ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else") {
+        return;
+    }
+    let _g = probes_shared();
+    let r = rig_ab(
+        "minus1",
+        &[("A", "calib-dyn-a.toml"), ("B", "calib-dyn-b.toml")],
+        &["--suite", "work", "--control", "noop", "--rounds", "2"],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let ab = r.ab();
+    assert_eq!(ab["order"], serde_json::json!(["A1", "B1", "B2", "A2", "A3", "B3", "B4", "A4"]));
+    let case = "work/h1/work/closed/1x1/ka";
+    let allocs = &metric(&ab, case, "allocs/req")["vs_first"][0];
+    assert_eq!((allocs["a_median"].as_f64(), allocs["b_median"].as_f64()), (Some(3.0), Some(2.0)));
+    assert_eq!(allocs["diff_median"], -1.0);
+    assert_eq!(allocs["verdict"], "Better");
+    assert_eq!(metric(&ab, case, "alloc bytes/req")["vs_first"][0]["diff_median"], -32.0);
+    assert_eq!(metric(&ab, case, "frees/req")["vs_first"][0]["diff_median"], -1.0);
+    // No other exact counter moved.
+    for m in ab["metrics"].as_array().unwrap() {
+        let name = m["metric"].as_str().unwrap();
+        if m["exact"] == true && m["case"] == case && !["allocs/req", "alloc bytes/req", "frees/req"].contains(&name) {
+            assert_eq!(m["vs_first"][0]["diff_median"], 0.0, "{name} moved: {m:#}");
+        }
+    }
+    // Exactly the changed call sites differ: the malloc and the free of
+    // ab_alloc_3, named by function and file:line.
+    let line = |m: &str| format!("calibwork.c:{}", rig_fixtures::calibwork_site_line(m));
+    let sites = &ab["code_differences"].as_array().unwrap().iter().find(|d| d["case"] == case).unwrap()["sites"];
+    let sites: Vec<(String, Vec<f64>)> = serde_json::from_value(sites.clone()).unwrap();
+    assert_eq!(
+        sites,
+        vec![
+            (format!("free calls @ calibwork_alloc ({})", line("ab_free_3")), vec![1.0, 0.0]),
+            (format!("malloc bytes @ calibwork_alloc ({})", line("ab_alloc_3")), vec![32.0, 0.0]),
+            (format!("malloc calls @ calibwork_alloc ({})", line("ab_alloc_3")), vec![1.0, 0.0]),
+        ]
+    );
+    // Identical responses, and that equality counts as evidence.
+    assert_eq!(ab["equality"]["differences"], serde_json::json!([[]]));
+    assert!(ab["evidence"].as_str().unwrap().contains("the equality is evidence"));
+    // Both arms proven by hash in every launch.
+    let runs = std::fs::read_to_string(r.dir.join("out/cases.jsonl")).unwrap();
+    for l in runs.lines() {
+        let c: Value = serde_json::from_str(l).unwrap();
+        let want = if c["target_name"] == "A" { "/ab/a/libcalibwork.so" } else { "/ab/b/libcalibwork.so" };
+        for pass in ["clean", "counted"] {
+            let proof = &c[pass]["launch"]["arm_proof"]["verified"];
+            assert!(
+                proof.as_array().unwrap().iter().any(|o| o["path"].as_str().unwrap().ends_with(want)),
+                "{}: {proof:#}",
+                c["id"]
+            );
+        }
+    }
+    assert!(r.stdout.contains("malloc calls @ calibwork_alloc"), "{}", r.stdout);
+}
+
+#[test]
+fn ab_refuses_an_arm_whose_library_is_not_the_one_mapped() {
+    if !root_or_skip("ab_refuses_an_arm_whose_library_is_not_the_one_mapped") {
+        return;
+    }
+    let r = rig_ab(
+        "rpath",
+        &[("A", "calib-dyn-a.toml"), ("B", "calib-dyn-runpath-b.toml")],
+        &["--suite", "work", "--rounds", "1", "--passes", "clean"],
+    );
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("arm B is not the arm"), "{}", r.stderr);
+    assert!(r.stderr.contains("ab/a/libcalibwork.so"), "says what was mapped instead: {}", r.stderr);
+    assert!(r.stderr.contains("DT_RPATH"), "{}", r.stderr);
+}
+
+#[test]
+fn ab_refuses_a_stale_server_on_the_port() {
+    if !root_or_skip("ab_refuses_a_stale_server_on_the_port") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rig-ab-stale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stale = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = stale.local_addr().unwrap().port();
+    let fixed = dir.join("fixed.toml");
+    std::fs::write(
+        &fixed,
+        format!(
+            "extends = \"{}\"\nname = \"fixed\"\nargv = [\"{{calib_dyn}}\", \"--port\", \"{port}\"]\nport = {{ fixed = {port} }}\n",
+            spec("calib-dyn-b.toml")
+        ),
+    )
+    .unwrap();
+    let r = rig_ab(
+        "stale",
+        &[("A", "calib-dyn-a.toml"), ("B", fixed.to_str().unwrap())],
+        &["--suite", "work", "--rounds", "1", "--passes", "clean"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains(&format!("port {port} is held by pid {}", std::process::id())),
+        "{}",
+        r.stderr
+    );
+    drop(stale);
+}
+
+#[test]
+fn ab_of_two_identical_arms_finds_no_difference() {
+    if !root_or_skip("ab_of_two_identical_arms_finds_no_difference") {
+        return;
+    }
+    let _g = probes_shared();
+    let r = rig_ab(
+        "same",
+        &[("A", "calib-dyn-a.toml"), ("A2", "calib-dyn-a.toml")],
+        &["--suite", "work", "--rounds", "2"],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let ab = r.ab();
+    for m in ab["metrics"].as_array().unwrap() {
+        let c = &m["vs_first"][0];
+        if m["exact"] == true {
+            assert_eq!(c["diff_median"], 0.0, "{m:#}");
+            assert_eq!(c["verdict"], "NoDifference", "{m:#}");
+        } else {
+            assert_eq!(c["verdict"], "NoDifference", "timing {}: {c:#}", m["metric"]);
+        }
+    }
+    assert!(ab["code_differences"].as_array().unwrap().iter().all(|d| d["sites"].as_array().unwrap().is_empty()));
+    assert!(
+        ab["evidence"].as_str().unwrap().contains("indistinguishable by every counter"),
+        "{}",
+        ab["evidence"]
+    );
+    assert!(ab["verdict"].as_str().unwrap().starts_with("timings: no difference"), "{}", ab["verdict"]);
+}
