@@ -3,7 +3,7 @@
 //! Pipeline, one module per stage, plain data between stages:
 //! `target` (spec, launch, pin, cgroup, ready, port-holder proof, maps) →
 //! `load` (generators) → `probe` (eBPF + perf, windowed) and `sample`
-//! (/proc + cgroup, by pid) → `symbolize` → `report`.
+//! (/proc + cgroup, by pid) → `symbolize` → `stats` → `report`.
 
 pub mod ab;
 pub mod cli;
@@ -14,5 +14,6 @@ pub mod run;
 pub mod sample;
 pub mod scenario;
 pub mod session;
+pub mod stats;
 pub mod symbolize;
 pub mod target;
