@@ -335,9 +335,11 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
     }
     let mut arms = Vec::new();
     for arg in &a.arms {
-        let (name, file) = arg
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("--arm {arg}: write NAME=TARGET_SPEC, e.g. --arm A=config/targets/calib-dyn-a.toml"))?;
+        let (name, file) = arg.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!(
+                "--arm {arg}: write NAME=TARGET_SPEC, e.g. --arm A=config/targets/calib-dyn-a.toml"
+            )
+        })?;
         if arms.iter().any(|x: &crate::ab::Arm| x.name == name) {
             bail!("--arm {name}: two arms with one name");
         }
@@ -358,7 +360,11 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
     if a.rounds == 0 {
         bail!("--rounds 0: give at least one A B B A round");
     }
-    let families = if a.probes == "none" { Vec::new() } else { Family::parse_list(&a.probes)? };
+    let families = if a.probes == "none" {
+        Vec::new()
+    } else {
+        Family::parse_list(&a.probes)?
+    };
     Ok(crate::ab::AbSettings {
         arms,
         matrix_path: a.matrix.clone(),

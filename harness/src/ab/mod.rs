@@ -158,7 +158,9 @@ fn clean_metric(r: &CaseResult, name: &str) -> Option<f64> {
 /// and one entry per call site (alloc/copy/faults) and per syscall.
 fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
-    let Some(c) = r.counted.as_ref() else { return m };
+    let Some(c) = r.counted.as_ref() else {
+        return m;
+    };
     let p = &c.per_request;
     for (k, v) in [
         ("syscalls/req", p.syscalls),
@@ -175,7 +177,9 @@ fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
         }
     }
     let a = &c.attribution;
-    let Some(n) = a.window.requests.filter(|n| *n > 0) else { return m };
+    let Some(n) = a.window.requests.filter(|n| *n > 0) else {
+        return m;
+    };
     let n = n as f64;
     let site = |s: &crate::symbolize::Site| -> String {
         match (&s.function, s.file_line()) {
@@ -186,20 +190,35 @@ fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
     };
     let mut add = |k: String, v: f64| *m.entry(k).or_insert(0.0) += v;
     for row in &a.alloc {
-        add(format!("{} calls @ {}", row.kind, site(&row.site)), row.calls as f64 / n);
+        add(
+            format!("{} calls @ {}", row.kind, site(&row.site)),
+            row.calls as f64 / n,
+        );
         if row.bytes > 0 {
-            add(format!("{} bytes @ {}", row.kind, site(&row.site)), row.bytes as f64 / n);
+            add(
+                format!("{} bytes @ {}", row.kind, site(&row.site)),
+                row.bytes as f64 / n,
+            );
         }
     }
     for row in &a.copy {
-        add(format!("{} bytes @ {}", row.kind, site(&row.site)), row.bytes as f64 / n);
-        add(format!("{} calls @ {}", row.kind, site(&row.site)), row.calls as f64 / n);
+        add(
+            format!("{} bytes @ {}", row.kind, site(&row.site)),
+            row.bytes as f64 / n,
+        );
+        add(
+            format!("{} calls @ {}", row.kind, site(&row.site)),
+            row.calls as f64 / n,
+        );
     }
     for row in &a.syscalls {
         add(format!("syscall {}", row.name), row.count as f64 / n);
     }
     for row in &a.faults {
-        add(format!("faults @ {}", site(&row.site)), row.count as f64 / n);
+        add(
+            format!("faults @ {}", site(&row.site)),
+            row.count as f64 / n,
+        );
     }
     m
 }
@@ -266,7 +285,11 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
     suites.extend(s.controls.iter().cloned());
     let all: Vec<Case> = s.matrix.expand(&suites, &names, Some(1))?;
     let rs = RunSettings {
-        targets: s.arms.iter().map(|a| (a.spec.clone(), a.tls.clone())).collect(),
+        targets: s
+            .arms
+            .iter()
+            .map(|a| (a.spec.clone(), a.tls.clone()))
+            .collect(),
         matrix_path: s.matrix_path.clone(),
         matrix: s.matrix.clone(),
         suites: suites.clone(),
@@ -368,7 +391,9 @@ fn analyse(
         let of_arm = |arm: usize| -> Vec<&CaseResult> {
             results
                 .iter()
-                .filter(|(a, _, r)| *a == arm && case_key(&r.case) == *key && r.status == Status::Ok)
+                .filter(|(a, _, r)| {
+                    *a == arm && case_key(&r.case) == *key && r.status == Status::Ok
+                })
                 .map(|(_, _, r)| r)
                 .collect()
         };
@@ -393,9 +418,18 @@ fn analyse(
         }
         let counted: Vec<Vec<BTreeMap<String, f64>>> = per_arm
             .iter()
-            .map(|rs| rs.iter().filter(|r| r.counted.is_some()).map(|r| counted_metrics(r)).collect())
+            .map(|rs| {
+                rs.iter()
+                    .filter(|r| r.counted.is_some())
+                    .map(|r| counted_metrics(r))
+                    .collect()
+            })
             .collect();
-        let mut names_all: Vec<String> = counted.iter().flatten().flat_map(|m| m.keys().cloned()).collect();
+        let mut names_all: Vec<String> = counted
+            .iter()
+            .flatten()
+            .flat_map(|m| m.keys().cloned())
+            .collect();
         names_all.sort();
         names_all.dedup();
         let mut sites = Vec::new();
@@ -403,7 +437,11 @@ fn analyse(
             // A site absent from a run did not happen in it: 0 per request.
             let values: Vec<Vec<f64>> = counted
                 .iter()
-                .map(|runs| runs.iter().map(|m| m.get(&name).copied().unwrap_or(0.0)).collect())
+                .map(|runs| {
+                    runs.iter()
+                        .map(|m| m.get(&name).copied().unwrap_or(0.0))
+                        .collect()
+                })
                 .collect();
             let medians: Vec<f64> = values.iter().map(|v| med(v)).collect();
             let is_site = name.contains(" @ ") || name.starts_with("syscall ");
@@ -430,6 +468,22 @@ fn analyse(
             });
         }
     }
+    // Timings and memory are noisy: a verdict on them also needs the rank
+    // test, at a family-wise 5% over all the timing metrics compared (a
+    // Bonferroni split). Paired (Wilcoxon) once there are 6 pairs, else
+    // unpaired (Mann-Whitney). Exact counters need no test: identical runs
+    // within each arm and a constant difference are the whole story.
+    let timing_count = |control: bool| {
+        metrics
+            .iter()
+            .filter(|m| !m.exact && m.control == control)
+            .count()
+            .max(1)
+    };
+    let (alpha_main, alpha_control) = (
+        crate::stats::ALPHA / timing_count(false) as f64,
+        crate::stats::ALPHA / timing_count(true) as f64,
+    );
     let compared: Vec<MetricComparison> = metrics
         .into_iter()
         .map(|m| {
@@ -440,7 +494,22 @@ fn analyse(
                         .zip(m.values[i].iter())
                         .map(|(a, b)| (*a, *b))
                         .collect();
-                    compare(&m.values[0], &m.values[i], Some(&pairs), m.lower_is_better, 0x5eed)
+                    let paired = (pairs.len() >= 6).then_some(pairs.as_slice());
+                    let mut c = compare(&m.values[0], &m.values[i], paired, m.lower_is_better, 0x5eed);
+                    let alpha = if m.control { alpha_control } else { alpha_main };
+                    let significant = c.test_applied && c.p_value.is_some_and(|p| p < alpha);
+                    if !m.exact && matches!(c.verdict, Verdict::Better | Verdict::Worse) && !significant {
+                        c.verdict = Verdict::NoDifference;
+                        c.reason = format!(
+                            "{}; but the rank test is {} (a timing verdict needs p < {alpha:.4}: 5% over the compared timing metrics)",
+                            c.reason,
+                            match c.p_value {
+                                Some(p) if c.test_applied => format!("p = {p:.4}"),
+                                _ => "not possible with this few runs".to_string(),
+                            }
+                        );
+                    }
+                    c
                 })
                 .collect();
             MetricComparison { values: m, vs_first }
@@ -450,8 +519,11 @@ fn analyse(
         .iter()
         .filter(|m| m.values.control)
         .flat_map(|m| {
-            m.vs_first.iter().enumerate().filter_map(move |(i, c)| {
-                matches!(c.verdict, Verdict::Better | Verdict::Worse).then(|| {
+            m.vs_first
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| matches!(c.verdict, Verdict::Better | Verdict::Worse))
+                .map(move |(i, _)| {
                     format!(
                         "negative control {} {} moved ({} vs {}): the machine moved, so the verdict is in doubt",
                         m.values.case,
@@ -460,20 +532,22 @@ fn analyse(
                         names[0]
                     )
                 })
-            })
         })
         .collect();
     let outputs_equal = equality.differences.iter().all(|d| d.is_empty());
     let code_differs = code_differences.iter().any(|d| !d.sites.is_empty())
-        || compared
-            .iter()
-            .any(|m| m.values.exact && !m.values.control && m.vs_first.iter().any(|c| c.diff_median != 0.0));
+        || compared.iter().any(|m| {
+            m.values.exact && !m.values.control && m.vs_first.iter().any(|c| c.diff_median != 0.0)
+        });
     let evidence = match (outputs_equal, code_differs) {
         (true, true) => "outputs are byte-identical AND the arms executed different code (counters differ, listed per call site): the equality is evidence".to_string(),
         (true, false) => "outputs are byte-identical, but the arms are indistinguishable by every counter: nothing shows the changed code ran, so the equality is NOT evidence".to_string(),
         (false, _) => "outputs DIFFER between arms (see equality.differences)".to_string(),
     };
-    let timing: Vec<&MetricComparison> = compared.iter().filter(|m| !m.values.exact && !m.values.control).collect();
+    let timing: Vec<&MetricComparison> = compared
+        .iter()
+        .filter(|m| !m.values.exact && !m.values.control)
+        .collect();
     let mut verdict_parts = Vec::new();
     for m in &timing {
         for (i, c) in m.vs_first.iter().enumerate() {
@@ -484,7 +558,7 @@ fn analyse(
                     m.values.case,
                     m.values.metric,
                     c.verdict,
-                    c.rel * 100.0
+                    c.rel.unwrap_or(f64::NAN) * 100.0
                 ));
             }
         }
@@ -513,11 +587,26 @@ fn analyse(
     }
 }
 
+fn delta_text(c: &Comparison) -> String {
+    match c.rel {
+        Some(r) => format!("{:+.2}%", r * 100.0),
+        None => format!("{:+.3}", c.diff_median),
+    }
+}
+
+fn ci_text(c: &Comparison) -> String {
+    c.ci.map_or("-".into(), |i| format!("{:.3} .. {:.3}", i.lo, i.hi))
+}
+
 /// The benchstat-like terminal table.
 pub fn render(r: &AbReport) -> String {
     use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
     let mut out = String::new();
-    out.push_str(&format!("rig ab: arms {} — run order {}\n", r.arms.join(", "), r.order.join(" ")));
+    out.push_str(&format!(
+        "rig ab: arms {} — run order {}\n",
+        r.arms.join(", "),
+        r.order.join(" ")
+    ));
     for (i, arm) in r.arms.iter().enumerate().skip(1) {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
@@ -532,16 +621,23 @@ pub fn render(r: &AbReport) -> String {
         ]);
         for m in &r.metrics {
             let c = &m.vs_first[i - 1];
-            if m.values.exact && c.diff_median == 0.0 && c.ci.lo == 0.0 && c.ci.hi == 0.0 {
+            if m.values.exact
+                && c.diff_median == 0.0
+                && c.ci.is_some_and(|i| i.lo == 0.0 && i.hi == 0.0)
+            {
                 continue; // identical exact counters: summarized below
             }
             t.add_row(vec![
-                format!("{}{}", m.values.case, if m.values.control { " [control]" } else { "" }),
+                format!(
+                    "{}{}",
+                    m.values.case,
+                    if m.values.control { " [control]" } else { "" }
+                ),
                 m.values.metric.clone(),
                 format!("{:.3}", c.a_median),
                 format!("{:.3}", c.b_median),
-                if c.rel.is_finite() { format!("{:+.2}%", c.rel * 100.0) } else { format!("{:+.3}", c.diff_median) },
-                format!("{:.3} .. {:.3}", c.ci.lo, c.ci.hi),
+                delta_text(c),
+                ci_text(c),
                 c.p_value.map_or("-".into(), |p| format!("{p:.3}")),
                 format!("{:?}", c.verdict),
             ]);
@@ -552,14 +648,24 @@ pub fn render(r: &AbReport) -> String {
             .iter()
             .filter(|m| m.values.exact && m.vs_first[i - 1].diff_median == 0.0)
             .count();
-        out.push_str(&format!("{same} exact counters identical between {} and {arm}\n", r.arms[0]));
+        out.push_str(&format!(
+            "{same} exact counters identical between {} and {arm}\n",
+            r.arms[0]
+        ));
     }
     for d in &r.code_differences {
         if d.sites.is_empty() {
-            out.push_str(&format!("{}: no call site differs between the arms\n", d.case));
+            out.push_str(&format!(
+                "{}: no call site differs between the arms\n",
+                d.case
+            ));
         }
         for (site, meds) in &d.sites {
-            let v = meds.iter().map(|m| format!("{m:.3}")).collect::<Vec<_>>().join(" vs ");
+            let v = meds
+                .iter()
+                .map(|m| format!("{m:.3}"))
+                .collect::<Vec<_>>()
+                .join(" vs ");
             out.push_str(&format!("{}: {site}: {v} per request\n", d.case));
         }
     }
@@ -574,7 +680,12 @@ pub fn render(r: &AbReport) -> String {
                     e.masks.join(", ")
                 ));
             } else {
-                out.push_str(&format!("outputs: {} differs from {}: {}\n", r.arms[i + 1], r.arms[0], d.join("; ")));
+                out.push_str(&format!(
+                    "outputs: {} differs from {}: {}\n",
+                    r.arms[i + 1],
+                    r.arms[0],
+                    d.join("; ")
+                ));
             }
         }
     }
@@ -601,23 +712,31 @@ pub fn markdown(r: &AbReport) -> String {
     md.push_str("## Call sites that differ (per request, arm medians)\n\n| case | site | medians |\n|---|---|---|\n");
     for d in &r.code_differences {
         for (site, meds) in &d.sites {
-            let v = meds.iter().map(|m| format!("{m:.3}")).collect::<Vec<_>>().join(" / ");
-            md.push_str(&format!("| {} | {} | {} |\n", d.case, site.replace('|', "\\|"), v));
+            let v = meds
+                .iter()
+                .map(|m| format!("{m:.3}"))
+                .collect::<Vec<_>>()
+                .join(" / ");
+            md.push_str(&format!(
+                "| {} | {} | {} |\n",
+                d.case,
+                site.replace('|', "\\|"),
+                v
+            ));
         }
     }
     md.push_str("\n## Metrics\n\n| case | metric | arm | A median | B median | delta | 95% CI | p | verdict |\n|---|---|---|---|---|---|---|---|---|\n");
     for m in &r.metrics {
         for (i, c) in m.vs_first.iter().enumerate() {
             md.push_str(&format!(
-                "| {} | {} | {} | {:.3} | {:.3} | {:+.2}% | {:.3} .. {:.3} | {} | {:?} |\n",
+                "| {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {:?} |\n",
                 m.values.case,
                 m.values.metric,
                 r.arms[i + 1],
                 c.a_median,
                 c.b_median,
-                c.rel * 100.0,
-                c.ci.lo,
-                c.ci.hi,
+                delta_text(c),
+                ci_text(c),
                 c.p_value.map_or("-".into(), |p| format!("{p:.3}")),
                 c.verdict
             ));

@@ -11,11 +11,18 @@ use serde_json::Value;
 use super::{probes_shared, rig_bin, root_or_skip};
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn spec(name: &str) -> String {
-    repo().join("config/targets").join(name).display().to_string()
+    repo()
+        .join("config/targets")
+        .join(name)
+        .display()
+        .to_string()
 }
 
 const MATRIX: &str = r#"
@@ -94,7 +101,8 @@ fn metric<'a>(ab: &'a Value, case: &str, name: &str) -> &'a Value {
 
 #[test]
 fn ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else() {
-    if !root_or_skip("ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else") {
+    if !root_or_skip("ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else")
+    {
         return;
     }
     let _g = probes_shared();
@@ -105,52 +113,96 @@ fn ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else(
     );
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let ab = r.ab();
-    assert_eq!(ab["order"], serde_json::json!(["A1", "B1", "B2", "A2", "A3", "B3", "B4", "A4"]));
+    assert_eq!(
+        ab["order"],
+        serde_json::json!(["A1", "B1", "B2", "A2", "A3", "B3", "B4", "A4"])
+    );
     let case = "work/h1/work/closed/1x1/ka";
     let allocs = &metric(&ab, case, "allocs/req")["vs_first"][0];
-    assert_eq!((allocs["a_median"].as_f64(), allocs["b_median"].as_f64()), (Some(3.0), Some(2.0)));
+    assert_eq!(
+        (allocs["a_median"].as_f64(), allocs["b_median"].as_f64()),
+        (Some(3.0), Some(2.0))
+    );
     assert_eq!(allocs["diff_median"], -1.0);
-    assert_eq!(allocs["verdict"], "Better");
-    assert_eq!(metric(&ab, case, "alloc bytes/req")["vs_first"][0]["diff_median"], -32.0);
-    assert_eq!(metric(&ab, case, "frees/req")["vs_first"][0]["diff_median"], -1.0);
+    assert_eq!(allocs["verdict"], "better");
+    assert_eq!(
+        metric(&ab, case, "alloc bytes/req")["vs_first"][0]["diff_median"],
+        -32.0
+    );
+    assert_eq!(
+        metric(&ab, case, "frees/req")["vs_first"][0]["diff_median"],
+        -1.0
+    );
     // No other exact counter moved.
     for m in ab["metrics"].as_array().unwrap() {
         let name = m["metric"].as_str().unwrap();
-        if m["exact"] == true && m["case"] == case && !["allocs/req", "alloc bytes/req", "frees/req"].contains(&name) {
+        if m["exact"] == true
+            && m["case"] == case
+            && !["allocs/req", "alloc bytes/req", "frees/req"].contains(&name)
+        {
             assert_eq!(m["vs_first"][0]["diff_median"], 0.0, "{name} moved: {m:#}");
         }
     }
     // Exactly the changed call sites differ: the malloc and the free of
     // ab_alloc_3, named by function and file:line.
     let line = |m: &str| format!("calibwork.c:{}", rig_fixtures::calibwork_site_line(m));
-    let sites = &ab["code_differences"].as_array().unwrap().iter().find(|d| d["case"] == case).unwrap()["sites"];
+    let sites = &ab["code_differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["case"] == case)
+        .unwrap()["sites"];
     let sites: Vec<(String, Vec<f64>)> = serde_json::from_value(sites.clone()).unwrap();
     assert_eq!(
         sites,
         vec![
-            (format!("free calls @ calibwork_alloc ({})", line("ab_free_3")), vec![1.0, 0.0]),
-            (format!("malloc bytes @ calibwork_alloc ({})", line("ab_alloc_3")), vec![32.0, 0.0]),
-            (format!("malloc calls @ calibwork_alloc ({})", line("ab_alloc_3")), vec![1.0, 0.0]),
+            (
+                format!("free calls @ calibwork_alloc ({})", line("ab_free_3")),
+                vec![1.0, 0.0]
+            ),
+            (
+                format!("malloc bytes @ calibwork_alloc ({})", line("ab_alloc_3")),
+                vec![32.0, 0.0]
+            ),
+            (
+                format!("malloc calls @ calibwork_alloc ({})", line("ab_alloc_3")),
+                vec![1.0, 0.0]
+            ),
         ]
     );
     // Identical responses, and that equality counts as evidence.
     assert_eq!(ab["equality"]["differences"], serde_json::json!([[]]));
-    assert!(ab["evidence"].as_str().unwrap().contains("the equality is evidence"));
+    assert!(ab["evidence"]
+        .as_str()
+        .unwrap()
+        .contains("the equality is evidence"));
     // Both arms proven by hash in every launch.
     let runs = std::fs::read_to_string(r.dir.join("out/cases.jsonl")).unwrap();
     for l in runs.lines() {
         let c: Value = serde_json::from_str(l).unwrap();
-        let want = if c["target_name"] == "A" { "/ab/a/libcalibwork.so" } else { "/ab/b/libcalibwork.so" };
+        let want = if c["target_name"] == "A" {
+            "/ab/a/libcalibwork.so"
+        } else {
+            "/ab/b/libcalibwork.so"
+        };
         for pass in ["clean", "counted"] {
             let proof = &c[pass]["launch"]["arm_proof"]["verified"];
             assert!(
-                proof.as_array().unwrap().iter().any(|o| o["path"].as_str().unwrap().ends_with(want)),
+                proof
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|o| o["path"].as_str().unwrap().ends_with(want)),
                 "{}: {proof:#}",
                 c["id"]
             );
         }
     }
-    assert!(r.stdout.contains("malloc calls @ calibwork_alloc"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("malloc calls @ calibwork_alloc"),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
@@ -165,7 +217,11 @@ fn ab_refuses_an_arm_whose_library_is_not_the_one_mapped() {
     );
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("arm B is not the arm"), "{}", r.stderr);
-    assert!(r.stderr.contains("ab/a/libcalibwork.so"), "says what was mapped instead: {}", r.stderr);
+    assert!(
+        r.stderr.contains("ab/a/libcalibwork.so"),
+        "says what was mapped instead: {}",
+        r.stderr
+    );
     assert!(r.stderr.contains("DT_RPATH"), "{}", r.stderr);
 }
 
@@ -174,7 +230,7 @@ fn ab_refuses_a_stale_server_on_the_port() {
     if !root_or_skip("ab_refuses_a_stale_server_on_the_port") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("rig-ab-stale-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("rig-abfixed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let stale = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = stale.local_addr().unwrap().port();
@@ -195,7 +251,10 @@ fn ab_refuses_a_stale_server_on_the_port() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     assert!(
-        r.stderr.contains(&format!("port {port} is held by pid {}", std::process::id())),
+        r.stderr.contains(&format!(
+            "port {port} is held by pid {}",
+            std::process::id()
+        )),
         "{}",
         r.stderr
     );
@@ -219,16 +278,34 @@ fn ab_of_two_identical_arms_finds_no_difference() {
         let c = &m["vs_first"][0];
         if m["exact"] == true {
             assert_eq!(c["diff_median"], 0.0, "{m:#}");
-            assert_eq!(c["verdict"], "NoDifference", "{m:#}");
+            assert_eq!(c["verdict"], "no_difference", "{m:#}");
         } else {
-            assert_eq!(c["verdict"], "NoDifference", "timing {}: {c:#}", m["metric"]);
+            assert_eq!(
+                c["verdict"], "no_difference",
+                "timing {}: {c:#}",
+                m["metric"]
+            );
         }
     }
-    assert!(ab["code_differences"].as_array().unwrap().iter().all(|d| d["sites"].as_array().unwrap().is_empty()));
+    assert!(ab["code_differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["sites"].as_array().unwrap().is_empty()));
     assert!(
-        ab["evidence"].as_str().unwrap().contains("indistinguishable by every counter"),
+        ab["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("indistinguishable by every counter"),
         "{}",
         ab["evidence"]
     );
-    assert!(ab["verdict"].as_str().unwrap().starts_with("timings: no difference"), "{}", ab["verdict"]);
+    assert!(
+        ab["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("timings: no difference"),
+        "{}",
+        ab["verdict"]
+    );
 }
