@@ -1,10 +1,12 @@
-//! rig's load generator side by side with wrk and h2load (when installed),
-//! against the same target in one session, legs interleaved.
+//! rig's load generator side by side with wrk, h2load and oha (when
+//! installed), against the same target in one session, legs interleaved:
+//! rig, wrk, h2load, oha in odd rounds, the reverse in even rounds. Ends with
+//! the median per tool and its client-CPU ratio to rig.
 //!
 //! ```sh
-//! cargo run --release --example loadbench -- [--duration 3] [--rounds 2] \
+//! cargo run --release --example loadbench -- [--duration 3] [--rounds 3] \
 //!     [--connections 64] [--protocols h1,h2c,h2tls] [--server-cpu 0] [--client-cpu 1] \
-//!     [--url http://127.0.0.1:PORT/PATH]
+//!     [--oha PATH] [--url http://127.0.0.1:PORT/PATH]
 //! ```
 //!
 //! Without `--url` it starts Debian's nginx with a generated minimal config
@@ -28,7 +30,7 @@ struct Args {
     /// Seconds per leg.
     #[arg(long, default_value_t = 3.0)]
     duration: f64,
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     rounds: usize,
     #[arg(long, default_value_t = 64)]
     connections: usize,
@@ -49,9 +51,12 @@ struct Args {
     /// leg, and print its schedule accounting.
     #[arg(long)]
     open_rate: Option<f64>,
-    /// Skip wrk and h2load (e.g. to profile rig's legs alone).
+    /// Skip wrk, h2load and oha (e.g. to profile rig's legs alone).
     #[arg(long)]
     rig_only: bool,
+    /// oha binary; default: `oha` on PATH, else `/tmp/oha/bin/oha`.
+    #[arg(long)]
+    oha: Option<String>,
 }
 
 struct Target {
@@ -98,10 +103,6 @@ fn main() -> Result<()> {
         args.server_cpu,
         args.client_cpu
     );
-    println!(
-        "{:<6} {:<8} {:>5} {:>12} {:>14} {:>10}",
-        "proto", "tool", "round", "req/s", "client µs/req", "errors"
-    );
     let have = |tool: &str| {
         Command::new(tool)
             .arg("--version")
@@ -115,12 +116,60 @@ fn main() -> Result<()> {
     } else {
         (have("wrk"), have("h2load"))
     };
+    let oha: Option<String> = if args.rig_only {
+        None
+    } else {
+        match &args.oha {
+            Some(p) if have(p) => Some(p.clone()),
+            Some(p) => bail!("--oha {p}: cannot run it"),
+            None => ["oha", "/tmp/oha/bin/oha"]
+                .into_iter()
+                .find(|p| have(p))
+                .map(String::from),
+        }
+    };
+    for (name, v) in [("wrk", wrk), ("h2load", h2load), ("oha", oha.is_some())] {
+        if !v && !args.rig_only {
+            println!("({name} not found: its legs are skipped)");
+        }
+    }
+    println!(
+        "{:<6} {:<8} {:>5} {:>12} {:>14} {:>10}",
+        "proto", "tool", "round", "req/s", "client µs/req", "errors"
+    );
+    // One round's legs: per protocol, the tools that speak it, in the order
+    // rig, wrk, h2load, oha. Odd rounds run them forward, even rounds
+    // reversed (A B C D, D C B A), so drift over the session hits every tool
+    // alike.
+    let mut legs: Vec<(&str, &str)> = Vec::new();
+    for proto in args.protocols.split(',') {
+        if !["h1", "h2c", "h2tls"].contains(&proto) {
+            bail!("--protocols: unknown `{proto}`; give h1, h2c or h2tls");
+        }
+        legs.push((proto, "rig"));
+        if proto == "h1" && wrk {
+            legs.push((proto, "wrk"));
+        }
+        if h2load {
+            legs.push((proto, "h2load"));
+        }
+        // oha --http2 over http:// speaks h2 with prior knowledge.
+        if oha.is_some() {
+            legs.push((proto, "oha"));
+        }
+    }
+    let mut rows: Vec<Row> = Vec::new();
     for round in 1..=args.rounds {
-        for proto in args.protocols.split(',') {
+        let order: Vec<_> = if round % 2 == 1 {
+            legs.clone()
+        } else {
+            legs.iter().rev().cloned().collect()
+        };
+        for (proto, tool) in order {
             let (addr, protocol, scheme) = match proto {
                 "h1" => (target.h1, Protocol::H1 { keepalive: true }, "http"),
                 "h2c" => (target.h2c, Protocol::H2c, "http"),
-                "h2tls" => (
+                _ => (
                     target.h2tls,
                     Protocol::H2Tls {
                         ca_pem: target.ca.clone().unwrap_or_default(),
@@ -128,109 +177,279 @@ fn main() -> Result<()> {
                     },
                     "https",
                 ),
-                p => bail!("--protocols: unknown `{p}`; give h1, h2c or h2tls"),
             };
             let Some(addr) = addr else { continue };
             let streams = if proto == "h1" { 1 } else { args.streams };
-            let spec = LoadSpec {
-                addr,
-                protocol,
-                endpoint: Endpoint {
-                    path: target.path.clone(),
-                    expect: target.expect.clone(),
-                },
-                connections: args.connections,
-                streams,
-                client_cpus: Some(vec![args.client_cpu]),
-                threads: Some(1),
-            };
-            let mut client = Client::connect(&spec)?;
-            let warm = client.run(&Mode::FixedCount { requests: 5000 });
-            if warm.succeeded != 5000 {
-                bail!("warm-up against {addr} failed: {:?}", warm.errors);
-            }
-            let r = client.run(&Mode::Closed { duration });
-            r.check_invariants().map_err(anyhow::Error::msg)?;
-            row(
-                proto,
-                "rig",
-                round,
-                r.rps,
-                r.client_us_per_request(),
-                r.errors_total(),
-            );
-            if let Some(rate) = args.open_rate {
-                let o = client.run(&Mode::Open { rate, duration });
-                o.check_invariants().map_err(anyhow::Error::msg)?;
-                row(
-                    proto,
-                    "rig-open",
-                    round,
-                    o.rps,
-                    o.client_us_per_request(),
-                    o.errors_total(),
-                );
-                println!(
-                    "       scheduled {} sent {} dropped_capacity {} expired {}; latency p50/p99 {:.1}/{:.1} µs, request p99 {:.1} µs, dispatch lag p50/p99 {:.1}/{:.1} µs",
-                    o.scheduled,
-                    o.sent,
-                    o.dropped_capacity,
-                    o.expired,
-                    o.latency.p50_ns as f64 / 1e3,
-                    o.latency.p99_ns as f64 / 1e3,
-                    o.request_latency.p99_ns as f64 / 1e3,
-                    o.dispatch_lag.p50_ns as f64 / 1e3,
-                    o.dispatch_lag.p99_ns as f64 / 1e3,
-                );
-            }
-            drop(client);
             let url = format!("{scheme}://127.0.0.1:{}{}", addr.port(), target.path);
             let secs = format!("{}", args.duration.ceil() as u64);
             let c = args.connections.to_string();
-            if proto == "h1" && wrk {
-                let d = format!("{secs}s");
-                let (out, cpu) = tool(args.client_cpu, "wrk", &["-t1", "-c", &c, "-d", &d, &url])?;
-                let rps = field(&out, "Requests/sec:").unwrap_or(f64::NAN);
-                // "  503000 requests in 3.00s, 70MB read"
-                let done: f64 = out
-                    .lines()
-                    .find(|l| l.contains(" requests in "))
-                    .and_then(|l| l.split_whitespace().next())
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(f64::NAN);
-                let errors = out
-                    .lines()
-                    .any(|l| l.contains("Non-2xx") || l.contains("Socket errors"));
-                row(proto, "wrk", round, rps, cpu / done, errors as u64);
-            }
-            if h2load {
-                let m = streams.to_string();
-                let mut a = vec!["-t1", "-c", &c, "-m", &m, "-D", &secs];
-                if proto == "h1" {
-                    a.push("--h1");
+            let mut push = |tool: &'static str, rps: f64, us: f64, errors: u64| {
+                let r = Row {
+                    proto: proto.to_string(),
+                    tool,
+                    round,
+                    rps,
+                    us,
+                    errors,
+                };
+                r.print();
+                rows.push(r);
+            };
+            match tool {
+                "rig" => {
+                    let spec = LoadSpec {
+                        addr,
+                        protocol,
+                        endpoint: Endpoint {
+                            path: target.path.clone(),
+                            expect: target.expect.clone(),
+                        },
+                        connections: args.connections,
+                        streams,
+                        client_cpus: Some(vec![args.client_cpu]),
+                        threads: Some(1),
+                    };
+                    let mut client = Client::connect(&spec)?;
+                    let warm = client.run(&Mode::FixedCount { requests: 5000 });
+                    if warm.succeeded != 5000 {
+                        bail!("warm-up against {addr} failed: {:?}", warm.errors);
+                    }
+                    let r = client.run(&Mode::Closed { duration });
+                    r.check_invariants().map_err(anyhow::Error::msg)?;
+                    push("rig", r.rps, r.client_us_per_request(), r.errors_total());
+                    if let Some(rate) = args.open_rate {
+                        let o = client.run(&Mode::Open { rate, duration });
+                        o.check_invariants().map_err(anyhow::Error::msg)?;
+                        Row {
+                            proto: proto.to_string(),
+                            tool: "rig-open",
+                            round,
+                            rps: o.rps,
+                            us: o.client_us_per_request(),
+                            errors: o.errors_total(),
+                        }
+                        .print();
+                        println!(
+                            "       scheduled {} sent {} dropped_capacity {} expired {}; latency p50/p99 {:.1}/{:.1} µs, request p99 {:.1} µs, dispatch lag p50/p99 {:.1}/{:.1} µs",
+                            o.scheduled,
+                            o.sent,
+                            o.dropped_capacity,
+                            o.expired,
+                            o.latency.p50_ns as f64 / 1e3,
+                            o.latency.p99_ns as f64 / 1e3,
+                            o.request_latency.p99_ns as f64 / 1e3,
+                            o.dispatch_lag.p50_ns as f64 / 1e3,
+                            o.dispatch_lag.p99_ns as f64 / 1e3,
+                        );
+                    }
                 }
-                a.push(&url);
-                let (out, cpu) = tool(args.client_cpu, "h2load", &a)?;
-                let (rps, done, failed) = h2load_numbers(&out);
-                row(proto, "h2load", round, rps, cpu / done, failed);
+                "wrk" => {
+                    let d = format!("{secs}s");
+                    let (out, cpu) =
+                        tool_run(args.client_cpu, "wrk", &["-t1", "-c", &c, "-d", &d, &url])?;
+                    let rps = field(&out, "Requests/sec:").unwrap_or(f64::NAN);
+                    // "  503000 requests in 3.00s, 70MB read"
+                    let done: f64 = out
+                        .lines()
+                        .find(|l| l.contains(" requests in "))
+                        .and_then(|l| l.split_whitespace().next())
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(f64::NAN);
+                    let errors = out
+                        .lines()
+                        .any(|l| l.contains("Non-2xx") || l.contains("Socket errors"));
+                    push("wrk", rps, cpu / done, errors as u64);
+                }
+                "h2load" => {
+                    let m = streams.to_string();
+                    let mut a = vec!["-t1", "-c", &c, "-m", &m, "-D", &secs];
+                    if proto == "h1" {
+                        a.push("--h1");
+                    }
+                    a.push(&url);
+                    let (out, cpu) = tool_run(args.client_cpu, "h2load", &a)?;
+                    let (rps, done, failed) = h2load_numbers(&out);
+                    push("h2load", rps, cpu / done, failed);
+                }
+                _ => {
+                    let oha = oha.as_deref().expect("oha leg without oha");
+                    let d = format!("{secs}s");
+                    let mut a = vec![
+                        "--no-tui",
+                        // One runtime thread like the other generators (its
+                        // default is the number of physical cores, not the
+                        // affinity mask).
+                        "--worker-threads",
+                        "1",
+                        "--output-format",
+                        "json",
+                        "-c",
+                        &c,
+                        "-z",
+                        &d,
+                    ];
+                    let p = streams.to_string();
+                    if proto != "h1" {
+                        a.extend(["--http2", "-p", &p]);
+                    }
+                    let ca = target
+                        .ca
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default();
+                    // The certificate names localhost: ask for that name and
+                    // connect to 127.0.0.1 all the same.
+                    let port = addr.port();
+                    let connect_to = format!("localhost:{port}:127.0.0.1:{port}");
+                    let tls_url = url.replace("127.0.0.1", "localhost");
+                    if proto == "h2tls" {
+                        a.extend(["--cacert", &ca, "--connect-to", &connect_to, &tls_url]);
+                    } else {
+                        a.push(&url);
+                    }
+                    let (out, cpu) = tool_run(args.client_cpu, oha, &a)?;
+                    let (rps, done, errors) = oha_numbers(&out)
+                        .with_context(|| format!("oha output not understood: {out}"))?;
+                    push("oha", rps, cpu / done, errors);
+                }
             }
         }
     }
+    summary(&rows);
     Ok(())
 }
 
-fn row(proto: &str, tool: &str, round: usize, rps: f64, us: f64, errors: u64) {
-    println!("{proto:<6} {tool:<8} {round:>5} {rps:>12.0} {us:>14.2} {errors:>10}");
+struct Row {
+    proto: String,
+    tool: &'static str,
+    round: usize,
+    rps: f64,
+    us: f64,
+    errors: u64,
+}
+
+impl Row {
+    fn print(&self) {
+        println!(
+            "{:<6} {:<8} {:>5} {:>12.0} {:>14.2} {:>10}",
+            self.proto, self.tool, self.round, self.rps, self.us, self.errors
+        );
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| !x.is_nan());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Per protocol and tool: median req/s and client µs/request over the
+/// rounds, the ratio of the medians (tool ÷ rig) and the per-round ratios
+/// (tool µs/req ÷ rig µs/req of the same round).
+fn summary(rows: &[Row]) {
+    println!();
+    println!(
+        "{:<6} {:<8} {:>12} {:>14} {:>10}  per-round µs ratio vs rig",
+        "proto", "tool", "median req/s", "median µs/req", "÷ rig"
+    );
+    let mut protos: Vec<&str> = Vec::new();
+    for r in rows {
+        if !protos.contains(&r.proto.as_str()) {
+            protos.push(&r.proto);
+        }
+    }
+    for proto in protos {
+        let of = |tool: &str| -> Vec<&Row> {
+            rows.iter()
+                .filter(|r| r.proto == proto && r.tool == tool)
+                .collect()
+        };
+        let rig = of("rig");
+        let rig_us = median(rig.iter().map(|r| r.us).collect());
+        for tool in ["rig", "wrk", "h2load", "oha"] {
+            let t = of(tool);
+            if t.is_empty() {
+                continue;
+            }
+            let us = median(t.iter().map(|r| r.us).collect());
+            let rps = median(t.iter().map(|r| r.rps).collect());
+            let per_round: Vec<String> = t
+                .iter()
+                .map(|r| {
+                    let base = rig.iter().find(|g| g.round == r.round).map(|g| g.us);
+                    match base {
+                        Some(b) => format!("{:.2}", r.us / b),
+                        None => "-".into(),
+                    }
+                })
+                .collect();
+            println!(
+                "{:<6} {:<8} {:>12.0} {:>14.2} {:>10.2}  {}",
+                proto,
+                tool,
+                rps,
+                us,
+                us / rig_us,
+                per_round.join(" ")
+            );
+        }
+    }
+}
+
+/// oha's JSON (`--output-format json`): req/s from `summary.requestsPerSec`,
+/// requests completed from `statusCodeDistribution`, errors from
+/// `errorDistribution` less the requests cut off by the `-z` deadline.
+fn oha_numbers(out: &str) -> Option<(f64, f64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(out.trim()).ok()?;
+    let rps = v["summary"]["requestsPerSec"].as_f64()?;
+    let codes = v["statusCodeDistribution"].as_object()?;
+    let done: u64 = codes.values().filter_map(|n| n.as_u64()).sum();
+    let non_200: u64 = codes
+        .iter()
+        .filter(|(k, _)| k.as_str() != "200")
+        .filter_map(|(_, n)| n.as_u64())
+        .sum();
+    let errors: u64 = v["errorDistribution"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| !k.contains("deadline"))
+                .filter_map(|(_, n)| n.as_u64())
+                .sum()
+        })
+        .unwrap_or(0);
+    if errors + non_200 > 0 {
+        eprintln!(
+            "oha: status codes {}, errors {}",
+            v["statusCodeDistribution"], v["errorDistribution"]
+        );
+    }
+    Some((rps, done as f64, errors + non_200))
 }
 
 /// Run a load tool pinned to `cpu`; its output and its CPU time in µs.
-fn tool(cpu: usize, name: &str, args: &[&str]) -> Result<(String, f64)> {
+fn tool_run(cpu: usize, name: &str, args: &[&str]) -> Result<(String, f64)> {
     let before = children_cpu_us();
     let mut cmd = Command::new(name);
     cmd.args(args);
     pin(&mut cmd, cpu);
     let out = cmd.output().with_context(|| format!("running {name}"))?;
     let cpu_us = children_cpu_us() - before;
+    if !out.status.success() {
+        eprintln!(
+            "{name} exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
     Ok((String::from_utf8_lossy(&out.stdout).into_owned(), cpu_us))
 }
 
