@@ -539,7 +539,11 @@ fn analyse(
         || compared.iter().any(|m| {
             m.values.exact && !m.values.control && m.vs_first.iter().any(|c| c.diff_median != 0.0)
         });
+    let compared_runs = compared
+        .iter()
+        .any(|m| m.values.values.iter().all(|v| !v.is_empty()));
     let evidence = match (outputs_equal, code_differs) {
+        _ if !compared_runs => "nothing to compare: no case has a successful run in every arm (see failed_runs)".to_string(),
         (true, true) => "outputs are byte-identical AND the arms executed different code (counters differ, listed per call site): the equality is evidence".to_string(),
         (true, false) => "outputs are byte-identical, but the arms are indistinguishable by every counter: nothing shows the changed code ran, so the equality is NOT evidence".to_string(),
         (false, _) => "outputs DIFFER between arms (see equality.differences)".to_string(),
@@ -553,11 +557,11 @@ fn analyse(
         for (i, c) in m.vs_first.iter().enumerate() {
             if matches!(c.verdict, Verdict::Better | Verdict::Worse) {
                 verdict_parts.push(format!(
-                    "{} {} {}: {:?} ({:+.1}%)",
+                    "{} {} {}: {} ({:+.1}%)",
                     names[i + 1],
                     m.values.case,
                     m.values.metric,
-                    c.verdict,
+                    c.verdict.word(),
                     c.rel.unwrap_or(f64::NAN) * 100.0
                 ));
             }
@@ -570,6 +574,13 @@ fn analyse(
     };
     if !drift.is_empty() {
         verdict.push_str(" — IN DOUBT: a negative control moved");
+    }
+    if !failed_runs.is_empty() {
+        verdict = format!(
+            "IN DOUBT: {} of {} runs failed and are left out — {verdict}",
+            failed_runs.len(),
+            results.len()
+        );
     }
     AbReport {
         schema_version: 1,
@@ -639,7 +650,7 @@ pub fn render(r: &AbReport) -> String {
                 delta_text(c),
                 ci_text(c),
                 c.p_value.map_or("-".into(), |p| format!("{p:.3}")),
-                format!("{:?}", c.verdict),
+                c.verdict.word().to_string(),
             ]);
         }
         out.push_str(&format!("{t}\n"));
@@ -729,7 +740,7 @@ pub fn markdown(r: &AbReport) -> String {
     for m in &r.metrics {
         for (i, c) in m.vs_first.iter().enumerate() {
             md.push_str(&format!(
-                "| {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {:?} |\n",
+                "| {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {} |\n",
                 m.values.case,
                 m.values.metric,
                 r.arms[i + 1],
@@ -738,7 +749,7 @@ pub fn markdown(r: &AbReport) -> String {
                 delta_text(c),
                 ci_text(c),
                 c.p_value.map_or("-".into(), |p| format!("{p:.3}")),
-                c.verdict
+                c.verdict.word()
             ));
         }
     }
