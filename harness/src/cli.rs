@@ -57,6 +57,41 @@ pub enum Cmd {
     CheckConfig(CheckConfigArgs),
     /// A/B of two or more builds: interleaved arms, proven arms, paired statistics.
     Ab(AbArgs),
+    /// Instructions per request (callgrind window when the host has no PMU). Instructions are not time.
+    Instructions(InstructionsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct InstructionsArgs {
+    /// Target spec (TOML); the target is launched under valgrind's callgrind.
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Endpoint path to request (must be one of the spec's endpoints).
+    #[arg(long)]
+    pub path: String,
+    /// Requests in the counted window (one keep-alive HTTP/1.1 connection).
+    #[arg(long, default_value_t = 200)]
+    pub requests: u64,
+    /// Uncounted warm-up requests before the window.
+    #[arg(long, default_value_t = 50)]
+    pub warmup: u64,
+    /// Functions shown, by self Ir per request.
+    #[arg(long, default_value_t = 15)]
+    pub top: usize,
+}
+
+fn instructions(a: &InstructionsArgs) -> Result<i32> {
+    let pmu = crate::report::host::detect_pmu();
+    if pmu.instructions {
+        println!("PMU: present ({}); rig instructions still uses callgrind (no perf-counter window here)", pmu.detail);
+    } else {
+        println!("PMU: absent ({}); using callgrind", pmu.detail);
+    }
+    let spec = crate::target::spec::TargetSpec::load(&a.target)
+        .with_context(|| format!("--target {}", a.target.display()))?;
+    let w = crate::probe::callgrind::measure(&spec, &a.path, a.requests, a.warmup)?;
+    print!("{}", crate::probe::callgrind::render(&w, a.top));
+    Ok(exit::OK)
 }
 
 #[derive(Args, Debug)]
@@ -460,6 +495,7 @@ pub fn run() -> Result<i32> {
             })
         }
         Cmd::CheckConfig(c) => check_config(&c.file),
+        Cmd::Instructions(a) => instructions(&a),
         Cmd::Ab(a) => {
             let s = ab_settings(&a)?;
             if !s.families.is_empty() && s.passes.counted {

@@ -8,6 +8,7 @@
 //! dies for any reason).
 
 pub mod attach;
+pub mod callgrind;
 pub mod cost;
 pub mod placement;
 mod read;

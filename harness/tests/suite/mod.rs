@@ -5,6 +5,7 @@
 
 mod ab;
 mod attach_calib;
+mod callgrind;
 mod cleanup;
 mod cost;
 mod cxx;
