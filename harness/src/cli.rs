@@ -28,6 +28,8 @@ pub mod exit {
     pub const INCOMPLETE: i32 = 5;
     /// `rig run`: at least one case failed (the report says why).
     pub const CASE_FAILED: i32 = 6;
+    /// `rig gate`: a counter breached its baseline limit.
+    pub const GATE_BREACH: i32 = crate::gate::EXIT_BREACH;
     /// Interrupted by SIGINT/SIGTERM; partial results were written.
     pub const INTERRUPTED: i32 = 130;
 }
@@ -59,6 +61,24 @@ pub enum Cmd {
     Ab(AbArgs),
     /// Instructions per request (callgrind window when the host has no PMU). Instructions are not time.
     Instructions(InstructionsArgs),
+    /// Counter-only CI gate: deterministic per-request counters against a checked-in baseline (exit 7 on a breach).
+    Gate(GateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GateArgs {
+    /// Baseline file (TOML; see README "Counter-only CI gates").
+    #[arg(long)]
+    pub baseline: PathBuf,
+    /// Run this target spec instead of the baseline's (e.g. the build under test).
+    #[arg(long)]
+    pub target: Option<PathBuf>,
+    /// Write the current deterministic values into the baseline file (limits kept) and exit 0.
+    #[arg(long)]
+    pub bless: bool,
+    /// Output directory for manifest.json, cases.jsonl and gate.json; must not exist.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -513,6 +533,7 @@ pub fn run() -> Result<i32> {
                 exit::OK
             })
         }
+        Cmd::Gate(g) => crate::gate::cli(&g, &*stop_flag()?),
         Cmd::Demo(d) => {
             let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
             cmd.args(["--port", "0", "--threads", "2", "--contend"]);
@@ -552,6 +573,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         ) => exit::PERMISSION,
         Some(ProbeError::NoSuchProcess { .. }) => exit::NO_PROCESS,
         Some(ProbeError::UnknownFamily(_)) => exit::USAGE,
+        _ if err.downcast_ref::<crate::gate::RunsFailed>().is_some() => exit::CASE_FAILED,
         _ => exit::ERROR,
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod ab;
 pub mod cli;
+pub mod gate;
 pub mod load;
 pub mod probe;
 pub mod report;

@@ -156,7 +156,7 @@ fn clean_metric(r: &CaseResult, name: &str) -> Option<f64> {
 
 /// Every exact per-request counter of a counted pass, by name: the totals
 /// and one entry per call site (alloc/copy/faults) and per syscall.
-fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
+pub fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
     let Some(c) = r.counted.as_ref() else {
         return m;

@@ -10,6 +10,7 @@ mod cleanup;
 mod cost;
 mod cxx;
 mod errors;
+mod gate;
 mod integrity;
 mod launch;
 mod load;
