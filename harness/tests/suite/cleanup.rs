@@ -6,7 +6,9 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{calib, probes_exclusive, rig_bin, rig_programs, root_or_skip};
+use super::{
+    calib, probes_exclusive, program_ids_of, rig_bin, rig_programs, root_or_skip, still_loaded,
+};
 
 /// A rig attach session in a child process, its stderr read line by line.
 struct Rig {
@@ -16,7 +18,8 @@ struct Rig {
 }
 
 /// Wait until every probe is attached and the window is open.
-fn wait_open(rig: &mut Rig) {
+/// Returns the ids of the BPF programs this rig holds.
+fn wait_open(rig: &mut Rig) -> Vec<u32> {
     loop {
         let mut line = String::new();
         let n = rig.stderr.read_line(&mut line).unwrap();
@@ -27,21 +30,23 @@ fn wait_open(rig: &mut Rig) {
                 !rig_programs().is_empty(),
                 "probes are loaded while the window is open"
             );
-            return;
+            let ids = program_ids_of(rig.child.id());
+            assert!(ids.len() >= 6, "rig holds its programs: {ids:?}");
+            return ids;
         }
     }
 }
 
 /// Program release after the last fd closes is asynchronous (RCU): allow
 /// it a moment, then insist.
-fn assert_none_left() {
+fn assert_none_left(ids: &[u32]) {
     let t0 = Instant::now();
-    while !rig_programs().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+    while !still_loaded(ids).is_empty() && t0.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
-        rig_programs(),
-        Vec::<String>::new(),
+        still_loaded(ids),
+        Vec::<u32>::new(),
         "rig programs left loaded"
     );
 }
@@ -88,14 +93,13 @@ fn leaves_no_probe_behind_after_a_normal_window() {
         return;
     }
     let _g = probes_exclusive();
-    assert_none_left();
     let target = calib(&[]);
     let mut rig = start_rig(target.pid(), "1s");
-    wait_open(&mut rig);
+    let ids = wait_open(&mut rig);
     let (code, out, err) = finish(rig);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("syscalls"), "{out}");
-    assert_none_left();
+    assert_none_left(&ids);
 }
 
 #[test]
@@ -106,7 +110,7 @@ fn leaves_no_probe_behind_after_ctrl_c() {
     let _g = probes_exclusive();
     let target = calib(&[]);
     let mut rig = start_rig(target.pid(), "60s");
-    wait_open(&mut rig);
+    let ids = wait_open(&mut rig);
     // SAFETY: signalling the rig process this test started.
     unsafe { libc::kill(rig.child.id() as i32, libc::SIGINT) };
     let (code, out, err) = finish(rig);
@@ -115,7 +119,7 @@ fn leaves_no_probe_behind_after_ctrl_c() {
         out.contains("INTERRUPTED"),
         "the partial window is reported: {out}"
     );
-    assert_none_left();
+    assert_none_left(&ids);
 }
 
 #[test]
@@ -126,12 +130,12 @@ fn leaves_no_probe_behind_when_the_target_dies_mid_window() {
     let _g = probes_exclusive();
     let target = calib(&[]);
     let mut rig = start_rig(target.pid(), "60s");
-    wait_open(&mut rig);
+    let ids = wait_open(&mut rig);
     drop(target); // kills and reaps the calibration server
     let (code, out, err) = finish(rig);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("TARGET EXITED"), "{out}");
-    assert_none_left();
+    assert_none_left(&ids);
 }
 
 #[test]
@@ -142,8 +146,8 @@ fn leaves_no_probe_behind_when_rig_is_killed() {
     let _g = probes_exclusive();
     let target = calib(&[]);
     let mut rig = start_rig(target.pid(), "60s");
-    wait_open(&mut rig);
+    let ids = wait_open(&mut rig);
     rig.child.kill().unwrap(); // SIGKILL: no destructor runs; the kernel cleans up
     rig.child.wait().unwrap();
-    assert_none_left();
+    assert_none_left(&ids);
 }

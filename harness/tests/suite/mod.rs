@@ -115,6 +115,40 @@ pub fn rig_programs() -> Vec<String> {
         .collect()
 }
 
+/// IDs of the BPF programs process `pid` holds (through program and link
+/// fds: `prog_id:` in /proc/<pid>/fdinfo). Lets a test watch one rig
+/// process's probes even when other rig processes run on the machine.
+pub fn program_ids_of(pid: u32) -> Vec<u32> {
+    let mut ids = Vec::new();
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return ids;
+    };
+    for e in rd.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        for l in text.lines() {
+            if let Some(v) = l.strip_prefix("prog_id:") {
+                if let Ok(id) = v.trim().parse::<u32>() {
+                    ids.push(id);
+                }
+            }
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Which of `ids` are still loaded in the kernel.
+pub fn still_loaded(ids: &[u32]) -> Vec<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| p.id())
+        .filter(|id| ids.contains(id))
+        .collect()
+}
+
 /// A small program compiled for one test and driven line by line: it prints
 /// `READY`, then answers each line on stdin with one line. Killed, reaped
 /// and its directory removed on drop.
