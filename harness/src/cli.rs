@@ -12,6 +12,7 @@ use crate::load::H1Target;
 use crate::probe::{Family, ProbeError};
 use crate::report::{table, Attribution};
 use crate::session::{self, AttachSettings, Drive};
+use crate::target::spec::TargetSpec;
 
 /// Exit codes (documented in README).
 pub mod exit {
@@ -143,14 +144,8 @@ pub struct AbArgs {
     /// Response headers masked before comparing outputs (repeatable).
     #[arg(long = "mask-header", default_value = "date")]
     pub masks: Vec<String>,
-    #[arg(long)]
-    pub server_cpu: Option<String>,
-    #[arg(long)]
-    pub client_cpus: Option<String>,
-    #[arg(long)]
-    pub memory_mib: Option<u64>,
-    #[arg(long)]
-    pub cpu_quota: Option<f64>,
+    #[command(flatten)]
+    pub budget: Budget,
 }
 
 #[derive(Args, Debug)]
@@ -176,6 +171,13 @@ pub struct RunArgs {
     /// Rounds of the whole matrix (overrides the matrix default).
     #[arg(long)]
     pub repeats: Option<u32>,
+    #[command(flatten)]
+    pub budget: Budget,
+}
+
+/// Pinning and budgets of the server under test (`rig run`, `rig ab`).
+#[derive(Args, Debug)]
+pub struct Budget {
     /// Pin the server to these CPUs (e.g. 0 or 0-1).
     #[arg(long)]
     pub server_cpu: Option<String>,
@@ -188,6 +190,40 @@ pub struct RunArgs {
     /// CPU quota of the server's cgroup, in cores (e.g. 1 or 0.5).
     #[arg(long)]
     pub cpu_quota: Option<f64>,
+}
+
+impl Budget {
+    /// The server and client CPU sets, checked disjoint, and the quota checked.
+    #[allow(clippy::type_complexity)]
+    fn cpus(&self) -> Result<(Option<Vec<usize>>, Option<Vec<usize>>)> {
+        let server = cpu_list("--server-cpu", &self.server_cpu)?;
+        let client = cpu_list("--client-cpus", &self.client_cpus)?;
+        if let (Some(s), Some(c)) = (&server, &client) {
+            if let Some(x) = s.iter().find(|x| c.contains(x)) {
+                bail!(
+                    "--client-cpus {} overlaps --server-cpu {} on CPU {x}; give disjoint CPU sets",
+                    self.client_cpus.as_deref().unwrap_or_default(),
+                    self.server_cpu.as_deref().unwrap_or_default()
+                );
+            }
+        }
+        if self.cpu_quota.is_some_and(|q| !q.is_finite() || q <= 0.0) {
+            bail!("--cpu-quota must be a positive number of cores, e.g. 1 or 0.5");
+        }
+        Ok((server, client))
+    }
+}
+
+/// A target spec and its TLS variant, if it names one.
+fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<TargetSpec>)> {
+    let spec = TargetSpec::load(file).with_context(|| format!("target spec {}", file.display()))?;
+    let tls = match &spec.tls_variant {
+        Some(p) => Some(
+            TargetSpec::load(p).with_context(|| format!("tls_variant of {}", file.display()))?,
+        ),
+        None => None,
+    };
+    Ok((spec, tls))
 }
 
 #[derive(Args, Debug)]
@@ -328,38 +364,18 @@ fn cpu_list(flag: &str, v: &Option<String>) -> Result<Option<Vec<usize>>> {
 }
 
 fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
-    use crate::target::spec::TargetSpec;
-    let server_cpus = cpu_list("--server-cpu", &a.server_cpu)?;
-    let client_cpus = cpu_list("--client-cpus", &a.client_cpus)?;
-    if let (Some(s), Some(c)) = (&server_cpus, &client_cpus) {
-        if let Some(x) = s.iter().find(|x| c.contains(x)) {
-            bail!(
-                "--client-cpus {} overlaps --server-cpu {} on CPU {x}; give disjoint CPU sets",
-                a.client_cpus.as_deref().unwrap_or_default(),
-                a.server_cpu.as_deref().unwrap_or_default()
-            );
-        }
-    }
-    if a.cpu_quota.is_some_and(|q| !q.is_finite() || q <= 0.0) {
-        bail!("--cpu-quota must be a positive number of cores, e.g. 1 or 0.5");
-    }
+    let (server_cpus, client_cpus) = a.budget.cpus()?;
     let passes = crate::run::Passes::parse(&a.passes).map_err(anyhow::Error::msg)?;
     let families = if a.probes == "none" {
         Vec::new()
     } else {
         Family::parse_list(&a.probes)?
     };
-    let mut targets = Vec::new();
-    for t in &a.target {
-        let spec = TargetSpec::load(t).with_context(|| format!("--target {}", t.display()))?;
-        let tls = match &spec.tls_variant {
-            Some(p) => Some(
-                TargetSpec::load(p).with_context(|| format!("tls_variant of {}", t.display()))?,
-            ),
-            None => None,
-        };
-        targets.push((spec, tls));
-    }
+    let targets = a
+        .target
+        .iter()
+        .map(|t| load_target(t).with_context(|| format!("--target {}", t.display())))
+        .collect::<Result<Vec<_>>>()?;
     let matrix = crate::scenario::Matrix::load(&a.matrix)?;
     Ok(crate::run::RunSettings {
         targets,
@@ -372,22 +388,15 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
         repeats: a.repeats,
         server_cpus,
         client_cpus,
-        memory_mib: a.memory_mib,
-        cpu_quota: a.cpu_quota,
+        memory_mib: a.budget.memory_mib,
+        cpu_quota: a.budget.cpu_quota,
         argv: std::env::args().collect(),
         verify_arms: false,
     })
 }
 
 fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
-    use crate::target::spec::TargetSpec;
-    let server_cpus = cpu_list("--server-cpu", &a.server_cpu)?;
-    let client_cpus = cpu_list("--client-cpus", &a.client_cpus)?;
-    if let (Some(s), Some(c)) = (&server_cpus, &client_cpus) {
-        if let Some(x) = s.iter().find(|x| c.contains(x)) {
-            bail!("--client-cpus overlaps --server-cpu on CPU {x}; give disjoint CPU sets");
-        }
-    }
+    let (server_cpus, client_cpus) = a.budget.cpus()?;
     let mut arms = Vec::new();
     for arg in &a.arms {
         let (name, file) = arg.split_once('=').ok_or_else(|| {
@@ -398,11 +407,8 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
         if arms.iter().any(|x: &crate::ab::Arm| x.name == name) {
             bail!("--arm {name}: two arms with one name");
         }
-        let spec = TargetSpec::load(file).with_context(|| format!("--arm {name}={file}"))?;
-        let tls = match &spec.tls_variant {
-            Some(p) => Some(TargetSpec::load(p).with_context(|| format!("tls_variant of {file}"))?),
-            None => None,
-        };
+        let (spec, tls) = load_target(std::path::Path::new(file))
+            .with_context(|| format!("--arm {name}={file}"))?;
         arms.push(crate::ab::Arm {
             name: name.to_string(),
             spec,
@@ -432,8 +438,8 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
         passes: crate::run::Passes::parse(&a.passes).map_err(anyhow::Error::msg)?,
         server_cpus,
         client_cpus,
-        memory_mib: a.memory_mib,
-        cpu_quota: a.cpu_quota,
+        memory_mib: a.budget.memory_mib,
+        cpu_quota: a.budget.cpu_quota,
         masks: a.masks.clone(),
         argv: std::env::args().collect(),
     })
