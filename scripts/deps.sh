@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs what rig needs to build and run on a fresh Debian machine (as root):
 # clang + libbpf-dev + kernel UAPI headers to compile the BPF programs, and
-# libc6-dbg so glibc's internal routines get their true names.
+# libc6-dbg so glibc's internal routines get their true names; nginx (not
+# started) for the process-tree tests.
 set -eu
 need=""
 command -v clang >/dev/null 2>&1 || need="$need clang"
@@ -13,6 +14,8 @@ command -v g++ >/dev/null 2>&1 || need="$need g++"
 # The symbolizer tests check against independent tools.
 command -v gdb >/dev/null 2>&1 || need="$need gdb"
 command -v objdump >/dev/null 2>&1 || need="$need binutils"
+# The process-tree tests measure Debian's nginx (master + workers).
+[ -x /usr/sbin/nginx ] || need="$need nginx"
 if [ -n "$need" ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: missing:$need -- run as root, or: apt-get install -y$need" >&2
@@ -20,5 +23,12 @@ if [ -n "$need" ]; then
 	fi
 	echo "deps: installing$need"
 	apt-get update -qq
+	# Packages must not start services (nginx would take port 80): a
+	# policy-rc.d that denies every start, unless one exists already.
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
 fi

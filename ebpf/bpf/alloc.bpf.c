@@ -30,6 +30,7 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		.caller = caller_of(ctx),
 		.kind = (__u32)bpf_get_attach_cookie(ctx),
 		.size_class = cls,
+		.tgid = current_tgid(),
 	};
 	/* Reached by jumps from a forwarder: same stack pointer, same return
 	 * address. Count it once, as the API the caller called. */

@@ -27,8 +27,10 @@ struct alloc_key {
 	__u64 caller;     /* return address read at entry */
 	__u32 kind;       /* enum alloc_kind */
 	__u32 size_class; /* ceil(log2(size)); 0 for size 0 and 1 */
+	__u32 tgid;       /* the process (caller is an address in its space) */
+	__u32 _pad;
 };
-_Static_assert(sizeof(struct alloc_key) == 16, "alloc_key ABI");
+_Static_assert(sizeof(struct alloc_key) == 24, "alloc_key ABI");
 
 struct alloc_val {
 	__u64 calls;

@@ -6,18 +6,26 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "common.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* Processes under measurement (tgid -> 1). A map rather than one constant so
- * a process tree can be followed without reloading. */
+/* Processes under measurement: tgid -> RIG_TARGET_ONE (this process only)
+ * or RIG_TARGET_TREE (this process and every process it forks, which
+ * rig_follow_fork adds here before the child first runs). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, RIG_MAX_TARGETS);
 	__type(key, __u32);
 	__type(value, __u8);
 } targets SEC(".maps");
+
+/* Only the fields we read; CO-RE relocates them against the kernel's BTF. */
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -72,6 +80,29 @@ static __always_inline void *upsert(void *map, const void *key, const void *zero
 	if (!v)
 		stat_add(RIG_STAT_MAP_FULL, 1);
 	return v;
+}
+
+/* sched_process_fork: TP_PROTO(struct task_struct *parent,
+ * struct task_struct *child), run by the parent before the child is woken.
+ * A new process (not a thread: those share the tgid) forked by a followed
+ * process is followed too. Every object carries this program so each keeps
+ * its own `targets` map complete. */
+SEC("raw_tracepoint/sched_process_fork")
+int rig_follow_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 parent = current_tgid();
+	__u8 *mode = bpf_map_lookup_elem(&targets, &parent);
+	if (!mode || *mode != RIG_TARGET_TREE)
+		return 0;
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	__u32 pid = BPF_CORE_READ(child, pid);
+	__u32 tgid = BPF_CORE_READ(child, tgid);
+	if (pid != tgid)
+		return 0;
+	__u8 tree = RIG_TARGET_TREE;
+	if (bpf_map_update_elem(&targets, &tgid, &tree, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+	return 0;
 }
 
 #endif

@@ -19,6 +19,11 @@ enum rig_stat {
 	RIG_STAT_SLOTS = 8,
 };
 
+/* Values of the `targets` map. */
+#define RIG_TARGET_ONE 1
+#define RIG_TARGET_TREE 2
+#define RIG_MAX_TARGETS 1024
+
 struct rig_stats {
 	__u64 slot[RIG_STAT_SLOTS];
 };

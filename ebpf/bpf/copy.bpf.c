@@ -25,6 +25,7 @@ int rig_copy(struct pt_regs *ctx)
 		.caller = caller_of(ctx),
 		.impl = (__u32)bpf_get_attach_cookie(ctx),
 		.bucket = bucket,
+		.tgid = current_tgid(),
 	};
 	struct copy_val zero = {};
 	struct copy_val *v = upsert(&copies, &k, &zero);

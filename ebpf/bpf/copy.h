@@ -16,8 +16,10 @@ struct copy_key {
 	__u64 caller;
 	__u32 impl;   /* attach cookie */
 	__u32 bucket; /* enum copy_bucket */
+	__u32 tgid;
+	__u32 _pad;
 };
-_Static_assert(sizeof(struct copy_key) == 16, "copy_key ABI");
+_Static_assert(sizeof(struct copy_key) == 24, "copy_key ABI");
 
 struct copy_val {
 	__u64 calls;

@@ -18,10 +18,11 @@ struct {
 
 static __always_inline int on_fault(struct bpf_perf_event_data *ctx, __u32 kind)
 {
-	if (!is_target(current_tgid()))
+	__u32 tgid = current_tgid();
+	if (!is_target(tgid))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
-	struct fault_key k = { .kind = kind };
+	struct fault_key k = { .kind = kind, .tgid = tgid };
 	__u64 ip = PT_REGS_IP(&ctx->regs);
 	if (ip <= USER_MAX) {
 		k.ip = ip;

@@ -13,6 +13,8 @@ struct fault_key {
 			    syscall that faulted in the kernel on a user page */
 	__u32 kind;      /* enum fault_kind */
 	__u32 in_kernel; /* 1: the fault was taken in kernel mode */
+	__u32 tgid;
+	__u32 _pad;
 };
-_Static_assert(sizeof(struct fault_key) == 16, "fault_key ABI");
+_Static_assert(sizeof(struct fault_key) == 24, "fault_key ABI");
 #endif

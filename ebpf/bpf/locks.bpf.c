@@ -33,7 +33,7 @@ struct {
 
 static __always_inline struct lock_val *lock_val_of(__u64 caller, __u64 mutex, __u32 op)
 {
-	struct lock_key k = { .caller = caller, .mutex = mutex, .op = op };
+	struct lock_key k = { .caller = caller, .mutex = mutex, .op = op, .tgid = current_tgid() };
 	struct lock_val zero = {};
 	return upsert(&locks, &k, &zero);
 }

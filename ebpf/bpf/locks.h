@@ -13,7 +13,7 @@ struct lock_key {
 	__u64 caller; /* return address of the lock/trylock/unlock call */
 	__u64 mutex;  /* address of the pthread_mutex_t */
 	__u32 op;     /* enum lock_op */
-	__u32 _pad;
+	__u32 tgid;
 };
 _Static_assert(sizeof(struct lock_key) == 24, "lock_key ABI");
 

@@ -5,14 +5,7 @@
  * exactly when !preempt && prev_state != 0, so the same test here matches
  * /proc/<pid>/task/<tid>/status. */
 #include "common.bpf.h"
-#include <bpf/bpf_core_read.h>
 #include "sched.h"
-
-/* Only the fields we read; CO-RE relocates them against the kernel's BTF. */
-struct task_struct {
-	int pid;
-	int tgid;
-} __attribute__((preserve_access_index));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -12,17 +12,19 @@ struct {
 	__type(value, struct sys_start);
 } sys_starts SEC(".maps");
 
+/* (process, syscall nr) -> count and time. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RIG_MAX_SYSCALLS);
-	__type(key, __u32); /* syscall nr */
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sys_key);
 	__type(value, struct sys_count);
 } sys_counts SEC(".maps");
 
 SEC("raw_tracepoint/sys_enter")
 int rig_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
-	if (!is_target(current_tgid()))
+	__u32 tgid = current_tgid();
+	if (!is_target(tgid))
 		return 0;
 	__u32 nr = (__u32)ctx->args[1];
 	if (nr == RIG_NR_URETPROBE) {
@@ -34,27 +36,28 @@ int rig_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	struct sys_start st = { .ts = bpf_ktime_get_ns(), .nr = nr };
 	if (bpf_map_update_elem(&sys_starts, &tid, &st, BPF_ANY))
 		stat_add(RIG_STAT_MAP_FULL, 1);
-	struct sys_count *c = bpf_map_lookup_elem(&sys_counts, &nr);
+	struct sys_key k = { .tgid = tgid, .nr = nr };
+	struct sys_count zero = {};
+	struct sys_count *c = upsert(&sys_counts, &k, &zero);
 	if (c)
 		c->count++;
-	else
-		stat_add(RIG_STAT_LOOKUP_FAIL, 1); /* nr beyond the table */
 	return 0;
 }
 
 SEC("raw_tracepoint/sys_exit")
 int rig_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	if (!is_target(current_tgid()))
+	__u32 tgid = current_tgid();
+	if (!is_target(tgid))
 		return 0;
 	__u32 tid = current_tid();
 	struct sys_start *st = bpf_map_lookup_elem(&sys_starts, &tid);
 	if (!st)
 		return 0; /* entered before we attached, or the trampoline's own */
 	__u64 ns = bpf_ktime_get_ns() - st->ts;
-	__u32 nr = st->nr;
+	struct sys_key k = { .tgid = tgid, .nr = st->nr };
 	bpf_map_delete_elem(&sys_starts, &tid);
-	struct sys_count *c = bpf_map_lookup_elem(&sys_counts, &nr);
+	struct sys_count *c = bpf_map_lookup_elem(&sys_counts, &k);
 	if (c) {
 		c->exits++;
 		c->ns += ns;

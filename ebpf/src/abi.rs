@@ -33,9 +33,22 @@ pub struct SysCount {
 }
 const _: () = assert!(size_of::<SysCount>() == 24);
 
-/// `RIG_MAX_SYSCALLS` and `RIG_NR_URETPROBE` (syscalls.h).
-pub const MAX_SYSCALLS: u32 = 512;
+/// C twin: `struct sys_key` (syscalls.h). Value: `SysCount`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SysKey {
+    pub tgid: u32,
+    pub nr: u32,
+}
+const _: () = assert!(size_of::<SysKey>() == 8);
+
+/// `RIG_NR_URETPROBE` (syscalls.h).
 pub const NR_URETPROBE: u32 = 335;
+
+/// Values of the `targets` map (common.h): this process only, or this
+/// process and every process it forks.
+pub const TARGET_ONE: u8 = 1;
+pub const TARGET_TREE: u8 = 2;
 
 /// C twin: `enum alloc_kind` (alloc.h).
 pub mod alloc_kind {
@@ -63,8 +76,11 @@ pub struct AllocKey {
     pub caller: u64,
     pub kind: u32,
     pub size_class: u32,
+    /// The process; `caller` is an address in its address space.
+    pub tgid: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<AllocKey>() == 16);
+const _: () = assert!(size_of::<AllocKey>() == 24);
 
 /// C twin: `struct alloc_val` (alloc.h); also `struct copy_val` (copy.h).
 #[repr(C)]
@@ -82,8 +98,10 @@ pub struct CopyKey {
     pub caller: u64,
     pub implementation: u32,
     pub bucket: u32,
+    pub tgid: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<CopyKey>() == 16);
+const _: () = assert!(size_of::<CopyKey>() == 24);
 
 /// C twin: `enum lock_op` (locks.h).
 pub mod lock_op {
@@ -99,7 +117,7 @@ pub struct LockKey {
     pub caller: u64,
     pub mutex: u64,
     pub op: u32,
-    pub _pad: u32,
+    pub tgid: u32,
 }
 const _: () = assert!(size_of::<LockKey>() == 24);
 
@@ -125,8 +143,10 @@ pub struct FaultKey {
     pub ip: u64,
     pub kind: u32,
     pub in_kernel: u32,
+    pub tgid: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<FaultKey>() == 16);
+const _: () = assert!(size_of::<FaultKey>() == 24);
 pub const FAULT_MINOR: u32 = 0;
 pub const FAULT_MAJOR: u32 = 1;
 
@@ -145,6 +165,7 @@ const _: () = assert!(size_of::<SchedVal>() == 32);
 // holes (sizes asserted above), valid for any bit pattern.
 unsafe impl aya::Pod for Stats {}
 unsafe impl aya::Pod for SysCount {}
+unsafe impl aya::Pod for SysKey {}
 unsafe impl aya::Pod for AllocKey {}
 unsafe impl aya::Pod for CallsBytes {}
 unsafe impl aya::Pod for CopyKey {}

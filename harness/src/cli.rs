@@ -269,6 +269,14 @@ pub struct AttachArgs {
     /// Warm-up requests before a driven window.
     #[arg(long, default_value_t = 200)]
     pub warmup: u64,
+    /// Measure the process tree rooted at --pid: every descendant, and every
+    /// process forked during the session (prefork servers: nginx, Apache,
+    /// PostgreSQL). The default when --pid has children.
+    #[arg(long, overrides_with = "no_tree")]
+    pub tree: bool,
+    /// Measure --pid alone even when it has children.
+    #[arg(long, overrides_with = "tree")]
+    pub no_tree: bool,
     #[command(flatten)]
     pub common: Common,
 }
@@ -326,6 +334,11 @@ fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         duration: a.duration,
         per: a.per,
         drive,
+        tree: match (a.tree, a.no_tree) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
     })
 }
 
@@ -560,6 +573,7 @@ pub fn run() -> Result<i32> {
                     warmup: 200,
                     requests: d.requests,
                 }),
+                tree: None,
             };
             let stop = stop_flag()?;
             let attribution = session::run_attach(&s, &stop)?;

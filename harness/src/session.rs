@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::load::{self, H1Target, LoadResult};
-use crate::probe::{alive, Family, ProbeSet, WindowEnd};
+use crate::probe::{alive, Family, ProbeSet, Scope, WindowEnd};
 use crate::report::Attribution;
 use crate::symbolize::Symbolizer;
 use crate::target::ProcessId;
@@ -33,6 +33,9 @@ pub struct AttachSettings {
     /// Requests the user's load tool reported for the window (`--per`).
     pub per: Option<u64>,
     pub drive: Option<Drive>,
+    /// Follow the process tree: `Some(true)` always, `Some(false)` never,
+    /// `None` when the pid has children.
+    pub tree: Option<bool>,
 }
 
 /// Run one session. `stop` ends a duration window early (Ctrl-C).
@@ -79,7 +82,27 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         None => None,
     };
 
-    let probes = ProbeSet::attach(s.pid, &s.families)?;
+    let children = crate::target::port::descendants(s.pid);
+    let scope = match s.tree.unwrap_or(!children.is_empty()) {
+        true => Scope::Tree,
+        false => Scope::Process,
+    };
+    let probes = ProbeSet::attach_scoped(s.pid, &s.families, scope)?;
+    match scope {
+        Scope::Tree => eprintln!(
+            "rig: following the process tree of pid {}: {} process(es) now ({} descendant(s)); \
+             processes it forks from now on are followed too",
+            s.pid,
+            probes.processes().len(),
+            probes.processes().len() - 1
+        ),
+        Scope::Process if !children.is_empty() => eprintln!(
+            "rig: --no-tree: pid {} only; its {} descendant(s) are NOT measured",
+            s.pid,
+            children.len()
+        ),
+        Scope::Process => {}
+    }
     // Warm the probes too (first hits fault in BPF state), then quiesce.
     if let (Some(d), Some(c)) = (&s.drive, conns.as_mut()) {
         let warm = load::fixed_count(c, d.warmup.min(100));

@@ -32,13 +32,19 @@ pub struct Expected {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ArmProof {
     pub verified: Vec<ObjectFact>,
+    /// Every process checked: the launched pid, then its descendants.
+    pub processes: Vec<u32>,
 }
 
 /// The files that make this arm this arm: its binary, every shared object in
 /// the LD_LIBRARY_PATH directories its env sets, its LD_PRELOADs.
 pub fn expected_objects(spec: &TargetSpec) -> Result<Vec<Expected>, String> {
     // Port 0: only the program path and env matter here.
-    let cmd = spec.command(0).map_err(|e| format!("{e}"))?;
+    // Only the program and its library environment matter here; a
+    // `{run_dir}` stays a literal.
+    let cmd = spec
+        .command(0, Some(Path::new("{run_dir}")))
+        .map_err(|e| format!("{e}"))?;
     let mut out = Vec::new();
     let program = if cmd.program.components().count() > 1 {
         cmd.program.clone()
@@ -100,10 +106,35 @@ fn which(prog: &Path) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Check a launched arm against its expectations. `Err` says what was
-/// mapped instead.
+/// Check a launched arm against its expectations: the process rig started
+/// and every process of its tree (a prefork server's workers run the code
+/// being compared). `Err` says which process mapped what instead.
 pub fn verify(arm: &str, expected: &[Expected], l: &Launched) -> Result<ArmProof, String> {
-    let mapped: Vec<&ObjectFact> = std::iter::once(&l.exe).chain(l.objects.iter()).collect();
+    let mut proof = verify_process(arm, expected, l.pid, &l.exe, &l.objects)?;
+    for pid in crate::target::port::descendants(l.pid) {
+        // A worker that exited since the listing has nothing to check.
+        let Ok((exe, objects)) = crate::target::launch::mapped_objects(pid) else {
+            continue;
+        };
+        let p = verify_process(arm, expected, pid, &exe, &objects)?;
+        for o in p.verified {
+            if !proof.verified.contains(&o) {
+                proof.verified.push(o);
+            }
+        }
+        proof.processes.extend(p.processes);
+    }
+    Ok(proof)
+}
+
+fn verify_process(
+    arm: &str,
+    expected: &[Expected],
+    pid: u32,
+    exe: &ObjectFact,
+    objects: &[ObjectFact],
+) -> Result<ArmProof, String> {
+    let mapped: Vec<&ObjectFact> = std::iter::once(exe).chain(objects.iter()).collect();
     let mut verified = Vec::new();
     let mut dir_hits = 0usize;
     let dir_files = expected
@@ -115,7 +146,7 @@ pub fn verify(arm: &str, expected: &[Expected], l: &Launched) -> Result<ArmProof
         // The same file name mapped from anywhere: is it this file?
         let same_name: Vec<&&ObjectFact> = mapped
             .iter()
-            .filter(|o| basename(&o.path) == name || (e.via == "binary" && o.path == l.exe.path))
+            .filter(|o| basename(&o.path) == name || (e.via == "binary" && o.path == exe.path))
             .collect();
         let hit = same_name.iter().find(|o| o.sha256 == e.sha256);
         match (hit, e.optional) {
@@ -137,7 +168,7 @@ pub fn verify(arm: &str, expected: &[Expected], l: &Launched) -> Result<ArmProof
                     e.via,
                     e.path.display(),
                     &e.sha256[..16],
-                    l.pid,
+                    pid,
                     if instead.is_empty() { "nothing of that name".into() } else { instead },
                     if e.via == "LD_LIBRARY_PATH" {
                         " (a DT_RPATH in the binary, or an already loaded copy, beats LD_LIBRARY_PATH)"
@@ -150,9 +181,11 @@ pub fn verify(arm: &str, expected: &[Expected], l: &Launched) -> Result<ArmProof
     }
     if dir_files > 0 && dir_hits == 0 {
         return Err(format!(
-            "arm {arm} is not the arm: pid {} maps none of the {dir_files} libraries of its LD_LIBRARY_PATH",
-            l.pid
+            "arm {arm} is not the arm: pid {pid} maps none of the {dir_files} libraries of its LD_LIBRARY_PATH"
         ));
     }
-    Ok(ArmProof { verified })
+    Ok(ArmProof {
+        verified,
+        processes: vec![pid],
+    })
 }

@@ -1,14 +1,30 @@
-//! Loading and attaching each probe family to one target process.
+//! Loading and attaching each probe family to a target process, or to the
+//! tree of processes rooted at it.
+//!
+//! Tracepoint and perf-event families filter by tgid in the kernel against
+//! each object's `targets` map; in tree mode `rig_follow_fork` adds every
+//! process a followed process forks before the child first runs, so they
+//! miss nothing. Uprobes are scoped to one process each (a system-wide
+//! uprobe on libc would trap every process on the machine, rig's own load
+//! generator included), so a forked process gets its uprobes from the
+//! follower thread, which polls `targets` every [`FOLLOW_POLL`]; what it did
+//! between its fork and that attach is not seen, and the process's record
+//! says how long that gap was.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use aya::maps::HashMap;
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
-use rig_ebpf::abi::alloc_kind;
+use rig_ebpf::abi::{alloc_kind, TARGET_ONE, TARGET_TREE};
 use serde::Serialize;
 
 use super::placement::{safe_probe_offset, Placement};
@@ -40,14 +56,84 @@ pub struct AttachNote {
     pub note: String,
 }
 
-/// The loaded and attached probes of one session on one process.
+/// How often the follower looks for processes forked into the tree.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(5);
+
+/// Which processes a `ProbeSet` covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// The one process (all its threads).
+    Process,
+    /// The process and every process it forks, transitively, including
+    /// processes forked after attaching.
+    Tree,
+}
+
+/// How a process came to be measured.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "how")]
+pub enum Joined {
+    /// The pid rig was given (launched or attached to).
+    Root,
+    /// Already in the tree when the probes were attached.
+    AtAttach,
+    /// Forked while the probes were attached. Tracepoint and perf-event
+    /// families saw it from its first instruction; its uprobes (alloc, copy,
+    /// locks) were attached `uprobe_gap_ms` after the follower noticed it
+    /// (the follower polls every `FOLLOW_POLL`), and calls in that gap are
+    /// not counted.
+    Forked { uprobe_gap_ms: Option<f64> },
+}
+
+/// One process of the measured tree.
+#[derive(Clone, Debug, Serialize)]
+pub struct Followed {
+    pub pid: u32,
+    pub ppid: u32,
+    pub command: String,
+    pub joined: Joined,
+    /// Its memory map when it joined (a process that exits before the window
+    /// ends is symbolized with this).
+    #[serde(skip)]
+    pub maps: Option<ProcMaps>,
+    /// Why its uprobes could not be attached, if they could not.
+    pub error: Option<String>,
+}
+
+/// The loaded and attached probes of one session.
 pub struct ProbeSet {
     pid: u32,
-    objects: Vec<(Family, Ebpf)>,
-    pub copy_impls: Vec<CopyImpl>,
-    pub notes: Vec<AttachNote>,
+    scope: Scope,
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+    follower: Option<JoinHandle<()>>,
     /// Syscall-free uprobe kinds attached, for the cost table.
     pub families: Vec<Family>,
+}
+
+/// What the follower thread and the reader share.
+struct Shared {
+    objects: Vec<(Family, Ebpf)>,
+    procs: BTreeMap<u32, Followed>,
+    copy_impls: Vec<CopyImpl>,
+    notes: Vec<AttachNote>,
+}
+
+/// Attaching uprobes for one process (borrowing the shared state).
+struct Attacher<'a> {
+    pid: u32,
+    copy_impls: &'a mut Vec<CopyImpl>,
+    notes: &'a mut Vec<AttachNote>,
+}
+
+impl Drop for ProbeSet {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.follower.take() {
+            let _ = h.join();
+        }
+    }
 }
 
 /// Probes need CAP_BPF and CAP_PERFMON; rig asks for root plainly.
@@ -79,35 +165,92 @@ pub fn check_target(pid: u32) -> Result<(), ProbeError> {
 }
 
 impl ProbeSet {
-    /// Load and attach `families` to `pid`. Every thread of the process is
-    /// covered, including threads that existed before attaching.
+    /// Load and attach `families` to `pid` alone. Every thread of the
+    /// process is covered, including threads that existed before attaching.
     pub fn attach(pid: u32, families: &[Family]) -> Result<ProbeSet, ProbeError> {
+        ProbeSet::attach_scoped(pid, families, Scope::Process)
+    }
+
+    /// Load and attach `families` to `pid`, or (`Scope::Tree`) to `pid` and
+    /// every process it has forked or will fork.
+    pub fn attach_scoped(
+        pid: u32,
+        families: &[Family],
+        scope: Scope,
+    ) -> Result<ProbeSet, ProbeError> {
         check_target(pid)?;
-        let maps = ProcMaps::read(pid).map_err(|source| ProbeError::Maps { pid, source })?;
-        let mut set = ProbeSet {
-            pid,
-            objects: Vec::new(),
-            copy_impls: Vec::new(),
-            notes: Vec::new(),
-            families: families.to_vec(),
+        let mode = match scope {
+            Scope::Process => TARGET_ONE,
+            Scope::Tree => TARGET_TREE,
         };
+        // Kernel-side following starts first, so a fork racing with the
+        // listing below is caught by one or the other.
+        let mut objects = Vec::new();
         for &family in families {
             let mut ebpf = load(family)?;
-            add_target(&mut ebpf, family, pid)?;
+            if scope == Scope::Tree {
+                raw_tp(&mut ebpf, family, "rig_follow_fork", "sched_process_fork")?;
+            }
+            set_target(&mut ebpf, family, pid, mode)?;
+            objects.push((family, ebpf));
+        }
+        let mut pids = vec![pid];
+        if scope == Scope::Tree {
+            for child in crate::target::port::descendants(pid) {
+                for (family, ebpf) in &mut objects {
+                    set_target(ebpf, *family, child, mode)?;
+                }
+                pids.push(child);
+            }
+        }
+        let mut shared = Shared {
+            objects,
+            procs: BTreeMap::new(),
+            copy_impls: Vec::new(),
+            notes: Vec::new(),
+        };
+        for &p in &pids {
+            let joined = if p == pid {
+                Joined::Root
+            } else {
+                Joined::AtAttach
+            };
+            match shared.join(p, joined) {
+                Ok(()) => {}
+                // A child that exited between the listing and now.
+                Err(ProbeError::NoSuchProcess { .. } | ProbeError::Maps { .. }) if p != pid => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for (family, ebpf) in &mut shared.objects {
             match family {
                 Family::Syscalls => {
-                    raw_tp(&mut ebpf, family, "rig_sys_enter", "sys_enter")?;
-                    raw_tp(&mut ebpf, family, "rig_sys_exit", "sys_exit")?;
+                    raw_tp(ebpf, *family, "rig_sys_enter", "sys_enter")?;
+                    raw_tp(ebpf, *family, "rig_sys_exit", "sys_exit")?;
                 }
-                Family::Alloc => set.attach_alloc(&mut ebpf, &maps)?,
-                Family::Copy => set.attach_copy(&mut ebpf, &maps)?,
-                Family::Locks => set.attach_locks(&mut ebpf, &maps)?,
-                Family::Faults => attach_faults(&mut ebpf)?,
-                Family::Sched => raw_tp(&mut ebpf, family, "rig_sched_switch", "sched_switch")?,
+                Family::Faults => attach_faults(ebpf)?,
+                Family::Sched => raw_tp(ebpf, *family, "rig_sched_switch", "sched_switch")?,
+                Family::Locks => {
+                    raw_tp(ebpf, *family, "rig_lock_sys_enter", "sys_enter")?;
+                    raw_tp(ebpf, *family, "rig_lock_sys_exit", "sys_exit")?;
+                }
+                Family::Alloc | Family::Copy => {}
             }
-            set.objects.push((family, ebpf));
         }
-        Ok(set)
+        let shared = Arc::new(Mutex::new(shared));
+        let stop = Arc::new(AtomicBool::new(false));
+        let follower = (scope == Scope::Tree).then(|| {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            std::thread::spawn(move || follow(&shared, &stop))
+        });
+        Ok(ProbeSet {
+            pid,
+            scope,
+            shared,
+            stop,
+            follower,
+            families: families.to_vec(),
+        })
     }
 
     /// One program of `family` at one libc function's entry (IFUNCs resolved
@@ -133,29 +276,74 @@ impl ProbeSet {
             .map_err(resolve_err)?
             .file_offset;
         let mut ebpf = load(family)?;
-        add_target(&mut ebpf, family, pid)?;
+        set_target(&mut ebpf, family, pid, TARGET_ONE)?;
         uprobe(&mut ebpf, family, program, &libc, offset, Some(1), pid)?;
+        let mut procs = BTreeMap::new();
+        procs.insert(pid, Followed::new(pid, Joined::Root, Some(maps)));
         Ok(ProbeSet {
             pid,
-            objects: vec![(family, ebpf)],
-            copy_impls: Vec::new(),
-            notes: Vec::new(),
+            scope: Scope::Process,
+            shared: Arc::new(Mutex::new(Shared {
+                objects: vec![(family, ebpf)],
+                procs,
+                copy_impls: Vec::new(),
+                notes: Vec::new(),
+            })),
+            stop: Arc::new(AtomicBool::new(false)),
+            follower: None,
             families: vec![family],
         })
     }
 
+    /// The pid the probes were attached to (the tree's root).
     pub fn pid(&self) -> u32 {
         self.pid
     }
 
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        // A panic in the follower leaves plain data behind; keep reading it.
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every process measured so far (root first, then by pid).
+    pub fn processes(&self) -> Vec<Followed> {
+        let mut out: Vec<Followed> = self.shared().procs.values().cloned().collect();
+        out.sort_by_key(|p| (p.pid != self.pid, p.pid));
+        out
+    }
+
+    /// The implementations the copy probes sit on; a `CopyKey`'s
+    /// `implementation` indexes this.
+    pub fn copy_impls(&self) -> Vec<CopyImpl> {
+        self.shared().copy_impls.clone()
+    }
+
+    /// What was attached where, or deliberately not, and why.
+    pub fn notes(&self) -> Vec<AttachNote> {
+        self.shared().notes.clone()
+    }
+
+    /// Bring the tree up to date now (the follower does this on its own
+    /// every `FOLLOW_POLL`): useful right before a window starts.
+    pub fn catch_up(&self) {
+        if self.scope == Scope::Tree {
+            self.shared().catch_up();
+        }
+    }
+
     /// Read every counter now.
     pub fn snapshot(&self) -> Result<Snapshot, ProbeError> {
+        let shared = self.shared();
         let mut s = Snapshot::default();
-        for (family, ebpf) in &self.objects {
+        for (family, ebpf) in &shared.objects {
             let f = *family;
             s.stats.insert(f, read::stats(ebpf, f)?);
             match f {
-                Family::Syscalls => s.syscalls = read::percpu_array(ebpf, f, "sys_counts")?,
+                Family::Syscalls => s.syscalls = read::percpu_hash(ebpf, f, "sys_counts")?,
                 Family::Alloc => s.alloc = read::percpu_hash(ebpf, f, "allocs")?,
                 Family::Copy => s.copy = read::percpu_hash(ebpf, f, "copies")?,
                 Family::Locks => s.locks = read::percpu_hash(ebpf, f, "locks")?,
@@ -165,13 +353,128 @@ impl ProbeSet {
         }
         Ok(s)
     }
+}
 
+impl Followed {
+    /// A pid seen in the counters without a record.
+    pub fn unrecorded(pid: u32) -> Followed {
+        Followed::new(
+            pid,
+            Joined::Forked {
+                uprobe_gap_ms: None,
+            },
+            None,
+        )
+    }
+
+    fn new(pid: u32, joined: Joined, maps: Option<ProcMaps>) -> Followed {
+        let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| crate::target::port::parse_stat_ppid(&s))
+            .unwrap_or(0);
+        Followed {
+            pid,
+            ppid,
+            command: crate::target::cmdline(pid),
+            joined,
+            maps,
+            error: None,
+        }
+    }
+}
+
+impl Shared {
+    /// Record `pid` and attach its uprobe families.
+    fn join(&mut self, pid: u32, joined: Joined) -> Result<(), ProbeError> {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(ProbeError::NoSuchProcess { pid });
+        }
+        let maps = ProcMaps::read(pid).map_err(|source| ProbeError::Maps { pid, source })?;
+        let mut a = Attacher {
+            pid,
+            copy_impls: &mut self.copy_impls,
+            notes: &mut self.notes,
+        };
+        for (family, ebpf) in &mut self.objects {
+            match family {
+                Family::Alloc => a.attach_alloc(ebpf, &maps)?,
+                Family::Copy => a.attach_copy(ebpf, &maps)?,
+                Family::Locks => a.attach_locks(ebpf, &maps)?,
+                Family::Syscalls | Family::Faults | Family::Sched => {}
+            }
+        }
+        self.procs
+            .insert(pid, Followed::new(pid, joined, Some(maps)));
+        Ok(())
+    }
+
+    /// Join every tgid the kernel added to `targets` since the last look.
+    fn catch_up(&mut self) {
+        let Some((family, ebpf)) = self.objects.first() else {
+            return;
+        };
+        let Ok(found) = read::hash::<u32, u8>(ebpf, *family, "targets") else {
+            return;
+        };
+        for tgid in found.into_keys() {
+            if self.procs.contains_key(&tgid) {
+                continue;
+            }
+            let seen = Instant::now();
+            let uprobes = self
+                .objects
+                .iter()
+                .any(|(f, _)| matches!(f, Family::Alloc | Family::Copy | Family::Locks));
+            match self.join(
+                tgid,
+                Joined::Forked {
+                    uprobe_gap_ms: None,
+                },
+            ) {
+                Ok(()) => {
+                    let gap = uprobes.then(|| seen.elapsed().as_secs_f64() * 1e3);
+                    if let Some(p) = self.procs.get_mut(&tgid) {
+                        p.joined = Joined::Forked { uprobe_gap_ms: gap };
+                    }
+                }
+                Err(e) => {
+                    // Gone already, or its uprobes would not attach: keep
+                    // the record (its tracepoint counts are real) and why.
+                    let mut f = Followed::new(
+                        tgid,
+                        Joined::Forked {
+                            uprobe_gap_ms: None,
+                        },
+                        None,
+                    );
+                    f.error = Some(e.to_string());
+                    self.procs.insert(tgid, f);
+                }
+            }
+        }
+    }
+}
+
+/// The follower thread: catch up with the kernel's fork-following until
+/// told to stop.
+fn follow(shared: &Mutex<Shared>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(FOLLOW_POLL);
+        shared.lock().unwrap_or_else(|e| e.into_inner()).catch_up();
+    }
+}
+
+impl Attacher<'_> {
     fn note(&mut self, family: Family, what: impl Into<String>, note: impl Into<String>) {
-        self.notes.push(AttachNote {
+        let n = AttachNote {
             family,
             what: what.into(),
             note: note.into(),
-        });
+        };
+        // Every process of a tree usually maps the same libraries: say it once.
+        if !self.notes.contains(&n) {
+            self.notes.push(n);
+        }
     }
 
     fn attach_alloc(&mut self, ebpf: &mut Ebpf, maps: &ProcMaps) -> Result<(), ProbeError> {
@@ -365,6 +668,9 @@ impl ProbeSet {
                 family,
             })?;
         let libc = maps.open_path(&libc_maps_path);
+        // The implementations of this process; one CopyImpl per distinct
+        // (library, offset) across the tree, whose index is the cookie.
+        let mut mine: Vec<usize> = Vec::new();
         for api in ["memcpy", "memmove", "memset"] {
             let r = elf::resolve_ifunc(self.pid, maps, &libc_maps_path, api).map_err(|source| {
                 ProbeError::Resolve {
@@ -374,23 +680,32 @@ impl ProbeSet {
                     source,
                 }
             })?;
-            if let Some(existing) = self
+            let i = match self
                 .copy_impls
-                .iter_mut()
-                .find(|c| c.file_offset == r.file_offset)
+                .iter()
+                .position(|c| c.lib == libc_maps_path && c.file_offset == r.file_offset)
             {
-                existing.apis.push(api.to_string());
-                continue;
+                Some(i) => i,
+                None => {
+                    self.copy_impls.push(CopyImpl {
+                        apis: Vec::new(),
+                        lib: libc_maps_path.clone(),
+                        file_offset: r.file_offset,
+                        impl_name: r.impl_name.clone(),
+                        method: r.method.clone(),
+                    });
+                    self.copy_impls.len() - 1
+                }
+            };
+            if !self.copy_impls[i].apis.iter().any(|a| a == api) {
+                self.copy_impls[i].apis.push(api.to_string());
             }
-            self.copy_impls.push(CopyImpl {
-                apis: vec![api.to_string()],
-                lib: libc_maps_path.clone(),
-                file_offset: r.file_offset,
-                impl_name: r.impl_name.clone(),
-                method: r.method.clone(),
-            });
+            if !mine.contains(&i) {
+                mine.push(i);
+            }
         }
-        for (i, c) in self.copy_impls.clone().iter().enumerate() {
+        for i in mine {
+            let c = self.copy_impls[i].clone();
             let at = uprobe(
                 ebpf,
                 family,
@@ -457,8 +772,6 @@ impl ProbeSet {
                 self.note(family, what, moved(&at, entry));
             }
         }
-        raw_tp(ebpf, family, "rig_lock_sys_enter", "sys_enter")?;
-        raw_tp(ebpf, family, "rig_lock_sys_exit", "sys_exit")?;
         self.note(
             family,
             "pthread_mutex_lock/trylock/unlock",
@@ -485,7 +798,7 @@ fn load(family: Family) -> Result<Ebpf, ProbeError> {
         .map_err(|source| ProbeError::Load { family, source })
 }
 
-fn add_target(ebpf: &mut Ebpf, family: Family, tgid: u32) -> Result<(), ProbeError> {
+fn set_target(ebpf: &mut Ebpf, family: Family, tgid: u32, mode: u8) -> Result<(), ProbeError> {
     let m = ebpf.map_mut("targets").ok_or_else(|| ProbeError::Missing {
         family,
         what: "map",
@@ -498,7 +811,7 @@ fn add_target(ebpf: &mut Ebpf, family: Family, tgid: u32) -> Result<(), ProbeErr
             source,
         })?;
     targets
-        .insert(tgid, 1, 0)
+        .insert(tgid, mode, 0)
         .map_err(|source| ProbeError::Map {
             family,
             map: "targets",

@@ -1,4 +1,5 @@
-//! Probes: eBPF programs and perf events attached to one target process.
+//! Probes: eBPF programs and perf events attached to a target process or
+//! to the tree of processes rooted at it.
 //!
 //! In: a pid, the probe families asked for, the target's memory map. Out: a
 //! `ProbeSet` whose `snapshot()` reads every in-kernel counter; the exact
@@ -19,11 +20,13 @@ use std::fmt;
 use std::str::FromStr;
 
 use rig_ebpf::abi::{
-    AllocKey, CallsBytes, CopyKey, FaultKey, LockKey, LockVal, SchedVal, Stats, SysCount,
+    AllocKey, CallsBytes, CopyKey, FaultKey, LockKey, LockVal, SchedVal, Stats, SysCount, SysKey,
 };
 use serde::Serialize;
 
-pub use attach::{check_target, require_root, AttachNote, CopyImpl, ProbeSet};
+pub use attach::{
+    check_target, require_root, AttachNote, CopyImpl, Followed, Joined, ProbeSet, Scope,
+};
 pub use window::{alive, Window, WindowEnd, WindowStart};
 
 /// One family of probes; each is one BPF object.
@@ -172,8 +175,8 @@ pub enum ProbeError {
 /// summed). Families not attached are empty.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
-    /// Syscall nr -> count and time.
-    pub syscalls: BTreeMap<u32, SysCount>,
+    /// (tgid, syscall nr) -> count and time.
+    pub syscalls: BTreeMap<SysKey, SysCount>,
     pub alloc: BTreeMap<AllocKey, CallsBytes>,
     pub copy: BTreeMap<CopyKey, CallsBytes>,
     pub locks: BTreeMap<LockKey, LockVal>,
@@ -350,11 +353,13 @@ mod tests {
             caller: 1,
             kind: 1,
             size_class: 5,
+            ..Default::default()
         };
         let k2 = AllocKey {
             caller: 2,
             kind: 1,
             size_class: 5,
+            ..Default::default()
         };
         a.alloc.insert(
             k1,
@@ -376,6 +381,7 @@ mod tests {
             caller: 3,
             kind: 4,
             size_class: 0,
+            ..Default::default()
         };
         b.alloc.insert(k3, CallsBytes { calls: 7, bytes: 0 });
         let d = b.delta(&a);

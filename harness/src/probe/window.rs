@@ -1,11 +1,12 @@
 //! Windows: the exact difference of two snapshots, with what is needed to
 //! name its addresses afterwards.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{AttachNote, CopyImpl, Family, ProbeError, ProbeSet, Snapshot};
+use super::{AttachNote, CopyImpl, Family, Followed, ProbeError, ProbeSet, Snapshot};
 use crate::target::maps::ProcMaps;
 use crate::target::ProcessId;
 
@@ -13,7 +14,9 @@ use crate::target::ProcessId;
 pub struct WindowStart {
     snapshot: Snapshot,
     at: Instant,
-    maps: Option<ProcMaps>,
+    maps: BTreeMap<u32, ProcMaps>,
+    /// The pids measured when the window started.
+    processes: Vec<u32>,
 }
 
 /// Why a window ended.
@@ -28,17 +31,37 @@ pub enum WindowEnd {
     TargetExited,
 }
 
-/// A finished window: raw counters keyed by address, plus the target's map
-/// (taken while it was alive) to symbolize them.
+/// A finished window: raw counters keyed by (process, address), plus each
+/// process's map (taken while it was alive) to symbolize them.
 pub struct Window {
+    /// The root of the measured tree (or the one process).
     pub pid: u32,
     pub families: Vec<Family>,
     pub delta: Snapshot,
     pub elapsed: Duration,
     pub end: WindowEnd,
-    pub maps: ProcMaps,
+    /// tgid -> its memory map: at the window's end, or for a process that
+    /// exited, at the start or when it joined.
+    pub maps: BTreeMap<u32, ProcMaps>,
+    /// Every process measured by the end of the window.
+    pub processes: Vec<Followed>,
+    /// Processes that joined the tree during the window.
+    pub joined_during: Vec<u32>,
+    pub scope: super::Scope,
     pub copy_impls: Vec<CopyImpl>,
     pub notes: Vec<AttachNote>,
+}
+
+impl Window {
+    /// The map to name `tgid`'s addresses with (the root's as a last resort:
+    /// a forked child shares its parent's layout).
+    pub fn maps_of(&self, tgid: u32) -> &ProcMaps {
+        self.maps
+            .get(&tgid)
+            .or_else(|| self.maps.get(&self.pid))
+            .or_else(|| self.maps.values().next())
+            .expect("a window has at least the root's map")
+    }
 }
 
 impl ProbeSet {
@@ -66,25 +89,42 @@ impl ProbeSet {
 
     /// Snapshot every counter: the window starts now.
     pub fn start_window(&self) -> Result<WindowStart, ProbeError> {
-        let maps = ProcMaps::read(self.pid()).ok();
+        self.catch_up();
+        let procs = self.processes();
+        let maps = live_maps(&procs);
         Ok(WindowStart {
             snapshot: self.snapshot()?,
             at: Instant::now(),
             maps,
+            processes: procs.iter().map(|p| p.pid).collect(),
         })
     }
 
     /// Snapshot again: the window is the exact difference.
     pub fn end_window(&self, start: WindowStart, end: WindowEnd) -> Result<Window, ProbeError> {
+        // Catch up first: a process forked late in the window is named.
+        self.catch_up();
         let snap = self.snapshot()?;
         let elapsed = start.at.elapsed();
+        let procs = self.processes();
         // Prefer the map at the end (libraries loaded during the window), but
-        // a process that died has none: use the one from the start.
-        let maps = ProcMaps::read(self.pid())
-            .ok()
-            .filter(|m| !m.mappings.is_empty())
-            .or(start.maps)
-            .ok_or(ProbeError::NoSuchProcess { pid: self.pid() })?;
+        // a process that died has none: use the one from the start, or the
+        // one from when it joined.
+        let mut maps = start.maps;
+        maps.extend(live_maps(&procs));
+        for p in &procs {
+            if let (false, Some(m)) = (maps.contains_key(&p.pid), &p.maps) {
+                maps.insert(p.pid, m.clone());
+            }
+        }
+        if !maps.contains_key(&self.pid()) {
+            return Err(ProbeError::NoSuchProcess { pid: self.pid() });
+        }
+        let joined_during = procs
+            .iter()
+            .map(|p| p.pid)
+            .filter(|pid| !start.processes.contains(pid))
+            .collect();
         Ok(Window {
             pid: self.pid(),
             families: self.families.clone(),
@@ -92,10 +132,24 @@ impl ProbeSet {
             elapsed,
             end,
             maps,
-            copy_impls: self.copy_impls.clone(),
-            notes: self.notes.clone(),
+            processes: procs,
+            joined_during,
+            scope: self.scope(),
+            copy_impls: self.copy_impls(),
+            notes: self.notes(),
         })
     }
+}
+
+/// The current map of each live process of `procs`.
+fn live_maps(procs: &[Followed]) -> BTreeMap<u32, ProcMaps> {
+    procs
+        .iter()
+        .filter_map(|p| {
+            let m = ProcMaps::read(p.pid).ok()?;
+            (!m.mappings.is_empty()).then_some((p.pid, m))
+        })
+        .collect()
 }
 
 /// Whether the process that was `id` is still alive (and not a new process

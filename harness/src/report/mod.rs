@@ -13,7 +13,9 @@ use rig_ebpf::abi::{alloc_kind, lock_op, ALLOC_CLASS_NULL_FREE, FAULT_MAJOR};
 use serde::Serialize;
 
 use crate::load::LoadResult;
-use crate::probe::{syscall_name, AttachNote, CopyImpl, Family, Window, WindowEnd};
+use crate::probe::{
+    syscall_name, AttachNote, CopyImpl, Family, Followed, Joined, Scope, Window, WindowEnd,
+};
 use crate::symbolize::{AddrKind, Site, Symbolizer};
 
 /// Bumped on any incompatible change to the JSON below.
@@ -34,6 +36,12 @@ pub struct Attribution {
     pub locks: Vec<LockRow>,
     pub faults: Vec<FaultRow>,
     pub sched: SchedSection,
+    /// `process` (the pid alone) or `tree` (the pid and every process it
+    /// forked, before or during the window).
+    pub scope: Scope,
+    /// One row per process measured (root first). The per-site tables
+    /// above are summed over these processes.
+    pub processes: Vec<ProcessRow>,
     /// Events each family lost (map full, failed reads...). Non-empty means
     /// the window is incomplete.
     pub losses: BTreeMap<Family, Vec<(String, u64)>>,
@@ -105,6 +113,9 @@ pub struct CopyRow {
 #[derive(Clone, Debug, Serialize)]
 pub struct LockRow {
     pub site: Site,
+    /// The process holding the mutex (lock rows are never merged across
+    /// processes: the same address in two processes is two mutexes).
+    pub pid: u32,
     pub op: &'static str,
     pub mutex: u64,
     pub calls: u64,
@@ -136,10 +147,103 @@ pub struct SchedSection {
 #[derive(Clone, Debug, Serialize)]
 pub struct SchedThread {
     pub tid: u32,
+    pub pid: u32,
     pub comm: String,
     pub voluntary: u64,
     pub involuntary: u64,
     pub off_cpu_ns: u64,
+}
+
+/// One process's share of the window.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub ppid: u32,
+    /// From its command line: nginx's `worker process`, postgres's
+    /// `checkpointer`, else the program's name.
+    pub role: String,
+    pub command: String,
+    pub root: bool,
+    pub joined: Joined,
+    /// Why this process's uprobes could not be attached, if so.
+    pub error: Option<String>,
+    pub syscalls: u64,
+    pub alloc: AllocTotals,
+    pub copy_calls: u64,
+    pub copy_bytes: u64,
+    pub lock_acquisitions: u64,
+    pub faults: u64,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+    pub off_cpu_ns: u64,
+}
+
+impl ProcessRow {
+    fn new(p: &Followed, root: u32) -> ProcessRow {
+        ProcessRow {
+            pid: p.pid,
+            ppid: p.ppid,
+            role: role(&p.command),
+            command: p.command.clone(),
+            root: p.pid == root,
+            joined: p.joined,
+            error: p.error.clone(),
+            syscalls: 0,
+            alloc: AllocTotals::default(),
+            copy_calls: 0,
+            copy_bytes: 0,
+            lock_acquisitions: 0,
+            faults: 0,
+            voluntary_switches: 0,
+            involuntary_switches: 0,
+            off_cpu_ns: 0,
+        }
+    }
+
+    /// A tgid with counts but no record (cannot happen unless the follower
+    /// fell behind at the very end): still shown, never dropped.
+    fn unknown(pid: u32) -> ProcessRow {
+        let mut p = Followed::unrecorded(pid);
+        p.error = Some("not recorded by the follower".into());
+        ProcessRow::new(&p, 0)
+    }
+}
+
+fn proc_row(procs: &mut BTreeMap<u32, ProcessRow>, tgid: u32) -> &mut ProcessRow {
+    procs
+        .entry(tgid)
+        .or_insert_with(|| ProcessRow::unknown(tgid))
+}
+
+/// A process's role from its command line. Prefork servers retitle their
+/// processes `name: role ...` (nginx `nginx: worker process`, postgres
+/// `postgres: checkpointer`, php-fpm `php-fpm: pool www`): the role is what
+/// follows `: `, up to the first path or option. Otherwise the program name.
+pub fn role(command: &str) -> String {
+    let first = command.split_whitespace().next().unwrap_or("?");
+    if let Some((_, rest)) = command.split_once(": ") {
+        if !first.contains('/') || first.ends_with(':') {
+            let words: Vec<&str> = rest
+                .split_whitespace()
+                .take_while(|w| !w.starts_with('/') && !w.starts_with('-'))
+                .collect();
+            if !words.is_empty() {
+                return words.join(" ");
+            }
+        }
+    }
+    first.rsplit('/').next().unwrap_or(first).to_string()
+}
+
+/// Whether two sites (possibly from different processes) are the same code:
+/// same module and offset, or the same address outside any module.
+fn same_site(a: &Site, b: &Site) -> bool {
+    match (&a.module, &b.module) {
+        (Some(ma), Some(mb)) if !ma.starts_with('[') => {
+            ma == mb && a.module_offset == b.module_offset
+        }
+        _ => a.module == b.module && a.addr == b.addr,
+    }
 }
 
 pub fn alloc_kind_name(kind: u32) -> &'static str {
@@ -159,6 +263,52 @@ pub fn alloc_kind_name(kind: u32) -> &'static str {
         alloc_kind::CXX_DELETE_ARRAY => "operator delete[]",
         _ => "?",
     }
+}
+
+/// The C library's allocator entry points that reach malloc or free by an
+/// internal call (which the malloc/free probes see): glibc 2.36's
+/// posix_memalign and memalign with alignment <= 16 call malloc, as does
+/// realloc(NULL, n); realloc(p, 0) calls free. Internal names included.
+const ALLOC_ENTRY_POINTS: &[&str] = &[
+    "malloc",
+    "calloc",
+    "realloc",
+    "free",
+    "posix_memalign",
+    "memalign",
+    "aligned_alloc",
+    "valloc",
+    "pvalloc",
+    "_mid_memalign",
+    "__libc_malloc",
+    "__libc_calloc",
+    "__libc_realloc",
+    "__libc_free",
+    "__libc_memalign",
+    "__posix_memalign",
+    "__libc_valloc",
+    "__libc_pvalloc",
+];
+
+/// A malloc/free made by another allocator call on the caller's behalf:
+/// by operator new/delete, or inside the C library's own allocator entry
+/// points. The outer call is counted (at the caller's site); this one is
+/// shown, marked `inner`, and left out of every total.
+pub fn is_inner_alloc(kind: u32, site: &Site) -> bool {
+    if !matches!(kind, alloc_kind::MALLOC | alloc_kind::FREE) {
+        return false;
+    }
+    let Some(f) = site.function.as_deref() else {
+        return false;
+    };
+    if f.starts_with("operator new") || f.starts_with("operator delete") {
+        return true;
+    }
+    let in_libc = site
+        .module
+        .as_deref()
+        .is_some_and(|m| m.rsplit('/').next().unwrap_or(m).starts_with("libc.so"));
+    in_libc && ALLOC_ENTRY_POINTS.contains(&f)
 }
 
 fn is_free(kind: u32) -> bool {
@@ -188,7 +338,8 @@ fn lock_op_name(op: u32) -> &'static str {
 }
 
 impl Attribution {
-    /// Name every address of `w` and lay the counters out per call site.
+    /// Name every address of `w` and lay the counters out per call site
+    /// (summed over the processes of the tree) and per process.
     pub fn build(
         w: &Window,
         requests: Option<u64>,
@@ -196,95 +347,127 @@ impl Attribution {
         sym: &mut Symbolizer,
     ) -> Attribution {
         let d = &w.delta;
-        let mut callers = |addrs: Vec<u64>, kind: AddrKind| -> BTreeMap<u64, Site> {
-            let sites = sym.symbolize(&w.maps, &addrs, kind);
-            addrs.into_iter().zip(sites).collect()
+        // Addresses are per process: each is named with its own process's map.
+        let mut callers = |addrs: Vec<(u32, u64)>, kind: AddrKind| -> BTreeMap<(u32, u64), Site> {
+            let mut by_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+            for (tgid, a) in addrs {
+                by_proc.entry(tgid).or_default().push(a);
+            }
+            let mut out = BTreeMap::new();
+            for (tgid, addrs) in by_proc {
+                let sites = sym.symbolize(w.maps_of(tgid), &addrs, kind);
+                out.extend(addrs.into_iter().map(|a| (tgid, a)).zip(sites));
+            }
+            out
         };
-
-        let syscalls = d
-            .syscalls
+        let mut procs: BTreeMap<u32, ProcessRow> = w
+            .processes
             .iter()
-            .map(|(&nr, c)| SyscallRow {
-                nr,
-                name: syscall_name(nr),
-                count: c.count,
-                returns: c.exits,
-                ns: c.ns,
-            })
-            .collect::<Vec<_>>();
+            .map(|p| (p.pid, ProcessRow::new(p, w.pid)))
+            .collect();
+
+        let mut syscalls: BTreeMap<u32, SyscallRow> = BTreeMap::new();
+        for (k, c) in &d.syscalls {
+            let row = syscalls.entry(k.nr).or_insert_with(|| SyscallRow {
+                nr: k.nr,
+                name: syscall_name(k.nr),
+                count: 0,
+                returns: 0,
+                ns: 0,
+            });
+            row.count += c.count;
+            row.returns += c.exits;
+            row.ns += c.ns;
+            proc_row(&mut procs, k.tgid).syscalls += c.count;
+        }
+        let syscalls: Vec<SyscallRow> = syscalls.into_values().collect();
 
         let sites = callers(
-            d.alloc.keys().map(|k| k.caller).collect(),
+            d.alloc.keys().map(|k| (k.tgid, k.caller)).collect(),
             AddrKind::ReturnAddress,
         );
-        let mut alloc: Vec<AllocRow> = d
-            .alloc
-            .iter()
-            .map(|(k, v)| {
-                let site = sites[&k.caller].clone();
-                let inner = matches!(k.kind, alloc_kind::MALLOC | alloc_kind::FREE)
-                    && site.function.as_deref().is_some_and(|f| {
-                        f.starts_with("operator new") || f.starts_with("operator delete")
-                    });
-                AllocRow {
-                    site,
-                    kind: alloc_kind_name(k.kind),
-                    size_class: (k.size_class != ALLOC_CLASS_NULL_FREE).then_some(k.size_class),
-                    calls: v.calls,
-                    bytes: v.bytes,
-                    inner,
-                }
-            })
-            .collect();
-        alloc.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.bytes.cmp(&a.bytes)));
+        let mut alloc: Vec<AllocRow> = Vec::new();
         let mut alloc_totals = AllocTotals::default();
         for (k, v) in &d.alloc {
-            let row_inner = alloc
-                .iter()
-                .any(|r| r.inner && r.site.addr == k.caller && r.kind == alloc_kind_name(k.kind));
-            if row_inner {
-                continue;
+            let site = sites[&(k.tgid, k.caller)].clone();
+            let inner = is_inner_alloc(k.kind, &site);
+            if !inner {
+                let p = proc_row(&mut procs, k.tgid);
+                for t in [&mut alloc_totals, &mut p.alloc] {
+                    if k.size_class == ALLOC_CLASS_NULL_FREE {
+                        t.null_frees += v.calls;
+                    } else if is_free(k.kind) {
+                        t.frees += v.calls;
+                    } else {
+                        t.allocations += v.calls;
+                        t.bytes += v.bytes;
+                    }
+                }
             }
-            if k.size_class == ALLOC_CLASS_NULL_FREE {
-                alloc_totals.null_frees += v.calls;
-            } else if is_free(k.kind) {
-                alloc_totals.frees += v.calls;
-            } else {
-                alloc_totals.allocations += v.calls;
-                alloc_totals.bytes += v.bytes;
+            let row = AllocRow {
+                site,
+                kind: alloc_kind_name(k.kind),
+                size_class: (k.size_class != ALLOC_CLASS_NULL_FREE).then_some(k.size_class),
+                calls: v.calls,
+                bytes: v.bytes,
+                inner,
+            };
+            match alloc.iter_mut().find(|r| {
+                same_site(&r.site, &row.site)
+                    && r.kind == row.kind
+                    && r.size_class == row.size_class
+            }) {
+                Some(r) => {
+                    r.calls += row.calls;
+                    r.bytes += row.bytes;
+                }
+                None => alloc.push(row),
             }
         }
+        alloc.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.bytes.cmp(&a.bytes)));
 
         let sites = callers(
-            d.copy.keys().map(|k| k.caller).collect(),
+            d.copy.keys().map(|k| (k.tgid, k.caller)).collect(),
             AddrKind::ReturnAddress,
         );
-        let mut copy: Vec<CopyRow> = d
-            .copy
-            .iter()
-            .map(|(k, v)| {
-                let imp = w.copy_impls.get(k.implementation as usize);
-                CopyRow {
-                    site: sites[&k.caller].clone(),
-                    kind: imp.map(|i| i.apis.join("/")).unwrap_or_else(|| "?".into()),
-                    implementation: imp.and_then(|i| i.impl_name.clone()),
-                    bucket: copy_bucket_name(k.bucket),
-                    calls: v.calls,
-                    bytes: v.bytes,
+        let mut copy: Vec<CopyRow> = Vec::new();
+        for (k, v) in &d.copy {
+            let imp = w.copy_impls.get(k.implementation as usize);
+            let row = CopyRow {
+                site: sites[&(k.tgid, k.caller)].clone(),
+                kind: imp.map(|i| i.apis.join("/")).unwrap_or_else(|| "?".into()),
+                implementation: imp.and_then(|i| i.impl_name.clone()),
+                bucket: copy_bucket_name(k.bucket),
+                calls: v.calls,
+                bytes: v.bytes,
+            };
+            let p = proc_row(&mut procs, k.tgid);
+            p.copy_calls += v.calls;
+            p.copy_bytes += v.bytes;
+            match copy.iter_mut().find(|r| {
+                same_site(&r.site, &row.site) && r.kind == row.kind && r.bucket == row.bucket
+            }) {
+                Some(r) => {
+                    r.calls += row.calls;
+                    r.bytes += row.bytes;
                 }
-            })
-            .collect();
+                None => copy.push(row),
+            }
+        }
         copy.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.calls.cmp(&a.calls)));
 
+        // Lock rows stay per process: the same mutex address in two
+        // processes is two mutexes.
         let sites = callers(
-            d.locks.keys().map(|k| k.caller).collect(),
+            d.locks.keys().map(|k| (k.tgid, k.caller)).collect(),
             AddrKind::ReturnAddress,
         );
         let mut locks: Vec<LockRow> = d
             .locks
             .iter()
             .map(|(k, v)| LockRow {
-                site: sites[&k.caller].clone(),
+                site: sites[&(k.tgid, k.caller)].clone(),
+                pid: k.tgid,
                 op: lock_op_name(k.op),
                 mutex: k.mutex,
                 calls: v.calls,
@@ -296,48 +479,67 @@ impl Attribution {
                 hold_ns: v.hold_ns,
             })
             .collect();
+        for r in &locks {
+            if r.op != "unlock" {
+                proc_row(&mut procs, r.pid).lock_acquisitions += r.acquired;
+            }
+        }
         locks.sort_by_key(|r| std::cmp::Reverse(r.calls));
 
         // A user-mode fault's IP is the faulting instruction; a kernel-mode
         // one is named by the user PC after the syscall instruction.
-        let user_ips: Vec<u64> = d
+        let user_ips: Vec<(u32, u64)> = d
             .faults
             .keys()
             .filter(|k| k.in_kernel == 0)
-            .map(|k| k.ip)
+            .map(|k| (k.tgid, k.ip))
             .collect();
-        let kernel_ips: Vec<u64> = d
+        let kernel_ips: Vec<(u32, u64)> = d
             .faults
             .keys()
             .filter(|k| k.in_kernel != 0)
-            .map(|k| k.ip)
+            .map(|k| (k.tgid, k.ip))
             .collect();
         let user_sites = callers(user_ips, AddrKind::InstructionPointer);
         let kernel_sites = callers(kernel_ips, AddrKind::ReturnAddress);
-        let mut faults: Vec<FaultRow> = d
-            .faults
-            .iter()
-            .map(|(k, &count)| FaultRow {
+        let mut faults: Vec<FaultRow> = Vec::new();
+        for (k, &count) in &d.faults {
+            let row = FaultRow {
                 site: if k.in_kernel != 0 {
-                    kernel_sites[&k.ip].clone()
+                    kernel_sites[&(k.tgid, k.ip)].clone()
                 } else {
-                    user_sites[&k.ip].clone()
+                    user_sites[&(k.tgid, k.ip)].clone()
                 },
                 major: k.kind == FAULT_MAJOR,
                 in_kernel: k.in_kernel != 0,
                 count,
-            })
-            .collect();
+            };
+            proc_row(&mut procs, k.tgid).faults += count;
+            match faults.iter_mut().find(|r| {
+                same_site(&r.site, &row.site)
+                    && r.major == row.major
+                    && r.in_kernel == row.in_kernel
+            }) {
+                Some(r) => r.count += row.count,
+                None => faults.push(row),
+            }
+        }
         faults.sort_by_key(|r| std::cmp::Reverse(r.count));
 
         let mut sched = SchedSection::default();
         for (&tid, v) in &d.sched {
+            let tgid = v.tgid as u32;
             sched.voluntary += v.voluntary;
             sched.involuntary += v.involuntary;
             sched.off_cpu_ns += v.off_cpu_ns;
+            let p = proc_row(&mut procs, tgid);
+            p.voluntary_switches += v.voluntary;
+            p.involuntary_switches += v.involuntary;
+            p.off_cpu_ns += v.off_cpu_ns;
             sched.threads.push(SchedThread {
                 tid,
-                comm: std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", w.pid))
+                pid: tgid,
+                comm: std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/comm"))
                     .map(|s| s.trim().to_string())
                     .unwrap_or_default(),
                 voluntary: v.voluntary,
@@ -345,12 +547,30 @@ impl Attribution {
                 off_cpu_ns: v.off_cpu_ns,
             });
         }
+        let processes: Vec<ProcessRow> = {
+            let mut v: Vec<ProcessRow> = procs.into_values().collect();
+            v.sort_by_key(|p| (p.pid != w.pid, p.pid));
+            v
+        };
 
-        let losses: BTreeMap<Family, Vec<(String, u64)>> = d
+        let mut losses: BTreeMap<Family, Vec<(String, u64)>> = d
             .losses()
             .into_iter()
             .map(|(f, l)| (f, l.into_iter().map(|(n, c)| (n.to_string(), c)).collect()))
             .collect();
+        // A process forked during the window got its uprobes only when the
+        // follower saw it: its first calls are missing.
+        if !w.joined_during.is_empty() {
+            for f in &w.families {
+                if matches!(f, Family::Alloc | Family::Copy | Family::Locks) {
+                    losses.entry(*f).or_default().push((
+                        "processes forked during the window (uprobes attached after their fork)"
+                            .to_string(),
+                        w.joined_during.len() as u64,
+                    ));
+                }
+            }
+        }
         let probe_syscalls_excluded = d
             .stats
             .values()
@@ -398,6 +618,8 @@ impl Attribution {
             locks,
             faults,
             sched,
+            scope: w.scope,
+            processes,
             complete: losses.is_empty(),
             losses,
             probe_syscalls_excluded,
@@ -421,5 +643,96 @@ impl Attribution {
             .iter()
             .find(|r| r.name == name)
             .map_or(0, |r| r.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::Naming;
+
+    fn site(module: &str, offset: u64, function: &str) -> Site {
+        Site {
+            addr: 0x5000 + offset,
+            module: Some(module.to_string()),
+            module_offset: offset,
+            build_id: None,
+            function: Some(function.to_string()),
+            function_offset: 4,
+            file: None,
+            line: None,
+            inlined: Vec::new(),
+            naming: Naming::Symbol,
+        }
+    }
+
+    #[test]
+    fn roles_come_from_retitled_command_lines() {
+        assert_eq!(
+            role("nginx: master process /usr/sbin/nginx -e stderr -p /tmp/x"),
+            "master process"
+        );
+        assert_eq!(role("nginx: worker process"), "worker process");
+        assert_eq!(role("postgres: checkpointer "), "checkpointer");
+        assert_eq!(role("php-fpm: pool www"), "pool www");
+        assert_eq!(role("/usr/bin/calib_server --port 0"), "calib_server");
+        // A path argument with ": " in it is not a retitle.
+        assert_eq!(role("/opt/srv/server --motd a: b"), "server");
+    }
+
+    #[test]
+    fn allocator_calls_inside_the_c_library_allocator_are_inner() {
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        // glibc 2.36: posix_memalign(16) and realloc(NULL, n) call malloc.
+        assert!(is_inner_alloc(
+            alloc_kind::MALLOC,
+            &site(libc, 0x10, "posix_memalign")
+        ));
+        assert!(is_inner_alloc(
+            alloc_kind::MALLOC,
+            &site(libc, 0x10, "_mid_memalign")
+        ));
+        assert!(is_inner_alloc(
+            alloc_kind::FREE,
+            &site(libc, 0x10, "__libc_realloc")
+        ));
+        assert!(is_inner_alloc(
+            alloc_kind::MALLOC,
+            &site("/x/libstdc++.so.6", 0x10, "operator new(unsigned long)")
+        ));
+        // The outer calls themselves, and a program's own function that
+        // happens to be called malloc, are not.
+        assert!(!is_inner_alloc(
+            alloc_kind::POSIX_MEMALIGN,
+            &site("/usr/sbin/nginx", 0x10, "ngx_memalign")
+        ));
+        assert!(!is_inner_alloc(
+            alloc_kind::MALLOC,
+            &site("/usr/sbin/nginx", 0x10, "ngx_alloc")
+        ));
+        assert!(!is_inner_alloc(
+            alloc_kind::MALLOC,
+            &site("/opt/app", 0x10, "posix_memalign")
+        ));
+        // reallocarray is not probed: its realloc is the only record.
+        assert!(!is_inner_alloc(
+            alloc_kind::REALLOC,
+            &site(libc, 0x10, "reallocarray")
+        ));
+    }
+
+    #[test]
+    fn sites_in_two_processes_are_the_same_when_module_and_offset_are() {
+        let a = site("/usr/sbin/nginx", 0x2ad57, "ngx_f");
+        let mut b = a.clone();
+        b.addr = 0x7777_0000; // another process, another load address
+        assert!(same_site(&a, &b));
+        b.module_offset = 0x2ad58;
+        assert!(!same_site(&a, &b));
+        let mut anon_a = a.clone();
+        anon_a.module = None;
+        let mut anon_b = anon_a.clone();
+        anon_b.addr += 1;
+        assert!(!same_site(&anon_a, &anon_b));
     }
 }

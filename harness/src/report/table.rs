@@ -93,6 +93,15 @@ pub fn render(a: &Attribution, top: usize) -> String {
         let _ = writeln!(out, "INCOMPLETE: the probes lost events: {:?}", a.losses);
     }
 
+    if a.processes.len() > 1 {
+        let _ = writeln!(
+            out,
+            "\nprocess tree: {} processes followed; per-site tables below are their sum\n{}",
+            a.processes.len(),
+            processes(a, n)
+        );
+    }
+
     if !a.syscalls.is_empty() {
         let mut t = table(&["syscall", &format!("calls{unit}"), "µs/call"]);
         let mut rows = a.syscalls.clone();
@@ -253,6 +262,66 @@ pub fn render(a: &Attribution, top: usize) -> String {
         let _ = writeln!(out, "note: {d}");
     }
     out
+}
+
+/// A column of the process table: the family it needs, its header, its value.
+type Column = (
+    crate::probe::Family,
+    &'static str,
+    fn(&super::ProcessRow) -> u64,
+);
+
+/// One row per process, then the tree's total; only the families attached.
+fn processes(a: &Attribution, n: Option<u64>) -> Table {
+    use crate::probe::Family as F;
+    let fam = |f: F| a.families.contains(&f);
+    let mut header = vec!["pid", "ppid", "role"];
+    let cols: [Column; 7] = [
+        (F::Syscalls, "syscalls", |p| p.syscalls),
+        (F::Alloc, "allocs", |p| p.alloc.allocations),
+        (F::Alloc, "alloc B", |p| p.alloc.bytes),
+        (F::Alloc, "frees", |p| p.alloc.frees),
+        (F::Copy, "copy B", |p| p.copy_bytes),
+        (F::Locks, "locks", |p| p.lock_acquisitions),
+        (F::Faults, "faults", |p| p.faults),
+    ];
+    let cols: Vec<_> = cols.into_iter().filter(|(f, _, _)| fam(*f)).collect();
+    let sched = fam(F::Sched);
+    header.extend(cols.iter().map(|(_, h, _)| *h));
+    if sched {
+        header.push("csw");
+    }
+    let mut t = table(&header);
+    let mut sums = vec![0u64; cols.len() + 1];
+    for p in &a.processes {
+        let joined = match p.joined {
+            crate::probe::Joined::Root => " (root)".to_string(),
+            crate::probe::Joined::AtAttach => String::new(),
+            crate::probe::Joined::Forked { .. } => " (forked during session)".to_string(),
+        };
+        let mut row = vec![
+            p.pid.to_string(),
+            p.ppid.to_string(),
+            format!("{}{joined}", p.role),
+        ];
+        for (i, (_, _, get)) in cols.iter().enumerate() {
+            sums[i] += get(p);
+            row.push(per(get(p), n));
+        }
+        if sched {
+            let csw = p.voluntary_switches + p.involuntary_switches;
+            sums[cols.len()] += csw;
+            row.push(per(csw, n));
+        }
+        t.add_row(row);
+    }
+    let mut total = vec!["tree".to_string(), String::new(), String::new()];
+    total.extend(cols.iter().enumerate().map(|(i, _)| per(sums[i], n)));
+    if sched {
+        total.push(per(sums[cols.len()], n));
+    }
+    t.add_row(total);
+    t
 }
 
 #[cfg(test)]

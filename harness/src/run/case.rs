@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::load::{
     Client, Endpoint as LoadEndpoint, Expect, ExpectBody, LoadReport, LoadSpec, Mode, Protocol,
 };
-use crate::probe::{Family, ProbeSet, WindowEnd};
+use crate::probe::{Family, ProbeSet, Scope, WindowEnd};
 use crate::report::Attribution;
 use crate::sample::{CgroupSnapshot, ProcSnapshot, Sampler, Samples};
 use crate::scenario::{Case, LoadShape, Proto, SuiteKind};
@@ -491,7 +491,7 @@ fn memory_pass(
     let (l, arm_proof) = launch_pass(rs, case, spec, "memory")?;
     record_objects(&l, objs);
     std::thread::sleep(Duration::from_millis(case.settle_ms));
-    let proc = ProcSnapshot::read(l.pid);
+    let proc = ProcSnapshot::read_tree(l.pid);
     let cgroup = l
         .cgroup_handle()
         .and_then(|h| CgroupSnapshot::read(&h).ok());
@@ -615,9 +615,9 @@ fn clean_measure(
     let handshake_check = handshake_mismatch(&ls, client.handshakes());
     let threads = client.threads();
     let warm = client.run(&shape_mode(case, Duration::from_millis(case.warmup_ms)));
-    let before = ProcSnapshot::read(l.pid)?;
+    let before = ProcSnapshot::read_tree(l.pid)?;
     let report = client.run(&shape_mode(case, Duration::from_millis(case.duration_ms)));
-    let after = ProcSnapshot::read(l.pid)?;
+    let after = ProcSnapshot::read_tree(l.pid)?;
     Ok(CleanMeasure {
         handshake_check,
         warm,
@@ -690,7 +690,8 @@ fn counted_measure(
     if !reasons.is_empty() {
         return Err(Fail(reasons.join("; ")));
     }
-    let probes = ProbeSet::attach(l.pid, &rs.families)?;
+    // The launched process and everything it forks (prefork servers).
+    let probes = ProbeSet::attach_scoped(l.pid, &rs.families, Scope::Tree)?;
     // First hits under probes fault in BPF state: keep them out too.
     client.run(&Mode::FixedCount {
         requests: 100.max(slots),

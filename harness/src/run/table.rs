@@ -62,6 +62,33 @@ pub fn render(results: &[CaseResult]) -> String {
         ]);
     }
     let mut out = t.to_string();
+    // Process trees: each process's share of the counted pass.
+    for r in results {
+        let Some(c) = r.counted.as_ref() else {
+            continue;
+        };
+        let a = &c.attribution;
+        let Some(n) = a.window.requests.filter(|n| *n > 0) else {
+            continue;
+        };
+        if a.processes.len() < 2 {
+            continue;
+        }
+        let per = |v: u64| format!("{:.2}", v as f64 / n as f64);
+        out.push_str(&format!("\n{}: {} processes", r.case.id, a.processes.len()));
+        for p in &a.processes {
+            out.push_str(&format!(
+                "\n  pid {:>7} ppid {:>7} {:<16} syscalls/req {:>6}  allocs/req {:>6}  frees/req {:>6}  copy B/req {:>8}",
+                p.pid,
+                p.ppid,
+                p.role,
+                per(p.syscalls),
+                per(p.alloc.allocations),
+                per(p.alloc.frees),
+                per(p.copy_bytes),
+            ));
+        }
+    }
     for r in results.iter().filter(|r| r.status != Status::Ok) {
         out.push_str(&format!("\n{}: {}", r.case.id, r.reasons.join("; ")));
     }

@@ -1,4 +1,5 @@
-//! /proc and cgroup sampling of one target, by pid (never by name: two
+//! /proc and cgroup sampling of one target (the process tree rooted at its
+//! pid: prefork workers are part of the server), by pid (never by name: two
 //! same-named processes once made a fake 34 MB "leak", BRIEF lesson 3).
 //!
 //! In: a pid and optionally the target's [`CgroupHandle`]. Out: snapshots
@@ -118,10 +119,12 @@ pub fn clock_ticks() -> u64 {
     }
 }
 
-/// One reading of a process.
+/// One reading of a process, or (`read_tree`) of a process tree summed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ProcSnapshot {
     pub pid: u32,
+    /// Processes summed: 1 for `read`, the tree's size for `read_tree`.
+    pub processes: u64,
     pub rss_kib: u64,
     pub pss_kib: u64,
     pub vm_hwm_kib: u64,
@@ -184,6 +187,7 @@ impl ProcSnapshot {
         }
         Ok(ProcSnapshot {
             pid,
+            processes: 1,
             rss_kib: status.vm_rss_kib,
             pss_kib,
             vm_hwm_kib: status.vm_hwm_kib,
@@ -197,6 +201,37 @@ impl ProcSnapshot {
             voluntary_ctxt: vol,
             nonvoluntary_ctxt: nonvol,
         })
+    }
+
+    /// `root` and every live descendant, summed: what a prefork server
+    /// (master + workers) costs. Fails only when `root` is gone. RSS is
+    /// summed too, so pages shared between processes count once per process
+    /// (PSS divides them fairly); VmHWM is the sum of each process's own
+    /// peak, an upper bound of the tree's (the cgroup peak is exact). CPU and
+    /// faults of a process that exited between two readings leave the sum:
+    /// a delta over a window in which workers were replaced undercounts.
+    pub fn read_tree(root: u32) -> std::io::Result<ProcSnapshot> {
+        let mut sum = ProcSnapshot::read(root)?;
+        for pid in crate::target::port::descendants(root) {
+            // A child may exit between the listing and the read: skip it.
+            let Ok(p) = ProcSnapshot::read(pid) else {
+                continue;
+            };
+            sum.processes += 1;
+            sum.rss_kib += p.rss_kib;
+            sum.pss_kib += p.pss_kib;
+            sum.vm_hwm_kib += p.vm_hwm_kib;
+            sum.threads += p.threads;
+            sum.fds += p.fds;
+            sum.cpu_ns += p.cpu_ns;
+            sum.utime_ticks += p.utime_ticks;
+            sum.stime_ticks += p.stime_ticks;
+            sum.minflt += p.minflt;
+            sum.majflt += p.majflt;
+            sum.voluntary_ctxt += p.voluntary_ctxt;
+            sum.nonvoluntary_ctxt += p.nonvoluntary_ctxt;
+        }
+        Ok(sum)
     }
 
     /// Counters accumulated from `earlier` to `self`.
@@ -347,6 +382,8 @@ impl CgroupSnapshot {
 pub struct Point {
     /// Since `Sampler::start`.
     pub t_ms: u64,
+    /// Processes in the target's tree (1 for a single process).
+    pub processes: u64,
     pub rss_kib: u64,
     pub pss_kib: u64,
     pub hwm_kib: u64,
@@ -372,6 +409,7 @@ pub struct Samples {
     pub max_hwm_kib: u64,
     pub max_threads: u64,
     pub max_fds: u64,
+    pub max_processes: u64,
     pub max_cg_mem_bytes: Option<u64>,
     /// The cgroup's own peak (catches spikes between samples).
     pub cg_peak_bytes: Option<u64>,
@@ -387,6 +425,7 @@ impl Samples {
         self.max_hwm_kib = self.max_hwm_kib.max(p.hwm_kib);
         self.max_threads = self.max_threads.max(p.threads);
         self.max_fds = self.max_fds.max(p.fds);
+        self.max_processes = self.max_processes.max(p.processes);
         let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -497,10 +536,11 @@ fn park_until(flag: &AtomicBool, deadline: Instant) {
 }
 
 fn sample_once(pid: u32, cg: Option<&CgroupHandle>, t0: Instant) -> std::io::Result<Point> {
-    let s = ProcSnapshot::read(pid)?;
+    let s = ProcSnapshot::read_tree(pid)?;
     let c = cg.and_then(|h| CgroupSnapshot::read(h).ok());
     Ok(Point {
         t_ms: t0.elapsed().as_millis() as u64,
+        processes: s.processes,
         rss_kib: s.rss_kib,
         pss_kib: s.pss_kib,
         hwm_kib: s.vm_hwm_kib,
@@ -578,6 +618,7 @@ mod tests {
     fn deltas() {
         let a = ProcSnapshot {
             pid: 1,
+            processes: 1,
             rss_kib: 100,
             pss_kib: 90,
             vm_hwm_kib: 100,

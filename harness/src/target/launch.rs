@@ -349,6 +349,31 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
         .collect()
 }
 
+fn alive_not_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| stat_state(&s).is_some_and(|c| c != 'Z'))
+}
+
+/// `rig-launch-<pid>-<n>` directories of rig processes that no longer exist
+/// (a SIGKILLed rig cannot clean up after itself).
+fn remove_stale_run_dirs() {
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in dir.filter_map(Result::ok) {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("rig-launch-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 fn stat_state(stat: &str) -> Option<char> {
     stat.rsplit_once(')')?
         .1
@@ -383,6 +408,8 @@ pub struct Launched {
     stdout: Arc<OutputTail>,
     stderr: Arc<OutputTail>,
     key: u64,
+    /// The launch's `{run_dir}` (rendered config files), removed at stop.
+    run_dir: PathBuf,
     stopped: Option<ExitInfo>,
 }
 
@@ -470,6 +497,14 @@ impl Launched {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
+        // Tree members that left the group (setsid) die too: rig started
+        // them, through the target.
+        for &p in &family {
+            if alive_not_zombie(p) {
+                // SAFETY: plain syscall on a pid of the tree rig launched.
+                unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            }
+        }
         let cgroup_snap = self
             .cgroup
             .as_ref()
@@ -488,9 +523,20 @@ impl Launched {
         self.child = None;
         reap_orphans(&family, Duration::from_millis(500));
         leftover.extend(group_members(self.pgid));
+        // Members of the tree that left the group (setsid) and the cgroup.
+        leftover.extend(family.iter().copied().filter(|&p| alive_not_zombie(p)));
         leftover.sort_unstable();
         leftover.dedup();
         self.stderr.wait_eof(Duration::from_millis(200));
+        if let Err(e) = std::fs::remove_dir_all(&self.run_dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!(
+                    "target {}: removing {}: {e}",
+                    self.name,
+                    self.run_dir.display()
+                );
+            }
+        }
         let info = ExitInfo {
             code: status.and_then(|s| s.code()),
             signal: status.and_then(|s| s.signal()),
@@ -741,7 +787,23 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
             })?
         }
     };
-    let rc = spec.command(port)?;
+    let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+    remove_stale_run_dirs();
+    let run_dir = std::env::temp_dir().join(format!("rig-launch-{}-{key}", std::process::id()));
+    let made = std::fs::create_dir_all(&run_dir).map_err(|e| SpecError::Placeholder {
+        path: spec.path.clone(),
+        placeholder: "run_dir".into(),
+        why: format!("creating {}: {e}", run_dir.display()),
+    });
+    let rendered = made.and_then(|()| spec.render_files(port, &run_dir));
+    let rc = rendered.and_then(|()| spec.command(port, Some(&run_dir)));
+    let rc = match rc {
+        Ok(rc) => rc,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&run_dir);
+            return Err(e.into());
+        }
+    };
 
     let label = if opts.label.is_empty() {
         spec.name.as_str()
@@ -829,7 +891,6 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
         source,
     })?;
     let pid = child.id();
-    let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
     live().push(LiveEntry {
         key,
         pgid: pid,
@@ -876,6 +937,7 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
         stdout,
         stderr,
         key,
+        run_dir,
         stopped: None,
     };
     if let Ok(id) = ProcessId::of(pid) {

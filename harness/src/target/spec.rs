@@ -51,6 +51,11 @@
 //! - `tls_variant = "peer-tls.toml"`: the same implementation serving TLS
 //!   (a spec whose `[protocols]` has `h2_tls`); a run's TLS cases launch it,
 //!   so one `--target` covers cleartext and TLS.
+//! - `[[files]] template = "nginx/nginx.conf"  path = "nginx.conf"`: before
+//!   each launch, rig renders the template (relative to the spec's
+//!   directory; the same placeholders, plus `{run_dir}`) into a fresh
+//!   directory of that launch, `{run_dir}`, removed when the target stops.
+//!   For servers configured by file (nginx's `listen {port};`).
 //! - Unknown keys are errors (a misspelt `redy` must not silently mean
 //!   "no readiness check").
 
@@ -200,10 +205,21 @@ pub struct TargetSpec {
     /// The same implementation with a TLS listener (another spec file):
     /// cases that need TLS launch that one.
     pub tls_variant: Option<PathBuf>,
+    /// Files rendered into the launch's `{run_dir}` before it starts.
+    pub files: Vec<FileTemplate>,
     /// The spec file (absolute).
     pub path: PathBuf,
     /// Its directory: base of every relative path in the spec.
     pub dir: PathBuf,
+}
+
+/// A config file a launch needs, rendered from a template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileTemplate {
+    /// The template (absolute).
+    pub template: PathBuf,
+    /// Where it goes, relative to `{run_dir}`.
+    pub path: String,
 }
 
 /// A command ready to spawn: everything resolved.
@@ -234,6 +250,15 @@ struct RawSpec {
     #[serde(default)]
     endpoints: Vec<RawEndpoint>,
     tls_variant: Option<Spanned<String>>,
+    #[serde(default)]
+    files: Vec<RawFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    template: Spanned<String>,
+    path: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -293,6 +318,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "calib_server",
     "rig_peer",
     "spec_dir",
+    "run_dir",
     // A/B fixtures (fixture_placeholder):
     "calib_dyn",
     "calib_dyn_runpath",
@@ -490,11 +516,16 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
     if let Some(c) = &raw.cwd {
         check_placeholders(&mut d, c);
     }
-    if port == PortPassing::Argv && !mentions_port && !argv.is_empty() {
+    // A config-file server learns its port from a rendered template.
+    let template_mentions_port = raw.files.iter().any(|f| {
+        std::fs::read_to_string(under(&dir, f.template.get_ref()))
+            .is_ok_and(|t| placeholders(&t).iter().any(|(_, p)| *p == "port"))
+    });
+    if port == PortPassing::Argv && !mentions_port && !template_mentions_port && !argv.is_empty() {
         d.error(
             argv_span,
-            "port = \"argv\" but no argument contains {port}: the target would never learn the \
-             port rig picked; add e.g. \"--port\", \"{port}\" (or use port = { env = \"PORT\" })",
+            "port = \"argv\" but no argument or [[files]] template contains {port}: the target would \
+             never learn the port rig picked; add e.g. \"--port\", \"{port}\" (or use port = { env = \"PORT\" })",
         );
     }
     if let PortPassing::Env(var) = &port {
@@ -575,6 +606,37 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         p
     });
 
+    let mut files = Vec::new();
+    for f in &raw.files {
+        let template = under(&dir, f.template.get_ref());
+        if !template.is_file() {
+            d.error(
+                f.template.span(),
+                format!(
+                    "template {} does not exist (relative paths are relative to the spec's directory {})",
+                    template.display(),
+                    dir.display()
+                ),
+            );
+        }
+        let rel = f.path.get_ref();
+        if rel.is_empty()
+            || rel.starts_with('/')
+            || Path::new(rel)
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+        {
+            d.error(
+                f.path.span(),
+                format!("files.path {rel:?} must be a relative path inside {{run_dir}} (no `..`)"),
+            );
+        }
+        files.push(FileTemplate {
+            template,
+            path: rel.clone(),
+        });
+    }
+
     let mut endpoints = Vec::new();
     for e in &raw.endpoints {
         if !e.path.get_ref().starts_with('/') {
@@ -645,6 +707,7 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         protocols,
         endpoints,
         tls_variant,
+        files,
         path: path.to_path_buf(),
         dir,
     };
@@ -843,9 +906,10 @@ impl TargetSpec {
         )
     }
 
-    /// Resolve placeholders and paths for a launch on `port`.
-    pub fn command(&self, port: u16) -> Result<ResolvedCommand, SpecError> {
-        let sub = |s: &str| self.substitute(s, port);
+    /// Resolve placeholders and paths for a launch on `port` whose files
+    /// live in `run_dir` (a spec that uses `{run_dir}` needs one).
+    pub fn command(&self, port: u16, run_dir: Option<&Path>) -> Result<ResolvedCommand, SpecError> {
+        let sub = |s: &str| self.substitute(s, port, run_dir);
         let mut argv = self
             .argv
             .iter()
@@ -881,7 +945,26 @@ impl TargetSpec {
         })
     }
 
-    fn substitute(&self, s: &str, port: u16) -> Result<String, SpecError> {
+    /// Render every `[[files]]` template into `run_dir`.
+    pub fn render_files(&self, port: u16, run_dir: &Path) -> Result<(), SpecError> {
+        for f in &self.files {
+            let io = |e: std::io::Error, what: &str| SpecError::Placeholder {
+                path: self.path.clone(),
+                placeholder: "run_dir".into(),
+                why: format!("{what} {}: {e}", f.template.display()),
+            };
+            let text = std::fs::read_to_string(&f.template).map_err(|e| io(e, "reading"))?;
+            let out = self.substitute(&text, port, Some(run_dir))?;
+            let dest = run_dir.join(&f.path);
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io(e, "making the directory for"))?;
+            }
+            std::fs::write(&dest, out).map_err(|e| io(e, "writing the rendering of"))?;
+        }
+        Ok(())
+    }
+
+    fn substitute(&self, s: &str, port: u16, run_dir: Option<&Path>) -> Result<String, SpecError> {
         let mut out = String::new();
         let mut last = 0;
         for (off, ph) in placeholders(s) {
@@ -889,6 +972,16 @@ impl TargetSpec {
             let value = match ph {
                 "port" => port.to_string(),
                 "spec_dir" => self.dir.display().to_string(),
+                "run_dir" => match run_dir {
+                    Some(d) => d.display().to_string(),
+                    None => {
+                        return Err(SpecError::Placeholder {
+                            path: self.path.clone(),
+                            placeholder: ph.into(),
+                            why: "only a launch has a run directory".into(),
+                        })
+                    }
+                },
                 "calib_server" => rig_fixtures::calib_server().display().to_string(),
                 ab if fixture_placeholder(ab).is_some() => {
                     fixture_placeholder(ab).unwrap().display().to_string()
@@ -1032,7 +1125,8 @@ body = { literal = "hello" }
         let (_, d) = parse_str("name='x'\nargv=['srv','--port','8080']\nready={tcp=true}\n");
         assert_eq!(d.len(), 1);
         assert!(
-            d[0].message.contains("no argument contains {port}"),
+            d[0].message
+                .contains("no argument or [[files]] template contains {port}"),
             "{}",
             d[0]
         );
@@ -1065,7 +1159,7 @@ body = { literal = "hello" }
         let t = "name='x'\nargv=['./bin/srv','--port','{port}','--root','{spec_dir}']\nport={env='PORT'}\ncwd='work'\nready={tcp=true}\n";
         let (s, d) = parse_str(t);
         assert_eq!(d, vec![]);
-        let c = s.unwrap().command(4242).unwrap();
+        let c = s.unwrap().command(4242, None).unwrap();
         assert_eq!(c.program, Path::new("/specs/./bin/srv"));
         assert_eq!(c.args, ["--port", "4242", "--root", "/specs"]);
         assert_eq!(c.env.get("PORT").map(String::as_str), Some("4242"));
@@ -1077,7 +1171,7 @@ body = { literal = "hello" }
         let t = "name='x'\nargv=['{calib_dyn}','--port','{port}']\nenv={LD_LIBRARY_PATH='{calibwork_b}'}\nready={tcp=true}\n";
         let (s, d) = parse_str(t);
         assert_eq!(d, vec![]);
-        let c = s.unwrap().command(4242).unwrap();
+        let c = s.unwrap().command(4242, None).unwrap();
         assert_eq!(c.program, rig_fixtures::calib_dyn());
         assert_eq!(
             c.env.get("LD_LIBRARY_PATH").map(Path::new),
@@ -1100,5 +1194,49 @@ body = { literal = "hello" }
     fn locate_counts_lines_and_columns() {
         assert_eq!(locate("ab\ncd\n", 4), (2, 2, "cd".into()));
         assert_eq!(locate("ab", 0), (1, 1, "ab".into()));
+    }
+
+    #[test]
+    fn files_are_rendered_into_the_run_dir_with_the_port() {
+        let dir = std::env::temp_dir().join(format!("rig-spec-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("run")).unwrap();
+        std::fs::write(
+            dir.join("srv.conf"),
+            "pid {run_dir}/srv.pid;\nserver {\n    listen 127.0.0.1:{port};\n}\n",
+        )
+        .unwrap();
+        let text = "name = 'srv'\nargv = ['srv', '-c', '{run_dir}/conf/srv.conf']\n\
+                    ready = { tcp = true }\n[[files]]\ntemplate = 'srv.conf'\npath = 'conf/srv.conf'\n";
+        // {port} only in the template is enough for port = "argv".
+        let spec = TargetSpec::from_text(&dir.join("srv.toml"), text).unwrap();
+        let run = dir.join("run");
+        spec.render_files(4242, &run).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(run.join("conf/srv.conf")).unwrap(),
+            format!(
+                "pid {}/srv.pid;\nserver {{\n    listen 127.0.0.1:4242;\n}}\n",
+                run.display()
+            )
+        );
+        let c = spec.command(4242, Some(&run)).unwrap();
+        assert_eq!(
+            c.args,
+            vec!["-c".to_string(), format!("{}/conf/srv.conf", run.display())]
+        );
+        assert!(
+            spec.command(4242, None).is_err(),
+            "no run dir outside a launch"
+        );
+
+        // A destination outside {run_dir} is refused, with its line.
+        let bad = text.replace("path = 'conf/srv.conf'", "path = '../srv.conf'");
+        let err = TargetSpec::from_text(&dir.join("srv.toml"), &bad).unwrap_err();
+        assert!(err.to_string().contains("inside {run_dir}"), "{err}");
+        // A typo in a template's placeholder fails the render, named.
+        std::fs::write(dir.join("srv.conf"), "listen {prot};\n").unwrap();
+        let err = spec.render_files(4242, &run).unwrap_err();
+        assert!(err.to_string().contains("prot"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

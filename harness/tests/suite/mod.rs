@@ -16,6 +16,7 @@ mod launch;
 mod load;
 mod run;
 mod symbols;
+mod tree;
 
 use std::process::Command;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -83,6 +84,7 @@ pub fn attribute(
         duration: std::time::Duration::ZERO,
         per: None,
         drive: Some(drive(target.port, "/calib", requests, connections)),
+        tree: None,
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let a = session::run_attach(&s, &stop).expect("attribution session");
