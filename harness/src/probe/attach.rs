@@ -217,9 +217,17 @@ impl ProbeSet {
             };
             match shared.join(p, joined) {
                 Ok(()) => {}
+                Err(e) if p == pid => return Err(e),
                 // A child that exited between the listing and now.
-                Err(ProbeError::NoSuchProcess { .. } | ProbeError::Maps { .. }) if p != pid => {}
-                Err(e) => return Err(e),
+                Err(ProbeError::NoSuchProcess { .. } | ProbeError::Maps { .. }) => {}
+                // A child whose uprobes cannot go in (a static helper, say):
+                // its tracepoint counts are still real; the report says
+                // what is missing.
+                Err(e) => {
+                    let mut f = Followed::new(p, joined, None);
+                    f.error = Some(e.to_string());
+                    shared.procs.insert(p, f);
+                }
             }
         }
         for (family, ebpf) in &mut shared.objects {

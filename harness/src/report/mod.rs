@@ -558,6 +558,18 @@ impl Attribution {
             .into_iter()
             .map(|(f, l)| (f, l.into_iter().map(|(n, c)| (n.to_string(), c)).collect()))
             .collect();
+        // A process whose uprobes could not be attached misses them all.
+        let failed = w.processes.iter().filter(|p| p.error.is_some()).count();
+        if failed > 0 {
+            for f in &w.families {
+                if matches!(f, Family::Alloc | Family::Copy | Family::Locks) {
+                    losses.entry(*f).or_default().push((
+                        "processes without uprobes (see processes[].error)".to_string(),
+                        failed as u64,
+                    ));
+                }
+            }
+        }
         // A process forked during the window got its uprobes only when the
         // follower saw it: its first calls are missing.
         if !w.joined_during.is_empty() {
