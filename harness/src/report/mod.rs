@@ -265,20 +265,11 @@ pub fn alloc_kind_name(kind: u32) -> &'static str {
     }
 }
 
-/// The C library's allocator entry points that reach malloc or free by an
-/// internal call (which the malloc/free probes see): glibc 2.36's
+/// Internal names of the C library's allocator entry points (glibc), next
+/// to the public ones (`alloc_kind_name` of MALLOC..=PVALLOC). glibc 2.36's
 /// posix_memalign and memalign with alignment <= 16 call malloc, as does
-/// realloc(NULL, n); realloc(p, 0) calls free. Internal names included.
-const ALLOC_ENTRY_POINTS: &[&str] = &[
-    "malloc",
-    "calloc",
-    "realloc",
-    "free",
-    "posix_memalign",
-    "memalign",
-    "aligned_alloc",
-    "valloc",
-    "pvalloc",
+/// realloc(NULL, n); realloc(p, 0) calls free.
+const LIBC_ALLOC_INTERNALS: &[&str] = &[
     "_mid_memalign",
     "__libc_malloc",
     "__libc_calloc",
@@ -308,7 +299,8 @@ pub fn is_inner_alloc(kind: u32, site: &Site) -> bool {
         .module
         .as_deref()
         .is_some_and(|m| m.rsplit('/').next().unwrap_or(m).starts_with("libc.so"));
-    in_libc && ALLOC_ENTRY_POINTS.contains(&f)
+    let public = (alloc_kind::MALLOC..=alloc_kind::PVALLOC).any(|k| alloc_kind_name(k) == f);
+    in_libc && (public || LIBC_ALLOC_INTERNALS.contains(&f))
 }
 
 fn is_free(kind: u32) -> bool {
