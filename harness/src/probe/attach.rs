@@ -317,9 +317,17 @@ impl ProbeSet {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Every process measured so far (root first, then by pid).
+    /// Every process measured so far (root first, then by pid), with the
+    /// command line as it is now for those still alive: a prefork worker
+    /// retitles itself (`nginx: worker process`) only after its fork.
     pub fn processes(&self) -> Vec<Followed> {
         let mut out: Vec<Followed> = self.shared().procs.values().cloned().collect();
+        for p in &mut out {
+            let now = crate::target::cmdline(p.pid);
+            if now != "?" && !now.is_empty() {
+                p.command = now;
+            }
+        }
         out.sort_by_key(|p| (p.pid != self.pid, p.pid));
         out
     }

@@ -121,6 +121,37 @@ const R_X86_64_IRELATIVE: u32 = elf::R_X86_64_IRELATIVE;
 const R_X86_64_64: u32 = elf::R_X86_64_64;
 
 impl ElfFacts {
+    /// `load`, parsed once per file per rig process: attaching probes to
+    /// each process of a tree looks up the same libc many times, and a
+    /// parse of libc is most of the time a forked worker waits for its
+    /// uprobes. Keyed by the file's identity (device, inode, size and
+    /// modification time), not its path: each process reaches the same libc
+    /// through its own `/proc/<pid>/...` path. A replaced file is parsed anew.
+    pub fn shared(path: &Path) -> Result<std::sync::Arc<ElfFacts>> {
+        use std::collections::HashMap;
+        use std::os::unix::fs::MetadataExt;
+        use std::sync::{Arc, Mutex};
+        type Key = (u64, u64, u64, i64, i64);
+        static CACHE: Mutex<Option<HashMap<Key, Arc<ElfFacts>>>> = Mutex::new(None);
+        let m = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        let key = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+        if let Some(f) = CACHE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .get(&key)
+        {
+            return Ok(f.clone());
+        }
+        let facts = Arc::new(ElfFacts::load(path)?);
+        CACHE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(key, facts.clone());
+        Ok(facts)
+    }
+
     pub fn load(path: &Path) -> Result<ElfFacts> {
         let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         Self::parse(&data).with_context(|| format!("parsing ELF {}", path.display()))
@@ -472,14 +503,14 @@ fn push_index(b: &[u8]) -> Option<u32> {
 
 /// Find `name` in `.dynsym` or `.symtab` of `path`.
 pub fn lookup_symbol(path: &Path, name: &str) -> Result<Option<SymbolInfo>> {
-    Ok(ElfFacts::load(path)?.lookup_symbol(name))
+    Ok(ElfFacts::shared(path)?.lookup_symbol(name))
 }
 
 /// Find several names; returns the ones found (in `names` order). Aliases
 /// (e.g. `aligned_alloc`/`memalign` in glibc 2.36) share a `file_offset`:
 /// dedupe on it before attaching probes.
 pub fn lookup_symbols(path: &Path, names: &[&str]) -> Result<Vec<SymbolInfo>> {
-    let facts = ElfFacts::load(path)?;
+    let facts = ElfFacts::shared(path)?;
     Ok(names
         .iter()
         .filter_map(|n| facts.lookup_symbol(n))
@@ -522,6 +553,34 @@ fn exe_path_in_maps(pid: u32, maps: &ProcMaps) -> Option<String> {
         .find(|p| *p == exe)
 }
 
+/// The function at `off` in `lib_file`, by its debug info; remembered for
+/// the life of rig (each process of a tree resolves the same copy routines,
+/// and reading libc's DWARF is the slow part of attaching).
+fn impl_name_at(lib_file: &Path, lib_path: &str, off: u64) -> Option<String> {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Mutex;
+    type Key = (u64, u64, u64, i64, u64);
+    static NAMES: Mutex<Option<HashMap<Key, Option<String>>>> = Mutex::new(None);
+    let m = std::fs::metadata(lib_file).ok()?;
+    let key = (m.dev(), m.ino(), m.size(), m.mtime(), off);
+    let mut cache = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(n) = cache.get(&key) {
+        return n.clone();
+    }
+    let name = super::Symbolizer::new()
+        .symbolize_file_offsets_at(lib_file, lib_path, &[off])
+        .pop()
+        .and_then(|s| {
+            (s.naming == super::Naming::Symbol)
+                .then_some(s.function)
+                .flatten()
+        });
+    cache.insert(key, name.clone());
+    name
+}
+
 /// Resolve IFUNC `api` exported by `lib_path` (as in maps) to the
 /// implementation the live target `pid` actually runs.
 ///
@@ -532,23 +591,11 @@ fn exe_path_in_maps(pid: u32, maps: &ProcMaps) -> Option<String> {
 /// for `api`, when bound (points into `lib`, not back into the exe's PLT).
 pub fn resolve_ifunc(pid: u32, maps: &ProcMaps, lib_path: &str, api: &str) -> Result<ResolvedImpl> {
     let lib_file = maps.readable_path(lib_path);
-    let facts = ElfFacts::load(&lib_file)?;
+    let facts = ElfFacts::shared(&lib_file)?;
     let sym = facts
         .lookup_symbol(api)
         .ok_or_else(|| anyhow!("symbol {api} not found in {lib_path}"))?;
-    let mut symbolizer = super::Symbolizer::new();
-    let mut name_of = |off: u64| -> Option<String> {
-        symbolizer
-            .symbolize_file_offsets_at(&lib_file, lib_path, &[off])
-            .pop()
-            .and_then(|s| {
-                if s.naming == super::Naming::Symbol {
-                    s.function
-                } else {
-                    None
-                }
-            })
-    };
+    let name_of = |off: u64| impl_name_at(&lib_file, lib_path, off);
     if !sym.is_ifunc {
         return Ok(ResolvedImpl {
             api: api.to_string(),
@@ -595,7 +642,7 @@ pub fn resolve_ifunc(pid: u32, maps: &ProcMaps, lib_path: &str, api: &str) -> Re
     let mut exe_note = String::new();
     if let Some(exe) = exe_path_in_maps(pid, maps) {
         if exe != lib_path {
-            if let Ok(exe_facts) = ElfFacts::load(&maps.readable_path(&exe)) {
+            if let Ok(exe_facts) = ElfFacts::shared(&maps.readable_path(&exe)) {
                 if let Some(exe_base) = load_base(maps, &exe, &exe_facts) {
                     for r in exe_facts.relocs.iter().filter(|r| {
                         matches!(r.r_type, R_X86_64_JUMP_SLOT | R_X86_64_GLOB_DAT)
