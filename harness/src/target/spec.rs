@@ -38,7 +38,7 @@
 //!   `rig-fixtures`), `{rig_peer}` (the `rig-peer` binary next to the running
 //!   rig executable), `{spec_dir}`, and the A/B fixtures of `rig-fixtures`
 //!   (see [`fixture_placeholder`]): `{calib_dyn}`, `{calib_dyn_runpath}`,
-//!   `{calibwork_a}` … `{calibwork_d}` (directories holding the variants of
+//!   `{calibwork_a}` … `{calibwork_e}` (directories holding the variants of
 //!   `libcalibwork.so`, for `LD_LIBRARY_PATH`). Any other `{word}` is an
 //!   error, so a typo never reaches the target as a literal.
 //! - `port`: `"argv"` — rig picks a free loopback port and substitutes it for
@@ -300,6 +300,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "calibwork_b",
     "calibwork_c",
     "calibwork_d",
+    "calibwork_e",
 ];
 
 /// The A/B calibration fixtures of `rig-fixtures` (fixtures/calib/COSTS.md,
@@ -313,6 +314,7 @@ pub fn fixture_placeholder(name: &str) -> Option<PathBuf> {
         "calibwork_b" => rig_fixtures::calibwork_dir('b'),
         "calibwork_c" => rig_fixtures::calibwork_dir('c'),
         "calibwork_d" => rig_fixtures::calibwork_dir('d'),
+        "calibwork_e" => rig_fixtures::calibwork_dir('e'),
         _ => return None,
     };
     Some(p.to_path_buf())
@@ -1083,7 +1085,7 @@ body = { literal = "hello" }
             c.env.get("LD_LIBRARY_PATH").map(Path::new),
             Some(rig_fixtures::calibwork_dir('b'))
         );
-        for v in ['a', 'b', 'c', 'd'] {
+        for v in ['a', 'b', 'c', 'd', 'e'] {
             assert_eq!(
                 fixture_placeholder(&format!("calibwork_{v}")).as_deref(),
                 Some(rig_fixtures::calibwork_dir(v))
