@@ -1,6 +1,8 @@
 //! `rig gate` on the A/B calibration fixtures (fixtures/calib/COSTS.md, "A/B
 //! fixtures"): A does 3 allocations per request, B one fewer (`ab_alloc_3`),
-//! C one more (`ab_alloc_extra`). Counted passes only: no timing anywhere.
+//! C one more (`ab_alloc_extra`), E A's work plus a known loop
+//! (`calibwork_spin`, "Variant E"). Counted passes and instruction windows
+//! only: no timing anywhere.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,12 +26,16 @@ impl Drop for Dir {
 
 /// A scratch dir with a baseline header (no counters yet) for arm A.
 fn scratch(name: &str, repeats: u32, extra: &str) -> (Dir, PathBuf) {
+    scratch_suite(name, "work", repeats, extra)
+}
+
+fn scratch_suite(name: &str, suite: &str, repeats: u32, extra: &str) -> (Dir, PathBuf) {
     let dir = std::env::temp_dir().join(format!("rig-gate-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let r = repo();
     let text = format!(
-        "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"work\"\nrepeats = {repeats}\nrequests = 500\nprobes = \"syscalls,alloc,copy\"\n{extra}",
+        "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"{suite}\"\nrepeats = {repeats}\nrequests = 500\nprobes = \"syscalls,alloc,copy\"\n{extra}",
         r.join("config/targets/calib-dyn-a.toml").display(),
         r.join("config/gate-matrix.toml").display(),
     );
@@ -69,16 +75,28 @@ fn gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline() {
         return;
     }
     let _g = probes_shared();
-    let (d, b) = scratch("calib", 5, "");
+    let (d, b) = scratch("calib", 5, "instructions = \"auto\"\n");
     let (code, text) = gate(&b, &["--bless"]);
     assert_eq!(code, 0, "{text}");
     let blessed = std::fs::read_to_string(&b).unwrap();
+    // auto: perf with a PMU, callgrind without; the baseline records which.
+    let backend = if rig::report::host::detect_pmu().instructions {
+        "perf"
+    } else {
+        "callgrind"
+    };
+    assert!(
+        blessed.contains(&format!("instructions_backend = \"{backend}\""))
+            && blessed.contains("instructions_tolerance_pct = 0.1"),
+        "{blessed}"
+    );
     for c in [
         "allocs/req",
         "alloc bytes/req",
         "frees/req",
         "copy bytes/req",
         "syscalls/req",
+        "instructions/req",
     ] {
         assert!(
             blessed.contains(&format!("[counters.\"{c}\"]")),
@@ -89,9 +107,32 @@ fn gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline() {
     let (code, text) = gate(&b, &["--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("gate: PASS"), "{text}");
+    assert!(
+        text.contains(&format!("5 windows per case counted by {backend} (auto"))
+            && text.contains("compared within 0.1%"),
+        "{text}"
+    );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("gate.json")).unwrap()).unwrap();
     let obs = report["observed"].as_array().unwrap();
+    // Five instruction windows: deterministic within the stated 0.1%.
+    let ins = obs
+        .iter()
+        .find(|o| o["name"] == "instructions/req")
+        .expect("instructions/req observed");
+    let v: Vec<f64> = ins["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(v.len(), 5, "{ins}");
+    let (lo, hi) = v
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+    assert!((hi - lo) <= 0.001 * hi, "{ins}");
+    assert_eq!(ins["deterministic"], true, "{ins}");
+    assert_eq!(ins["rel_tol"].as_f64(), Some(0.001), "{ins}");
     for (c, want) in [
         ("allocs/req", 3.0),
         ("alloc bytes/req", 96.0),
@@ -179,6 +220,178 @@ fn gate_baseline_with_an_unknown_key_or_counter_typo_is_a_clear_error() {
         text.contains("unknown counter `alocs/req` (did you mean `allocs/req`?)"),
         "{text}"
     );
+}
+
+/// calibwork_spin (variant E) from `objdump -d` of ab/e/libcalibwork.so
+/// (gcc -O2, COSTS.md "Variant E"): 5 instructions before the loop, 6 per
+/// iteration, 1 ret.
+fn spin_ir() -> f64 {
+    5.0 + 6.0 * rig_fixtures::ab::LOOP_ITERS as f64 + 1.0
+}
+
+#[test]
+fn gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instructions() {
+    if !root_or_skip(
+        "gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instructions",
+    ) {
+        return;
+    }
+    let _g = probes_shared();
+    // callgrind explicitly: only it splits instructions by function.
+    let (d, b) = scratch(
+        "e",
+        2,
+        "max_new_sites = 0\ninstructions = \"callgrind\"\n",
+    );
+    let (code, text) = gate(&b, &["--bless"]);
+    assert_eq!(code, 0, "{text}");
+    let blessed = std::fs::read_to_string(&b).unwrap();
+    assert!(
+        blessed.contains("[counters.\"Ir @ calibwork_alloc\"]")
+            && !blessed.contains("calibwork_spin"),
+        "{blessed}"
+    );
+    let out = d.0.join("out-e");
+    let (code, text) = gate(
+        &b,
+        &[
+            "--target",
+            &spec("calib-dyn-e.toml"),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 7, "{text}");
+    let f = rig_fixtures::ab::LOOP_FUNCTION;
+    assert!(
+        text.contains(&format!(
+            "BREACH new site (max_new_sites = 0): Ir @ {f}: new site, {:.1}/req",
+            spin_ir()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("BREACH soft breach: instructions/req:"), "{text}");
+    assert!(text.contains("counted by callgrind (asked for"), "{text}");
+    // The extra instructions per request are the loop's, plus the call to it
+    // in calibwork_request (its `call` and PLT jump: a few instructions).
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("gate.json")).unwrap()).unwrap();
+    let row = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["counter"] == "instructions/req")
+        .unwrap()
+        .clone();
+    let extra = row["now"].as_f64().unwrap() - row["baseline"].as_f64().unwrap();
+    eprintln!("variant E - A: {extra} instructions/req");
+    assert!(
+        extra >= spin_ir() && extra <= spin_ir() + 4.0,
+        "extra {extra}, loop {}",
+        spin_ir()
+    );
+    // Allocations, copies and syscalls are A's: those rows pass.
+    for c in ["allocs/req", "copy bytes/req", "syscalls/req"] {
+        let r = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["counter"] == c)
+            .unwrap();
+        assert_eq!(r["verdict"], "ok", "{c}: {r}");
+    }
+}
+
+#[test]
+fn gate_refuses_instruction_values_blessed_with_the_other_backend() {
+    if !root_or_skip("gate_refuses_instruction_values_blessed_with_the_other_backend") {
+        return;
+    }
+    // The backend auto does NOT pick on this host.
+    let other = if rig::report::host::detect_pmu().instructions {
+        "callgrind"
+    } else {
+        "perf"
+    };
+    let (_d, b) = scratch(
+        "other-backend",
+        2,
+        &format!("instructions = \"auto\"\ninstructions_backend = \"{other}\"\n"),
+    );
+    let (code, text) = gate(&b, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(&format!("its instruction values were measured with {other}"))
+            && text.contains("never compared"),
+        "{text}"
+    );
+}
+
+#[test]
+fn gate_of_two_cases_keys_counters_by_case() {
+    if !root_or_skip("gate_of_two_cases_keys_counters_by_case") {
+        return;
+    }
+    let _g = probes_shared();
+    let (_d, b) = scratch_suite("two", "work-noop", 2, "max_new_sites = 0\n");
+    let (code, text) = gate(&b, &["--bless"]);
+    assert_eq!(code, 0, "{text}");
+    let blessed = std::fs::read_to_string(&b).unwrap();
+    for (c, v) in [
+        ("h1 /work c1: allocs/req", "3.0"),
+        ("h1 /noop c1: allocs/req", "0.0"),
+        ("h1 /work c1: syscalls/req", "2.0"),
+        ("h1 /noop c1: syscalls/req", "2.0"),
+    ] {
+        assert!(
+            blessed.contains(&format!("[counters.\"{c}\"]\nvalue = {v}\n")),
+            "{c} = {v}:\n{blessed}"
+        );
+    }
+    assert!(!blessed.contains("[counters.\"allocs/req\"]"), "{blessed}");
+    let (code, text) = gate(&b, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("2 cases (h1 /work c1; h1 /noop c1)"), "{text}");
+    let (code, text) = gate(&b, &["--target", &spec("calib-dyn-c.toml")]);
+    assert_eq!(code, 7, "{text}");
+    assert!(
+        text.contains("BREACH soft breach: h1 /work c1: allocs/req: 4.000/req > 3.000"),
+        "{text}"
+    );
+    assert!(!text.contains("BREACH soft breach: h1 /noop c1"), "{text}");
+}
+
+#[test]
+fn perf_window_without_a_pmu_is_an_error_never_zero() {
+    if !root_or_skip("perf_window_without_a_pmu_is_an_error_never_zero") {
+        return;
+    }
+    let pmu = rig::report::host::detect_pmu();
+    let calib = rig::target::spec::TargetSpec::load(repo().join("config/targets/calib.toml"))
+        .unwrap();
+    let noop = rig::probe::perf::measure(&calib, "/noop", 200, 50);
+    if pmu.instructions {
+        // A PMU: /spin - /noop is calib_spin's 6006 instructions plus the
+        // routing (47 under callgrind, COSTS.md "GET /spin"); a hardware
+        // counter may add a few from interrupts.
+        let spin = rig::probe::perf::measure(&calib, "/spin", 200, 50).unwrap();
+        let d = spin.ir_per_request - noop.unwrap().ir_per_request;
+        assert_eq!(spin.backend, "perf");
+        assert!((6006.0..6006.0 * 1.02).contains(&d), "/spin - /noop = {d}");
+    } else {
+        let e = format!("{:#}", noop.unwrap_err());
+        assert!(e.contains("no hardware PMU"), "{e}");
+        // The command says so too, with a non-zero exit.
+        let out = Command::new(rig_bin())
+            .args(["instructions", "--backend", "perf", "--path", "/noop", "--target"])
+            .arg(repo().join("config/targets/calib.toml"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(text.contains("has no PMU"), "{text}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("per request"));
+    }
 }
 
 /// Dogfooding: rig's own CI gates the calibration server against the
