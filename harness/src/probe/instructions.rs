@@ -75,7 +75,10 @@ impl Backend {
 /// The backend for `choice` on a host whose PMU is `pmu`, with the reason.
 pub fn select(choice: Choice, pmu: &Pmu) -> Result<(Backend, String)> {
     Ok(match (choice, pmu.instructions) {
-        (Choice::Auto, true) => (Backend::Perf, format!("perf (auto: PMU present; {})", pmu.detail)),
+        (Choice::Auto, true) => (
+            Backend::Perf,
+            format!("perf (auto: PMU present; {})", pmu.detail),
+        ),
         (Choice::Auto, false) => (
             Backend::Callgrind,
             format!("callgrind (auto: {})", pmu.detail),
@@ -153,6 +156,9 @@ mod tests {
         let p = crate::report::host::detect_pmu();
         let (b, why) = select(Choice::Auto, &p).unwrap();
         assert_eq!(b == Backend::Perf, p.instructions, "{why}");
-        assert!(why.contains(&p.detail), "the reason carries the detection: {why}");
+        assert!(
+            why.contains(&p.detail),
+            "the reason carries the detection: {why}"
+        );
     }
 }

@@ -81,7 +81,11 @@ pub enum PerfError {
         "the instructions counter of tid {tid} was multiplexed (ran {running} of {enabled} ns): \
          its count would be an estimate; free the PMU (other perf users, the NMI watchdog) and retry"
     )]
-    Multiplexed { tid: i32, enabled: u64, running: u64 },
+    Multiplexed {
+        tid: i32,
+        enabled: u64,
+        running: u64,
+    },
 }
 
 /// One disabled, inheriting user-space instructions counter per thread of a
@@ -243,8 +247,13 @@ pub fn measure(spec: &TargetSpec, path: &str, requests: u64, warmup: u64) -> Res
         Ok(counters)
     })();
     let exit = target.stop(Duration::from_secs(10));
-    let counters = window
-        .with_context(|| format!("perf instructions window on {} ({})", spec.name, exit.describe()))?;
+    let counters = window.with_context(|| {
+        format!(
+            "perf instructions window on {} ({})",
+            spec.name,
+            exit.describe()
+        )
+    })?;
     let total = counters.read_total()?;
     Ok(InstrWindow {
         backend: "perf",
@@ -268,7 +277,11 @@ mod tests {
         assert_eq!(u32::from_ne_bytes(a[4..8].try_into().unwrap()), 112);
         assert_eq!(u64_at(8), PERF_COUNT_HW_INSTRUCTIONS);
         assert_eq!(u64_at(32), 0b11, "read_format: time enabled + running");
-        assert_eq!(u64_at(40), 0b110_0011, "disabled, inherit, exclude_kernel, exclude_hv");
+        assert_eq!(
+            u64_at(40),
+            0b110_0011,
+            "disabled, inherit, exclude_kernel, exclude_hv"
+        );
     }
 
     /// On this host the answer must agree with the PMU detection: a counter
@@ -280,7 +293,11 @@ mod tests {
         let me = std::process::id();
         match Counters::open(me) {
             Ok(c) => {
-                assert!(pmu.instructions, "counter opened but detection said: {}", pmu.detail);
+                assert!(
+                    pmu.instructions,
+                    "counter opened but detection said: {}",
+                    pmu.detail
+                );
                 c.enable().unwrap();
                 let mut x = 0u64;
                 for i in 0..10_000u64 {
@@ -290,7 +307,11 @@ mod tests {
                 assert!(c.read_total().unwrap() >= 10_000, "{x}");
             }
             Err(PerfError::NoPmu { .. }) => {
-                assert!(!pmu.instructions, "NoPmu but detection said: {}", pmu.detail)
+                assert!(
+                    !pmu.instructions,
+                    "NoPmu but detection said: {}",
+                    pmu.detail
+                )
             }
             Err(e @ PerfError::Denied { .. }) => eprintln!("skipped (not allowed here): {e}"),
             Err(e) => panic!("{e}"),
