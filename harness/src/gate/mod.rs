@@ -153,8 +153,8 @@ pub struct Baseline {
     /// Relative tolerance (percent) of instruction counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions_tolerance_pct: Option<f64>,
-    /// Build profile (`"debug"`/`"release"`) of the Rust binaries the values
-    /// were blessed with, for targets run via `{rig_peer}` (written by
+    /// Cargo profile (`"debug"`/`"release"`) of the rig-peer binary the
+    /// values were blessed with, for targets run via `{rig_peer}` (written by
     /// `--bless`): a release rig-peer does not allocate like a debug one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
@@ -284,10 +284,8 @@ impl Baseline {
                 errs.push("instructions_tolerance_pct must be a number >= 0".into());
             }
         }
-        if let Some(p) = &b.profile {
-            if p != "debug" && p != "release" {
-                errs.push(format!("profile = \"{p}\": give \"debug\" or \"release\""));
-            }
+        if b.profile.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            errs.push("profile = \"\": give the cargo profile, e.g. \"debug\"".into());
         }
         if !errs.is_empty() {
             bail!("baseline {}: {}", path.display(), errs.join("; "));
@@ -445,8 +443,9 @@ pub struct InstrInfo {
 pub struct BinaryId {
     pub path: PathBuf,
     pub sha256: String,
-    /// `debug`/`release` for a `{rig_peer}` target (the rig build's profile).
-    pub profile: Option<&'static str>,
+    /// For a `{rig_peer}` target: the cargo profile directory it was built
+    /// into (`debug`, `release`).
+    pub profile: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -488,14 +487,10 @@ fn rel(base: &Path, p: &str) -> PathBuf {
     dir.join(p)
 }
 
-/// The profile of the Rust binaries next to this rig (where `{rig_peer}`
-/// resolves): rig and rig-peer are built by the same cargo profile.
-pub fn build_profile() -> &'static str {
-    if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    }
+/// The cargo profile a `{rig_peer}` binary was built with: the name of the
+/// directory holding it (`target/debug/rig-peer`, `…/release/rig-peer`).
+pub fn profile_of(binary: &Path) -> Option<String> {
+    Some(binary.parent()?.file_name()?.to_string_lossy().into_owned())
 }
 
 fn uses_rig_peer(spec: &TargetSpec) -> bool {
@@ -507,10 +502,15 @@ fn binary_id(spec: &TargetSpec) -> Option<BinaryId> {
     let path = spec.command(0).ok()?.program;
     let bytes = std::fs::read(&path).ok()?;
     let sha256 = format!("{:x}", sha2::Sha256::digest(&bytes));
+    let profile = if uses_rig_peer(spec) {
+        profile_of(&path)
+    } else {
+        None
+    };
     Some(BinaryId {
         path,
         sha256,
-        profile: uses_rig_peer(spec).then(build_profile),
+        profile,
     })
 }
 
@@ -539,7 +539,8 @@ pub fn case_key(c: &Case) -> String {
 
 /// A case id without its repeat (`…/#2`).
 fn base_id(id: &str) -> String {
-    id.rsplit_once("/#").map_or(id.to_string(), |(k, _)| k.to_string())
+    id.rsplit_once("/#")
+        .map_or(id.to_string(), |(k, _)| k.to_string())
 }
 
 /// What [`measure`] saw.
@@ -616,20 +617,21 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
         ),
         None => None,
     };
-    if let Some(p) = b.profile.as_deref().filter(|_| uses_rig_peer(&spec)) {
-        if !s.blessing && p != build_profile() {
+    let binary = binary_id(&spec);
+    if let (Some(want), Some(got)) = (
+        b.profile.as_deref(),
+        binary.as_ref().and_then(|x| x.profile.as_deref()),
+    ) {
+        if !s.blessing && want != got {
             bail!(
-                "baseline {} was blessed with {p} builds, but this rig is a {} build and \
-                 {{rig_peer}} resolves to the {} rig-peer next to it: run the {p} rig \
-                 (`target/{p}/rig`) or bless a {} baseline",
+                "baseline {} was blessed with a {want} build of rig-peer, but {{rig_peer}} is {} ({got}): \
+                 a {got} build allocates and copies differently; point ${} at a {want} build or bless a {got} baseline",
                 s.baseline_path.display(),
-                build_profile(),
-                build_profile(),
-                build_profile()
+                binary.as_ref().map_or(String::new(), |x| x.path.display().to_string()),
+                crate::target::spec::RIG_PEER_ENV
             );
         }
     }
-    let binary = binary_id(&spec);
     let matrix_path = rel(&s.baseline_path, &b.matrix);
     let matrix = Matrix::load(&matrix_path)?;
     let families = Family::parse_list(&b.probes)?;
@@ -835,10 +837,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     Ok(Measured {
         target: target_path.display().to_string(),
         binary,
-        cases: distinct
-            .into_iter()
-            .map(|(id, key, _)| (id, key))
-            .collect(),
+        cases: distinct.into_iter().map(|(id, key, _)| (id, key)).collect(),
         instructions,
         observed,
     })
@@ -1037,7 +1036,7 @@ pub fn blessed(b: &Baseline, m: &Measured) -> (Baseline, Vec<String>) {
         nb.instructions_backend = Some(i.backend.name().to_string());
         nb.instructions_tolerance_pct = Some(i.tolerance_pct);
     }
-    nb.profile = m.binary.as_ref().and_then(|x| x.profile).map(String::from);
+    nb.profile = m.binary.as_ref().and_then(|x| x.profile.clone());
     let by_name: BTreeMap<&str, &Observed> =
         observed.iter().map(|o| (o.name.as_str(), o)).collect();
     nb.counters.retain(|name, _| {
@@ -1139,7 +1138,9 @@ pub fn render(r: &GateReport) -> String {
             "binary: {} (sha256 {}{})\n",
             b.path.display(),
             &b.sha256[..16.min(b.sha256.len())],
-            b.profile.map_or(String::new(), |p| format!(", {p} build"))
+            b.profile
+                .as_ref()
+                .map_or(String::new(), |p| format!(", {p} build"))
         );
     }
     if let Some(i) = &r.instructions {

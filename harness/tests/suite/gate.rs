@@ -238,11 +238,7 @@ fn gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instruc
     }
     let _g = probes_shared();
     // callgrind explicitly: only it splits instructions by function.
-    let (d, b) = scratch(
-        "e",
-        2,
-        "max_new_sites = 0\ninstructions = \"callgrind\"\n",
-    );
+    let (d, b) = scratch("e", 2, "max_new_sites = 0\ninstructions = \"callgrind\"\n");
     let (code, text) = gate(&b, &["--bless"]);
     assert_eq!(code, 0, "{text}");
     let blessed = std::fs::read_to_string(&b).unwrap();
@@ -270,7 +266,10 @@ fn gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instruc
         )),
         "{text}"
     );
-    assert!(text.contains("BREACH soft breach: instructions/req:"), "{text}");
+    assert!(
+        text.contains("BREACH soft breach: instructions/req:"),
+        "{text}"
+    );
     assert!(text.contains("counted by callgrind (asked for"), "{text}");
     // The extra instructions per request are the loop's, plus the call to it
     // in calibwork_request (its `call` and PLT jump: a few instructions).
@@ -321,8 +320,9 @@ fn gate_refuses_instruction_values_blessed_with_the_other_backend() {
     let (code, text) = gate(&b, &[]);
     assert_eq!(code, 1, "{text}");
     assert!(
-        text.contains(&format!("its instruction values were measured with {other}"))
-            && text.contains("never compared"),
+        text.contains(&format!(
+            "its instruction values were measured with {other}"
+        )) && text.contains("never compared"),
         "{text}"
     );
 }
@@ -351,7 +351,10 @@ fn gate_of_two_cases_keys_counters_by_case() {
     assert!(!blessed.contains("[counters.\"allocs/req\"]"), "{blessed}");
     let (code, text) = gate(&b, &[]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("2 cases (h1 /work c1; h1 /noop c1)"), "{text}");
+    assert!(
+        text.contains("2 cases (h1 /work c1; h1 /noop c1)"),
+        "{text}"
+    );
     let (code, text) = gate(&b, &["--target", &spec("calib-dyn-c.toml")]);
     assert_eq!(code, 7, "{text}");
     assert!(
@@ -367,8 +370,8 @@ fn perf_window_without_a_pmu_is_an_error_never_zero() {
         return;
     }
     let pmu = rig::report::host::detect_pmu();
-    let calib = rig::target::spec::TargetSpec::load(repo().join("config/targets/calib.toml"))
-        .unwrap();
+    let calib =
+        rig::target::spec::TargetSpec::load(repo().join("config/targets/calib.toml")).unwrap();
     let noop = rig::probe::perf::measure(&calib, "/noop", 200, 50);
     if pmu.instructions {
         // A PMU: /spin - /noop is calib_spin's 6006 instructions plus the
@@ -383,7 +386,14 @@ fn perf_window_without_a_pmu_is_an_error_never_zero() {
         assert!(e.contains("no hardware PMU"), "{e}");
         // The command says so too, with a non-zero exit.
         let out = Command::new(rig_bin())
-            .args(["instructions", "--backend", "perf", "--path", "/noop", "--target"])
+            .args([
+                "instructions",
+                "--backend",
+                "perf",
+                "--path",
+                "/noop",
+                "--target",
+            ])
             .arg(repo().join("config/targets/calib.toml"))
             .output()
             .unwrap();
@@ -394,30 +404,96 @@ fn perf_window_without_a_pmu_is_an_error_never_zero() {
     }
 }
 
-/// Dogfooding: rig's own CI gates the calibration server against the
-/// baseline committed in config/gates/. A change that adds an allocation per
-/// request there fails here, naming the counter and the call site.
+/// The rig-peer the project's gate measures, built the one way that does not
+/// depend on what else is in the cargo invocation: `cargo build -p rig-peer`
+/// (dev profile) into its own target directory. The rig-peer next to rig is
+/// whatever the last cargo command built; `cargo test --workspace` builds it
+/// with hyper's `client` feature (rig-peer's dev-dependencies), which makes
+/// hyper copy 72 B per request in `parse_headers` instead of 64 and drops
+/// `encode_head`'s memcpy (README, "Counter-only CI gates").
+fn gate_peer() -> PathBuf {
+    let target = Path::new(rig_bin())
+        .parent()
+        .and_then(Path::parent)
+        .expect("rig is in <target>/<profile>/");
+    let dir = target.join("gate-peer");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--frozen", "-p", "rig-peer", "--bin", "rig-peer"])
+        .arg("--target-dir")
+        .arg(&dir)
+        .current_dir(repo())
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo build -p rig-peer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("debug").join("rig-peer")
+}
+
+/// Dogfooding: rig's own CI gates the calibration server and rig-peer
+/// against the baselines committed in config/gates/. A change that adds an
+/// allocation (or a copy, a syscall, a fault) per request on either hot
+/// path fails here, naming the counter and the call site; for the
+/// calibration server, so does one that adds instructions.
 #[test]
 fn the_projects_own_gates_pass() {
     if !root_or_skip("the_projects_own_gates_pass") {
         return;
     }
     let _g = probes_shared();
-    let baseline = "config/gates/calib.toml";
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(baseline);
+    let peer = gate_peer();
+    for baseline in ["config/gates/calib.toml", "config/gates/peer.toml"] {
+        let out = Command::new(rig_bin())
+            .args(["gate", "--baseline"])
+            .arg(repo().join(baseline))
+            .env(rig::target::spec::RIG_PEER_ENV, &peer)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{baseline}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("gate: PASS"), "{stdout}");
+        if baseline.ends_with("peer.toml") {
+            assert!(
+                stdout.contains(&format!("binary: {} (sha256", peer.display())),
+                "the gate names the rig-peer it measured:\n{stdout}"
+            );
+        }
+    }
+}
+
+/// A baseline blessed with a debug rig-peer refuses a rig-peer from another
+/// profile directory, before anything runs.
+#[test]
+fn gate_refuses_a_rig_peer_of_another_profile() {
+    if !root_or_skip("gate_refuses_a_rig_peer_of_another_profile") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rig-gate-profile-{}", std::process::id()));
+    let release = dir.join("release");
+    std::fs::create_dir_all(&release).unwrap();
+    let _d = Dir(dir);
+    let fake = release.join("rig-peer");
+    std::fs::write(&fake, b"not run").unwrap();
     let out = Command::new(rig_bin())
         .args(["gate", "--baseline"])
-        .arg(&path)
+        .arg(repo().join("config/gates/peer.toml"))
+        .env(rig::target::spec::RIG_PEER_ENV, &fake)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{baseline}:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("blessed with a debug build of rig-peer")
+            && text.contains(&format!("{} (release)", fake.display())),
+        "{text}"
     );
-    assert!(stdout.contains("gate: PASS"), "{stdout}");
 }
