@@ -1263,6 +1263,69 @@ value = 1.0
     }
 
     #[test]
+    fn case_keys_and_instruction_names() {
+        assert_eq!(
+            split_case("h1 /calib c1: allocs/req"),
+            (Some("h1 /calib c1"), "allocs/req")
+        );
+        assert_eq!(split_case("allocs/req"), (None, "allocs/req"));
+        assert_eq!(
+            split_case("malloc calls @ f (a.c:3)"),
+            (None, "malloc calls @ f (a.c:3)")
+        );
+        assert!(check_counter_name("h1 /work c1: malloc calls @ f (a.c:3)").is_ok());
+        assert!(check_counter_name("instructions/req").is_ok());
+        assert!(
+            check_counter_name("h2c /plain c4x8: Ir @ hyper::proto::h1::role::parse_headers")
+                .is_ok()
+        );
+        assert!(check_counter_name("instructons/req")
+            .unwrap_err()
+            .contains("did you mean `instructions/req`"));
+        // An instruction counter needs `instructions` set.
+        let e = Baseline::parse(
+            Path::new("b.toml"),
+            "target=\"t\"\nmatrix=\"m\"\nsuite=\"s\"\nrepeats=2\nrequests=1\nprobes=\"alloc\"\n[counters.\"instructions/req\"]\nvalue=1.0\n",
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e}").contains("add `instructions = \"auto\"`"),
+            "{e}"
+        );
+    }
+
+    /// Instruction counters are judged with the baseline's tolerance
+    /// (0.1% by default), the others exactly.
+    #[test]
+    fn instruction_counters_use_the_stated_tolerance() {
+        let text =
+            "target=\"t\"\nmatrix=\"m\"\nsuite=\"s\"\nrepeats=2\nrequests=1\nprobes=\"alloc\"\n\
+                    instructions=\"auto\"\n[counters.\"instructions/req\"]\nvalue=10000.0\n\
+                    [counters.\"allocs/req\"]\nvalue=3.0\n";
+        let b = Baseline::parse(Path::new("b.toml"), text).unwrap();
+        let ins =
+            |v: &[f64]| Observed::new("instructions/req".into(), v.to_vec(), b.instr_rel_tol());
+        // 0.05% apart: deterministic, and within the comparison's resolution.
+        let o = vec![ins(&[10005.0, 10000.0]), obs("allocs/req", &[3.0, 3.0])];
+        assert!(o[0].deterministic);
+        let (_, breaches) = compare(&b, &o);
+        assert!(breaches.is_empty(), "{breaches:?}");
+        // 0.2% apart: not deterministic, skipped and said so.
+        let o = vec![ins(&[10020.0, 10000.0])];
+        assert!(!o[0].deterministic);
+        let (rows, _) = compare(&b, &o);
+        assert!(rows[1].note.starts_with("non-deterministic"), "{rows:?}");
+        // 0.2% more in every window: a breach.
+        let o = vec![ins(&[10020.0, 10020.0]), obs("allocs/req", &[3.0, 3.0])];
+        let (_, breaches) = compare(&b, &o);
+        assert_eq!(breaches.len(), 1, "{breaches:?}");
+        assert!(breaches[0].contains("instructions/req: 10020.000/req > 10000.000"));
+        // The eBPF counters stay exact.
+        let o = vec![obs("allocs/req", &[3.001, 3.001])];
+        assert_eq!(compare(&b, &o).1.len(), 1);
+    }
+
+    #[test]
     fn unknown_keys_are_errors() {
         let e = Baseline::parse(
             Path::new("b.toml"),
