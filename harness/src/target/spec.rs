@@ -935,7 +935,9 @@ pub const RIG_PEER_ENV: &str = "RIG_PEER";
 /// instead of 64. A gate names the exact binary it measured.
 pub fn rig_peer() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os(RIG_PEER_ENV) {
-        let p = PathBuf::from(p);
+        // Absolute: the target runs in its spec's directory, not rig's.
+        let p =
+            std::path::absolute(PathBuf::from(p)).map_err(|e| format!("{RIG_PEER_ENV}: {e}"))?;
         return if p.is_file() {
             Ok(p)
         } else {

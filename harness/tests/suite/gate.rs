@@ -333,7 +333,12 @@ fn gate_of_two_cases_keys_counters_by_case() {
         return;
     }
     let _g = probes_shared();
-    let (_d, b) = scratch_suite("two", "work-noop", 2, "max_new_sites = 0\n");
+    let (_d, b) = scratch_suite(
+        "two",
+        "work-noop",
+        2,
+        "max_new_sites = 0\ninstructions = \"callgrind\"\n",
+    );
     let (code, text) = gate(&b, &["--bless"]);
     assert_eq!(code, 0, "{text}");
     let blessed = std::fs::read_to_string(&b).unwrap();
@@ -348,6 +353,14 @@ fn gate_of_two_cases_keys_counters_by_case() {
             "{c} = {v}:\n{blessed}"
         );
     }
+    // Instructions are keyed by case too; /noop never calls the library.
+    assert!(
+        blessed.contains("[counters.\"h1 /work c1: instructions/req\"]")
+            && blessed.contains("[counters.\"h1 /noop c1: instructions/req\"]")
+            && blessed.contains("[counters.\"h1 /work c1: Ir @ calibwork_alloc\"]")
+            && !blessed.contains("h1 /noop c1: Ir @ calibwork"),
+        "{blessed}"
+    );
     assert!(!blessed.contains("[counters.\"allocs/req\"]"), "{blessed}");
     let (code, text) = gate(&b, &[]);
     assert_eq!(code, 0, "{text}");
