@@ -136,19 +136,34 @@ pub fn open_thread(tid: i32) -> Result<OwnedFd, PerfError> {
 }
 
 impl Counters {
-    /// A counter on every thread of `pid` now (`/proc/PID/task`).
+    /// A counter on every thread of `pid` (`/proc/PID/task`). A thread
+    /// started while the list is being read gets no inherited counter, so
+    /// the list is read again until it has no thread without one.
     pub fn open(pid: u32) -> Result<Counters, PerfError> {
         let dir = format!("/proc/{pid}/task");
-        let mut tids: Vec<i32> = std::fs::read_dir(&dir)
-            .map_err(|source| PerfError::Tasks { pid, source })?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        tids.sort_unstable();
-        let mut fds = Vec::with_capacity(tids.len());
-        for tid in tids {
-            fds.push((tid, open_thread(tid)?));
+        let mut fds: Vec<(i32, OwnedFd)> = Vec::new();
+        let mut seen: Vec<i32> = Vec::new();
+        loop {
+            let mut new: Vec<i32> = std::fs::read_dir(&dir)
+                .map_err(|source| PerfError::Tasks { pid, source })?
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|tid| !seen.contains(tid))
+                .collect();
+            if new.is_empty() {
+                return Ok(Counters { fds });
+            }
+            new.sort_unstable();
+            for tid in new {
+                seen.push(tid);
+                match open_thread(tid) {
+                    Ok(fd) => fds.push((tid, fd)),
+                    // The thread exited after the listing: nothing to count.
+                    Err(PerfError::Open { source, .. })
+                        if source.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => return Err(e),
+                }
+            }
         }
-        Ok(Counters { fds })
     }
 
     fn ioctl(&self, req: libc::c_ulong, what: &'static str) -> Result<(), PerfError> {
