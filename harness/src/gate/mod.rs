@@ -18,7 +18,13 @@
 //! `instructions_tolerance_pct` (default [`INSTR_TOL_PCT_DEFAULT`] %): two
 //! callgrind windows agree to within 0.1% (fixtures/calib/COSTS.md), a
 //! hardware counter has skid and interrupts. The same tolerance is the
-//! resolution of the comparison. Only deterministic counters are compared
+//! resolution of the comparison. A baseline may also set
+//! `rare_events_per_req`: event counts (calls, syscalls, faults — not
+//! bytes) whose runs differ by at most that much per request are
+//! deterministic at that resolution. An async runtime does some work on a
+//! few requests in a thousand (a timer wheel growing, an `epoll_wait` that
+//! found nothing), which a hot-path change (at least one event on every
+//! request) cannot hide behind. Only deterministic counters are compared
 //! with the baseline; the others are listed as skipped with their spread.
 //! Nothing here reads a clock to decide anything.
 //!
@@ -48,6 +54,36 @@ pub const EXIT_BREACH: i32 = 7;
 /// Relative tolerance of the determinism rule for the eBPF counters (see
 /// the module docs).
 pub const DET_REL_TOL: f64 = 1e-9;
+
+/// Largest `rare_events_per_req` a baseline may set: a change on half of
+/// the requests must never look like noise.
+pub const RARE_EVENTS_MAX: f64 = 0.1;
+
+/// How far apart two values of a counter may be and still be equal.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Tol {
+    /// Relative to max(1, |value|).
+    pub rel: f64,
+    /// Absolute, per request.
+    pub abs: f64,
+}
+
+impl Tol {
+    pub const EXACT: Tol = Tol {
+        rel: DET_REL_TOL,
+        abs: 0.0,
+    };
+
+    pub fn eps(self, v: f64) -> f64 {
+        (self.rel * v.abs().max(1.0)).max(self.abs)
+    }
+}
+
+/// Is `name` (without a case key) a count of events (calls, syscalls,
+/// faults, lock acquisitions), not bytes or instructions?
+pub fn is_event_count(name: &str) -> bool {
+    !is_instr(name) && !name.contains("bytes")
+}
 
 /// Default `instructions_tolerance_pct`: the relative spread (percent)
 /// within which instruction counters are deterministic and equal.
@@ -153,6 +189,10 @@ pub struct Baseline {
     /// Relative tolerance (percent) of instruction counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions_tolerance_pct: Option<f64>,
+    /// Event counts within this many per request of each other are equal
+    /// (see the module docs); at most [`RARE_EVENTS_MAX`]. Unset: exact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rare_events_per_req: Option<f64>,
     /// Cargo profile (`"debug"`/`"release"`) of the rig-peer binary the
     /// values were blessed with, for targets run via `{rig_peer}` (written by
     /// `--bless`): a release rig-peer does not allocate like a debug one.
@@ -279,6 +319,14 @@ impl Baseline {
                 ));
             }
         }
+        if let Some(r) = b.rare_events_per_req {
+            if !r.is_finite() || !(0.0..=RARE_EVENTS_MAX).contains(&r) {
+                errs.push(format!(
+                    "rare_events_per_req = {r}: give a number from 0 to {RARE_EVENTS_MAX} \
+                     (more would hide a change on a tenth of the requests)"
+                ));
+            }
+        }
         if let Some(t) = b.instructions_tolerance_pct {
             if !t.is_finite() || t < 0.0 {
                 errs.push("instructions_tolerance_pct must be a number >= 0".into());
@@ -298,6 +346,24 @@ impl Baseline {
         self.instructions_tolerance_pct
             .unwrap_or(INSTR_TOL_PCT_DEFAULT)
             / 100.0
+    }
+
+    /// The tolerance of counter `name` (with or without a case key).
+    pub fn tol(&self, name: &str) -> Tol {
+        let n = split_case(name).1;
+        if is_instr(n) {
+            Tol {
+                rel: self.instr_rel_tol(),
+                abs: 0.0,
+            }
+        } else if is_event_count(n) {
+            Tol {
+                rel: DET_REL_TOL,
+                abs: self.rare_events_per_req.unwrap_or(0.0),
+            }
+        } else {
+            Tol::EXACT
+        }
     }
 
     pub fn load(path: &Path) -> Result<Baseline> {
@@ -338,6 +404,9 @@ impl Baseline {
         if let Some(t) = self.instructions_tolerance_pct {
             o += &format!("instructions_tolerance_pct = {}\n", f(t));
         }
+        if let Some(r) = self.rare_events_per_req {
+            o += &format!("rare_events_per_req = {}\n", f(r));
+        }
         if let Some(p) = &self.profile {
             o += &format!("profile = {}\n", q(p));
         }
@@ -362,19 +431,19 @@ pub struct Observed {
     pub name: String,
     pub values: Vec<f64>,
     pub spread: f64,
-    /// Relative tolerance of this counter (determinism and comparison).
-    pub rel_tol: f64,
+    /// Tolerance of this counter (determinism and comparison).
+    pub tol: Tol,
     pub deterministic: bool,
 }
 
 impl Observed {
-    pub fn new(name: String, values: Vec<f64>, rel_tol: f64) -> Observed {
-        let (spread, deterministic) = deterministic(&values, rel_tol);
+    pub fn new(name: String, values: Vec<f64>, tol: Tol) -> Observed {
+        let (spread, deterministic) = deterministic(&values, tol);
         Observed {
             name,
             values,
             spread,
-            rel_tol,
+            tol,
             deterministic,
         }
     }
@@ -384,13 +453,13 @@ impl Observed {
     }
 }
 
-/// Spread (max − min) of `values`, and whether it is within `rel_tol` of
-/// the largest (at least 1).
-pub fn deterministic(values: &[f64], rel_tol: f64) -> (f64, bool) {
+/// Spread (max − min) of `values`, and whether it is within `tol` of the
+/// largest.
+pub fn deterministic(values: &[f64], tol: Tol) -> (f64, bool) {
     let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
     let spread = max - min;
-    (spread, spread <= rel_tol * max.abs().max(1.0))
+    (spread, spread <= tol.eps(max))
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -458,6 +527,8 @@ pub struct GateReport {
     pub repeats: u32,
     pub requests: u64,
     pub instructions: Option<InstrInfo>,
+    /// The baseline's `rare_events_per_req`.
+    pub rare_events_per_req: Option<f64>,
     pub observed: Vec<Observed>,
     pub rows: Vec<Row>,
     pub breaches: Vec<String>,
@@ -554,7 +625,7 @@ pub struct Measured {
 
 /// Observed counters of `runs` (one map per run): a name absent from a run
 /// did not happen in it (0 per request).
-fn observe(runs: &[BTreeMap<String, f64>], rel_tol: impl Fn(&str) -> f64) -> Vec<Observed> {
+fn observe(runs: &[BTreeMap<String, f64>], tol: impl Fn(&str) -> Tol) -> Vec<Observed> {
     let mut all: Vec<&String> = runs.iter().flat_map(|m| m.keys()).collect();
     all.sort();
     all.dedup();
@@ -564,7 +635,7 @@ fn observe(runs: &[BTreeMap<String, f64>], rel_tol: impl Fn(&str) -> f64) -> Vec
                 .iter()
                 .map(|m| m.get(name).copied().unwrap_or(0.0))
                 .collect();
-            Observed::new(name.clone(), values, rel_tol(name))
+            Observed::new(name.clone(), values, tol(name))
         })
         .collect()
 }
@@ -788,7 +859,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     }
     let mut observed = Vec::new();
     for (key, rs) in &runs {
-        for mut o in observe(rs, |_| DET_REL_TOL) {
+        for mut o in observe(rs, |n| b.tol(n)) {
             o.name = keyed(key, &o.name);
             observed.push(o);
         }
@@ -820,7 +891,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
                 }
                 let wanted = |n: &str| b.counters.contains_key(&keyed(key, n));
                 keep_functions(&mut windows, &wanted);
-                for mut o in observe(&windows, |_| tol) {
+                for mut o in observe(&windows, |n| b.tol(n)) {
                     o.name = keyed(key, &o.name);
                     observed.push(o);
                 }
@@ -867,12 +938,8 @@ pub fn compare(b: &Baseline, observed: &[Observed]) -> (Vec<Row>, Vec<String>) {
     let mut rows = Vec::new();
     let mut breaches = Vec::new();
     for (name, l) in &b.counters {
-        let tol = if is_instr(split_case(name).1) {
-            b.instr_rel_tol()
-        } else {
-            DET_REL_TOL
-        };
-        let eps = |v: f64| tol * v.abs().max(1.0);
+        let tol = b.tol(name);
+        let eps = |v: f64| tol.eps(v);
         let soft = l.value * (1.0 + l.soft_pct / 100.0);
         let limit = match l.hard {
             Some(h) => format!("{soft:.3} (+{}%), hard {h:.3}", l.soft_pct),
@@ -1011,6 +1078,7 @@ pub fn run(s: &GateSettings, stop: &AtomicBool) -> Result<GateReport> {
         repeats: s.baseline.repeats,
         requests: s.baseline.requests,
         instructions: m.instructions,
+        rare_events_per_req: s.baseline.rare_events_per_req,
         observed: m.observed,
         rows,
         breaches,
@@ -1149,6 +1217,11 @@ pub fn render(r: &GateReport) -> String {
             i.windows, i.why, i.tolerance_pct
         );
     }
+    if let Some(r) = r.rare_events_per_req.filter(|r| *r > 0.0) {
+        o += &format!(
+            "event counts (calls, syscalls, faults) within {r}/req of each other are equal (rare_events_per_req); bytes are exact\n"
+        );
+    }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "counter", "baseline", "now", "delta", "limit", "verdict",
@@ -1177,7 +1250,7 @@ pub fn render(r: &GateReport) -> String {
     o += &format!("{t}\n");
     let det = r.observed.iter().filter(|x| x.deterministic).count();
     o += &format!(
-        "{det} of {} observed counters deterministic over {} runs (spread 0; instructions within their tolerance)\n",
+        "{det} of {} observed counters deterministic over {} runs (spread within each counter's tolerance)\n",
         r.observed.len(),
         r.repeats
     );
@@ -1203,7 +1276,7 @@ mod tests {
     use super::*;
 
     fn obs(name: &str, v: &[f64]) -> Observed {
-        Observed::new(name.into(), v.to_vec(), DET_REL_TOL)
+        Observed::new(name.into(), v.to_vec(), Tol::EXACT)
     }
 
     fn measured(observed: Vec<Observed>) -> Measured {
@@ -1303,8 +1376,13 @@ value = 1.0
                     instructions=\"auto\"\n[counters.\"instructions/req\"]\nvalue=10000.0\n\
                     [counters.\"allocs/req\"]\nvalue=3.0\n";
         let b = Baseline::parse(Path::new("b.toml"), text).unwrap();
-        let ins =
-            |v: &[f64]| Observed::new("instructions/req".into(), v.to_vec(), b.instr_rel_tol());
+        let ins = |v: &[f64]| {
+            Observed::new(
+                "instructions/req".into(),
+                v.to_vec(),
+                b.tol("instructions/req"),
+            )
+        };
         // 0.05% apart: deterministic, and within the comparison's resolution.
         let o = vec![ins(&[10005.0, 10000.0]), obs("allocs/req", &[3.0, 3.0])];
         assert!(o[0].deterministic);
@@ -1323,6 +1401,27 @@ value = 1.0
         // The eBPF counters stay exact.
         let o = vec![obs("allocs/req", &[3.001, 3.001])];
         assert_eq!(compare(&b, &o).1.len(), 1);
+    }
+
+    /// `rare_events_per_req` makes near-integer event counts comparable;
+    /// bytes stay exact, and a change on every request still breaches.
+    #[test]
+    fn rare_events_tolerance_applies_to_event_counts_only() {
+        let text =
+            "target=\"t\"\nmatrix=\"m\"\nsuite=\"s\"\nrepeats=3\nrequests=1\nprobes=\"alloc\"\n\
+                    rare_events_per_req=0.01\n[counters.\"allocs/req\"]\nvalue=4.003\n";
+        let b = Baseline::parse(Path::new("b.toml"), text).unwrap();
+        let o = |n: &str, v: &[f64]| Observed::new(n.into(), v.to_vec(), b.tol(n));
+        assert!(o("allocs/req", &[4.003, 4.002, 4.003]).deterministic);
+        assert!(o("malloc calls @ f (a.rs:1)", &[3.003, 3.002, 3.001]).deterministic);
+        assert!(!o("alloc bytes/req", &[8888.087, 8887.9, 8888.087]).deterministic);
+        assert!(!o("allocs/req", &[4.003, 4.05, 4.003]).deterministic);
+        let (_, breaches) = compare(&b, &[o("allocs/req", &[4.005, 4.004, 4.005])]);
+        assert!(breaches.is_empty(), "{breaches:?}");
+        let (_, breaches) = compare(&b, &[o("allocs/req", &[5.002, 5.003, 5.002])]);
+        assert_eq!(breaches.len(), 1, "{breaches:?}");
+        let e = Baseline::parse(Path::new("b.toml"), &text.replace("0.01", "0.5")).unwrap_err();
+        assert!(format!("{e}").contains("rare_events_per_req = 0.5"), "{e}");
     }
 
     #[test]

@@ -132,7 +132,7 @@ fn gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline() {
         .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
     assert!((hi - lo) <= 0.001 * hi, "{ins}");
     assert_eq!(ins["deterministic"], true, "{ins}");
-    assert_eq!(ins["rel_tol"].as_f64(), Some(0.001), "{ins}");
+    assert_eq!(ins["tol"]["rel"].as_f64(), Some(0.001), "{ins}");
     for (c, want) in [
         ("allocs/req", 3.0),
         ("alloc bytes/req", 96.0),
