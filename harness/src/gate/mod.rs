@@ -19,9 +19,10 @@
 //! callgrind windows agree to within 0.1% (fixtures/calib/COSTS.md), a
 //! hardware counter has skid and interrupts. The same tolerance is the
 //! resolution of the comparison. A baseline may also set
-//! `rare_events_per_req`: event counts (calls, syscalls, faults — not
-//! bytes) whose runs differ by at most that much per request are
-//! deterministic at that resolution. An async runtime does some work on a
+//! `rare_events_per_req`: event counts (calls, syscalls, faults) whose
+//! runs differ by at most that much per request are deterministic at that
+//! resolution, and so are bytes counters within that many events' worth of
+//! bytes (bytes per event of the site, or of the total). An async runtime does some work on a
 //! few requests in a thousand (a timer wheel growing, an `epoll_wait` that
 //! found nothing), which a hot-path change (at least one event on every
 //! request) cannot hide behind. Only deterministic counters are compared
@@ -83,6 +84,25 @@ impl Tol {
 /// faults, lock acquisitions), not bytes or instructions?
 pub fn is_event_count(name: &str) -> bool {
     !is_instr(name) && !name.contains("bytes")
+}
+
+/// The events counter a bytes counter is made of: `alloc bytes/req` →
+/// `allocs/req`, `copy bytes/req` → `copy calls/req`, `KIND bytes @ SITE` →
+/// `KIND calls @ SITE` (case key kept).
+pub fn events_of(name: &str) -> Option<String> {
+    let (case, n) = split_case(name);
+    let ev = match n {
+        "alloc bytes/req" => "allocs/req".to_string(),
+        "copy bytes/req" => "copy calls/req".to_string(),
+        _ => {
+            let (kind, site) = n.split_once(" bytes @ ")?;
+            format!("{kind} calls @ {site}")
+        }
+    };
+    Some(match case {
+        Some(c) => format!("{c}: {ev}"),
+        None => ev,
+    })
 }
 
 /// Default `instructions_tolerance_pct`: the relative spread (percent)
@@ -348,9 +368,13 @@ impl Baseline {
             / 100.0
     }
 
-    /// The tolerance of counter `name` (with or without a case key).
-    pub fn tol(&self, name: &str) -> Tol {
+    /// The tolerance of counter `name` (with or without a case key). A
+    /// bytes counter gets `rare_events_per_req` events' worth of bytes:
+    /// `bytes_per_event` is its value over its events counter's
+    /// ([`events_of`]), the largest seen.
+    pub fn tol(&self, name: &str, bytes_per_event: Option<f64>) -> Tol {
         let n = split_case(name).1;
+        let rare = self.rare_events_per_req.unwrap_or(0.0);
         if is_instr(n) {
             Tol {
                 rel: self.instr_rel_tol(),
@@ -359,11 +383,23 @@ impl Baseline {
         } else if is_event_count(n) {
             Tol {
                 rel: DET_REL_TOL,
-                abs: self.rare_events_per_req.unwrap_or(0.0),
+                abs: rare,
             }
         } else {
-            Tol::EXACT
+            Tol {
+                rel: DET_REL_TOL,
+                abs: rare * bytes_per_event.unwrap_or(0.0),
+            }
         }
+    }
+
+    /// [`Baseline::tol`] from the baseline's own values.
+    fn tol_of_baseline(&self, name: &str) -> Tol {
+        let ratio = events_of(name).and_then(|ev| {
+            let e = self.counters.get(&ev)?.value;
+            (e > 0.0).then(|| self.counters[name].value / e)
+        });
+        self.tol(name, ratio)
     }
 
     pub fn load(path: &Path) -> Result<Baseline> {
@@ -625,7 +661,18 @@ pub struct Measured {
 
 /// Observed counters of `runs` (one map per run): a name absent from a run
 /// did not happen in it (0 per request).
-fn observe(runs: &[BTreeMap<String, f64>], tol: impl Fn(&str) -> Tol) -> Vec<Observed> {
+fn observe(runs: &[BTreeMap<String, f64>], b: &Baseline) -> Vec<Observed> {
+    // Bytes per event of a bytes counter: the largest over the runs.
+    let per_event = |name: &str| -> Option<f64> {
+        let ev = events_of(name)?;
+        runs.iter()
+            .filter_map(|m| {
+                let e = *m.get(&ev)?;
+                (e > 0.0).then(|| m.get(name).copied().unwrap_or(0.0) / e)
+            })
+            .reduce(f64::max)
+    };
+    let tol = |name: &str| b.tol(name, per_event(name));
     let mut all: Vec<&String> = runs.iter().flat_map(|m| m.keys()).collect();
     all.sort();
     all.dedup();
@@ -859,7 +906,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     }
     let mut observed = Vec::new();
     for (key, rs) in &runs {
-        for mut o in observe(rs, |n| b.tol(n)) {
+        for mut o in observe(rs, b) {
             o.name = keyed(key, &o.name);
             observed.push(o);
         }
@@ -891,7 +938,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
                 }
                 let wanted = |n: &str| b.counters.contains_key(&keyed(key, n));
                 keep_functions(&mut windows, &wanted);
-                for mut o in observe(&windows, |n| b.tol(n)) {
+                for mut o in observe(&windows, b) {
                     o.name = keyed(key, &o.name);
                     observed.push(o);
                 }
@@ -938,7 +985,9 @@ pub fn compare(b: &Baseline, observed: &[Observed]) -> (Vec<Row>, Vec<String>) {
     let mut rows = Vec::new();
     let mut breaches = Vec::new();
     for (name, l) in &b.counters {
-        let tol = b.tol(name);
+        let tol = by_name
+            .get(name.as_str())
+            .map_or_else(|| b.tol_of_baseline(name), |o| o.tol);
         let eps = |v: f64| tol.eps(v);
         let soft = l.value * (1.0 + l.soft_pct / 100.0);
         let limit = match l.hard {
@@ -1219,7 +1268,7 @@ pub fn render(r: &GateReport) -> String {
     }
     if let Some(r) = r.rare_events_per_req.filter(|r| *r > 0.0) {
         o += &format!(
-            "event counts (calls, syscalls, faults) within {r}/req of each other are equal (rare_events_per_req); bytes are exact\n"
+            "event counts (calls, syscalls, faults) within {r}/req of each other are equal, bytes within {r} events' worth (rare_events_per_req)\n"
         );
     }
     let mut t = Table::new();
@@ -1380,7 +1429,7 @@ value = 1.0
             Observed::new(
                 "instructions/req".into(),
                 v.to_vec(),
-                b.tol("instructions/req"),
+                b.tol("instructions/req", None),
             )
         };
         // 0.05% apart: deterministic, and within the comparison's resolution.
@@ -1411,10 +1460,29 @@ value = 1.0
             "target=\"t\"\nmatrix=\"m\"\nsuite=\"s\"\nrepeats=3\nrequests=1\nprobes=\"alloc\"\n\
                     rare_events_per_req=0.01\n[counters.\"allocs/req\"]\nvalue=4.003\n";
         let b = Baseline::parse(Path::new("b.toml"), text).unwrap();
-        let o = |n: &str, v: &[f64]| Observed::new(n.into(), v.to_vec(), b.tol(n));
+        let o = |n: &str, v: &[f64]| Observed::new(n.into(), v.to_vec(), b.tol(n, None));
         assert!(o("allocs/req", &[4.003, 4.002, 4.003]).deterministic);
         assert!(o("malloc calls @ f (a.rs:1)", &[3.003, 3.002, 3.001]).deterministic);
+        // Bytes without an events counter are exact; with one, they get
+        // 0.01 events' worth (here about 2220 B per allocation: 22.2 B).
         assert!(!o("alloc bytes/req", &[8888.087, 8887.9, 8888.087]).deterministic);
+        let runs: Vec<BTreeMap<String, f64>> =
+            [(4.003, 8888.087), (4.002, 8885.9), (4.004, 8890.0)]
+                .iter()
+                .map(|(n, by)| {
+                    BTreeMap::from([
+                        ("allocs/req".to_string(), *n),
+                        ("alloc bytes/req".to_string(), *by),
+                    ])
+                })
+                .collect();
+        let seen = observe(&runs, &b);
+        let bytes = seen.iter().find(|o| o.name == "alloc bytes/req").unwrap();
+        assert!(bytes.deterministic, "{bytes:?}");
+        let most = [8888.087 / 4.003, 8885.9 / 4.002, 8890.0 / 4.004]
+            .into_iter()
+            .fold(0.0, f64::max);
+        assert!((bytes.tol.abs - 0.01 * most).abs() < 1e-9, "{bytes:?}");
         assert!(!o("allocs/req", &[4.003, 4.05, 4.003]).deterministic);
         let (_, breaches) = compare(&b, &[o("allocs/req", &[4.005, 4.004, 4.005])]);
         assert!(breaches.is_empty(), "{breaches:?}");
