@@ -84,7 +84,7 @@ pub struct GateArgs {
 
 #[derive(Args, Debug)]
 pub struct InstructionsArgs {
-    /// Target spec (TOML); the target is launched under valgrind's callgrind.
+    /// Target spec (TOML).
     #[arg(long)]
     pub target: PathBuf,
     /// Endpoint path to request (must be one of the spec's endpoints).
@@ -96,21 +96,22 @@ pub struct InstructionsArgs {
     /// Uncounted warm-up requests before the window.
     #[arg(long, default_value_t = 50)]
     pub warmup: u64,
-    /// Functions shown, by self Ir per request.
+    /// Functions shown, by self Ir per request (callgrind only).
     #[arg(long, default_value_t = 15)]
     pub top: usize,
+    /// Who counts: auto (perf when the host has a PMU, else callgrind), perf, callgrind.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
 }
 
 fn instructions(a: &InstructionsArgs) -> Result<i32> {
-    let pmu = crate::report::host::detect_pmu();
-    if pmu.instructions {
-        println!("PMU: present ({}); rig instructions still uses callgrind (no perf-counter window here)", pmu.detail);
-    } else {
-        println!("PMU: absent ({}); using callgrind", pmu.detail);
-    }
+    use crate::probe::instructions::{self as instr, Choice};
+    let choice = Choice::parse(&a.backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
+    let (backend, why) = instr::select(choice, &crate::report::host::detect_pmu())?;
+    println!("instructions counted by {why}");
     let spec = crate::target::spec::TargetSpec::load(&a.target)
         .with_context(|| format!("--target {}", a.target.display()))?;
-    let w = crate::probe::callgrind::measure(&spec, &a.path, a.requests, a.warmup)?;
+    let w = instr::measure(backend, &spec, &a.path, a.requests, a.warmup)?;
     print!("{}", crate::probe::callgrind::render(&w, a.top));
     Ok(exit::OK)
 }

@@ -154,6 +154,20 @@ fn clean_metric(r: &CaseResult, name: &str) -> Option<f64> {
     })
 }
 
+/// Names of the per-request totals [`counted_metrics`] produces, in the
+/// order it fills them: the one list of these names (`rig gate` checks a
+/// baseline's counter names against it).
+pub const TOTAL_COUNTERS: [&str; 8] = [
+    "syscalls/req",
+    "allocs/req",
+    "alloc bytes/req",
+    "frees/req",
+    "copy bytes/req",
+    "copy calls/req",
+    "lock acquisitions/req",
+    "page faults/req",
+];
+
 /// Every exact per-request counter of a counted pass, by name: the totals
 /// and one entry per call site (alloc/copy/faults) and per syscall.
 pub fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
@@ -162,16 +176,18 @@ pub fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
         return m;
     };
     let p = &c.per_request;
-    for (k, v) in [
-        ("syscalls/req", p.syscalls),
-        ("allocs/req", p.allocations),
-        ("alloc bytes/req", p.alloc_bytes),
-        ("frees/req", p.frees),
-        ("copy bytes/req", p.copy_bytes),
-        ("copy calls/req", p.copy_calls),
-        ("lock acquisitions/req", p.lock_acquisitions),
-        ("page faults/req", p.page_faults),
-    ] {
+    // Same order as TOTAL_COUNTERS; the array lengths are checked by the compiler.
+    let values: [Option<f64>; TOTAL_COUNTERS.len()] = [
+        p.syscalls,
+        p.allocations,
+        p.alloc_bytes,
+        p.frees,
+        p.copy_bytes,
+        p.copy_calls,
+        p.lock_acquisitions,
+        p.page_faults,
+    ];
+    for (k, v) in TOTAL_COUNTERS.iter().zip(values) {
         if let Some(v) = v {
             m.insert(k.to_string(), v);
         }

@@ -280,7 +280,7 @@ fn dump_files(out_file: &Path) -> Result<Vec<PathBuf>> {
 
 /// One keep-alive h1 connection to `path` of `spec`, with the spec's
 /// expected response.
-fn load_spec(spec: &TargetSpec, path: &str) -> Result<LoadSpec> {
+pub(crate) fn load_spec(spec: &TargetSpec, path: &str) -> Result<LoadSpec> {
     if !spec.protocols.h1 {
         bail!(
             "target {}: the callgrind window speaks HTTP/1.1; its spec has h1 = false",
@@ -466,12 +466,21 @@ pub fn parse(text: &str) -> CallgrindProfile {
     }
 }
 
-/// The report `rig instructions` prints: top `top` functions by self Ir.
+/// The report `rig instructions` prints: top `top` functions by self Ir
+/// (a perf window has no functions and says so).
 pub fn render(w: &InstrWindow, top: usize) -> String {
     let mut s = format!(
-        "backend: {}\nrequests in window: {}\ninstructions (Ir) per request: {:.1}  (total {})\n\n{:>12} {:>10}  function (object)\n",
-        w.backend, w.requests, w.ir_per_request, w.total_ir, "self Ir/req", "calls/req"
+        "backend: {}\nrequests in window: {}\ninstructions (Ir) per request: {:.1}  (total {})\n\n",
+        w.backend, w.requests, w.ir_per_request, w.total_ir
     );
+    if w.functions.is_empty() {
+        s.push_str("no per-function split: a hardware counter has no call sites (use --backend callgrind)\n");
+    } else {
+        s.push_str(&format!(
+            "{:>12} {:>10}  function (object)\n",
+            "self Ir/req", "calls/req"
+        ));
+    }
     for f in w.functions.iter().take(top) {
         s.push_str(&format!(
             "{:>12.1} {:>10.2}  {} ({})\n",

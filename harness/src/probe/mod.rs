@@ -11,6 +11,8 @@
 pub mod attach;
 pub mod callgrind;
 pub mod cost;
+pub mod instructions;
+pub mod perf;
 pub mod placement;
 mod read;
 pub mod window;

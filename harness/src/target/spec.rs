@@ -35,10 +35,10 @@
 //!   still say `["sh", "-c", "..."]` explicitly).
 //! - Placeholders, in argv, env values and cwd: `{port}` (the port rig picked
 //!   or the fixed one), `{calib_server}` (the calibration server built by
-//!   `rig-fixtures`), `{rig_peer}` (the `rig-peer` binary next to the running
-//!   rig executable), `{spec_dir}`, and the A/B fixtures of `rig-fixtures`
+//!   `rig-fixtures`), `{rig_peer}` (`$RIG_PEER`, else the `rig-peer` binary next to the
+//!   running rig executable), `{spec_dir}`, and the A/B fixtures of `rig-fixtures`
 //!   (see [`fixture_placeholder`]): `{calib_dyn}`, `{calib_dyn_runpath}`,
-//!   `{calibwork_a}` … `{calibwork_d}` (directories holding the variants of
+//!   `{calibwork_a}` … `{calibwork_e}` (directories holding the variants of
 //!   `libcalibwork.so`, for `LD_LIBRARY_PATH`). Any other `{word}` is an
 //!   error, so a typo never reaches the target as a literal.
 //! - `port`: `"argv"` — rig picks a free loopback port and substitutes it for
@@ -326,6 +326,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "calibwork_b",
     "calibwork_c",
     "calibwork_d",
+    "calibwork_e",
 ];
 
 /// The A/B calibration fixtures of `rig-fixtures` (fixtures/calib/COSTS.md,
@@ -339,6 +340,7 @@ pub fn fixture_placeholder(name: &str) -> Option<PathBuf> {
         "calibwork_b" => rig_fixtures::calibwork_dir('b'),
         "calibwork_c" => rig_fixtures::calibwork_dir('c'),
         "calibwork_d" => rig_fixtures::calibwork_dir('d'),
+        "calibwork_e" => rig_fixtures::calibwork_dir('e'),
         _ => return None,
     };
     Some(p.to_path_buf())
@@ -1010,9 +1012,34 @@ impl TargetSpec {
     }
 }
 
-/// The `rig-peer` binary next to the running executable. Test binaries live
-/// one level down (`target/debug/deps/`), so the parent of `deps` is tried too.
+/// Environment variable naming the rig-peer binary `{rig_peer}` stands for.
+pub const RIG_PEER_ENV: &str = "RIG_PEER";
+
+/// The `rig-peer` binary: `$RIG_PEER` when set, else the one next to the
+/// running executable. Test binaries live one level down
+/// (`target/debug/deps/`), so the parent of `deps` is tried too.
+///
+/// Why `$RIG_PEER`: which rig-peer sits next to rig depends on the last cargo
+/// command that built it. Cargo unifies features across the packages of one
+/// invocation, so `cargo test --workspace` builds rig-peer with hyper's
+/// `client` feature (its dev-dependencies) and rustls' `logging` (rig's),
+/// `cargo build -p rig-peer` without them — and hyper's `ParseContext` is 8
+/// bytes larger with `client`, so `parse_headers` copies 72 B per request
+/// instead of 64. A gate names the exact binary it measured.
 pub fn rig_peer() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(RIG_PEER_ENV) {
+        // Absolute: the target runs in its spec's directory, not rig's.
+        let p =
+            std::path::absolute(PathBuf::from(p)).map_err(|e| format!("{RIG_PEER_ENV}: {e}"))?;
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "{RIG_PEER_ENV}={} is not a file; point it at a rig-peer binary or unset it",
+                p.display()
+            ))
+        };
+    }
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find the rig executable: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
@@ -1024,7 +1051,8 @@ pub fn rig_peer() -> Result<PathBuf, String> {
     }
     tried.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
         format!(
-            "no rig-peer binary at {}; build it (`cargo build -p rig-peer`, same profile as rig)",
+            "no rig-peer binary at {}; build it (`cargo build -p rig-peer`, same profile as rig) \
+             or set {RIG_PEER_ENV}",
             tried
                 .iter()
                 .map(|p| p.display().to_string())
@@ -1177,7 +1205,7 @@ body = { literal = "hello" }
             c.env.get("LD_LIBRARY_PATH").map(Path::new),
             Some(rig_fixtures::calibwork_dir('b'))
         );
-        for v in ['a', 'b', 'c', 'd'] {
+        for v in ['a', 'b', 'c', 'd', 'e'] {
             assert_eq!(
                 fixture_placeholder(&format!("calibwork_{v}")).as_deref(),
                 Some(rig_fixtures::calibwork_dir(v))

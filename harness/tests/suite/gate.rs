@@ -1,6 +1,8 @@
 //! `rig gate` on the A/B calibration fixtures (fixtures/calib/COSTS.md, "A/B
 //! fixtures"): A does 3 allocations per request, B one fewer (`ab_alloc_3`),
-//! C one more (`ab_alloc_extra`). Counted passes only: no timing anywhere.
+//! C one more (`ab_alloc_extra`), E A's work plus a known loop
+//! (`calibwork_spin`, "Variant E"). Counted passes and instruction windows
+//! only: no timing anywhere.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,12 +26,16 @@ impl Drop for Dir {
 
 /// A scratch dir with a baseline header (no counters yet) for arm A.
 fn scratch(name: &str, repeats: u32, extra: &str) -> (Dir, PathBuf) {
+    scratch_suite(name, "work", repeats, extra)
+}
+
+fn scratch_suite(name: &str, suite: &str, repeats: u32, extra: &str) -> (Dir, PathBuf) {
     let dir = std::env::temp_dir().join(format!("rig-gate-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let r = repo();
     let text = format!(
-        "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"work\"\nrepeats = {repeats}\nrequests = 500\nprobes = \"syscalls,alloc,copy\"\n{extra}",
+        "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"{suite}\"\nrepeats = {repeats}\nrequests = 500\nprobes = \"syscalls,alloc,copy\"\n{extra}",
         r.join("config/targets/calib-dyn-a.toml").display(),
         r.join("config/gate-matrix.toml").display(),
     );
@@ -69,16 +75,28 @@ fn gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline() {
         return;
     }
     let _g = probes_shared();
-    let (d, b) = scratch("calib", 5, "");
+    let (d, b) = scratch("calib", 5, "instructions = \"auto\"\n");
     let (code, text) = gate(&b, &["--bless"]);
     assert_eq!(code, 0, "{text}");
     let blessed = std::fs::read_to_string(&b).unwrap();
+    // auto: perf with a PMU, callgrind without; the baseline records which.
+    let backend = if rig::report::host::detect_pmu().instructions {
+        "perf"
+    } else {
+        "callgrind"
+    };
+    assert!(
+        blessed.contains(&format!("instructions_backend = \"{backend}\""))
+            && blessed.contains("instructions_tolerance_pct = 0.1"),
+        "{blessed}"
+    );
     for c in [
         "allocs/req",
         "alloc bytes/req",
         "frees/req",
         "copy bytes/req",
         "syscalls/req",
+        "instructions/req",
     ] {
         assert!(
             blessed.contains(&format!("[counters.\"{c}\"]")),
@@ -89,9 +107,32 @@ fn gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline() {
     let (code, text) = gate(&b, &["--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("gate: PASS"), "{text}");
+    assert!(
+        text.contains(&format!("5 windows per case counted by {backend} (auto"))
+            && text.contains("compared within 0.1%"),
+        "{text}"
+    );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("gate.json")).unwrap()).unwrap();
     let obs = report["observed"].as_array().unwrap();
+    // Five instruction windows: deterministic within the stated 0.1%.
+    let ins = obs
+        .iter()
+        .find(|o| o["name"] == "instructions/req")
+        .expect("instructions/req observed");
+    let v: Vec<f64> = ins["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(v.len(), 5, "{ins}");
+    let (lo, hi) = v
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+    assert!((hi - lo) <= 0.001 * hi, "{ins}");
+    assert_eq!(ins["deterministic"], true, "{ins}");
+    assert_eq!(ins["tol"]["rel"].as_f64(), Some(0.001), "{ins}");
     for (c, want) in [
         ("allocs/req", 3.0),
         ("alloc bytes/req", 96.0),
@@ -181,30 +222,291 @@ fn gate_baseline_with_an_unknown_key_or_counter_typo_is_a_clear_error() {
     );
 }
 
-/// Dogfooding: rig's own CI gates the calibration server against the
-/// baseline committed in config/gates/. A change that adds an allocation per
-/// request there fails here, naming the counter and the call site.
+/// calibwork_spin (variant E) from `objdump -d` of ab/e/libcalibwork.so
+/// (gcc -O2, COSTS.md "Variant E"): 5 instructions before the loop, 6 per
+/// iteration, 1 ret.
+fn spin_ir() -> f64 {
+    5.0 + 6.0 * rig_fixtures::ab::LOOP_ITERS as f64 + 1.0
+}
+
+#[test]
+fn gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instructions() {
+    if !root_or_skip(
+        "gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instructions",
+    ) {
+        return;
+    }
+    let _g = probes_shared();
+    // callgrind explicitly: only it splits instructions by function.
+    let (d, b) = scratch("e", 2, "max_new_sites = 0\ninstructions = \"callgrind\"\n");
+    let (code, text) = gate(&b, &["--bless"]);
+    assert_eq!(code, 0, "{text}");
+    let blessed = std::fs::read_to_string(&b).unwrap();
+    assert!(
+        blessed.contains("[counters.\"Ir @ calibwork_alloc\"]")
+            && !blessed.contains("calibwork_spin"),
+        "{blessed}"
+    );
+    let out = d.0.join("out-e");
+    let (code, text) = gate(
+        &b,
+        &[
+            "--target",
+            &spec("calib-dyn-e.toml"),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 7, "{text}");
+    let f = rig_fixtures::ab::LOOP_FUNCTION;
+    assert!(
+        text.contains(&format!(
+            "BREACH new site (max_new_sites = 0): Ir @ {f}: new site, {:.1}/req",
+            spin_ir()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("BREACH soft breach: instructions/req:"),
+        "{text}"
+    );
+    assert!(text.contains("counted by callgrind (asked for"), "{text}");
+    // The extra instructions per request are the loop's, plus the call to it
+    // in calibwork_request (its `call` and PLT jump: a few instructions).
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("gate.json")).unwrap()).unwrap();
+    let row = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["counter"] == "instructions/req")
+        .unwrap()
+        .clone();
+    let extra = row["now"].as_f64().unwrap() - row["baseline"].as_f64().unwrap();
+    eprintln!("variant E - A: {extra} instructions/req");
+    assert!(
+        extra >= spin_ir() && extra <= spin_ir() + 4.0,
+        "extra {extra}, loop {}",
+        spin_ir()
+    );
+    // Allocations, copies and syscalls are A's: those rows pass.
+    for c in ["allocs/req", "copy bytes/req", "syscalls/req"] {
+        let r = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["counter"] == c)
+            .unwrap();
+        assert_eq!(r["verdict"], "ok", "{c}: {r}");
+    }
+}
+
+#[test]
+fn gate_refuses_instruction_values_blessed_with_the_other_backend() {
+    if !root_or_skip("gate_refuses_instruction_values_blessed_with_the_other_backend") {
+        return;
+    }
+    // The backend auto does NOT pick on this host.
+    let other = if rig::report::host::detect_pmu().instructions {
+        "callgrind"
+    } else {
+        "perf"
+    };
+    let (_d, b) = scratch(
+        "other-backend",
+        2,
+        &format!("instructions = \"auto\"\ninstructions_backend = \"{other}\"\n"),
+    );
+    let (code, text) = gate(&b, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(&format!(
+            "its instruction values were measured with {other}"
+        )) && text.contains("never compared"),
+        "{text}"
+    );
+}
+
+#[test]
+fn gate_of_two_cases_keys_counters_by_case() {
+    if !root_or_skip("gate_of_two_cases_keys_counters_by_case") {
+        return;
+    }
+    let _g = probes_shared();
+    let (_d, b) = scratch_suite(
+        "two",
+        "work-noop",
+        2,
+        "max_new_sites = 0\ninstructions = \"callgrind\"\n",
+    );
+    let (code, text) = gate(&b, &["--bless"]);
+    assert_eq!(code, 0, "{text}");
+    let blessed = std::fs::read_to_string(&b).unwrap();
+    for (c, v) in [
+        ("h1 /work c1: allocs/req", "3.0"),
+        ("h1 /noop c1: allocs/req", "0.0"),
+        ("h1 /work c1: syscalls/req", "2.0"),
+        ("h1 /noop c1: syscalls/req", "2.0"),
+    ] {
+        assert!(
+            blessed.contains(&format!("[counters.\"{c}\"]\nvalue = {v}\n")),
+            "{c} = {v}:\n{blessed}"
+        );
+    }
+    // Instructions are keyed by case too; /noop never calls the library.
+    assert!(
+        blessed.contains("[counters.\"h1 /work c1: instructions/req\"]")
+            && blessed.contains("[counters.\"h1 /noop c1: instructions/req\"]")
+            && blessed.contains("[counters.\"h1 /work c1: Ir @ calibwork_alloc\"]")
+            && !blessed.contains("h1 /noop c1: Ir @ calibwork"),
+        "{blessed}"
+    );
+    assert!(!blessed.contains("[counters.\"allocs/req\"]"), "{blessed}");
+    let (code, text) = gate(&b, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("2 cases (h1 /work c1; h1 /noop c1)"),
+        "{text}"
+    );
+    let (code, text) = gate(&b, &["--target", &spec("calib-dyn-c.toml")]);
+    assert_eq!(code, 7, "{text}");
+    assert!(
+        text.contains("BREACH soft breach: h1 /work c1: allocs/req: 4.000/req > 3.000"),
+        "{text}"
+    );
+    assert!(!text.contains("BREACH soft breach: h1 /noop c1"), "{text}");
+}
+
+#[test]
+fn perf_window_without_a_pmu_is_an_error_never_zero() {
+    if !root_or_skip("perf_window_without_a_pmu_is_an_error_never_zero") {
+        return;
+    }
+    let pmu = rig::report::host::detect_pmu();
+    let calib =
+        rig::target::spec::TargetSpec::load(repo().join("config/targets/calib.toml")).unwrap();
+    let noop = rig::probe::perf::measure(&calib, "/noop", 200, 50);
+    if pmu.instructions {
+        // A PMU: /spin - /noop is calib_spin's 6006 instructions plus the
+        // routing (47 under callgrind, COSTS.md "GET /spin"); a hardware
+        // counter may add a few from interrupts.
+        let spin = rig::probe::perf::measure(&calib, "/spin", 200, 50).unwrap();
+        let d = spin.ir_per_request - noop.unwrap().ir_per_request;
+        assert_eq!(spin.backend, "perf");
+        assert!((6006.0..6006.0 * 1.02).contains(&d), "/spin - /noop = {d}");
+    } else {
+        let e = format!("{:#}", noop.unwrap_err());
+        assert!(e.contains("no hardware PMU"), "{e}");
+        // The command says so too, with a non-zero exit.
+        let out = Command::new(rig_bin())
+            .args([
+                "instructions",
+                "--backend",
+                "perf",
+                "--path",
+                "/noop",
+                "--target",
+            ])
+            .arg(repo().join("config/targets/calib.toml"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(text.contains("has no PMU"), "{text}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("per request"));
+    }
+}
+
+/// The rig-peer the project's gate measures, built the one way that does not
+/// depend on what else is in the cargo invocation: `cargo build -p rig-peer`
+/// (dev profile) into its own target directory. The rig-peer next to rig is
+/// whatever the last cargo command built; `cargo test --workspace` builds it
+/// with hyper's `client` feature (rig-peer's dev-dependencies), which makes
+/// hyper copy 72 B per request in `parse_headers` instead of 64 and drops
+/// `encode_head`'s memcpy (README, "Counter-only CI gates").
+fn gate_peer() -> PathBuf {
+    let target = Path::new(rig_bin())
+        .parent()
+        .and_then(Path::parent)
+        .expect("rig is in <target>/<profile>/");
+    let dir = target.join("gate-peer");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--frozen", "-p", "rig-peer", "--bin", "rig-peer"])
+        .arg("--target-dir")
+        .arg(&dir)
+        .current_dir(repo())
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo build -p rig-peer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("debug").join("rig-peer")
+}
+
+/// Dogfooding: rig's own CI gates the calibration server and rig-peer
+/// against the baselines committed in config/gates/. A change that adds an
+/// allocation (or a copy, a syscall, a fault) per request on either hot
+/// path fails here, naming the counter and the call site; for the
+/// calibration server, so does one that adds instructions.
 #[test]
 fn the_projects_own_gates_pass() {
     if !root_or_skip("the_projects_own_gates_pass") {
         return;
     }
     let _g = probes_shared();
-    let baseline = "config/gates/calib.toml";
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(baseline);
+    let peer = gate_peer();
+    for baseline in ["config/gates/calib.toml", "config/gates/peer.toml"] {
+        let out = Command::new(rig_bin())
+            .args(["gate", "--baseline"])
+            .arg(repo().join(baseline))
+            .env(rig::target::spec::RIG_PEER_ENV, &peer)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{baseline}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("gate: PASS"), "{stdout}");
+        if baseline.ends_with("peer.toml") {
+            assert!(
+                stdout.contains(&format!("binary: {} (sha256", peer.display())),
+                "the gate names the rig-peer it measured:\n{stdout}"
+            );
+        }
+    }
+}
+
+/// A baseline blessed with a debug rig-peer refuses a rig-peer from another
+/// profile directory, before anything runs.
+#[test]
+fn gate_refuses_a_rig_peer_of_another_profile() {
+    if !root_or_skip("gate_refuses_a_rig_peer_of_another_profile") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rig-gate-profile-{}", std::process::id()));
+    let release = dir.join("release");
+    std::fs::create_dir_all(&release).unwrap();
+    let _d = Dir(dir);
+    let fake = release.join("rig-peer");
+    std::fs::write(&fake, b"not run").unwrap();
     let out = Command::new(rig_bin())
         .args(["gate", "--baseline"])
-        .arg(&path)
+        .arg(repo().join("config/gates/peer.toml"))
+        .env(rig::target::spec::RIG_PEER_ENV, &fake)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{baseline}:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("blessed with a debug build of rig-peer")
+            && text.contains(&format!("{} (release)", fake.display())),
+        "{text}"
     );
-    assert!(stdout.contains("gate: PASS"), "{stdout}");
 }

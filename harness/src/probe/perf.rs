@@ -1,0 +1,335 @@
+//! Instructions per request from the hardware PMU: a fixed-count window
+//! counted by `perf_event_open(PERF_COUNT_HW_INSTRUCTIONS)`.
+//!
+//! In: a [`TargetSpec`], a request count and a warm-up count. Out: an
+//! [`InstrWindow`] with backend `"perf"`: retired user-space instructions of
+//! the target (every thread) per request. No per-function split: a counter
+//! has no call sites (callgrind has them).
+//!
+//! How (BRIEF lesson 4, the same window as [`super::callgrind`]): the target
+//! runs natively; rig makes one keep-alive HTTP/1.1 connection, sends the
+//! warm-up requests (uncounted), opens one counter per thread of the target
+//! (`/proc/PID/task`), created disabled with `inherit` so threads started
+//! inside the window are counted too, enables them while the target is
+//! idle in `recv`, sends exactly N requests, disables them and stops the
+//! target. The counts are read after the target has exited: the kernel adds
+//! an inherited (child thread's) count to its parent counter only when that
+//! thread exits. A counter the kernel multiplexed (time running < time
+//! enabled) is an error, never scaled.
+//!
+//! A host without a PMU (most VMs) refuses the counter (ENOENT or
+//! EOPNOTSUPP): that is an error saying so, never zero instructions.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use super::callgrind::InstrWindow;
+use crate::load::{Client, Mode};
+use crate::target::launch::{launch, LaunchOptions};
+use crate::target::spec::TargetSpec;
+
+/// The sentence every perf instruction report carries (BRIEF lesson 8).
+pub const NOTE: &str = "perf counts retired user-space instructions (every thread of the target); \
+instructions are not time: never convert instruction deltas into time";
+
+// <linux/perf_event.h>
+const PERF_TYPE_HARDWARE: u32 = 0;
+const PERF_COUNT_HW_INSTRUCTIONS: u64 = 1;
+const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1 << 0;
+const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 1 << 1;
+/// attr flag bits: disabled, inherit, exclude_kernel, exclude_hv.
+const FLAG_DISABLED: u64 = 1 << 0;
+const FLAG_INHERIT: u64 = 1 << 1;
+const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
+const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+/// `_IO('$', 0)` and `_IO('$', 1)`.
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
+/// PERF_ATTR_SIZE_VER5: every field used here is in it.
+const ATTR_SIZE: usize = 112;
+
+/// Why a counter could not be opened or read.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error(
+        "no hardware PMU: perf_event_open(PERF_COUNT_HW_INSTRUCTIONS) for tid {tid} failed: {source}; \
+         instructions per request need the callgrind backend on this host"
+    )]
+    NoPmu { tid: i32, source: std::io::Error },
+    #[error(
+        "perf_event_open(PERF_COUNT_HW_INSTRUCTIONS) for tid {tid} refused: {source} \
+         (root, or CAP_PERFMON, or /proc/sys/kernel/perf_event_paranoid <= 1)"
+    )]
+    Denied { tid: i32, source: std::io::Error },
+    #[error("perf_event_open(PERF_COUNT_HW_INSTRUCTIONS) for tid {tid}: {source}")]
+    Open { tid: i32, source: std::io::Error },
+    #[error("listing the threads of pid {pid} (/proc/{pid}/task): {source}")]
+    Tasks { pid: u32, source: std::io::Error },
+    #[error("perf counter ioctl {what} on tid {tid}: {source}")]
+    Ioctl {
+        what: &'static str,
+        tid: i32,
+        source: std::io::Error,
+    },
+    #[error("reading the perf counter of tid {tid}: {source}")]
+    Read { tid: i32, source: std::io::Error },
+    #[error(
+        "the instructions counter of tid {tid} was multiplexed (ran {running} of {enabled} ns): \
+         its count would be an estimate; free the PMU (other perf users, the NMI watchdog) and retry"
+    )]
+    Multiplexed {
+        tid: i32,
+        enabled: u64,
+        running: u64,
+    },
+}
+
+/// One disabled, inheriting user-space instructions counter per thread of a
+/// process.
+pub struct Counters {
+    fds: Vec<(i32, OwnedFd)>,
+}
+
+fn attr() -> [u8; ATTR_SIZE] {
+    let mut a = [0u8; ATTR_SIZE];
+    a[0..4].copy_from_slice(&PERF_TYPE_HARDWARE.to_ne_bytes());
+    a[4..8].copy_from_slice(&(ATTR_SIZE as u32).to_ne_bytes());
+    a[8..16].copy_from_slice(&PERF_COUNT_HW_INSTRUCTIONS.to_ne_bytes());
+    let read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+    a[32..40].copy_from_slice(&read_format.to_ne_bytes());
+    let flags = FLAG_DISABLED | FLAG_INHERIT | FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV;
+    a[40..48].copy_from_slice(&flags.to_ne_bytes());
+    a
+}
+
+/// Open a counter on thread `tid` (any CPU).
+pub fn open_thread(tid: i32) -> Result<OwnedFd, PerfError> {
+    let a = attr();
+    // SAFETY: `a` is a perf_event_attr of the size it declares and outlives
+    // the call; the kernel returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            a.as_ptr(),
+            tid as libc::pid_t,
+            -1 as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let source = std::io::Error::last_os_error();
+        return Err(match source.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+                PerfError::NoPmu { tid, source }
+            }
+            Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Denied { tid, source },
+            _ => PerfError::Open { tid, source },
+        });
+    }
+    // SAFETY: fd was just returned by the kernel and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+impl Counters {
+    /// A counter on every thread of `pid` (`/proc/PID/task`). A thread
+    /// started while the list is being read gets no inherited counter, so
+    /// the list is read again until it has no thread without one.
+    pub fn open(pid: u32) -> Result<Counters, PerfError> {
+        let dir = format!("/proc/{pid}/task");
+        let mut fds: Vec<(i32, OwnedFd)> = Vec::new();
+        let mut seen: Vec<i32> = Vec::new();
+        loop {
+            let mut new: Vec<i32> = std::fs::read_dir(&dir)
+                .map_err(|source| PerfError::Tasks { pid, source })?
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|tid| !seen.contains(tid))
+                .collect();
+            if new.is_empty() {
+                return Ok(Counters { fds });
+            }
+            new.sort_unstable();
+            for tid in new {
+                seen.push(tid);
+                match open_thread(tid) {
+                    Ok(fd) => fds.push((tid, fd)),
+                    // The thread exited after the listing: nothing to count.
+                    Err(PerfError::Open { source, .. })
+                        if source.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+
+    fn ioctl(&self, req: libc::c_ulong, what: &'static str) -> Result<(), PerfError> {
+        for (tid, fd) in &self.fds {
+            // SAFETY: fd is an open perf event fd; ENABLE/DISABLE take no argument.
+            if unsafe { libc::ioctl(fd.as_raw_fd(), req as _, 0) } != 0 {
+                return Err(PerfError::Ioctl {
+                    what,
+                    tid: *tid,
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Start counting (the counters and the ones inherited by new threads).
+    pub fn enable(&self) -> Result<(), PerfError> {
+        self.ioctl(PERF_EVENT_IOC_ENABLE, "ENABLE")
+    }
+
+    /// Stop counting.
+    pub fn disable(&self) -> Result<(), PerfError> {
+        self.ioctl(PERF_EVENT_IOC_DISABLE, "DISABLE")
+    }
+
+    /// The sum over every counter. Call after the threads have exited to
+    /// include the counts of threads started while counting.
+    pub fn read_total(&self) -> Result<u64, PerfError> {
+        let mut total = 0u64;
+        for (tid, fd) in &self.fds {
+            let mut v = [0u64; 3];
+            // SAFETY: v is 24 writable bytes; the read format is value,
+            // time_enabled, time_running.
+            let n = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), 24) };
+            if n != 24 {
+                return Err(PerfError::Read {
+                    tid: *tid,
+                    source: if n < 0 {
+                        std::io::Error::last_os_error()
+                    } else {
+                        std::io::Error::other(format!("short read: {n} of 24 bytes"))
+                    },
+                });
+            }
+            let [value, enabled, running] = v;
+            if running < enabled {
+                return Err(PerfError::Multiplexed {
+                    tid: *tid,
+                    enabled,
+                    running,
+                });
+            }
+            total += value;
+        }
+        Ok(total)
+    }
+}
+
+/// Launch `spec` natively, warm up with `warmup` uncounted requests on one
+/// keep-alive HTTP/1.1 connection, count the user-space instructions of
+/// exactly `requests` requests of `path`, stop the target and return them
+/// per request. On a host without a PMU this is [`PerfError::NoPmu`].
+pub fn measure(spec: &TargetSpec, path: &str, requests: u64, warmup: u64) -> Result<InstrWindow> {
+    if requests == 0 {
+        bail!("the instructions window needs at least 1 request");
+    }
+    let mut load = super::callgrind::load_spec(spec, path)?;
+    let target = launch(spec, &LaunchOptions::default())
+        .with_context(|| format!("launching {} for the perf instructions window", spec.name))?;
+    load.addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), target.port);
+    let pid = target.pid;
+    let window = (|| -> Result<Counters> {
+        let mut client = Client::connect(&load)?;
+        if warmup > 0 {
+            let r = client.run(&Mode::FixedCount { requests: warmup });
+            if r.succeeded != warmup {
+                bail!(
+                    "warm-up: {} of {warmup} succeeded: {:?}",
+                    r.succeeded,
+                    r.errors
+                );
+            }
+        }
+        let counters = Counters::open(pid)?;
+        counters.enable()?;
+        let r = client.run(&Mode::FixedCount { requests });
+        counters.disable()?;
+        if r.succeeded != requests {
+            bail!(
+                "window: {} of {requests} requests succeeded: {:?}",
+                r.succeeded,
+                r.errors
+            );
+        }
+        Ok(counters)
+    })();
+    let exit = target.stop(Duration::from_secs(10));
+    let counters = window.with_context(|| {
+        format!(
+            "perf instructions window on {} ({})",
+            spec.name,
+            exit.describe()
+        )
+    })?;
+    let total = counters.read_total()?;
+    Ok(InstrWindow {
+        backend: "perf",
+        requests,
+        total_ir: total,
+        ir_per_request: total as f64 / requests as f64,
+        functions: Vec::new(),
+        note: NOTE.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attr_asks_for_disabled_inherited_user_space_instructions() {
+        let a = attr();
+        let u64_at = |o: usize| u64::from_ne_bytes(a[o..o + 8].try_into().unwrap());
+        assert_eq!(u32::from_ne_bytes(a[0..4].try_into().unwrap()), 0);
+        assert_eq!(u32::from_ne_bytes(a[4..8].try_into().unwrap()), 112);
+        assert_eq!(u64_at(8), PERF_COUNT_HW_INSTRUCTIONS);
+        assert_eq!(u64_at(32), 0b11, "read_format: time enabled + running");
+        assert_eq!(
+            u64_at(40),
+            0b110_0011,
+            "disabled, inherit, exclude_kernel, exclude_hv"
+        );
+    }
+
+    /// On this host the answer must agree with the PMU detection: a counter
+    /// when there is a PMU, [`PerfError::NoPmu`] (never a count of 0) when
+    /// there is none.
+    #[test]
+    fn opening_a_counter_agrees_with_pmu_detection() {
+        let pmu = crate::report::host::detect_pmu();
+        let me = std::process::id();
+        match Counters::open(me) {
+            Ok(c) => {
+                assert!(
+                    pmu.instructions,
+                    "counter opened but detection said: {}",
+                    pmu.detail
+                );
+                c.enable().unwrap();
+                let mut x = 0u64;
+                for i in 0..10_000u64 {
+                    x = std::hint::black_box(x.wrapping_add(i));
+                }
+                c.disable().unwrap();
+                assert!(c.read_total().unwrap() >= 10_000, "{x}");
+            }
+            Err(PerfError::NoPmu { .. }) => {
+                assert!(
+                    !pmu.instructions,
+                    "NoPmu but detection said: {}",
+                    pmu.detail
+                )
+            }
+            Err(e @ PerfError::Denied { .. }) => eprintln!("skipped (not allowed here): {e}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
