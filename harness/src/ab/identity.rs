@@ -40,11 +40,7 @@ pub struct ArmProof {
 /// the LD_LIBRARY_PATH directories its env sets, its LD_PRELOADs.
 pub fn expected_objects(spec: &TargetSpec) -> Result<Vec<Expected>, String> {
     // Port 0: only the program path and env matter here.
-    // Only the program and its library environment matter here; a
-    // `{run_dir}` stays a literal.
-    let cmd = spec
-        .command(0, Some(Path::new("{run_dir}")))
-        .map_err(|e| format!("{e}"))?;
+    let cmd = spec.inspect_command().map_err(|e| format!("{e}"))?;
     let mut out = Vec::new();
     let program = if cmd.program.components().count() > 1 {
         cmd.program.clone()

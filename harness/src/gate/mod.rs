@@ -606,7 +606,7 @@ fn uses_rig_peer(spec: &TargetSpec) -> bool {
 
 fn binary_id(spec: &TargetSpec) -> Option<BinaryId> {
     use sha2::Digest;
-    let path = spec.command(0).ok()?.program;
+    let path = spec.inspect_command().ok()?.program;
     let bytes = std::fs::read(&path).ok()?;
     let sha256 = format!("{:x}", sha2::Sha256::digest(&bytes));
     let profile = if uses_rig_peer(spec) {

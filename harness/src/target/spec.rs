@@ -947,6 +947,13 @@ impl TargetSpec {
         })
     }
 
+    /// The command as it would launch, for looking at its program and
+    /// library environment without launching (port 0; `{run_dir}` stays a
+    /// literal).
+    pub fn inspect_command(&self) -> Result<ResolvedCommand, SpecError> {
+        self.command(0, Some(Path::new("{run_dir}")))
+    }
+
     /// Render every `[[files]]` template into `run_dir`.
     pub fn render_files(&self, port: u16, run_dir: &Path) -> Result<(), SpecError> {
         for f in &self.files {
