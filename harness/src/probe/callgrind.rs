@@ -188,6 +188,21 @@ fn measure_in(
                 );
             }
         }
+        // callgrind_control cannot reach a process valgrind forked (it is
+        // not listed by vgdb, and it inherits the parent's output file), so
+        // a prefork server's workers would go uncounted: refuse rather than
+        // report the master's near-zero share as the server's cost.
+        let children = crate::target::port::descendants(target.pid);
+        if !children.is_empty() {
+            bail!(
+                "target {} runs as {} processes (a prefork master and workers?): the callgrind \
+                 window can count only the process rig launched, not the ones it forked \
+                 (pids {children:?}). Configure it as one process (nginx: `master_process off;`), \
+                 or use a host with a PMU (the perf backend counts the whole tree)",
+                spec.name,
+                children.len() + 1
+            );
+        }
         instrument(target.pid, true)?;
         let r = client.run(&Mode::FixedCount { requests });
         instrument(target.pid, false)?;

@@ -9,8 +9,9 @@
 //! How (BRIEF lesson 4, the same window as [`super::callgrind`]): the target
 //! runs natively; rig makes one keep-alive HTTP/1.1 connection, sends the
 //! warm-up requests (uncounted), opens one counter per thread of the target
-//! (`/proc/PID/task`), created disabled with `inherit` so threads started
-//! inside the window are counted too, enables them while the target is
+//! and of each process descended from it (`/proc/PID/task`), created
+//! disabled with `inherit` so threads and processes started inside the
+//! window are counted too, enables them while the target is
 //! idle in `recv`, sends exactly N requests, disables them and stops the
 //! target. The counts are read after the target has exited: the kernel adds
 //! an inherited (child thread's) count to its parent counter only when that
@@ -136,10 +137,26 @@ pub fn open_thread(tid: i32) -> Result<OwnedFd, PerfError> {
 }
 
 impl Counters {
+    /// A counter on every thread of `pid` and of every process descended
+    /// from it (a prefork server's workers run the requests). With
+    /// `inherit`, processes and threads forked later are counted too.
+    pub fn open(pid: u32) -> Result<Counters, PerfError> {
+        let mut all = Counters::open_process(pid)?;
+        for child in crate::target::port::descendants(pid) {
+            match Counters::open_process(child) {
+                Ok(c) => all.fds.extend(c.fds),
+                // Exited since the listing: nothing to count.
+                Err(PerfError::Tasks { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(all)
+    }
+
     /// A counter on every thread of `pid` (`/proc/PID/task`). A thread
     /// started while the list is being read gets no inherited counter, so
     /// the list is read again until it has no thread without one.
-    pub fn open(pid: u32) -> Result<Counters, PerfError> {
+    fn open_process(pid: u32) -> Result<Counters, PerfError> {
         let dir = format!("/proc/{pid}/task");
         let mut fds: Vec<(i32, OwnedFd)> = Vec::new();
         let mut seen: Vec<i32> = Vec::new();

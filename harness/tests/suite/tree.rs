@@ -466,3 +466,32 @@ fn stopping_a_tree_whose_master_died_first_leaves_no_worker() {
         assert!(!alive(w as u64), "worker {w} survived");
     }
 }
+
+#[test]
+fn the_callgrind_window_refuses_a_prefork_tree_instead_of_counting_its_master() {
+    let test = "the_callgrind_window_refuses_a_prefork_tree_instead_of_counting_its_master";
+    if !ready_for(test) {
+        return;
+    }
+    let (code, stdout, stderr) = rig(&[
+        "instructions",
+        "--backend",
+        "callgrind",
+        "--target",
+        &config("targets/nginx.toml"),
+        "--path",
+        "/plain",
+        "--requests",
+        "20",
+    ]);
+    assert_ne!(code, 0, "{stdout}");
+    assert!(
+        stderr.contains("runs as 2 processes")
+            && stderr.contains("can count only the process rig launched"),
+        "{stderr}"
+    );
+    assert!(
+        !stdout.contains("instructions (Ir) per request"),
+        "no number is reported: {stdout}"
+    );
+}
