@@ -174,20 +174,8 @@ fn measure_in(
     let load = load_spec(spec, path)?;
     let target = launch(&wrapped, &LaunchOptions::default())
         .with_context(|| format!("launching {} under callgrind", spec.name))?;
-    let mut load = load;
-    load.addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), target.port);
     let window = (|| -> Result<()> {
-        let mut client = Client::connect(&load)?;
-        if warmup > 0 {
-            let r = client.run(&Mode::FixedCount { requests: warmup });
-            if r.succeeded != warmup {
-                bail!(
-                    "warm-up: {} of {warmup} succeeded: {:?}",
-                    r.succeeded,
-                    r.errors
-                );
-            }
-        }
+        let mut client = warmed_client(load, target.port, warmup)?;
         // callgrind_control cannot reach a process valgrind forked (it is
         // not listed by vgdb, and it inherits the parent's output file), so
         // a prefork server's workers would go uncounted: refuse rather than
@@ -252,6 +240,24 @@ fn measure_in(
             .collect(),
         note: NOTE.into(),
     })
+}
+
+/// One keep-alive connection to a launched target on `port`, after `warmup`
+/// uncounted requests that all succeeded.
+pub(crate) fn warmed_client(mut load: LoadSpec, port: u16, warmup: u64) -> Result<Client> {
+    load.addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+    let mut client = Client::connect(&load)?;
+    if warmup > 0 {
+        let r = client.run(&Mode::FixedCount { requests: warmup });
+        if r.succeeded != warmup {
+            bail!(
+                "warm-up: {} of {warmup} succeeded: {:?}",
+                r.succeeded,
+                r.errors
+            );
+        }
+    }
+    Ok(client)
 }
 
 /// A dump is complete once its `totals:` line is written.

@@ -21,14 +21,13 @@
 //! A host without a PMU (most VMs) refuses the counter (ENOENT or
 //! EOPNOTSUPP): that is an error saying so, never zero instructions.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
 use super::callgrind::InstrWindow;
-use crate::load::{Client, Mode};
+use crate::load::Mode;
 use crate::target::launch::{launch, LaunchOptions};
 use crate::target::spec::TargetSpec;
 
@@ -248,23 +247,12 @@ pub fn measure(spec: &TargetSpec, path: &str, requests: u64, warmup: u64) -> Res
     if requests == 0 {
         bail!("the instructions window needs at least 1 request");
     }
-    let mut load = super::callgrind::load_spec(spec, path)?;
+    let load = super::callgrind::load_spec(spec, path)?;
     let target = launch(spec, &LaunchOptions::default())
         .with_context(|| format!("launching {} for the perf instructions window", spec.name))?;
-    load.addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), target.port);
     let pid = target.pid;
     let window = (|| -> Result<Counters> {
-        let mut client = Client::connect(&load)?;
-        if warmup > 0 {
-            let r = client.run(&Mode::FixedCount { requests: warmup });
-            if r.succeeded != warmup {
-                bail!(
-                    "warm-up: {} of {warmup} succeeded: {:?}",
-                    r.succeeded,
-                    r.errors
-                );
-            }
-        }
+        let mut client = super::callgrind::warmed_client(load, target.port, warmup)?;
         let counters = Counters::open(pid)?;
         counters.enable()?;
         let r = client.run(&Mode::FixedCount { requests });
