@@ -349,11 +349,6 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
         .collect()
 }
 
-fn alive_not_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| stat_state(&s).is_some_and(|c| c != 'Z'))
-}
-
 /// `rig-launch-<pid>-<n>` directories of rig processes that no longer exist
 /// (a SIGKILLed rig cannot clean up after itself).
 fn remove_stale_run_dirs() {
@@ -477,6 +472,13 @@ impl Launched {
         family.retain(|&p| p != self.pid);
         family.sort_unstable();
         family.dedup();
+        // Who they are (pid and start time): a pid freed during the grace
+        // period and reused by another process is never signalled.
+        let members: Vec<ProcessId> = family
+            .iter()
+            .filter_map(|&p| ProcessId::of(p).ok())
+            .collect();
+        let still_running = |id: &ProcessId| ProcessId::of(id.pid).is_ok_and(|now| now == *id);
         // SAFETY (all killpg below): the group leader is our unreaped child,
         // so the pgid still names the group rig created.
         unsafe { libc::killpg(pgid, libc::SIGTERM) };
@@ -499,11 +501,10 @@ impl Launched {
         }
         // Tree members that left the group (setsid) die too: rig started
         // them, through the target.
-        for &p in &family {
-            if alive_not_zombie(p) {
-                // SAFETY: plain syscall on a pid of the tree rig launched.
-                unsafe { libc::kill(p as i32, libc::SIGKILL) };
-            }
+        for id in members.iter().filter(|id| still_running(id)) {
+            // SAFETY: plain syscall on a process of the tree rig launched
+            // (same pid and start time as when the tree was listed).
+            unsafe { libc::kill(id.pid as i32, libc::SIGKILL) };
         }
         let cgroup_snap = self
             .cgroup
@@ -524,7 +525,12 @@ impl Launched {
         reap_orphans(&family, Duration::from_millis(500));
         leftover.extend(group_members(self.pgid));
         // Members of the tree that left the group (setsid) and the cgroup.
-        leftover.extend(family.iter().copied().filter(|&p| alive_not_zombie(p)));
+        leftover.extend(
+            members
+                .iter()
+                .filter(|id| still_running(id))
+                .map(|id| id.pid),
+        );
         leftover.sort_unstable();
         leftover.dedup();
         self.stderr.wait_eof(Duration::from_millis(200));
