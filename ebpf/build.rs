@@ -19,6 +19,8 @@ const HEADERS: &[&str] = &[
     "locks.h",
     "faults.h",
     "sched.h",
+    "stack.h",
+    "stack.bpf.h",
 ];
 
 fn main() {

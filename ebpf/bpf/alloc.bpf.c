@@ -47,6 +47,8 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		v->calls++;
 		v->bytes += bytes;
 	}
+	__u64 ustack = take_ustack(k.tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+	stack_add(k.tgid, ustack, -1, STACK_ALLOC, k.kind << 8 | (cls & 0xff), bytes);
 	return 0;
 }
 

@@ -82,6 +82,8 @@ static __always_inline void *upsert(void *map, const void *key, const void *zero
 	return v;
 }
 
+#include "stack.bpf.h"
+
 /* sched_process_fork: TP_PROTO(struct task_struct *parent,
  * struct task_struct *child), run by the parent before the child is woken.
  * A new process (not a thread: those share the tgid) forked by a followed
@@ -102,6 +104,7 @@ int rig_follow_fork(struct bpf_raw_tracepoint_args *ctx)
 	__u8 tree = RIG_TARGET_TREE;
 	if (bpf_map_update_elem(&targets, &tgid, &tree, BPF_ANY))
 		stat_add(RIG_STAT_MAP_FULL, 1);
+	stack_follow_fork(parent, tgid);
 	return 0;
 }
 

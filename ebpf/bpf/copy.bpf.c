@@ -33,5 +33,7 @@ int rig_copy(struct pt_regs *ctx)
 		v->calls++;
 		v->bytes += n;
 	}
+	__u64 ustack = take_ustack(k.tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+	stack_add(k.tgid, ustack, -1, STACK_COPY, k.impl, n);
 	return 0;
 }

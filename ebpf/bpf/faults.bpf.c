@@ -39,6 +39,16 @@ static __always_inline int on_fault(struct bpf_perf_event_data *ctx, __u32 kind)
 	__u64 *v = upsert(&faults, &k, &zero);
 	if (v)
 		(*v)++;
+	if (rig_stacks) {
+		__u64 ustack;
+		if (!k.in_kernel) {
+			ustack = take_ustack(tgid, PT_REGS_IP(&ctx->regs), PT_REGS_SP(&ctx->regs),
+					     PT_REGS_FP(&ctx->regs));
+		} else {
+			ustack = take_current_ustack(tgid);
+		}
+		stack_add(tgid, ustack, k.in_kernel ? take_kstack(ctx) : -1, STACK_FAULT, kind, 0);
+	}
 	return 0;
 }
 

@@ -31,6 +31,14 @@ struct {
 	__type(value, struct held_val);
 } held SEC(".maps");
 
+/* tid -> user stack of its pending lock call. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u64);
+} pending_stack SEC(".maps");
+
 static __always_inline struct lock_val *lock_val_of(__u64 caller, __u64 mutex, __u32 op)
 {
 	struct lock_key k = { .caller = caller, .mutex = mutex, .op = op, .tgid = current_tgid() };
@@ -55,6 +63,13 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u32 op)
 		v->calls++;
 	if (bpf_map_update_elem(&pending, &tid, &p, BPF_ANY))
 		stat_add(RIG_STAT_MAP_FULL, 1);
+	if (rig_stacks) {
+		__u32 tgid = current_tgid();
+		__u64 ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+		stack_add(tgid, ustack, -1, STACK_LOCK, op, 0);
+		if (bpf_map_update_elem(&pending_stack, &tid, &ustack, BPF_ANY))
+			stat_add(RIG_STAT_MAP_FULL, 1);
+	}
 	return 0;
 }
 
@@ -87,8 +102,13 @@ int rig_mutex_lock_ret(struct pt_regs *ctx)
 		return 0; /* trylock busy, or an error: not acquired */
 	v->acquired++;
 	v->futex_wait_ns += cur.futex_wait_ns;
-	if (cur.futex_waits)
+	if (cur.futex_waits) {
 		v->contended++;
+		__u64 *ustack = bpf_map_lookup_elem(&pending_stack, &tid);
+		if (ustack)
+			stack_add(current_tgid(), *ustack, -1, STACK_FUTEX_WAIT, cur.op,
+				  cur.futex_wait_ns);
+	}
 	struct held_key hk = { .mutex = cur.mutex, .tid = tid };
 	struct held_val hv = { .t_acquired = now, .caller = cur.caller, .op = cur.op };
 	if (bpf_map_update_elem(&held, &hk, &hv, BPF_ANY))
@@ -107,6 +127,11 @@ int rig_mutex_unlock(struct pt_regs *ctx)
 	struct lock_val *v = lock_val_of(caller_of(ctx), mutex, LOCK_OP_UNLOCK);
 	if (v)
 		v->calls++;
+	if (rig_stacks) {
+		__u32 tgid = current_tgid();
+		__u64 ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+		stack_add(tgid, ustack, -1, STACK_LOCK, LOCK_OP_UNLOCK, 0);
+	}
 	struct held_key hk = { .mutex = mutex, .tid = current_tid() };
 	struct held_val *hv = bpf_map_lookup_elem(&held, &hk);
 	if (!hv)

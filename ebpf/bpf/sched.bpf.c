@@ -14,11 +14,19 @@ struct {
 	__type(value, struct sched_val);
 } sched_threads SEC(".maps");
 
+/* Where and when a target thread left the CPU (kernel-side only). */
+struct switch_out {
+	__u64 ts;
+	__u64 ustack;
+	__s32 kstack;
+	__u32 voluntary;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32); /* tid */
-	__type(value, __u64); /* switch-out time */
+	__type(value, struct switch_out);
 } switched_out SEC(".maps");
 
 static __always_inline struct sched_val *thread_val(__u32 tid, __u32 tgid)
@@ -41,26 +49,34 @@ int rig_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 		stat_add(RIG_STAT_EVENTS, 1);
 		__u32 tid = current_tid();
 		struct sched_val *v = thread_val(tid, prev_tgid);
+		__u32 voluntary = !preempt && prev_state;
 		if (v) {
-			if (!preempt && prev_state)
+			if (voluntary)
 				v->voluntary++;
 			else
 				v->involuntary++;
 		}
-		if (bpf_map_update_elem(&switched_out, &tid, &now, BPF_ANY))
+		struct switch_out so = { .ts = now, .kstack = -1, .voluntary = voluntary };
+		if (rig_stacks) {
+			so.ustack = take_current_ustack(prev_tgid);
+			so.kstack = take_kstack(ctx);
+		}
+		if (bpf_map_update_elem(&switched_out, &tid, &so, BPF_ANY))
 			stat_add(RIG_STAT_MAP_FULL, 1);
 	}
 
 	__u32 next_tgid = BPF_CORE_READ(next, tgid);
 	if (is_target(next_tgid)) {
 		__u32 tid = BPF_CORE_READ(next, pid);
-		__u64 *t0 = bpf_map_lookup_elem(&switched_out, &tid);
-		if (t0) {
-			__u64 off = now - *t0;
+		struct switch_out *so = bpf_map_lookup_elem(&switched_out, &tid);
+		if (so) {
+			struct switch_out out = *so;
+			__u64 off = now - out.ts;
 			bpf_map_delete_elem(&switched_out, &tid);
 			struct sched_val *v = thread_val(tid, next_tgid);
 			if (v)
 				v->off_cpu_ns += off;
+			stack_add(next_tgid, out.ustack, out.kstack, STACK_OFFCPU, out.voluntary, off);
 		}
 	}
 	return 0;

@@ -41,6 +41,18 @@ int rig_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	struct sys_count *c = upsert(&sys_counts, &k, &zero);
 	if (c)
 		c->count++;
+	if (rig_stacks) {
+		/* args[0]: the user registers saved at syscall entry. */
+		struct pt_regs regs = {};
+		__u64 ustack = 0;
+		if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)ctx->args[0]))
+			stat_add(RIG_STAT_STACK_FAIL, 1);
+		else
+			ustack = take_ustack_regs(tgid, &regs);
+		/* No kernel stack: at sys_enter it is always the same entry
+		 * path; the user stack and the syscall nr say what was called. */
+		stack_add(tgid, ustack, -1, STACK_SYSCALL, nr, 0);
+	}
 	return 0;
 }
 

@@ -173,3 +173,137 @@ unsafe impl aya::Pod for LockKey {}
 unsafe impl aya::Pod for LockVal {}
 unsafe impl aya::Pod for FaultKey {}
 unsafe impl aya::Pod for SchedVal {}
+
+/// C twin: `enum unwind_cfa` (stack.h).
+pub mod unwind_cfa {
+    pub const NONE: u8 = 0;
+    pub const RSP: u8 = 1;
+    pub const RBP: u8 = 2;
+    pub const PLT: u8 = 3;
+    pub const END: u8 = 4;
+}
+/// `RIG_STACK_MAX_FRAMES`, `RIG_UNWIND_MAX_MAPS`, `RIG_UNWIND_MAX_PROCS` (stack.h).
+pub const STACK_MAX_FRAMES: usize = 64;
+pub const UNWIND_MAX_MAPS: usize = 64;
+pub const UNWIND_MAX_PROCS: u32 = 64;
+
+/// C twin: `struct unwind_row` (stack.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindRow {
+    pub pc: u64,
+    pub cfa_off: i32,
+    pub rbp_off: i16,
+    pub cfa: u8,
+    pub _pad: u8,
+}
+const _: () = assert!(size_of::<UnwindRow>() == 16);
+
+/// C twin: `struct unwind_map` (stack.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindMap {
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    pub row_first: u32,
+    pub row_count: u32,
+}
+const _: () = assert!(size_of::<UnwindMap>() == 32);
+
+/// C twin: `struct unwind_proc` (stack.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwindProc {
+    pub nmaps: u32,
+    pub _pad: u32,
+    pub maps: [UnwindMap; UNWIND_MAX_MAPS],
+}
+const _: () = assert!(size_of::<UnwindProc>() == 8 + 32 * UNWIND_MAX_MAPS);
+impl Default for UnwindProc {
+    fn default() -> Self {
+        UnwindProc {
+            nmaps: 0,
+            _pad: 0,
+            maps: [UnwindMap::default(); UNWIND_MAX_MAPS],
+        }
+    }
+}
+
+/// Bits of `UStack::flags` (stack.h `RIG_STACK_*`).
+pub mod stack_flag {
+    pub const TRUNCATED: u32 = 1 << 0;
+    pub const NO_TABLE: u32 = 1 << 1;
+    pub const NO_ROW: u32 = 1 << 2;
+    pub const BAD_RULE: u32 = 1 << 3;
+    pub const READ_FAIL: u32 = 1 << 4;
+    pub const NO_PROC: u32 = 1 << 5;
+    pub const NO_REGS: u32 = 1 << 6;
+}
+
+/// C twin: `struct ustack` (stack.h). Key: u64 stack id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UStack {
+    pub len: u32,
+    pub flags: u32,
+    pub ip: [u64; STACK_MAX_FRAMES],
+}
+const _: () = assert!(size_of::<UStack>() == 8 + 8 * STACK_MAX_FRAMES);
+impl Default for UStack {
+    fn default() -> Self {
+        UStack {
+            len: 0,
+            flags: 0,
+            ip: [0; STACK_MAX_FRAMES],
+        }
+    }
+}
+impl UStack {
+    /// The frames, innermost first.
+    pub fn frames(&self) -> &[u64] {
+        &self.ip[..(self.len as usize).min(STACK_MAX_FRAMES)]
+    }
+}
+
+/// C twin: `enum stack_what` (stack.h).
+pub mod stack_what {
+    pub const ALLOC: u32 = 1;
+    pub const COPY: u32 = 2;
+    pub const LOCK: u32 = 3;
+    pub const FUTEX_WAIT: u32 = 4;
+    pub const SYSCALL: u32 = 5;
+    pub const FAULT: u32 = 6;
+    pub const OFFCPU: u32 = 7;
+    pub const CPU: u32 = 8;
+}
+
+/// C twin: `struct stack_key` (stack.h). Value: `StackVal`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackKey {
+    pub ustack: u64,
+    pub tgid: u32,
+    pub kstack: i32,
+    pub what: u32,
+    pub arg: u32,
+}
+const _: () = assert!(size_of::<StackKey>() == 24);
+
+/// C twin: `struct stack_val` (stack.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackVal {
+    pub count: u64,
+    pub amount: u64,
+}
+const _: () = assert!(size_of::<StackVal>() == 16);
+
+// SAFETY: all of these are repr(C), fixed-width integers only, no padding
+// holes (sizes asserted above), valid for any bit pattern.
+unsafe impl aya::Pod for UnwindRow {}
+unsafe impl aya::Pod for UnwindMap {}
+unsafe impl aya::Pod for UnwindProc {}
+unsafe impl aya::Pod for UStack {}
+unsafe impl aya::Pod for StackKey {}
+unsafe impl aya::Pod for StackVal {}

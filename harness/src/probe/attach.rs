@@ -23,12 +23,13 @@ use aya::maps::HashMap;
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::programs::{PerfEvent, RawTracePoint, UProbe};
-use aya::{Ebpf, EbpfLoader};
+use aya::Ebpf;
 use rig_ebpf::abi::{alloc_kind, TARGET_ONE, TARGET_TREE};
 use serde::Serialize;
 
 use super::placement::{safe_probe_offset, Placement};
 use super::read;
+use super::stacks::{self, StackTables, Stacks};
 use super::{Family, ProbeError, Snapshot};
 use crate::symbolize::elf;
 use crate::target::maps::ProcMaps;
@@ -115,6 +116,7 @@ pub struct ProbeSet {
 /// What the follower thread and the reader share.
 struct Shared {
     objects: Vec<(Family, Ebpf)>,
+    stacks: StackTables,
     procs: BTreeMap<u32, Followed>,
     copy_impls: Vec<CopyImpl>,
     notes: Vec<AttachNote>,
@@ -178,16 +180,38 @@ impl ProbeSet {
         families: &[Family],
         scope: Scope,
     ) -> Result<ProbeSet, ProbeError> {
+        ProbeSet::attach_with(pid, families, scope, Stacks::On)
+    }
+
+    /// `attach_scoped`, choosing whether every event carries its whole
+    /// stack.
+    pub fn attach_with(
+        pid: u32,
+        families: &[Family],
+        scope: Scope,
+        stack_mode: Stacks,
+    ) -> Result<ProbeSet, ProbeError> {
         check_target(pid)?;
         let mode = match scope {
             Scope::Process => TARGET_ONE,
             Scope::Tree => TARGET_TREE,
         };
+        // The tables are sized for the processes there now (with room for
+        // children that exec something else).
+        let mut initial = vec![pid];
+        if scope == Scope::Tree {
+            initial.extend(crate::target::port::descendants(pid));
+        }
+        let initial_maps: Vec<ProcMaps> = initial
+            .iter()
+            .filter_map(|p| ProcMaps::read(*p).ok())
+            .collect();
+        let tables = StackTables::new(stack_mode, &initial_maps.iter().collect::<Vec<_>>());
         // Kernel-side following starts first, so a fork racing with the
         // listing below is caught by one or the other.
         let mut objects = Vec::new();
         for &family in families {
-            let mut ebpf = load(family)?;
+            let mut ebpf = load(family, stack_mode, tables.capacity())?;
             if scope == Scope::Tree {
                 raw_tp(&mut ebpf, family, "rig_follow_fork", "sched_process_fork")?;
             }
@@ -205,6 +229,7 @@ impl ProbeSet {
         }
         let mut shared = Shared {
             objects,
+            stacks: tables,
             procs: BTreeMap::new(),
             copy_impls: Vec::new(),
             notes: Vec::new(),
@@ -283,7 +308,7 @@ impl ProbeSet {
         let offset = elf::resolve_ifunc(pid, &maps, &libc_maps_path, symbol)
             .map_err(resolve_err)?
             .file_offset;
-        let mut ebpf = load(family)?;
+        let mut ebpf = load(family, Stacks::Off, 1)?;
         set_target(&mut ebpf, family, pid, TARGET_ONE)?;
         uprobe(&mut ebpf, family, program, &libc, offset, Some(1), pid)?;
         let mut procs = BTreeMap::new();
@@ -293,6 +318,7 @@ impl ProbeSet {
             scope: Scope::Process,
             shared: Arc::new(Mutex::new(Shared {
                 objects: vec![(family, ebpf)],
+                stacks: StackTables::new(Stacks::Off, &[]),
                 procs,
                 copy_impls: Vec::new(),
                 notes: Vec::new(),
@@ -366,6 +392,9 @@ impl ProbeSet {
                 Family::Faults => s.faults = read::percpu_hash(ebpf, f, "faults")?,
                 Family::Sched => s.sched = read::hash(ebpf, f, "sched_threads")?,
             }
+            if shared.stacks.mode == Stacks::On {
+                s.stacks.insert(f, stacks::read_stacks(ebpf, f, true)?);
+            }
         }
         Ok(s)
     }
@@ -406,6 +435,7 @@ impl Shared {
             return Err(ProbeError::NoSuchProcess { pid });
         }
         let maps = ProcMaps::read(pid).map_err(|source| ProbeError::Maps { pid, source })?;
+        self.stacks.install(&mut self.objects, pid, &maps)?;
         let mut a = Attacher {
             pid,
             copy_impls: &mut self.copy_impls,
@@ -800,7 +830,7 @@ impl Attacher<'_> {
     }
 }
 
-fn load(family: Family) -> Result<Ebpf, ProbeError> {
+fn load(family: Family, stack_mode: Stacks, rows: usize) -> Result<Ebpf, ProbeError> {
     let bytes = match family {
         Family::Syscalls => rig_ebpf::SYSCALLS,
         Family::Alloc => rig_ebpf::ALLOC,
@@ -809,9 +839,7 @@ fn load(family: Family) -> Result<Ebpf, ProbeError> {
         Family::Faults => rig_ebpf::FAULTS,
         Family::Sched => rig_ebpf::SCHED,
     };
-    EbpfLoader::new()
-        .load(bytes)
-        .map_err(|source| ProbeError::Load { family, source })
+    stacks::load_object(family, bytes, stack_mode, rows)
 }
 
 fn set_target(ebpf: &mut Ebpf, family: Family, tgid: u32, mode: u8) -> Result<(), ProbeError> {

@@ -15,6 +15,8 @@ pub mod instructions;
 pub mod perf;
 pub mod placement;
 mod read;
+pub mod stacks;
+pub mod unwind;
 pub mod window;
 
 use std::collections::BTreeMap;
@@ -22,13 +24,15 @@ use std::fmt;
 use std::str::FromStr;
 
 use rig_ebpf::abi::{
-    AllocKey, CallsBytes, CopyKey, FaultKey, LockKey, LockVal, SchedVal, Stats, SysCount, SysKey,
+    AllocKey, CallsBytes, CopyKey, FaultKey, LockKey, LockVal, SchedVal, StackVal, Stats, SysCount,
+    SysKey,
 };
 use serde::Serialize;
 
 pub use attach::{
     check_target, require_root, AttachNote, CopyImpl, Followed, Joined, ProbeSet, Scope,
 };
+pub use stacks::{StackSnapshot, Stacks};
 pub use window::{alive, Window, WindowEnd, WindowStart};
 
 /// One family of probes; each is one BPF object.
@@ -171,6 +175,12 @@ pub enum ProbeError {
     },
     #[error("listing online CPUs for the fault probes: {0}")]
     Cpus(std::io::Error),
+    #[error("mapping the unwind table of the {family} probes: {source}")]
+    Mmap {
+        family: Family,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Every in-kernel counter of a `ProbeSet` at one instant (per-CPU values
@@ -187,6 +197,9 @@ pub struct Snapshot {
     pub sched: BTreeMap<u32, SchedVal>,
     /// Each family's self-stats (events, losses).
     pub stats: BTreeMap<Family, Stats>,
+    /// Each family's per-stack counts and the stacks they name (empty when
+    /// stacks are off).
+    pub stacks: BTreeMap<Family, StackSnapshot>,
 }
 
 impl Snapshot {
@@ -200,6 +213,33 @@ impl Snapshot {
             locks: delta_map(&self.locks, &start.locks),
             faults: delta_map(&self.faults, &start.faults),
             sched: delta_map(&self.sched, &start.sched),
+            stacks: self
+                .stacks
+                .iter()
+                .map(|(f, end)| {
+                    let empty = StackSnapshot::default();
+                    let begin = start.stacks.get(f).unwrap_or(&empty);
+                    let counts = delta_map(&end.counts, &begin.counts);
+                    let keep = |id: &u64| counts.keys().any(|k| k.ustack == *id);
+                    let keep_k = |id: &i32| counts.keys().any(|k| k.kstack == *id);
+                    let s = StackSnapshot {
+                        ustacks: end
+                            .ustacks
+                            .iter()
+                            .filter(|(id, _)| keep(id))
+                            .map(|(id, s)| (*id, *s))
+                            .collect(),
+                        kstacks: end
+                            .kstacks
+                            .iter()
+                            .filter(|(id, _)| keep_k(id))
+                            .map(|(id, s)| (*id, s.clone()))
+                            .collect(),
+                        counts,
+                    };
+                    (*f, s)
+                })
+                .collect(),
             stats: self
                 .stats
                 .iter()
@@ -269,6 +309,7 @@ macro_rules! counter_fields {
 }
 counter_fields!(SysCount, count, exits, ns);
 counter_fields!(CallsBytes, calls, bytes);
+counter_fields!(StackVal, count, amount);
 counter_fields!(
     LockVal,
     calls,

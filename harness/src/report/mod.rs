@@ -5,6 +5,7 @@
 //! `Attribution` (plain, serializable, versioned) and its terminal table.
 
 pub mod host;
+pub mod stacks;
 pub mod table;
 
 use std::collections::BTreeMap;
@@ -54,6 +55,9 @@ pub struct Attribution {
     /// Hardware instruction counters: present or not, and what the kernel
     /// said. Without them rig reports no instruction counts (never zero).
     pub pmu: host::Pmu,
+    /// Whole stacks of every counted event, with exact counts per stack
+    /// and the user site of each.
+    pub stacks: stacks::StackSection,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -338,6 +342,18 @@ impl Attribution {
         load: Option<LoadResult>,
         sym: &mut Symbolizer,
     ) -> Attribution {
+        Attribution::build_with(w, requests, load, sym, &stacks::Wrappers::default())
+    }
+
+    /// `build`, naming user sites past `wrappers`.
+    pub fn build_with(
+        w: &Window,
+        requests: Option<u64>,
+        load: Option<LoadResult>,
+        sym: &mut Symbolizer,
+        wrappers: &stacks::Wrappers,
+    ) -> Attribution {
+        let stacks = stacks::StackSection::build(w, &w.copy_impls, sym, wrappers);
         let d = &w.delta;
         // Addresses are per process: each is named with its own process's map.
         let mut callers = |addrs: Vec<(u32, u64)>, kind: AddrKind| -> BTreeMap<(u32, u64), Site> {
@@ -630,6 +646,7 @@ impl Attribution {
             notes: w.notes.clone(),
             distortions,
             pmu: host::detect_pmu(),
+            stacks,
         }
     }
 

@@ -1,0 +1,331 @@
+/* Kernel side of whole user stacks (not ABI; the ABI is stack.h).
+ *
+ * The walk needs no frame pointers: the harness turns every executable
+ * module's .eh_frame into rows (struct unwind_row) sorted by address, and
+ * the walk looks up the row covering each frame's instruction to find the
+ * caller's stack pointer (CFA), return address (CFA - 8) and saved rbp. The
+ * design is the one parca-agent and the OpenTelemetry profiler use; the
+ * tables are per module, the mapping list per address space.
+ *
+ * Stacks are aggregated here: a stack is stored once under a 64-bit hash of
+ * its frames (`ustacks`), and every family adds its events to
+ * `stack_counts` keyed by (process, event, stack), so a window's per-stack
+ * counts are the exact difference of two snapshots, like every other
+ * counter. */
+#ifndef RIG_STACK_BPF_H
+#define RIG_STACK_BPF_H
+
+#include "common.bpf.h"
+#include "stack.h"
+
+/* Set by the loader: 0 leaves every stack out (one frame per event, as
+ * before), so probe-cost can price the walk itself. */
+const volatile __u8 rig_stacks = 0;
+/* x86_64 THREAD_SIZE: where a task's user registers sit below the top of
+ * its kernel stack. */
+const volatile __u64 rig_thread_size = 16384;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* sized by the loader */
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RIG_UNWIND_MAX_PROCS);
+	__type(key, __u32);
+	__type(value, struct unwind_proc);
+} unwind_procs SEC(".maps");
+
+/* tgid -> slot in unwind_procs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RIG_MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct ustack);
+} ustacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 4096);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, 127 * sizeof(__u64));
+} kstacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct stack_key);
+	__type(value, struct stack_val);
+} stack_counts SEC(".maps");
+
+struct walk {
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 slot;
+	__u32 _pad;
+	struct ustack st;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct walk);
+} walk_scratch SEC(".maps");
+
+/* The task fields the register lookup needs (CO-RE). */
+struct task_struct___stack {
+	void *stack;
+} __attribute__((preserve_access_index));
+
+/* Rows [first, first + count) hold the module's table; find the last row
+ * whose pc <= v. 2^24 rows is more than any module has. */
+static __always_inline struct unwind_row *find_row(__u32 first, __u32 count, __u64 v)
+{
+	__u32 lo = first, hi = first + count;
+	for (int j = 0; j < 24; j++) {
+		if (lo + 1 >= hi)
+			break;
+		__u32 mid = lo + (hi - lo) / 2;
+		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!r)
+			return 0;
+		if (r->pc <= v)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (count == 0)
+		return 0;
+	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &lo);
+	if (!r || r->pc > v)
+		return 0;
+	return r;
+}
+
+/* One frame: record w->ip, then step to the caller. Returns 1 to stop. */
+static long unwind_step(__u32 i, void *ctx)
+{
+	/* bpf_loop's context must live on the stack; the walk state is too big
+	 * for it, so each step finds it in the per-CPU scratch map. */
+	__u32 zero = 0;
+	struct walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!w)
+		return 1;
+	__u32 n = w->st.len;
+	if (n >= RIG_STACK_MAX_FRAMES) {
+		w->st.flags |= RIG_STACK_TRUNCATED;
+		return 1;
+	}
+	__u64 ip = w->ip;
+	w->st.ip[n & (RIG_STACK_MAX_FRAMES - 1)] = ip;
+	w->st.len = n + 1;
+
+	__u32 slot = w->slot;
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &slot);
+	if (!p) {
+		w->st.flags |= RIG_STACK_NO_PROC;
+		return 1;
+	}
+	/* A return address may sit just past its call's function (a call to a
+	 * noreturn function ends it): look up the call instruction instead. */
+	__u64 look = n ? ip - 1 : ip;
+	__u32 nm = p->nmaps;
+	if (nm > RIG_UNWIND_MAX_MAPS)
+		nm = RIG_UNWIND_MAX_MAPS;
+	__u32 lo = 0, hi = nm;
+	for (int j = 0; j < 7; j++) {
+		if (lo >= hi)
+			break;
+		__u32 mid = lo + (hi - lo) / 2;
+		/* Masked, not just compared: the verifier needs the bound on the
+		 * register that indexes. */
+		if (p->maps[mid & (RIG_UNWIND_MAX_MAPS - 1)].end <= look)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo >= nm) {
+		w->st.flags |= RIG_STACK_NO_TABLE;
+		return 1;
+	}
+	struct unwind_map *m = &p->maps[lo & (RIG_UNWIND_MAX_MAPS - 1)];
+	if (look < m->start) {
+		w->st.flags |= RIG_STACK_NO_TABLE;
+		return 1;
+	}
+	struct unwind_row *r = find_row(m->row_first, m->row_count, look - m->bias);
+	if (!r) {
+		w->st.flags |= RIG_STACK_NO_ROW;
+		return 1;
+	}
+	__u64 cfa;
+	switch (r->cfa) {
+	case UNWIND_CFA_RSP:
+		cfa = w->sp + (__s64)r->cfa_off;
+		break;
+	case UNWIND_CFA_RBP:
+		cfa = w->bp + (__s64)r->cfa_off;
+		break;
+	case UNWIND_CFA_PLT:
+		cfa = w->sp + 8 + ((ip & 15) >= (__u64)r->cfa_off ? 8 : 0);
+		break;
+	case UNWIND_CFA_END:
+		return 1;
+	case UNWIND_CFA_NONE:
+		w->st.flags |= RIG_STACK_NO_ROW;
+		return 1;
+	default:
+		w->st.flags |= RIG_STACK_BAD_RULE;
+		return 1;
+	}
+	__u64 ra = 0;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+		w->st.flags |= RIG_STACK_READ_FAIL;
+		return 1;
+	}
+	if (r->rbp_off) {
+		__u64 bp = 0;
+		if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)r->rbp_off))) {
+			w->st.flags |= RIG_STACK_READ_FAIL;
+			return 1;
+		}
+		w->bp = bp;
+	}
+	if (ra == 0)
+		return 1;
+	w->sp = cfa;
+	w->ip = ra;
+	return 0;
+}
+
+static __always_inline __u64 stack_hash(struct ustack *st)
+{
+	__u64 h = 0xcbf29ce484222325ull ^ ((__u64)st->flags << 32) ^ st->len;
+	for (int i = 0; i < RIG_STACK_MAX_FRAMES; i++) {
+		if (i >= st->len)
+			break;
+		h ^= st->ip[i];
+		h *= 0x100000001b3ull;
+		h ^= h >> 29;
+	}
+	return h ? h : 1;
+}
+
+/* Walk the user stack from (ip, sp, bp) and store it; returns its id, or 0
+ * when stacks are off or it could not be stored. */
+static __always_inline __u64 take_ustack(__u32 tgid, __u64 ip, __u64 sp, __u64 bp)
+{
+	if (!rig_stacks)
+		return 0;
+	__u32 zero = 0;
+	struct walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!w)
+		return 0;
+	w->ip = ip;
+	w->sp = sp;
+	w->bp = bp;
+	w->st.len = 0;
+	w->st.flags = 0;
+	__u32 *slot = bpf_map_lookup_elem(&unwind_slots, &tgid);
+	if (slot) {
+		w->slot = *slot;
+		bpf_loop(RIG_STACK_MAX_FRAMES + 1, unwind_step, 0, 0);
+	} else {
+		w->st.ip[0] = ip;
+		w->st.len = 1;
+		w->st.flags = RIG_STACK_NO_PROC;
+	}
+	__u64 id = stack_hash(&w->st);
+	if (!bpf_map_lookup_elem(&ustacks, &id)) {
+		long err = bpf_map_update_elem(&ustacks, &id, &w->st, BPF_NOEXIST);
+		if (err && err != -17 /* EEXIST: another CPU stored it */) {
+			stat_add(RIG_STAT_STACK_FAIL, 1);
+			return 0;
+		}
+	}
+	return id;
+}
+
+/* The user registers of the current task, saved at its entry into the
+ * kernel (for tracepoints and perf events that fire in kernel mode). */
+static __always_inline int current_user_regs(struct pt_regs *out)
+{
+	struct task_struct___stack *t = (void *)bpf_get_current_task();
+	void *stack = BPF_CORE_READ(t, stack);
+	if (!stack)
+		return -1;
+	void *regs = stack + rig_thread_size - sizeof(struct pt_regs);
+	return bpf_probe_read_kernel(out, sizeof(*out), regs);
+}
+
+static __always_inline __u64 take_ustack_regs(__u32 tgid, struct pt_regs *regs)
+{
+	return take_ustack(tgid, PT_REGS_IP(regs), PT_REGS_SP(regs), PT_REGS_FP(regs));
+}
+
+/* The stack of the current task's user code (from its saved registers). */
+static __always_inline __u64 take_current_ustack(__u32 tgid)
+{
+	if (!rig_stacks)
+		return 0;
+	struct pt_regs regs = {};
+	if (current_user_regs(&regs)) {
+		stat_add(RIG_STAT_STACK_FAIL, 1);
+		return 0;
+	}
+	return take_ustack_regs(tgid, &regs);
+}
+
+static __always_inline __s32 take_kstack(void *ctx)
+{
+	if (!rig_stacks)
+		return -1;
+	long id = bpf_get_stackid(ctx, &kstacks, 0);
+	if (id < 0) {
+		stat_add(RIG_STAT_STACK_FAIL, 1);
+		return -1;
+	}
+	return (__s32)id;
+}
+
+static __always_inline void stack_add(__u32 tgid, __u64 ustack, __s32 kstack, __u32 what,
+				      __u32 arg, __u64 amount)
+{
+	if (!rig_stacks)
+		return;
+	struct stack_key k = {
+		.ustack = ustack, .tgid = tgid, .kstack = kstack, .what = what, .arg = arg,
+	};
+	struct stack_val zero = {};
+	struct stack_val *v = upsert(&stack_counts, &k, &zero);
+	if (v) {
+		v->count++;
+		v->amount += amount;
+	}
+}
+
+/* A forked child shares its parent's address space layout: give it the
+ * parent's tables (called from rig_follow_fork). */
+static __always_inline void stack_follow_fork(__u32 parent, __u32 child)
+{
+	__u32 *slot = bpf_map_lookup_elem(&unwind_slots, &parent);
+	if (slot) {
+		__u32 s = *slot;
+		bpf_map_update_elem(&unwind_slots, &child, &s, BPF_ANY);
+	}
+}
+
+#endif

@@ -1,0 +1,110 @@
+/* Whole user stacks without frame pointers: the unwind tables the harness
+ * builds from each module's .eh_frame, and the per-stack counts every family
+ * keeps. Rust twin: ebpf/src/abi.rs (`UnwindRow`, `UnwindMap`, `UnwindProc`,
+ * `UStack`, `StackKey`, `StackVal`). Fixed-width fields only, explicit
+ * padding, sizes asserted on both sides. */
+#ifndef RIG_STACK_H
+#define RIG_STACK_H
+#include <linux/types.h>
+
+/* Frames kept per stack. A deeper stack keeps its innermost 64 frames and is
+ * marked RIG_STACK_TRUNCATED. */
+#define RIG_STACK_MAX_FRAMES 64
+/* Executable mappings with unwind tables, per address space. */
+#define RIG_UNWIND_MAX_MAPS 64
+/* Address spaces with tables (a forked child shares its parent's slot). */
+#define RIG_UNWIND_MAX_PROCS 64
+
+/* How a row computes the canonical frame address (CFA). */
+enum unwind_cfa {
+	UNWIND_CFA_NONE = 0, /* no rule here (gap, or a rule rig cannot follow) */
+	UNWIND_CFA_RSP = 1,  /* CFA = rsp + cfa_off */
+	UNWIND_CFA_RBP = 2,  /* CFA = rbp + cfa_off */
+	/* A PLT stub's expression: CFA = rsp + 8, plus 8 once the stub has
+	 * pushed (ip & 15 >= cfa_off). */
+	UNWIND_CFA_PLT = 3,
+	UNWIND_CFA_END = 4,  /* return address undefined: the outermost frame */
+};
+
+/* One row of a module's unwind table, valid from `pc` (a module-relative
+ * virtual address) up to the next row's pc. The return address is always at
+ * CFA - 8 on x86_64. */
+struct unwind_row {
+	__u64 pc;
+	__s32 cfa_off;
+	__s16 rbp_off; /* caller's rbp saved at CFA + rbp_off; 0: rbp unchanged */
+	__u8 cfa;      /* enum unwind_cfa */
+	__u8 _pad;
+};
+_Static_assert(sizeof(struct unwind_row) == 16, "unwind_row ABI");
+
+/* One executable mapping of a module whose table sits in rows
+ * [row_first, row_first + row_count). A module-relative address is
+ * ip - bias. */
+struct unwind_map {
+	__u64 start;
+	__u64 end;
+	__u64 bias;
+	__u32 row_first;
+	__u32 row_count;
+};
+_Static_assert(sizeof(struct unwind_map) == 32, "unwind_map ABI");
+
+/* One address space: its mappings sorted by start. */
+struct unwind_proc {
+	__u32 nmaps;
+	__u32 _pad;
+	struct unwind_map maps[RIG_UNWIND_MAX_MAPS];
+};
+_Static_assert(sizeof(struct unwind_proc) == 8 + 32 * RIG_UNWIND_MAX_MAPS, "unwind_proc ABI");
+
+/* Why a stack ends where it ends (bits of ustack.flags). None set: the walk
+ * reached the outermost frame. */
+#define RIG_STACK_TRUNCATED (1u << 0) /* deeper than RIG_STACK_MAX_FRAMES */
+#define RIG_STACK_NO_TABLE (1u << 1)  /* an address in no mapping with a table */
+#define RIG_STACK_NO_ROW (1u << 2)    /* inside a module, but no row covers it */
+#define RIG_STACK_BAD_RULE (1u << 3)  /* a CFA rule rig does not follow */
+#define RIG_STACK_READ_FAIL (1u << 4) /* the stack memory could not be read */
+#define RIG_STACK_NO_PROC (1u << 5)   /* the process has no tables at all */
+#define RIG_STACK_NO_REGS (1u << 6)   /* the user registers were unreadable */
+
+/* A user stack, innermost frame first. ip[0] is the exact instruction;
+ * ip[1..] are return addresses. */
+struct ustack {
+	__u32 len;
+	__u32 flags;
+	__u64 ip[RIG_STACK_MAX_FRAMES];
+};
+_Static_assert(sizeof(struct ustack) == 8 + 8 * RIG_STACK_MAX_FRAMES, "ustack ABI");
+
+/* What a per-stack count is of: the family's event and its qualifier. */
+enum stack_what {
+	STACK_ALLOC = 1,      /* arg: alloc_kind << 8 | size class (0xff: NULL free) */
+	STACK_COPY = 2,       /* arg: copy implementation index */
+	STACK_LOCK = 3,       /* arg: lock_op; amount: 0 */
+	STACK_FUTEX_WAIT = 4, /* a lock's futex wait; amount: ns */
+	STACK_SYSCALL = 5,    /* arg: syscall nr */
+	STACK_FAULT = 6,      /* arg: fault kind */
+	STACK_OFFCPU = 7,     /* arg: 1 voluntary, 0 involuntary; amount: ns */
+	STACK_CPU = 8,        /* sampled on-CPU; amount: sample period ns */
+};
+
+/* Key of the per-stack counts: one row per (process, event, user stack,
+ * kernel stack). ustack is the id (hash) of a `ustacks` entry, 0 when none
+ * was taken; kstack is a stack-trace map id, -1 when none. */
+struct stack_key {
+	__u64 ustack;
+	__u32 tgid;
+	__s32 kstack;
+	__u32 what;
+	__u32 arg;
+};
+_Static_assert(sizeof(struct stack_key) == 24, "stack_key ABI");
+
+struct stack_val {
+	__u64 count;
+	__u64 amount; /* bytes or ns, by `what` */
+};
+_Static_assert(sizeof(struct stack_val) == 16, "stack_val ABI");
+
+#endif

@@ -1,0 +1,272 @@
+//! Putting unwind tables into every loaded BPF object, and reading stacks
+//! back.
+//!
+//! In: the processes a `ProbeSet` measures (their memory maps). Out: the
+//! `unwind_rows`, `unwind_procs` and `unwind_slots` maps of every object
+//! filled, so each family's programs can walk whole user stacks; after a
+//! window, the stacks (`ustacks`, `kstacks`) its per-stack counts refer to.
+//!
+//! Every object gets the same rows at the same indices: a module's rows are
+//! placed once per session (keyed by file identity) and written to each
+//! object's array through a shared memory mapping of it (no syscall per
+//! row). Address spaces with the same mappings share a slot, as a forked
+//! child does (the kernel side copies the parent's slot at fork).
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::OnceLock;
+
+use aya::maps::{Array, HashMap, Map, MapData, StackTraceMap};
+use aya::{Btf, Ebpf, EbpfLoader};
+use rig_ebpf::abi::{StackKey, StackVal, UStack, UnwindProc, UnwindRow, UNWIND_MAX_PROCS};
+
+use super::unwind::Tables;
+use super::{read, Family, ProbeError};
+use crate::target::maps::ProcMaps;
+
+/// Whether the families walk whole user stacks (and kernel stacks where
+/// they have them) for every event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Stacks {
+    /// One frame per event (the caller at `*sp`, or the faulting IP).
+    Off,
+    /// Whole stacks, unwound from `.eh_frame` tables.
+    #[default]
+    On,
+}
+
+/// Kernel BTF, parsed once per session: parsing it takes about two seconds
+/// here, and every BPF object's load needs it.
+pub fn kernel_btf() -> Option<&'static Btf> {
+    static BTF: OnceLock<Option<Btf>> = OnceLock::new();
+    BTF.get_or_init(|| Btf::from_sys_fs().ok()).as_ref()
+}
+
+/// Load one family's object with the stack settings in place.
+pub fn load_object(
+    family: Family,
+    bytes: &[u8],
+    stacks: Stacks,
+    rows: usize,
+) -> Result<Ebpf, ProbeError> {
+    let on: u8 = (stacks == Stacks::On) as u8;
+    let mut loader = EbpfLoader::new();
+    loader.btf(kernel_btf());
+    loader.override_global("rig_stacks", &on, true);
+    loader.map_max_entries("unwind_rows", rows.max(1) as u32);
+    loader
+        .load(bytes)
+        .map_err(|source| ProbeError::Load { family, source })
+}
+
+/// The session's unwind tables and what has been written where.
+pub struct StackTables {
+    pub mode: Stacks,
+    tables: Tables,
+    /// Rows each object's array holds.
+    capacity: usize,
+    /// Rows already written to every object.
+    written: usize,
+    /// Address spaces by slot.
+    slots: Vec<UnwindProc>,
+}
+
+impl StackTables {
+    /// Tables for `procs`, with room for modules of processes that join
+    /// later (a child that execs another program).
+    pub fn new(mode: Stacks, procs: &[&ProcMaps]) -> StackTables {
+        let mut tables = Tables::default();
+        let needed = if mode == Stacks::On {
+            tables.rows_needed(procs)
+        } else {
+            0
+        };
+        StackTables {
+            mode,
+            tables,
+            capacity: if mode == Stacks::On {
+                needed + needed / 2 + 65_536
+            } else {
+                1
+            },
+            written: 0,
+            slots: Vec::new(),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Modules without a usable table (their frames end stacks), with why.
+    pub fn missing(&self) -> &[(String, String)] {
+        &self.tables.missing
+    }
+
+    /// Give `pid` its tables in every object.
+    pub fn install(
+        &mut self,
+        objects: &mut [(Family, Ebpf)],
+        pid: u32,
+        maps: &ProcMaps,
+    ) -> Result<(), ProbeError> {
+        if self.mode == Stacks::Off {
+            return Ok(());
+        }
+        let entry = self.tables.proc_entry(maps, self.capacity);
+        let new_rows = &self.tables.rows[self.written..];
+        for (family, ebpf) in objects.iter_mut() {
+            write_rows(ebpf, *family, self.written, new_rows)?;
+        }
+        self.written = self.tables.rows.len();
+        let slot = match self.slots.iter().position(|s| *s == entry) {
+            Some(s) => s as u32,
+            None => {
+                if self.slots.len() as u32 >= UNWIND_MAX_PROCS {
+                    // No slot left: this process's stacks say "no tables".
+                    return Ok(());
+                }
+                self.slots.push(entry);
+                let s = (self.slots.len() - 1) as u32;
+                for (family, ebpf) in objects.iter_mut() {
+                    let m = map_mut(ebpf, *family, "unwind_procs")?;
+                    let mut procs: Array<_, UnwindProc> =
+                        Array::try_from(m).map_err(map_err(*family, "unwind_procs"))?;
+                    procs
+                        .set(s, entry, 0)
+                        .map_err(map_err(*family, "unwind_procs"))?;
+                }
+                s
+            }
+        };
+        for (family, ebpf) in objects.iter_mut() {
+            let m = map_mut(ebpf, *family, "unwind_slots")?;
+            let mut slots: HashMap<_, u32, u32> =
+                HashMap::try_from(m).map_err(map_err(*family, "unwind_slots"))?;
+            slots
+                .insert(pid, slot, 0)
+                .map_err(map_err(*family, "unwind_slots"))?;
+        }
+        Ok(())
+    }
+}
+
+fn map_err(family: Family, map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
+    move |source| ProbeError::Map {
+        family,
+        map,
+        source,
+    }
+}
+
+fn map_mut<'a>(
+    ebpf: &'a mut Ebpf,
+    family: Family,
+    name: &'static str,
+) -> Result<&'a mut Map, ProbeError> {
+    ebpf.map_mut(name).ok_or_else(|| ProbeError::Missing {
+        family,
+        what: "map",
+        name: name.to_string(),
+    })
+}
+
+/// Write `rows` at index `at` of the object's `unwind_rows` array through a
+/// shared mapping of it (the array is BPF_F_MMAPABLE).
+fn write_rows(
+    ebpf: &mut Ebpf,
+    family: Family,
+    at: usize,
+    rows: &[UnwindRow],
+) -> Result<(), ProbeError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let m = map_mut(ebpf, family, "unwind_rows")?;
+    let Map::Array(data) = m else {
+        return Err(ProbeError::Missing {
+            family,
+            what: "array map",
+            name: "unwind_rows".into(),
+        });
+    };
+    let data: &MapData = data;
+    let fd = data.fd().as_fd().as_raw_fd();
+    let row = size_of::<UnwindRow>();
+    let len = (at + rows.len()) * row;
+    // SAFETY: mapping a BPF array map's memory, shared, read-write, for the
+    // length of the rows written (within max_entries, checked by the
+    // placement); it is unmapped below before anything else touches it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(ProbeError::Mmap {
+                family,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let dst = (p as *mut u8).add(at * row) as *mut UnwindRow;
+        std::ptr::copy_nonoverlapping(rows.as_ptr(), dst, rows.len());
+        libc::munmap(p, len);
+    }
+    Ok(())
+}
+
+/// The stacks of one object at one instant.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StackSnapshot {
+    pub counts: BTreeMap<StackKey, StackVal>,
+    pub ustacks: BTreeMap<u64, UStack>,
+    /// Kernel stack id -> frames (innermost first).
+    pub kstacks: BTreeMap<i32, Vec<u64>>,
+}
+
+/// Read one object's per-stack counts and the stacks they name.
+pub fn read_stacks(
+    ebpf: &Ebpf,
+    family: Family,
+    with_frames: bool,
+) -> Result<StackSnapshot, ProbeError> {
+    let counts: BTreeMap<StackKey, StackVal> = read::percpu_hash(ebpf, family, "stack_counts")?;
+    let mut out = StackSnapshot {
+        counts,
+        ..Default::default()
+    };
+    if !with_frames || out.counts.is_empty() {
+        return Ok(out);
+    }
+    let ustacks: HashMap<&MapData, u64, UStack> =
+        HashMap::try_from(ebpf.map("ustacks").ok_or_else(|| ProbeError::Missing {
+            family,
+            what: "map",
+            name: "ustacks".into(),
+        })?)
+        .map_err(map_err(family, "ustacks"))?;
+    for k in out.counts.keys() {
+        if k.ustack != 0 && !out.ustacks.contains_key(&k.ustack) {
+            if let Ok(s) = ustacks.get(&k.ustack, 0) {
+                out.ustacks.insert(k.ustack, s);
+            }
+        }
+    }
+    if let Some(m) = ebpf.map("kstacks") {
+        let kst: StackTraceMap<&MapData> =
+            StackTraceMap::try_from(m).map_err(map_err(family, "kstacks"))?;
+        for k in out.counts.keys() {
+            if k.kstack >= 0 && !out.kstacks.contains_key(&k.kstack) {
+                if let Ok(t) = kst.get(&(k.kstack as u32), 0) {
+                    out.kstacks
+                        .insert(k.kstack, t.frames().iter().map(|f| f.ip).collect());
+                }
+            }
+        }
+    }
+    Ok(out)
+}

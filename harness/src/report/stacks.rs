@@ -1,0 +1,430 @@
+//! Whole stacks of a window: every counted event's user stack (and kernel
+//! stack where the family takes one), with exact counts per stack, and the
+//! *user site* of each: the first frame outside allocators, C/C++/Rust
+//! standard-library wrappers and any pattern the user adds.
+//!
+//! In: a `probe::Window` whose families ran with stacks on, the session's
+//! `Symbolizer`, the wrapper patterns. Out: a `StackSection` (serializable;
+//! stacks are stored once, keyed by id, and rows refer to them).
+
+use std::collections::BTreeMap;
+
+use rig_ebpf::abi::{stack_flag, stack_what, UStack, ALLOC_CLASS_NULL_FREE};
+use serde::Serialize;
+
+use crate::probe::{syscall_name, CopyImpl, Family, Window};
+use crate::symbolize::{AddrKind, Site, Symbolizer};
+use crate::target::maps::basename;
+
+/// Frames whose function starts with one of these are wrappers: allocator
+/// entry points and internals, and standard-library code between the code a
+/// user can change and the counted event.
+pub const DEFAULT_WRAPPERS: &[&str] = &[
+    // Rust's allocator shims and std internals.
+    "__rust_",
+    "__rdl_",
+    "__rg_",
+    "alloc::",
+    "<alloc::",
+    "core::",
+    "<core::",
+    "std::",
+    "<std::",
+    "hashbrown::",
+    "<hashbrown::",
+    // C++ runtime and library internals.
+    "operator new",
+    "operator delete",
+    "__gnu_cxx::",
+    // Allocator families.
+    "je_",
+    "_rjem_",
+    "tc_",
+    "tcmalloc::",
+    "mi_",
+    "_mi_",
+    "PyObject_Malloc",
+    "PyObject_Calloc",
+    "PyObject_Realloc",
+    "PyObject_Free",
+    "PyMem_",
+    "_PyMem_",
+];
+
+/// C allocator and copy entry points, matched exactly (a prefix would catch
+/// `freeaddrinfo`).
+const WRAPPER_NAMES: &[&str] = &[
+    "malloc",
+    "calloc",
+    "realloc",
+    "free",
+    "cfree",
+    "posix_memalign",
+    "memalign",
+    "aligned_alloc",
+    "valloc",
+    "pvalloc",
+    "memcpy",
+    "memmove",
+    "memset",
+];
+
+/// Modules whose every frame is a wrapper: the C and C++ runtimes and the
+/// allocators rig knows.
+const WRAPPER_MODULES: &[&str] = &[
+    "libc.so",
+    "libc-",
+    "ld-linux",
+    "libpthread",
+    "libstdc++",
+    "libgcc_s",
+    "libjemalloc",
+    "libtcmalloc",
+    "libmimalloc",
+];
+
+/// Which frames are wrappers.
+#[derive(Clone, Debug)]
+pub struct Wrappers {
+    /// Function-name prefixes; a pattern ending in `*` is the same prefix,
+    /// one starting with `*` matches anywhere in the name.
+    pub patterns: Vec<String>,
+}
+
+impl Default for Wrappers {
+    fn default() -> Self {
+        Wrappers {
+            patterns: DEFAULT_WRAPPERS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+impl Wrappers {
+    /// The defaults plus `extra` (from `--wrapper` or a target spec).
+    pub fn with_extra(extra: &[String]) -> Wrappers {
+        let mut w = Wrappers::default();
+        w.patterns.extend(extra.iter().cloned());
+        w
+    }
+
+    pub fn is_wrapper(&self, site: &Site) -> bool {
+        if let Some(m) = site.module.as_deref() {
+            let b = basename(m);
+            if WRAPPER_MODULES.iter().any(|w| b.starts_with(w)) {
+                return true;
+            }
+        }
+        let Some(f) = site.function.as_deref() else {
+            return false;
+        };
+        if WRAPPER_NAMES.contains(&f) {
+            return true;
+        }
+        self.patterns.iter().any(|p| matches(p, f))
+    }
+}
+
+fn matches(pattern: &str, f: &str) -> bool {
+    if let Some(inner) = pattern.strip_prefix('*') {
+        let inner = inner.strip_suffix('*').unwrap_or(inner);
+        return f.contains(inner);
+    }
+    let p = pattern.strip_suffix('*').unwrap_or(pattern);
+    f.starts_with(p)
+}
+
+/// One user stack, innermost frame first.
+#[derive(Clone, Debug, Serialize)]
+pub struct StackFrames {
+    pub frames: Vec<Site>,
+    /// Index in `frames` of the user site.
+    pub user_site: usize,
+    /// Why the walk stopped before the outermost frame, if it did:
+    /// `truncated` (deeper than 64 frames), `no unwind table`, `no row`,
+    /// `unsupported rule`, `unreadable stack`, `process without tables`.
+    pub incomplete: Vec<&'static str>,
+}
+
+/// Exact count (and bytes or ns) of one event at one stack.
+#[derive(Clone, Debug, Serialize)]
+pub struct StackRow {
+    pub family: Family,
+    /// What was counted: `malloc`, `getppid`, `memcpy/memmove`, `lock`,
+    /// `futex wait`, `minor fault`, `off-CPU voluntary`, ...
+    pub event: String,
+    /// Size class for allocations (sizes in (2^(c-1), 2^c]).
+    pub size_class: Option<u32>,
+    pub pid: u32,
+    pub count: u64,
+    /// Bytes (alloc, copy) or nanoseconds (futex wait, off-CPU); 0 otherwise.
+    pub amount: u64,
+    /// Key into `StackSection::stacks`; `None` when no user stack was taken.
+    pub stack: Option<String>,
+    /// Key into `StackSection::kernel`.
+    pub kernel_stack: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StackSection {
+    /// Whether stacks were taken at all in this window.
+    pub enabled: bool,
+    /// User stacks by id (hex of the in-kernel hash).
+    pub stacks: BTreeMap<String, StackFrames>,
+    /// Kernel stacks by `family:id`, named from kallsyms.
+    pub kernel: BTreeMap<String, Vec<String>>,
+    /// Rows, largest count first within each family.
+    pub rows: Vec<StackRow>,
+    /// Events whose stack is incomplete, by family (see `StackFrames`).
+    pub incomplete_events: BTreeMap<Family, u64>,
+}
+
+impl StackSection {
+    pub fn build(
+        w: &Window,
+        copy_impls: &[CopyImpl],
+        sym: &mut Symbolizer,
+        wrappers: &Wrappers,
+    ) -> StackSection {
+        let mut out = StackSection {
+            enabled: !w.delta.stacks.is_empty(),
+            ..Default::default()
+        };
+        // (tgid, stack id) -> stack, for naming with the right map.
+        let mut wanted: BTreeMap<(u32, u64), UStack> = BTreeMap::new();
+        for st in w.delta.stacks.values() {
+            for k in st.counts.keys() {
+                if let Some(s) = st.ustacks.get(&k.ustack) {
+                    wanted.insert((k.tgid, k.ustack), *s);
+                }
+            }
+        }
+        for ((tgid, id), s) in &wanted {
+            let key = format!("{id:016x}");
+            if out.stacks.contains_key(&key) {
+                continue;
+            }
+            out.stacks
+                .insert(key, name_stack(w, *tgid, s, sym, wrappers));
+        }
+        let mut kernel_names = KernelNames::new();
+        for (family, st) in &w.delta.stacks {
+            for (k, v) in &st.counts {
+                let stack = (k.ustack != 0).then(|| format!("{:016x}", k.ustack));
+                if let Some(s) = stack.as_ref().and_then(|s| out.stacks.get(s)) {
+                    if !s.incomplete.is_empty() {
+                        *out.incomplete_events.entry(*family).or_default() += v.count;
+                    }
+                } else {
+                    *out.incomplete_events.entry(*family).or_default() += v.count;
+                }
+                let kernel_stack = (k.kstack >= 0).then(|| format!("{family}:{}", k.kstack));
+                if let Some(ks) = &kernel_stack {
+                    if !out.kernel.contains_key(ks) {
+                        let frames = st.kstacks.get(&k.kstack).cloned().unwrap_or_default();
+                        out.kernel.insert(ks.clone(), kernel_names.name(&frames));
+                    }
+                }
+                let (event, size_class) = event_name(k.what, k.arg, copy_impls);
+                out.rows.push(StackRow {
+                    family: *family,
+                    event,
+                    size_class,
+                    pid: k.tgid,
+                    count: v.count,
+                    amount: v.amount,
+                    stack,
+                    kernel_stack,
+                });
+            }
+        }
+        out.rows.sort_by(|a, b| {
+            a.family
+                .cmp(&b.family)
+                .then(b.count.cmp(&a.count))
+                .then(b.amount.cmp(&a.amount))
+        });
+        out
+    }
+
+    /// The user-site label of a row (or `?` without a stack).
+    pub fn user_site(&self, row: &StackRow) -> Option<&Site> {
+        let s = self.stacks.get(row.stack.as_ref()?)?;
+        s.frames.get(s.user_site)
+    }
+}
+
+fn name_stack(
+    w: &Window,
+    tgid: u32,
+    s: &UStack,
+    sym: &mut Symbolizer,
+    wrappers: &Wrappers,
+) -> StackFrames {
+    let maps = w.maps_of(tgid);
+    let ips = s.frames();
+    let mut frames = Vec::with_capacity(ips.len());
+    if let Some((first, rest)) = ips.split_first() {
+        frames.extend(sym.symbolize(maps, &[*first], AddrKind::InstructionPointer));
+        frames.extend(sym.symbolize(maps, rest, AddrKind::ReturnAddress));
+    }
+    let user_site = frames
+        .iter()
+        .position(|f| !wrappers.is_wrapper(f))
+        .unwrap_or(0);
+    let mut incomplete = Vec::new();
+    for (bit, what) in [
+        (stack_flag::TRUNCATED, "truncated"),
+        (stack_flag::NO_TABLE, "no unwind table"),
+        (stack_flag::NO_ROW, "no row"),
+        (stack_flag::BAD_RULE, "unsupported rule"),
+        (stack_flag::READ_FAIL, "unreadable stack"),
+        (stack_flag::NO_PROC, "process without tables"),
+        (stack_flag::NO_REGS, "no user registers"),
+    ] {
+        if s.flags & bit != 0 {
+            incomplete.push(what);
+        }
+    }
+    StackFrames {
+        frames,
+        user_site,
+        incomplete,
+    }
+}
+
+/// The event a (what, arg) pair counts, and its size class for allocations.
+pub fn event_name(what: u32, arg: u32, copy_impls: &[CopyImpl]) -> (String, Option<u32>) {
+    match what {
+        stack_what::ALLOC => {
+            let kind = arg >> 8;
+            let class = arg & 0xff;
+            let null = class == (ALLOC_CLASS_NULL_FREE & 0xff);
+            (
+                super::alloc_kind_name(kind).to_string(),
+                (!null).then_some(class),
+            )
+        }
+        stack_what::COPY => (
+            copy_impls
+                .get(arg as usize)
+                .map(|c| c.apis.join("/"))
+                .unwrap_or_else(|| format!("copy #{arg}")),
+            None,
+        ),
+        stack_what::LOCK => (
+            match arg {
+                rig_ebpf::abi::lock_op::LOCK => "lock",
+                rig_ebpf::abi::lock_op::TRYLOCK => "trylock",
+                _ => "unlock",
+            }
+            .to_string(),
+            None,
+        ),
+        stack_what::FUTEX_WAIT => ("contended (futex wait)".to_string(), None),
+        stack_what::SYSCALL => (syscall_name(arg), None),
+        stack_what::FAULT => (
+            if arg == rig_ebpf::abi::FAULT_MAJOR {
+                "major fault"
+            } else {
+                "minor fault"
+            }
+            .to_string(),
+            None,
+        ),
+        stack_what::OFFCPU => (
+            if arg == 1 {
+                "off-CPU voluntary"
+            } else {
+                "off-CPU involuntary"
+            }
+            .to_string(),
+            None,
+        ),
+        stack_what::CPU => ("on-CPU sample".to_string(), None),
+        other => (format!("event {other}"), None),
+    }
+}
+
+/// Kernel addresses named from /proc/kallsyms (blazesym), once each.
+struct KernelNames {
+    symbolizer: blazesym::symbolize::Symbolizer,
+    cache: BTreeMap<u64, String>,
+}
+
+impl KernelNames {
+    fn new() -> Self {
+        KernelNames {
+            symbolizer: blazesym::symbolize::Symbolizer::new(),
+            cache: BTreeMap::new(),
+        }
+    }
+
+    fn name(&mut self, addrs: &[u64]) -> Vec<String> {
+        use blazesym::symbolize::{source, Input, Symbolized};
+        let todo: Vec<u64> = addrs
+            .iter()
+            .copied()
+            .filter(|a| !self.cache.contains_key(a))
+            .collect();
+        if !todo.is_empty() {
+            let src = source::Source::Kernel(source::Kernel {
+                vmlinux: blazesym::MaybeDefault::None,
+                ..Default::default()
+            });
+            let named = self
+                .symbolizer
+                .symbolize(&src, Input::AbsAddr(&todo))
+                .unwrap_or_default();
+            for (i, a) in todo.iter().enumerate() {
+                let n = match named.get(i) {
+                    Some(Symbolized::Sym(s)) => format!("{}+{:#x}", s.name, s.offset),
+                    _ => format!("{a:#x} [kernel]"),
+                };
+                self.cache.insert(*a, n);
+            }
+        }
+        addrs.iter().map(|a| self.cache[a].clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::Naming;
+
+    fn site(module: &str, f: &str) -> Site {
+        Site {
+            addr: 0,
+            module: Some(module.to_string()),
+            module_offset: 0,
+            build_id: None,
+            function: Some(f.to_string()),
+            function_offset: 0,
+            file: None,
+            line: None,
+            inlined: Vec::new(),
+            naming: Naming::Symbol,
+        }
+    }
+
+    #[test]
+    fn wrappers_cover_allocators_and_std_but_not_user_code() {
+        let w = Wrappers::default();
+        assert!(w.is_wrapper(&site("/usr/lib/x86_64-linux-gnu/libc.so.6", "_int_malloc")));
+        assert!(w.is_wrapper(&site("/srv/app", "alloc::raw_vec::RawVec<T,A>::grow_one")));
+        assert!(w.is_wrapper(&site(
+            "/srv/app",
+            "<alloc::vec::Vec<T> as core::clone::Clone>::clone"
+        )));
+        assert!(w.is_wrapper(&site("/srv/app", "__rust_alloc")));
+        assert!(w.is_wrapper(&site("/srv/app", "malloc")));
+        assert!(!w.is_wrapper(&site("/srv/app", "freeaddrinfo_wrapper")));
+        assert!(!w.is_wrapper(&site("/srv/app", "hyper::proto::h1::role::encode_headers")));
+        assert!(!w.is_wrapper(&site("/usr/sbin/nginx", "ngx_alloc")));
+        let w = Wrappers::with_extra(&["ngx_alloc".into(), "ngx_p*".into(), "*pool*".into()]);
+        assert!(w.is_wrapper(&site("/usr/sbin/nginx", "ngx_alloc")));
+        assert!(w.is_wrapper(&site("/usr/sbin/nginx", "ngx_palloc")));
+        assert!(w.is_wrapper(&site("/usr/sbin/nginx", "ngx_create_pool")));
+        assert!(!w.is_wrapper(&site("/usr/sbin/nginx", "ngx_http_process_request")));
+    }
+}
