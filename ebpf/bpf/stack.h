@@ -38,17 +38,35 @@ struct unwind_row {
 };
 _Static_assert(sizeof(struct unwind_row) == 16, "unwind_row ABI");
 
+/* Rows are also indexed by address bucket, so a lookup searches a handful
+ * of rows instead of the whole module: bucket b covers module addresses
+ * [pc_base + (b << RIG_UNWIND_BUCKET_SHIFT), ... + bucket size). */
+#define RIG_UNWIND_BUCKET_SHIFT 8
+
+/* The rows (relative to the module's row_first) that cover the start of a
+ * bucket and the start of the next one: the row covering any address in the
+ * bucket lies between them, inclusive. (8 bytes: BPF array elements are
+ * 8-byte aligned, and the harness writes them through a memory mapping.) */
+struct unwind_bucket {
+	__u32 lo;
+	__u32 hi;
+};
+_Static_assert(sizeof(struct unwind_bucket) == 8, "unwind_bucket ABI");
+
 /* One executable mapping of a module whose table sits in rows
  * [row_first, row_first + row_count). A module-relative address is
- * ip - bias. */
+ * ip - bias. Its buckets are unwind_index[index_first .. + buckets). */
 struct unwind_map {
 	__u64 start;
 	__u64 end;
 	__u64 bias;
+	__u64 pc_base;
 	__u32 row_first;
 	__u32 row_count;
+	__u32 index_first;
+	__u32 buckets;
 };
-_Static_assert(sizeof(struct unwind_map) == 32, "unwind_map ABI");
+_Static_assert(sizeof(struct unwind_map) == 48, "unwind_map ABI");
 
 /* One address space: its mappings sorted by start. */
 struct unwind_proc {
@@ -56,7 +74,7 @@ struct unwind_proc {
 	__u32 _pad;
 	struct unwind_map maps[RIG_UNWIND_MAX_MAPS];
 };
-_Static_assert(sizeof(struct unwind_proc) == 8 + 32 * RIG_UNWIND_MAX_MAPS, "unwind_proc ABI");
+_Static_assert(sizeof(struct unwind_proc) == 8 + 48 * RIG_UNWIND_MAX_MAPS, "unwind_proc ABI");
 
 /* Why a stack ends where it ends (bits of ustack.flags). None set: the walk
  * reached the outermost frame. */

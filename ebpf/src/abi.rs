@@ -206,10 +206,26 @@ pub struct UnwindMap {
     pub start: u64,
     pub end: u64,
     pub bias: u64,
+    pub pc_base: u64,
     pub row_first: u32,
     pub row_count: u32,
+    pub index_first: u32,
+    pub buckets: u32,
 }
-const _: () = assert!(size_of::<UnwindMap>() == 32);
+const _: () = assert!(size_of::<UnwindMap>() == 48);
+/// C twin: `struct unwind_bucket` (stack.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindBucket {
+    pub lo: u32,
+    pub hi: u32,
+}
+const _: () = assert!(size_of::<UnwindBucket>() == 8);
+// SAFETY: repr(C), two u32, no padding.
+unsafe impl aya::Pod for UnwindBucket {}
+
+/// `RIG_UNWIND_BUCKET_SHIFT` (stack.h).
+pub const UNWIND_BUCKET_SHIFT: u32 = 8;
 
 /// C twin: `struct unwind_proc` (stack.h).
 #[repr(C)]
@@ -219,7 +235,7 @@ pub struct UnwindProc {
     pub _pad: u32,
     pub maps: [UnwindMap; UNWIND_MAX_MAPS],
 }
-const _: () = assert!(size_of::<UnwindProc>() == 8 + 32 * UNWIND_MAX_MAPS);
+const _: () = assert!(size_of::<UnwindProc>() == 8 + 48 * UNWIND_MAX_MAPS);
 impl Default for UnwindProc {
     fn default() -> Self {
         UnwindProc {

@@ -294,6 +294,7 @@ impl ProbeSet {
         family: Family,
         program: &str,
         symbol: &str,
+        stack_mode: Stacks,
     ) -> Result<ProbeSet, ProbeError> {
         check_target(pid)?;
         let maps = ProcMaps::read(pid).map_err(|source| ProbeError::Maps { pid, source })?;
@@ -308,17 +309,20 @@ impl ProbeSet {
         let offset = elf::resolve_ifunc(pid, &maps, &libc_maps_path, symbol)
             .map_err(resolve_err)?
             .file_offset;
-        let mut ebpf = load(family, Stacks::Off, 1)?;
-        set_target(&mut ebpf, family, pid, TARGET_ONE)?;
-        uprobe(&mut ebpf, family, program, &libc, offset, Some(1), pid)?;
+        let mut tables = StackTables::new(stack_mode, &[&maps]);
+        let mut objects = vec![(family, load(family, stack_mode, tables.capacity())?)];
+        tables.install(&mut objects, pid, &maps)?;
+        let (_, ebpf) = &mut objects[0];
+        set_target(ebpf, family, pid, TARGET_ONE)?;
+        uprobe(ebpf, family, program, &libc, offset, Some(1), pid)?;
         let mut procs = BTreeMap::new();
         procs.insert(pid, Followed::new(pid, Joined::Root, Some(maps)));
         Ok(ProbeSet {
             pid,
             scope: Scope::Process,
             shared: Arc::new(Mutex::new(Shared {
-                objects: vec![(family, ebpf)],
-                stacks: StackTables::new(Stacks::Off, &[]),
+                objects,
+                stacks: tables,
                 procs,
                 copy_impls: Vec::new(),
                 notes: Vec::new(),
@@ -327,6 +331,23 @@ impl ProbeSet {
             follower: None,
             families: vec![family],
         })
+    }
+
+    /// Time the kernel spent in this set's BPF programs, and how many times
+    /// they ran, summed over programs (needs BPF run-time stats enabled, e.g.
+    /// by holding `aya::sys::enable_stats`; zero otherwise).
+    pub fn program_runtime(&self) -> (Duration, u64) {
+        let shared = self.shared();
+        let mut total = (Duration::ZERO, 0);
+        for (_, ebpf) in &shared.objects {
+            for (_, prog) in ebpf.programs() {
+                if let Ok(info) = prog.info() {
+                    total.0 += info.run_time();
+                    total.1 += info.run_count();
+                }
+            }
+        }
+        total
     }
 
     /// The pid the probes were attached to (the tree's root).
@@ -830,7 +851,11 @@ impl Attacher<'_> {
     }
 }
 
-fn load(family: Family, stack_mode: Stacks, rows: usize) -> Result<Ebpf, ProbeError> {
+fn load(
+    family: Family,
+    stack_mode: Stacks,
+    sizes: super::unwind::Sizes,
+) -> Result<Ebpf, ProbeError> {
     let bytes = match family {
         Family::Syscalls => rig_ebpf::SYSCALLS,
         Family::Alloc => rig_ebpf::ALLOC,
@@ -839,7 +864,7 @@ fn load(family: Family, stack_mode: Stacks, rows: usize) -> Result<Ebpf, ProbeEr
         Family::Faults => rig_ebpf::FAULTS,
         Family::Sched => rig_ebpf::SCHED,
     };
-    stacks::load_object(family, bytes, stack_mode, rows)
+    stacks::load_object(family, bytes, stack_mode, sizes)
 }
 
 fn set_target(ebpf: &mut Ebpf, family: Family, tgid: u32, mode: u8) -> Result<(), ProbeError> {

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use super::{Family, ProbeSet};
+use super::{Family, ProbeSet, Scope, Stacks};
 
 /// One probe kind's measured cost.
 #[derive(Clone, Debug, Serialize)]
@@ -30,6 +30,33 @@ pub struct CostRow {
     pub probed_median: f64,
     /// (probed median - clean median) / hits per iteration.
     pub ns_per_hit: f64,
+    /// The same probe walking the whole user stack, from `stack_depth`
+    /// frames deep.
+    pub stacked_runs: Vec<f64>,
+    pub stacked_median: f64,
+    pub ns_per_hit_stacks: f64,
+    pub stack_depth: u32,
+    /// Time inside the BPF program per run (the kernel's own accounting,
+    /// `run_time_ns / run_cnt`, median over runs): what the program costs
+    /// without the trap that enters it, and far less disturbed by other
+    /// load on the machine than the loop timings.
+    pub program_ns: f64,
+    pub program_ns_stacks: f64,
+}
+
+/// Frames between the probed call and `_start` in every run: the hitloop
+/// descends this many extra frames first (plus its own 6: the probed
+/// function, the loop, the last `descend`, main and libc's two start-up
+/// frames).
+pub const STACK_DEPTH: u32 = 20;
+const EXTRA_FRAMES: u32 = STACK_DEPTH - 6;
+
+/// The three arms of one cost measurement.
+#[derive(Clone, Copy, PartialEq)]
+enum Arm {
+    Clean,
+    Probed,
+    Stacked,
 }
 
 /// What to attach for one measurement.
@@ -148,15 +175,17 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// Run `hitloop KIND ITERS` once, probed or not; ns per iteration.
-fn run_once(kind: &Kind, iterations: u64, probed: bool) -> Result<f64> {
+/// One run: ns per loop iteration, and the BPF program's ns per run.
+fn run_once(kind: &Kind, iterations: u64, arm: Arm) -> Result<(f64, Option<f64>)> {
     let mut child = Command::new(rig_fixtures::hitloop())
         .arg(kind.hitloop)
         .arg(iterations.to_string())
+        .arg(EXTRA_FRAMES.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the hitloop fixture")?;
-    let result = (|| -> Result<f64> {
+    let result = (|| -> Result<(f64, Option<f64>)> {
         let mut out = BufReader::new(child.stdout.take().context("hitloop stdout")?);
         let mut line = String::new();
         out.read_line(&mut line)?;
@@ -164,12 +193,26 @@ fn run_once(kind: &Kind, iterations: u64, probed: bool) -> Result<f64> {
             bail!("hitloop said {line:?} instead of READY");
         }
         let pid = child.id();
-        let probes = match (probed, &kind.attach) {
-            (false, _) => None,
-            (true, Attach::Family) => Some(ProbeSet::attach(pid, &[kind.family])?),
-            (true, Attach::Single { program, symbol }) => {
-                Some(ProbeSet::attach_single(pid, kind.family, program, symbol)?)
-            }
+        let stacks = if arm == Arm::Stacked {
+            Stacks::On
+        } else {
+            Stacks::Off
+        };
+        let probes = match (arm, &kind.attach) {
+            (Arm::Clean, _) => None,
+            (_, Attach::Family) => Some(ProbeSet::attach_with(
+                pid,
+                &[kind.family],
+                Scope::Process,
+                stacks,
+            )?),
+            (_, Attach::Single { program, symbol }) => Some(ProbeSet::attach_single(
+                pid,
+                kind.family,
+                program,
+                symbol,
+                stacks,
+            )?),
         };
         child
             .stdin
@@ -178,13 +221,17 @@ fn run_once(kind: &Kind, iterations: u64, probed: bool) -> Result<f64> {
             .write_all(b"go\n")?;
         line.clear();
         out.read_line(&mut line)?;
+        let program = probes.as_ref().and_then(|p| {
+            let (t, n) = p.program_runtime();
+            (n > 0).then(|| t.as_nanos() as f64 / n as f64)
+        });
         drop(probes);
         let ns: f64 = line
             .trim()
             .strip_prefix("ns=")
             .and_then(|s| s.parse().ok())
             .with_context(|| format!("hitloop printed {line:?}"))?;
-        Ok(ns / iterations as f64)
+        Ok((ns / iterations as f64, program))
     })();
     if result.is_err() {
         let _ = child.kill();
@@ -193,23 +240,40 @@ fn run_once(kind: &Kind, iterations: u64, probed: bool) -> Result<f64> {
     result
 }
 
-/// Measure every probe kind: `rounds` A B B A blocks of clean and probed runs.
+/// Measure every probe kind: `rounds` A B C C B A blocks of clean, probed
+/// and probed-with-stacks runs.
 pub fn measure(iterations: u64, rounds: usize) -> Result<Vec<CostRow>> {
+    // The kernel accounts BPF run time only while someone holds this.
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
     let mut rows = Vec::new();
     for kind in KINDS {
-        let (mut clean, mut probed) = (Vec::new(), Vec::new());
+        let (mut clean, mut probed, mut stacked) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut prog, mut prog_stacked) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
-            for probed_run in [false, true, true, false] {
-                let ns = run_once(kind, iterations, probed_run)
+            // Palindromic order: drift over the round hits every arm alike.
+            for arm in [
+                Arm::Clean,
+                Arm::Probed,
+                Arm::Stacked,
+                Arm::Stacked,
+                Arm::Probed,
+                Arm::Clean,
+            ] {
+                let (ns, program) = run_once(kind, iterations, arm)
                     .with_context(|| format!("measuring the {} probe", kind.name))?;
-                if probed_run {
-                    probed.push(ns);
-                } else {
-                    clean.push(ns);
+                match arm {
+                    Arm::Clean => clean.push(ns),
+                    Arm::Probed => probed.push(ns),
+                    Arm::Stacked => stacked.push(ns),
+                }
+                match (arm, program) {
+                    (Arm::Probed, Some(p)) => prog.push(p),
+                    (Arm::Stacked, Some(p)) => prog_stacked.push(p),
+                    _ => {}
                 }
             }
         }
-        let (cm, pm) = (median(&clean), median(&probed));
+        let (cm, pm, sm) = (median(&clean), median(&probed), median(&stacked));
         rows.push(CostRow {
             kind: kind.name,
             family: kind.family,
@@ -221,6 +285,12 @@ pub fn measure(iterations: u64, rounds: usize) -> Result<Vec<CostRow>> {
             ns_per_hit: (pm - cm) / kind.hits_per_iteration as f64,
             clean_runs: clean,
             probed_runs: probed,
+            stacked_median: sm,
+            ns_per_hit_stacks: (sm - cm) / kind.hits_per_iteration as f64,
+            stacked_runs: stacked,
+            stack_depth: STACK_DEPTH,
+            program_ns: median(&prog),
+            program_ns_stacks: median(&prog_stacked),
         });
     }
     Ok(rows)
@@ -236,6 +306,11 @@ pub fn render(rows: &[CostRow]) -> String {
         "clean ns/iter (median)",
         "probed ns/iter (median)",
         "ns per hit",
+        "with stacks ns/iter (median)",
+        "ns per hit with stacks",
+        "stacks ÷ no stacks",
+        "BPF program ns/run",
+        "with stacks",
     ]);
     for r in rows {
         t.add_row(vec![
@@ -244,14 +319,21 @@ pub fn render(rows: &[CostRow]) -> String {
             format!("{:.1}", r.clean_median),
             format!("{:.1}", r.probed_median),
             format!("{:.0}", r.ns_per_hit),
+            format!("{:.1}", r.stacked_median),
+            format!("{:.0}", r.ns_per_hit_stacks),
+            format!("{:.2}", r.ns_per_hit_stacks / r.ns_per_hit),
+            format!("{:.0}", r.program_ns),
+            format!("{:.0}", r.program_ns_stacks),
         ]);
     }
     format!(
-        "probe cost on this host ({} iterations per run, {} runs per arm, interleaved A B B A)\n{t}\n\
+        "probe cost on this host ({} iterations per run, {} runs per arm, interleaved A B C C B A; \
+         every probed call sits {} frames deep, and \"with stacks\" walks all of them)\n{t}\n\
          Counts are exact whatever the cost; timings taken while uprobes are attached are \
          inflated by about this much per hit.",
         rows.first().map_or(0, |r| r.iterations),
         rows.first().map_or(0, |r| r.clean_runs.len()),
+        rows.first().map_or(0, |r| r.stack_depth),
     )
 }
 

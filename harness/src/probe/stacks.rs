@@ -18,9 +18,9 @@ use std::sync::OnceLock;
 
 use aya::maps::{Array, HashMap, Map, MapData, StackTraceMap};
 use aya::{Btf, Ebpf, EbpfLoader};
-use rig_ebpf::abi::{StackKey, StackVal, UStack, UnwindProc, UnwindRow, UNWIND_MAX_PROCS};
+use rig_ebpf::abi::{StackKey, StackVal, UStack, UnwindProc, UNWIND_MAX_PROCS};
 
-use super::unwind::Tables;
+use super::unwind::{Sizes, Tables};
 use super::{read, Family, ProbeError};
 use crate::target::maps::ProcMaps;
 
@@ -47,13 +47,14 @@ pub fn load_object(
     family: Family,
     bytes: &[u8],
     stacks: Stacks,
-    rows: usize,
+    sizes: Sizes,
 ) -> Result<Ebpf, ProbeError> {
     let on: u8 = (stacks == Stacks::On) as u8;
     let mut loader = EbpfLoader::new();
     loader.btf(kernel_btf());
     loader.override_global("rig_stacks", &on, true);
-    loader.map_max_entries("unwind_rows", rows.max(1) as u32);
+    loader.map_max_entries("unwind_rows", sizes.rows.max(1) as u32);
+    loader.map_max_entries("unwind_index", sizes.index.max(1) as u32);
     loader
         .load(bytes)
         .map_err(|source| ProbeError::Load { family, source })
@@ -63,10 +64,10 @@ pub fn load_object(
 pub struct StackTables {
     pub mode: Stacks,
     tables: Tables,
-    /// Rows each object's array holds.
-    capacity: usize,
-    /// Rows already written to every object.
-    written: usize,
+    /// Rows and index entries each object's arrays hold.
+    capacity: Sizes,
+    /// Rows and index entries already written to every object.
+    written: Sizes,
     /// Address spaces by slot.
     slots: Vec<UnwindProc>,
 }
@@ -76,25 +77,25 @@ impl StackTables {
     /// later (a child that execs another program).
     pub fn new(mode: Stacks, procs: &[&ProcMaps]) -> StackTables {
         let mut tables = Tables::default();
-        let needed = if mode == Stacks::On {
-            tables.rows_needed(procs)
+        let capacity = if mode == Stacks::On {
+            let n = tables.needed(procs);
+            Sizes {
+                rows: n.rows + n.rows / 2 + 65_536,
+                index: n.index + n.index / 2 + 65_536,
+            }
         } else {
-            0
+            Sizes { rows: 1, index: 1 }
         };
         StackTables {
             mode,
             tables,
-            capacity: if mode == Stacks::On {
-                needed + needed / 2 + 65_536
-            } else {
-                1
-            },
-            written: 0,
+            capacity,
+            written: Sizes::default(),
             slots: Vec::new(),
         }
     }
 
-    pub fn capacity(&self) -> usize {
+    pub fn capacity(&self) -> Sizes {
         self.capacity
     }
 
@@ -114,11 +115,16 @@ impl StackTables {
             return Ok(());
         }
         let entry = self.tables.proc_entry(maps, self.capacity);
-        let new_rows = &self.tables.rows[self.written..];
+        let new_rows = &self.tables.rows[self.written.rows..];
+        let new_index = &self.tables.index[self.written.index..];
         for (family, ebpf) in objects.iter_mut() {
-            write_rows(ebpf, *family, self.written, new_rows)?;
+            write_array(ebpf, *family, "unwind_rows", self.written.rows, new_rows)?;
+            write_array(ebpf, *family, "unwind_index", self.written.index, new_index)?;
         }
-        self.written = self.tables.rows.len();
+        self.written = Sizes {
+            rows: self.tables.rows.len(),
+            index: self.tables.index.len(),
+        };
         let slot = match self.slots.iter().position(|s| *s == entry) {
             Some(s) => s as u32,
             None => {
@@ -171,28 +177,29 @@ fn map_mut<'a>(
     })
 }
 
-/// Write `rows` at index `at` of the object's `unwind_rows` array through a
-/// shared mapping of it (the array is BPF_F_MMAPABLE).
-fn write_rows(
+/// Write `rows` at index `at` of the object's array `name` through a shared
+/// mapping of it (the array is BPF_F_MMAPABLE; its value type is `T`).
+fn write_array<T: Copy>(
     ebpf: &mut Ebpf,
     family: Family,
+    name: &'static str,
     at: usize,
-    rows: &[UnwindRow],
+    rows: &[T],
 ) -> Result<(), ProbeError> {
     if rows.is_empty() {
         return Ok(());
     }
-    let m = map_mut(ebpf, family, "unwind_rows")?;
+    let m = map_mut(ebpf, family, name)?;
     let Map::Array(data) = m else {
         return Err(ProbeError::Missing {
             family,
             what: "array map",
-            name: "unwind_rows".into(),
+            name: name.into(),
         });
     };
     let data: &MapData = data;
     let fd = data.fd().as_fd().as_raw_fd();
-    let row = size_of::<UnwindRow>();
+    let row = size_of::<T>();
     let len = (at + rows.len()) * row;
     // SAFETY: mapping a BPF array map's memory, shared, read-write, for the
     // length of the rows written (within max_entries, checked by the
@@ -212,7 +219,7 @@ fn write_rows(
                 source: std::io::Error::last_os_error(),
             });
         }
-        let dst = (p as *mut u8).add(at * row) as *mut UnwindRow;
+        let dst = (p as *mut u8).add(at * row) as *mut T;
         std::ptr::copy_nonoverlapping(rows.as_ptr(), dst, rows.len());
         libc::munmap(p, len);
     }

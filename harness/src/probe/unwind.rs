@@ -24,7 +24,10 @@ use gimli::{
     UnwindSection, X86_64,
 };
 use object::{Object, ObjectSection, ObjectSegment};
-use rig_ebpf::abi::{unwind_cfa, UnwindMap, UnwindProc, UnwindRow, UNWIND_MAX_MAPS};
+use rig_ebpf::abi::{
+    unwind_cfa, UnwindBucket, UnwindMap, UnwindProc, UnwindRow, UNWIND_BUCKET_SHIFT,
+    UNWIND_MAX_MAPS,
+};
 
 use crate::target::maps::{Mapping, ProcMaps};
 
@@ -32,8 +35,20 @@ use crate::target::maps::{Mapping, ProcMaps};
 #[derive(Debug, Default)]
 pub struct ModuleTable {
     pub rows: Vec<UnwindRow>,
+    /// Module address of bucket 0 (see `bucket_index`).
+    pub pc_base: u64,
+    /// Per address bucket, the rows covering its start and the next
+    /// bucket's start.
+    pub index: Vec<UnwindBucket>,
     /// FDEs whose rules could not all be followed (rows marked "no rule").
     pub unsupported: usize,
+}
+
+/// Lengths of the row and bucket-index arrays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sizes {
+    pub rows: usize,
+    pub index: usize,
 }
 
 /// Identity of a file on disk: a table is built once per file per session.
@@ -49,10 +64,12 @@ struct FileId {
 #[derive(Default)]
 pub struct Tables {
     modules: HashMap<FileId, Arc<ModuleTable>>,
-    /// Where each file's rows start in `rows`.
-    placed: HashMap<FileId, u32>,
+    /// Where each file's rows and bucket index start in `rows` / `index`.
+    placed: HashMap<FileId, (u32, u32)>,
     /// Every placed row, in the order they go into the BPF array.
     pub rows: Vec<UnwindRow>,
+    /// Every placed bucket index, likewise.
+    pub index: Vec<UnwindBucket>,
     /// Modules that have no usable table (path, why).
     pub missing: Vec<(String, String)>,
 }
@@ -79,7 +96,7 @@ impl Tables {
     /// The mapping list of one address space, placing the rows of modules
     /// not placed yet. `limit` is how many rows the BPF array holds: a
     /// module that does not fit is left out and listed in `missing`.
-    pub fn proc_entry(&mut self, maps: &ProcMaps, limit: usize) -> UnwindProc {
+    pub fn proc_entry(&mut self, maps: &ProcMaps, limit: Sizes) -> UnwindProc {
         let mut out = UnwindProc::default();
         let mut entries: Vec<UnwindMap> = Vec::new();
         for m in maps
@@ -102,15 +119,18 @@ impl Tables {
                 self.note_missing(path, "no .eh_frame rows".into());
                 continue;
             }
-            let first = match self.placed.get(&id) {
+            let (first, index_first) = match self.placed.get(&id) {
                 Some(f) => *f,
                 None => {
-                    if self.rows.len() + table.rows.len() > limit {
-                        self.note_missing(path, "the unwind row array is full".into());
+                    if self.rows.len() + table.rows.len() > limit.rows
+                        || self.index.len() + table.index.len() > limit.index
+                    {
+                        self.note_missing(path, "the unwind table arrays are full".into());
                         continue;
                     }
-                    let f = self.rows.len() as u32;
+                    let f = (self.rows.len() as u32, self.index.len() as u32);
                     self.rows.extend_from_slice(&table.rows);
+                    self.index.extend_from_slice(&table.index);
                     self.placed.insert(id, f);
                     f
                 }
@@ -123,8 +143,11 @@ impl Tables {
                 start: m.start,
                 end: m.end,
                 bias,
+                pc_base: table.pc_base,
                 row_first: first,
                 row_count: table.rows.len() as u32,
+                index_first,
+                buckets: table.index.len() as u32,
             });
         }
         entries.sort_by_key(|e| e.start);
@@ -142,10 +165,11 @@ impl Tables {
         out
     }
 
-    /// Rows a set of processes needs (each module once), to size the array.
-    pub fn rows_needed(&mut self, maps: &[&ProcMaps]) -> usize {
+    /// Rows and index entries a set of processes needs (each module once),
+    /// to size the arrays.
+    pub fn needed(&mut self, maps: &[&ProcMaps]) -> Sizes {
         let mut seen = std::collections::HashSet::new();
-        let mut n = 0;
+        let mut n = Sizes::default();
         for pm in maps {
             for m in pm
                 .mappings
@@ -157,7 +181,8 @@ impl Tables {
                 };
                 if let Ok((id, t)) = self.module(&pm.open_path(path)) {
                     if seen.insert(id) {
-                        n += t.rows.len();
+                        n.rows += t.rows.len();
+                        n.index += t.index.len();
                     }
                 }
             }
@@ -253,10 +278,65 @@ fn rows_of(
         });
         unsupported += bad as usize;
     }
+    let rows = compact(raw);
+    let (pc_base, index) = bucket_index(&rows);
     Ok(ModuleTable {
-        rows: compact(raw),
+        rows,
+        pc_base,
+        index,
         unsupported,
     })
+}
+
+/// For each `1 << UNWIND_BUCKET_SHIFT`-byte bucket of module addresses from
+/// the first row's (rounded down): the rows covering the bucket's start and
+/// the next bucket's start. The row covering an address in the bucket lies
+/// between them, inclusive. Addresses past the last bucket are covered by
+/// the last row.
+pub fn bucket_index(rows: &[UnwindRow]) -> (u64, Vec<UnwindBucket>) {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return (0, Vec::new());
+    };
+    let base = first.pc >> UNWIND_BUCKET_SHIFT << UNWIND_BUCKET_SHIFT;
+    let buckets = ((last.pc - base) >> UNWIND_BUCKET_SHIFT) as usize + 1;
+    // covering[b]: the row covering the start of bucket b (b <= buckets).
+    let mut covering = Vec::with_capacity(buckets + 1);
+    let mut r = 0usize;
+    for b in 0..=buckets {
+        let start = base + ((b as u64) << UNWIND_BUCKET_SHIFT);
+        while r + 1 < rows.len() && rows[r + 1].pc <= start {
+            r += 1;
+        }
+        covering.push(r as u32);
+    }
+    let index = covering
+        .windows(2)
+        .map(|w| UnwindBucket { lo: w[0], hi: w[1] })
+        .collect();
+    (base, index)
+}
+
+/// The row covering module address `v`, found as the BPF walk finds it
+/// (bucket, then binary search): for tests of the layout.
+pub fn lookup(table: &ModuleTable, v: u64) -> Option<&UnwindRow> {
+    if table.rows.is_empty() || v < table.pc_base {
+        return None;
+    }
+    let b = ((v - table.pc_base) >> UNWIND_BUCKET_SHIFT) as usize;
+    let (mut lo, mut hi) = match table.index.get(b) {
+        Some(k) => (k.lo as usize, k.hi as usize + 1),
+        None => (table.rows.len() - 1, table.rows.len()),
+    };
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if table.rows[mid].pc <= v {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let r = &table.rows[lo];
+    (r.pc <= v).then_some(r)
 }
 
 fn convert(
@@ -380,6 +460,45 @@ mod tests {
         let t = build_module(Path::new(&libc)).unwrap();
         assert!(t.rows.len() > 1000, "libc rows: {}", t.rows.len());
         assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
+    }
+
+    #[test]
+    fn the_bucket_index_brackets_the_covering_row() {
+        let row = |pc| UnwindRow {
+            pc,
+            cfa: unwind_cfa::RSP,
+            ..Default::default()
+        };
+        let rows: Vec<UnwindRow> = [0x1010u64, 0x1020, 0x1200, 0x1450, 0x2000]
+            .into_iter()
+            .map(row)
+            .collect();
+        let (pc_base, index) = bucket_index(&rows);
+        assert_eq!(pc_base, 0x1000);
+        let table = ModuleTable {
+            rows: rows.clone(),
+            pc_base,
+            index,
+            unsupported: 0,
+        };
+        assert!(lookup(&table, 0x100f).is_none());
+        for v in 0x1010..0x2100u64 {
+            let covering = rows.iter().rposition(|r| r.pc <= v).unwrap();
+            assert_eq!(lookup(&table, v), Some(&rows[covering]), "v={v:#x}");
+        }
+    }
+
+    #[test]
+    fn every_libc_address_finds_the_row_a_linear_scan_finds() {
+        let maps = ProcMaps::read(std::process::id()).unwrap();
+        let libc = maps.libc_path().expect("the test binary maps libc");
+        let t = build_module(Path::new(&libc)).unwrap();
+        let (first, last) = (t.rows[0].pc, t.rows.last().unwrap().pc);
+        for v in (first..last + 64).step_by(61) {
+            let n = t.rows.partition_point(|r| r.pc <= v);
+            let want = n.checked_sub(1).map(|i| &t.rows[i]);
+            assert_eq!(lookup(&t, v), want, "v={v:#x}");
+        }
     }
 
     #[test]
