@@ -198,14 +198,29 @@ impl Tables {
 }
 
 /// `ip - bias` is the module virtual address of `ip` in mapping `m`.
+///
+/// The mapping's file offset is page-aligned, so it can lie below the start
+/// of the segment it maps (rig-peer's text segment starts at file offset
+/// 0x126e80, mapped from 0x126000, where the read-only segment before it
+/// ends): the segment is the executable one whose page-aligned range holds
+/// the offset, not the first one that holds it.
 fn bias(open: &Path, m: &Mapping) -> Option<u64> {
     let data = std::fs::read(open).ok()?;
     let file = object::File::parse(&*data).ok()?;
-    for seg in file.segments() {
+    segment_bias(&file, m.start, m.offset)
+}
+
+fn segment_bias(file: &object::File<'_>, start: u64, offset: u64) -> Option<u64> {
+    const PF_X: u32 = 1;
+    const PAGE: u64 = 4096;
+    let exec = |seg: &object::Segment<'_, '_>| matches!(seg.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0);
+    for seg in file.segments().filter(exec) {
         let (off, size) = seg.file_range();
-        if m.offset >= off && m.offset < off + size.max(1) {
-            let vaddr = m.offset - off + seg.address();
-            return Some(m.start.wrapping_sub(vaddr));
+        let page = off & !(PAGE - 1);
+        if offset >= page && offset < off + size.max(1) {
+            // vaddr(start) = seg vaddr - (seg offset - mapping offset)
+            let vaddr = seg.address().wrapping_sub(off).wrapping_add(offset);
+            return Some(start.wrapping_sub(vaddr));
         }
     }
     None
@@ -499,6 +514,35 @@ mod tests {
             let want = n.checked_sub(1).map(|i| &t.rows[i]);
             assert_eq!(lookup(&t, v), want, "v={v:#x}");
         }
+    }
+
+    #[no_mangle]
+    #[inline(never)]
+    extern "C" fn rig_unwind_bias_marker() {}
+
+    #[test]
+    fn bias_uses_the_executable_segment_even_below_its_file_offset() {
+        // rig's own test binary: its text segment's vaddr - offset may
+        // differ from the first segment's (lld and gold lay out like that).
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*exe).unwrap();
+        let maps = ProcMaps::read(std::process::id()).unwrap();
+        let me = std::fs::read_link("/proc/self/exe").unwrap();
+        let m = maps
+            .mappings
+            .iter()
+            .find(|m| m.is_exec() && m.path.as_deref() == me.to_str())
+            .expect("the test binary's text mapping");
+        let bias = segment_bias(&file, m.start, m.offset).unwrap();
+        // The address of a function in this binary, minus the bias, is its
+        // symbol value.
+        let f = rig_unwind_bias_marker as usize as u64;
+        use object::ObjectSymbol;
+        let sym = file
+            .symbols()
+            .find(|s| s.name() == Ok("rig_unwind_bias_marker"))
+            .expect("the marker's symbol");
+        assert_eq!(f - bias, sym.address());
     }
 
     #[test]

@@ -20,18 +20,17 @@ use crate::target::maps::basename;
 /// entry points and internals, and standard-library code between the code a
 /// user can change and the counted event.
 pub const DEFAULT_WRAPPERS: &[&str] = &[
-    // Rust's allocator shims and std internals.
+    // Rust's allocator shims (also under the `__rustc::` namespace newer
+    // toolchains use) and std internals. Trait impls (`<&std::net::TcpStream
+    // as std::io::Read>::read`) match on the type after `<`, `&`, `mut `.
     "__rust_",
     "__rdl_",
     "__rg_",
+    "__rustc::",
     "alloc::",
-    "<alloc::",
     "core::",
-    "<core::",
     "std::",
-    "<std::",
     "hashbrown::",
-    "<hashbrown::",
     // C++ runtime and library internals.
     "operator new",
     "operator delete",
@@ -120,7 +119,14 @@ impl Wrappers {
         if WRAPPER_NAMES.contains(&f) {
             return true;
         }
-        self.patterns.iter().any(|p| matches(p, f))
+        let bare = f
+            .trim_start_matches('<')
+            .trim_start_matches('&')
+            .trim_start_matches("mut ")
+            .trim_start_matches("dyn ");
+        self.patterns
+            .iter()
+            .any(|p| matches(p, f) || matches(p, bare))
     }
 }
 
@@ -417,6 +423,11 @@ mod tests {
             "<alloc::vec::Vec<T> as core::clone::Clone>::clone"
         )));
         assert!(w.is_wrapper(&site("/srv/app", "__rust_alloc")));
+        assert!(w.is_wrapper(&site("/srv/app", "__rustc::__rdl_alloc")));
+        assert!(w.is_wrapper(&site(
+            "/srv/app",
+            "<&std::net::tcp::TcpStream as std::io::Read>::read"
+        )));
         assert!(w.is_wrapper(&site("/srv/app", "malloc")));
         assert!(!w.is_wrapper(&site("/srv/app", "freeaddrinfo_wrapper")));
         assert!(!w.is_wrapper(&site("/srv/app", "hyper::proto::h1::role::encode_headers")));

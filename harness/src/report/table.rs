@@ -251,6 +251,7 @@ pub fn render(a: &Attribution, top: usize) -> String {
             s.threads.len()
         );
     }
+    out.push_str(&stacks(a, top.min(8), n));
     if !a.pmu.instructions {
         let _ = writeln!(
             out,
@@ -260,6 +261,116 @@ pub fn render(a: &Attribution, top: usize) -> String {
     }
     for d in &a.distortions {
         let _ = writeln!(out, "note: {d}");
+    }
+    out
+}
+
+/// The top stacks of each family: the user site (first frame outside the
+/// allocator and standard-library wrappers) and the frames that called it.
+pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
+    let st = &a.stacks;
+    let mut out = String::new();
+    if !st.enabled || st.rows.is_empty() {
+        return out;
+    }
+    let unit = if n.is_some() { "/req" } else { "" };
+    for family in crate::probe::Family::ALL {
+        // Rows of one family merged over processes, size classes and the
+        // frames inside the wrappers: one line per (event, user site, the
+        // frames above it).
+        let mut merged: Vec<(String, Option<String>, u64, u64)> = Vec::new();
+        let shown = |stack: &Option<String>| -> Vec<String> {
+            match stack.as_ref().and_then(|s| st.stacks.get(s)) {
+                Some(f) => f.frames[f.user_site.min(f.frames.len())..]
+                    .iter()
+                    .take(4)
+                    .map(|s| s.label())
+                    .chain(f.incomplete.iter().map(|s| s.to_string()))
+                    .collect(),
+                None => Vec::new(),
+            }
+        };
+        let mut at: std::collections::HashMap<(String, Vec<String>), usize> =
+            std::collections::HashMap::new();
+        for r in st.rows.iter().filter(|r| r.family == family) {
+            let key = (r.event.clone(), shown(&r.stack));
+            match at.get(&key) {
+                Some(&i) => {
+                    merged[i].2 += r.count;
+                    merged[i].3 += r.amount;
+                }
+                None => {
+                    at.insert(key, merged.len());
+                    merged.push((r.event.clone(), r.stack.clone(), r.count, r.amount));
+                }
+            }
+        }
+        if merged.is_empty() {
+            continue;
+        }
+        merged.sort_by(|a, b| b.2.cmp(&a.2).then(b.3.cmp(&a.3)));
+        let amount = match family {
+            crate::probe::Family::Alloc | crate::probe::Family::Copy => Some("bytes"),
+            crate::probe::Family::Locks | crate::probe::Family::Sched => Some("µs"),
+            _ => None,
+        };
+        let mut header = vec![format!("count{unit}")];
+        if let Some(a) = amount {
+            header.push(format!("{a}{unit}"));
+        }
+        header.extend(["event".into(), "user site".into(), "called from".into()]);
+        let mut t = table(&header.iter().map(String::as_str).collect::<Vec<_>>());
+        for (event, stack, count, amt) in merged.iter().take(top) {
+            let frames = stack.as_ref().and_then(|s| st.stacks.get(s));
+            let (site, callers, incomplete) = match frames {
+                Some(f) => {
+                    let site = f
+                        .frames
+                        .get(f.user_site)
+                        .map(|s| s.label())
+                        .unwrap_or_default();
+                    let callers: Vec<String> = f
+                        .frames
+                        .iter()
+                        .skip(f.user_site + 1)
+                        .take(3)
+                        .map(|s| s.function.clone().unwrap_or_else(|| s.label()))
+                        .collect();
+                    (site, callers.join(" ← "), !f.incomplete.is_empty())
+                }
+                None => ("(no stack)".to_string(), String::new(), true),
+            };
+            let mut row = vec![per(*count, n)];
+            if let Some(a) = amount {
+                row.push(if a == "µs" {
+                    format!("{:.1}", *amt as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64)
+                } else {
+                    per(*amt, n)
+                });
+            }
+            row.push(event.clone());
+            row.push(if incomplete {
+                format!("{site} [incomplete]")
+            } else {
+                site
+            });
+            row.push(callers);
+            t.add_row(row);
+        }
+        let _ = writeln!(
+            out,
+            "
+{family}: top stacks (by user site)
+{t}"
+        );
+    }
+    let lost: u64 = st.incomplete_events.values().sum();
+    if lost > 0 {
+        let _ = writeln!(
+            out,
+            "note: {lost} events have incomplete stacks ({:?}); see `stacks` in the JSON for why",
+            st.incomplete_events
+        );
     }
     out
 }
