@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Every program family; one object each.
-const PROGRAMS: &[&str] = &["syscalls", "alloc", "copy", "locks", "faults", "sched"];
+const PROGRAMS: &[&str] = &[
+    "syscalls", "alloc", "copy", "locks", "faults", "sched", "cpu",
+];
 /// Headers the programs share (rebuild when any changes).
 const HEADERS: &[&str] = &[
     "common.h",
@@ -19,6 +21,7 @@ const HEADERS: &[&str] = &[
     "locks.h",
     "faults.h",
     "sched.h",
+    "cpu.h",
     "stack.h",
     "stack.bpf.h",
 ];

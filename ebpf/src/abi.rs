@@ -323,3 +323,14 @@ unsafe impl aya::Pod for UnwindProc {}
 unsafe impl aya::Pod for UStack {}
 unsafe impl aya::Pod for StackKey {}
 unsafe impl aya::Pod for StackVal {}
+
+/// C twin: `struct cpu_key` (cpu.h). Value: u64 samples.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CpuKey {
+    pub tgid: u32,
+    pub in_kernel: u32,
+}
+const _: () = assert!(size_of::<CpuKey>() == 8);
+// SAFETY: repr(C), two u32, no padding.
+unsafe impl aya::Pod for CpuKey {}

@@ -17,3 +17,5 @@ pub static LOCKS: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lock
 pub static FAULTS: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/faults.bpf.o"));
 /// sched_switch: context switches and off-CPU time.
 pub static SCHED: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sched.bpf.o"));
+/// Sampled on-CPU time (software cpu-clock perf events).
+pub static CPU: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cpu.bpf.o"));

@@ -263,6 +263,7 @@ impl ProbeSet {
                 }
                 Family::Faults => attach_faults(ebpf)?,
                 Family::Sched => raw_tp(ebpf, *family, "rig_sched_switch", "sched_switch")?,
+                Family::Cpu => attach_cpu(ebpf)?,
                 Family::Locks => {
                     raw_tp(ebpf, *family, "rig_lock_sys_enter", "sys_enter")?;
                     raw_tp(ebpf, *family, "rig_lock_sys_exit", "sys_exit")?;
@@ -412,6 +413,7 @@ impl ProbeSet {
                 Family::Locks => s.locks = read::percpu_hash(ebpf, f, "locks")?,
                 Family::Faults => s.faults = read::percpu_hash(ebpf, f, "faults")?,
                 Family::Sched => s.sched = read::hash(ebpf, f, "sched_threads")?,
+                Family::Cpu => s.cpu = read::percpu_hash(ebpf, f, "cpu_samples")?,
             }
             if shared.stacks.mode == Stacks::On {
                 s.stacks.insert(f, stacks::read_stacks(ebpf, f, true)?);
@@ -467,7 +469,7 @@ impl Shared {
                 Family::Alloc => a.attach_alloc(ebpf, &maps)?,
                 Family::Copy => a.attach_copy(ebpf, &maps)?,
                 Family::Locks => a.attach_locks(ebpf, &maps)?,
-                Family::Syscalls | Family::Faults | Family::Sched => {}
+                Family::Syscalls | Family::Faults | Family::Sched | Family::Cpu => {}
             }
         }
         self.procs
@@ -863,6 +865,7 @@ fn load(
         Family::Locks => rig_ebpf::LOCKS,
         Family::Faults => rig_ebpf::FAULTS,
         Family::Sched => rig_ebpf::SCHED,
+        Family::Cpu => rig_ebpf::CPU,
     };
     stacks::load_object(family, bytes, stack_mode, sizes)
 }
@@ -1003,6 +1006,39 @@ fn attach_faults(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
                 format!("attaching {program} on cpu {cpu}"),
             ))?;
         }
+    }
+    Ok(())
+}
+
+/// Sampling period of the on-CPU family: 4 kHz per CPU. Keep in step with
+/// `rig_sample_period_ns` in cpu.bpf.c (the weight of one sample).
+pub const CPU_SAMPLE_PERIOD_NS: u64 = 250_000;
+
+/// A software cpu-clock event on every CPU, sampling every
+/// `CPU_SAMPLE_PERIOD_NS` of CPU time; the program keeps the followed
+/// processes' samples.
+fn attach_cpu(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
+    let family = Family::Cpu;
+    let program = "rig_cpu_sample";
+    let cpus = aya::util::online_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
+    let p: &mut PerfEvent = ebpf
+        .program_mut(program)
+        .ok_or_else(|| missing_program(family, program))?
+        .try_into()
+        .map_err(program_err(family, format!("program {program}")))?;
+    p.load()
+        .map_err(program_err(family, format!("loading {program}")))?;
+    for &cpu in &cpus {
+        p.attach(
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Period(CPU_SAMPLE_PERIOD_NS),
+            false,
+        )
+        .map_err(program_err(
+            family,
+            format!("attaching {program} on cpu {cpu}"),
+        ))?;
     }
     Ok(())
 }

@@ -24,8 +24,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use rig_ebpf::abi::{
-    AllocKey, CallsBytes, CopyKey, FaultKey, LockKey, LockVal, SchedVal, StackVal, Stats, SysCount,
-    SysKey,
+    AllocKey, CallsBytes, CopyKey, CpuKey, FaultKey, LockKey, LockVal, SchedVal, StackVal, Stats,
+    SysCount, SysKey,
 };
 use serde::Serialize;
 
@@ -45,16 +45,19 @@ pub enum Family {
     Locks,
     Faults,
     Sched,
+    /// Sampled on-CPU time (statistics, never divided into exact costs).
+    Cpu,
 }
 
 impl Family {
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::Syscalls,
         Family::Alloc,
         Family::Copy,
         Family::Locks,
         Family::Faults,
         Family::Sched,
+        Family::Cpu,
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,6 +68,7 @@ impl Family {
             Family::Locks => "locks",
             Family::Faults => "faults",
             Family::Sched => "sched",
+            Family::Cpu => "cpu",
         }
     }
 
@@ -106,7 +110,7 @@ impl fmt::Display for Family {
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error(
-        "unknown probe family `{0}`: choose from syscalls, alloc, copy, locks, faults, sched, or all"
+        "unknown probe family `{0}`: choose from syscalls, alloc, copy, locks, faults, sched, cpu, or all"
     )]
     UnknownFamily(String),
     #[error("no process with pid {pid}")]
@@ -195,6 +199,8 @@ pub struct Snapshot {
     pub faults: BTreeMap<FaultKey, u64>,
     /// tid -> switches and off-CPU time.
     pub sched: BTreeMap<u32, SchedVal>,
+    /// (process, mode) -> on-CPU samples.
+    pub cpu: BTreeMap<CpuKey, u64>,
     /// Each family's self-stats (events, losses).
     pub stats: BTreeMap<Family, Stats>,
     /// Each family's per-stack counts and the stacks they name (empty when
@@ -213,6 +219,7 @@ impl Snapshot {
             locks: delta_map(&self.locks, &start.locks),
             faults: delta_map(&self.faults, &start.faults),
             sched: delta_map(&self.sched, &start.sched),
+            cpu: delta_map(&self.cpu, &start.cpu),
             stacks: self
                 .stacks
                 .iter()

@@ -58,6 +58,18 @@ pub struct Attribution {
     /// Whole stacks of every counted event, with exact counts per stack
     /// and the user site of each.
     pub stacks: stacks::StackSection,
+    /// Sampled on-CPU time (the `cpu` family).
+    pub cpu: CpuSamples,
+}
+
+/// On-CPU samples of the window: statistics (a sample every `period_ns` of
+/// CPU time), not exact counts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CpuSamples {
+    pub period_ns: u64,
+    /// Samples that interrupted the target's user code, and its kernel code.
+    pub user: u64,
+    pub kernel: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -355,6 +367,21 @@ impl Attribution {
     ) -> Attribution {
         let stacks = stacks::StackSection::build(w, &w.copy_impls, sym, wrappers);
         let d = &w.delta;
+        let cpu = CpuSamples {
+            period_ns: crate::probe::attach::CPU_SAMPLE_PERIOD_NS,
+            user: d
+                .cpu
+                .iter()
+                .filter(|(k, _)| k.in_kernel == 0)
+                .map(|(_, v)| v)
+                .sum(),
+            kernel: d
+                .cpu
+                .iter()
+                .filter(|(k, _)| k.in_kernel != 0)
+                .map(|(_, v)| v)
+                .sum(),
+        };
         // Addresses are per process: each is named with its own process's map.
         let mut callers = |addrs: Vec<(u32, u64)>, kind: AddrKind| -> BTreeMap<(u32, u64), Site> {
             let mut by_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
@@ -647,6 +674,7 @@ impl Attribution {
             distortions,
             pmu: host::detect_pmu(),
             stacks,
+            cpu,
         }
     }
 

@@ -251,6 +251,18 @@ pub fn render(a: &Attribution, top: usize) -> String {
             s.threads.len()
         );
     }
+    if a.families.contains(&crate::probe::Family::Cpu) {
+        let c = &a.cpu;
+        let _ = writeln!(
+            out,
+            "\non-CPU (sampled every {} µs of CPU time): {} samples in user code, {} in the kernel \
+             (≈ {:.1} µs{unit} of CPU; statistics, not exact counts)",
+            c.period_ns / 1000,
+            c.user,
+            c.kernel,
+            (c.user + c.kernel) as f64 * c.period_ns as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64
+        );
+    }
     out.push_str(&stacks(a, top.min(8), n));
     if !a.pmu.instructions {
         let _ = writeln!(
