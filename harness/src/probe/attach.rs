@@ -334,6 +334,22 @@ impl ProbeSet {
         })
     }
 
+    /// Give every process whose memory map is in `maps` tables for the
+    /// modules it maps now (those it mapped at attach are placed already).
+    pub fn refresh_tables(&self, maps: &BTreeMap<u32, ProcMaps>) -> Result<(), ProbeError> {
+        let mut shared = self.shared();
+        let Shared {
+            objects, stacks, ..
+        } = &mut *shared;
+        if stacks.mode == Stacks::Off {
+            return Ok(());
+        }
+        for (pid, m) in maps {
+            stacks.install(objects, *pid, m)?;
+        }
+        Ok(())
+    }
+
     /// Time the kernel spent in this set's BPF programs, and how many times
     /// they ran, summed over programs (needs BPF run-time stats enabled, e.g.
     /// by holding `aya::sys::enable_stats`; zero otherwise).

@@ -29,7 +29,7 @@ use rig_ebpf::abi::{
     UNWIND_MAX_MAPS,
 };
 
-use crate::target::maps::{Mapping, ProcMaps};
+use crate::target::maps::ProcMaps;
 
 /// One module's rows, sorted by `pc` (module virtual addresses).
 #[derive(Debug, Default)]
@@ -42,6 +42,8 @@ pub struct ModuleTable {
     pub index: Vec<UnwindBucket>,
     /// FDEs whose rules could not all be followed (rows marked "no rule").
     pub unsupported: usize,
+    /// Executable segments: (file offset, file size, virtual address).
+    pub exec_segments: Vec<(u64, u64, u64)>,
 }
 
 /// Lengths of the row and bucket-index arrays.
@@ -135,7 +137,7 @@ impl Tables {
                     f
                 }
             };
-            let Some(bias) = bias(&open, m) else {
+            let Some(bias) = segment_bias(&table.exec_segments, m.start, m.offset) else {
                 self.note_missing(path, "mapping offset in no PT_LOAD segment".into());
                 continue;
             };
@@ -197,33 +199,37 @@ impl Tables {
     }
 }
 
-/// `ip - bias` is the module virtual address of `ip` in mapping `m`.
-///
-/// The mapping's file offset is page-aligned, so it can lie below the start
-/// of the segment it maps (rig-peer's text segment starts at file offset
-/// 0x126e80, mapped from 0x126000, where the read-only segment before it
-/// ends): the segment is the executable one whose page-aligned range holds
-/// the offset, not the first one that holds it.
-fn bias(open: &Path, m: &Mapping) -> Option<u64> {
-    let data = std::fs::read(open).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    segment_bias(&file, m.start, m.offset)
-}
-
-fn segment_bias(file: &object::File<'_>, start: u64, offset: u64) -> Option<u64> {
-    const PF_X: u32 = 1;
+// `ip - bias` is the module virtual address of `ip` in a mapping.
+//
+// The mapping's file offset is page-aligned, so it can lie below the start
+// of the segment it maps (rig-peer's text segment starts at file offset
+// 0x126e80, mapped from 0x126000, where the read-only segment before it
+// ends): the segment is the executable one whose page-aligned range holds
+// the offset, not the first one that holds it.
+fn segment_bias(exec_segments: &[(u64, u64, u64)], start: u64, offset: u64) -> Option<u64> {
     const PAGE: u64 = 4096;
-    let exec = |seg: &object::Segment<'_, '_>| matches!(seg.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0);
-    for seg in file.segments().filter(exec) {
-        let (off, size) = seg.file_range();
+    for &(off, size, vaddr) in exec_segments {
         let page = off & !(PAGE - 1);
         if offset >= page && offset < off + size.max(1) {
-            // vaddr(start) = seg vaddr - (seg offset - mapping offset)
-            let vaddr = seg.address().wrapping_sub(off).wrapping_add(offset);
-            return Some(start.wrapping_sub(vaddr));
+            // vaddr(start) = segment vaddr - (segment offset - mapping offset)
+            let at = vaddr.wrapping_sub(off).wrapping_add(offset);
+            return Some(start.wrapping_sub(at));
         }
     }
     None
+}
+
+fn exec_segments(file: &object::File<'_>) -> Vec<(u64, u64, u64)> {
+    const PF_X: u32 = 1;
+    file.segments()
+        .filter(|seg| {
+            matches!(seg.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0)
+        })
+        .map(|seg| {
+            let (off, size) = seg.file_range();
+            (off, size, seg.address())
+        })
+        .collect()
 }
 
 /// Parse one module's `.eh_frame` into rows.
@@ -237,8 +243,12 @@ pub fn build_module(path: &Path) -> Result<ModuleTable> {
         v
     };
     let obj = object::File::parse(&*data).with_context(|| format!("parse {}", path.display()))?;
+    let segments = exec_segments(&obj);
     let Some(eh) = obj.section_by_name(".eh_frame") else {
-        return Ok(ModuleTable::default());
+        return Ok(ModuleTable {
+            exec_segments: segments,
+            ..Default::default()
+        });
     };
     let eh_data = eh.data().map_err(|e| anyhow!("{e}"))?;
     let mut bases = BaseAddresses::default().set_eh_frame(eh.address());
@@ -249,7 +259,9 @@ pub fn build_module(path: &Path) -> Result<ModuleTable> {
         bases = bases.set_got(g.address());
     }
     let section = EhFrame::new(eh_data, LittleEndian);
-    rows_of(&section, &bases)
+    let mut t = rows_of(&section, &bases)?;
+    t.exec_segments = segments;
+    Ok(t)
 }
 
 fn rows_of(
@@ -300,6 +312,7 @@ fn rows_of(
         pc_base,
         index,
         unsupported,
+        exec_segments: Vec::new(),
     })
 }
 
@@ -495,6 +508,7 @@ mod tests {
             pc_base,
             index,
             unsupported: 0,
+            exec_segments: Vec::new(),
         };
         assert!(lookup(&table, 0x100f).is_none());
         for v in 0x1010..0x2100u64 {
@@ -533,7 +547,7 @@ mod tests {
             .iter()
             .find(|m| m.is_exec() && m.path.as_deref() == me.to_str())
             .expect("the test binary's text mapping");
-        let bias = segment_bias(&file, m.start, m.offset).unwrap();
+        let bias = segment_bias(&exec_segments(&file), m.start, m.offset).unwrap();
         // The address of a function in this binary, minus the bias, is its
         // symbol value.
         let f = rig_unwind_bias_marker as usize as u64;

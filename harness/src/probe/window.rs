@@ -92,6 +92,9 @@ impl ProbeSet {
         self.catch_up();
         let procs = self.processes();
         let maps = live_maps(&procs);
+        // Modules loaded since attach (dlopen) get their unwind tables now;
+        // ones loaded during the window end their stacks, marked.
+        self.refresh_tables(&maps)?;
         Ok(WindowStart {
             snapshot: self.snapshot()?,
             at: Instant::now(),
