@@ -495,3 +495,112 @@ fn the_callgrind_window_refuses_a_prefork_tree_instead_of_counting_its_master() 
         "no number is reported: {stdout}"
     );
 }
+
+/// Every counted event's stack in a window of `a`: (family, event, count,
+/// frames' function names innermost first, the user site's function,
+/// incomplete reasons).
+type StackEvent = (String, String, u64, Vec<String>, String, Vec<String>);
+
+fn stack_events(a: &Value) -> Vec<StackEvent> {
+    let st = &a["stacks"];
+    assert_eq!(st["enabled"], true, "stacks were not taken");
+    st["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let s = &st["stacks"][r["stack"].as_str().expect("a user stack")];
+            let frames: Vec<String> = s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["function"].as_str().unwrap_or("?").to_string())
+                .collect();
+            let site = frames[s["user_site"].as_u64().unwrap() as usize].clone();
+            let incomplete = s["incomplete"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+                .collect();
+            (
+                r["family"].as_str().unwrap().to_string(),
+                r["event"].as_str().unwrap().to_string(),
+                u(&r["count"]),
+                frames,
+                site,
+                incomplete,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn nginx_stacks_run_through_its_event_loop_and_name_user_sites_inside_nginx() {
+    let test = "nginx_stacks_run_through_its_event_loop_and_name_user_sites_inside_nginx";
+    if !ready_for(test) {
+        return;
+    }
+    let _g = probes_shared();
+    let out = Out::new("stacks");
+    let (code, stdout, stderr) = rig(&[
+        "run",
+        "--target",
+        &config("targets/nginx.toml"),
+        "--matrix",
+        &config("tree-matrix.toml"),
+        "--out",
+        out.path(),
+        "--passes",
+        "counted",
+        "--probes",
+        "syscalls,alloc",
+    ]);
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let cases = cases(&out);
+    let a = &cases[0]["counted"]["attribution"];
+    let n = u(&a["window"]["requests"]);
+    let events = stack_events(a);
+    // Debian's nginx keeps no frame pointers; its worker was forked by the
+    // master, whose unwind tables it shares.
+    let count = |family: &str, event: &str, through: &[&str]| -> u64 {
+        events
+            .iter()
+            .filter(|e| e.0 == family && e.1 == event)
+            .inspect(|e| {
+                assert!(e.5.is_empty(), "{event}: incomplete stack {e:?}");
+                for f in through {
+                    assert!(e.3.iter().any(|x| x == f), "{event} not through {f}: {e:?}");
+                }
+            })
+            .map(|e| e.2)
+            .sum()
+    };
+    // (The worker's own cycle function is static: Debian strips its name.)
+    let event_loop = [
+        "ngx_process_events_and_timers",
+        "ngx_spawn_process",
+        "ngx_master_process_cycle",
+        "main",
+        "_start",
+    ];
+    let recv = [&["ngx_unix_recv"][..], &event_loop].concat();
+    let writev = [&["ngx_writev", "ngx_http_write_filter"][..], &event_loop].concat();
+    assert_eq!(count("syscalls", "recvfrom", &recv), n);
+    assert_eq!(count("syscalls", "writev", &writev), n);
+    // Allocations (ground truth in fixtures/nginx/COSTS.md): 2 posix_memalign
+    // (each with glibc's inner malloc) and 1 malloc per request; every user
+    // site is nginx's own code, past glibc's allocator.
+    assert_eq!(count("alloc", "posix_memalign", &event_loop), 2 * n);
+    assert_eq!(count("alloc", "malloc", &event_loop), 3 * n);
+    assert_eq!(count("alloc", "free", &event_loop), 3 * n);
+    for e in events.iter().filter(|e| e.0 == "alloc") {
+        assert!(e.4.starts_with("ngx_"), "user site {} of {e:?}", e.4);
+    }
+    let sites: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e.0 == "alloc" && e.1 == "posix_memalign")
+        .map(|e| e.4.as_str())
+        .collect();
+    assert_eq!(sites.into_iter().collect::<Vec<_>>(), vec!["ngx_memalign"]);
+}
