@@ -108,4 +108,17 @@ int rig_follow_fork(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+/* sched_process_exec: a followed process that execs another program no
+ * longer has the address space its unwind tables describe. Its stacks say
+ * "process without tables" until the harness installs the new program's
+ * (at the next window start) rather than being walked with the old ones. */
+SEC("raw_tracepoint/sched_process_exec")
+int rig_forget_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 tgid = current_tgid();
+	if (is_target(tgid))
+		bpf_map_delete_elem(&unwind_slots, &tgid);
+	return 0;
+}
+
 #endif

@@ -215,6 +215,9 @@ impl ProbeSet {
             if scope == Scope::Tree {
                 raw_tp(&mut ebpf, family, "rig_follow_fork", "sched_process_fork")?;
             }
+            if stack_mode == Stacks::On {
+                raw_tp(&mut ebpf, family, "rig_forget_exec", "sched_process_exec")?;
+            }
             set_target(&mut ebpf, family, pid, mode)?;
             objects.push((family, ebpf));
         }
