@@ -12,7 +12,7 @@ use crate::load::H1Target;
 use crate::probe::{Family, ProbeError};
 use crate::report::{table, Attribution};
 use crate::session::{self, AttachSettings, Drive};
-use crate::target::spec::TargetSpec;
+use crate::launch::spec::TargetSpec;
 
 /// Exit codes (documented in README).
 pub mod exit {
@@ -109,7 +109,7 @@ fn instructions(a: &InstructionsArgs) -> Result<i32> {
     let choice = Choice::parse(&a.backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
     let (backend, why) = instr::select(choice, &crate::report::host::detect_pmu())?;
     println!("instructions counted by {why}");
-    let spec = crate::target::spec::TargetSpec::load(&a.target)
+    let spec = crate::launch::spec::TargetSpec::load(&a.target)
         .with_context(|| format!("--target {}", a.target.display()))?;
     let w = instr::measure(backend, &spec, &a.path, a.requests, a.warmup)?;
     print!("{}", crate::probe::callgrind::render(&w, a.top));
@@ -370,7 +370,7 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
 fn cpu_list(flag: &str, v: &Option<String>) -> Result<Option<Vec<usize>>> {
     v.as_ref()
         .map(|s| {
-            crate::target::launch::parse_cpu_list(s).ok_or_else(|| {
+            crate::launch::start::parse_cpu_list(s).ok_or_else(|| {
                 anyhow::anyhow!("{flag} {s}: give CPUs as a list like 0 or 1,3 or 2-3")
             })
         })
@@ -479,7 +479,7 @@ fn check_config(path: &std::path::Path) -> Result<i32> {
             }
         }
     } else {
-        match crate::target::spec::check_config(path) {
+        match crate::launch::spec::check_config(path) {
             Ok(summary) => {
                 println!("{summary}");
                 Ok(exit::OK)

@@ -1,13 +1,14 @@
 //! rig: what one request costs a server.
 //!
 //! Pipeline, one module per stage, plain data between stages:
-//! `target` (spec, launch, pin, cgroup, ready, port-holder proof, maps) →
+//! `launch` (spec, start, pin, cgroup, ready, port-holder proof, maps) →
 //! `load` (generators) → `probe` (eBPF + perf, windowed) and `sample`
 //! (/proc + cgroup, by pid) → `symbolize` → `stats` → `report`.
 
 pub mod ab;
 pub mod cli;
 pub mod gate;
+pub mod launch;
 pub mod load;
 pub mod probe;
 pub mod report;
@@ -17,4 +18,3 @@ pub mod scenario;
 pub mod session;
 pub mod stats;
 pub mod symbolize;
-pub mod target;

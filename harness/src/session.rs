@@ -13,7 +13,7 @@ use crate::load::{self, H1Target, LoadResult};
 use crate::probe::{alive, Family, ProbeSet, Scope, WindowEnd};
 use crate::report::Attribution;
 use crate::symbolize::Symbolizer;
-use crate::target::ProcessId;
+use crate::launch::ProcessId;
 
 /// Load rig drives itself for a fixed-count window.
 #[derive(Clone, Debug)]
@@ -47,7 +47,7 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
     // The load must reach the process being probed (lesson 1): the port's
     // listener belongs to the pid or one of its descendants, or we refuse.
     if let Some(d) = &s.drive {
-        use crate::target::port::{check_holder, HolderCheck};
+        use crate::launch::port::{check_holder, HolderCheck};
         let port = d.target.addr.port();
         match check_holder(port, s.pid) {
             HolderCheck::Proven(_) => {}
@@ -82,7 +82,7 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         None => None,
     };
 
-    let children = crate::target::port::descendants(s.pid);
+    let children = crate::launch::port::descendants(s.pid);
     let scope = match s.tree.unwrap_or(!children.is_empty()) {
         true => Scope::Tree,
         false => Scope::Process,

@@ -31,7 +31,7 @@ use crate::run::{Passes, RunSettings};
 use crate::scenario::{Case, Matrix};
 use crate::stats::{compare, Comparison, Verdict};
 use crate::symbolize::Symbolizer;
-use crate::target::spec::TargetSpec;
+use crate::launch::spec::TargetSpec;
 
 /// One arm: a name and its target spec (with its TLS variant, if any).
 #[derive(Clone, Debug)]
@@ -254,14 +254,14 @@ fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
         .collect();
     let mut responses = Vec::new();
     for (i, arm) in s.arms.iter().enumerate() {
-        let opts = crate::target::launch::LaunchOptions {
+        let opts = crate::launch::start::LaunchOptions {
             server_cpus: rs.server_cpus.clone(),
             memory_limit_mib: rs.memory_mib,
             cpu_quota: rs.cpu_quota,
             ready_timeout: None,
             label: format!("{}-equality", arm.name),
         };
-        let l = crate::target::launch::launch(&arm.spec, &opts)
+        let l = crate::launch::start::launch(&arm.spec, &opts)
             .with_context(|| format!("launching arm {} for the output comparison", arm.name))?;
         let expected = identity::expected_objects(&arm.spec).map_err(anyhow::Error::msg)?;
         if let Err(why) = identity::verify(&arm.name, &expected, &l) {
@@ -371,7 +371,7 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
             }
         }
     }
-    crate::target::launch::cleanup_all();
+    crate::launch::start::cleanup_all();
 
     let report = analyse(s, &names, results, equality, order_names, interrupted);
     out.write_json("ab.json", &report)?;

@@ -46,7 +46,7 @@ use crate::run::output::OutDir;
 use crate::run::{Passes, RunSettings};
 use crate::scenario::{Case, Matrix, Proto};
 use crate::symbolize::Symbolizer;
-use crate::target::spec::TargetSpec;
+use crate::launch::spec::TargetSpec;
 
 /// Exit code of `rig gate` when at least one counter breaches its limit
 /// (or a new call site breaches `max_new_sites`).
@@ -746,7 +746,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
                  a {got} build allocates and copies differently; point ${} at a {want} build or bless a {got} baseline",
                 s.baseline_path.display(),
                 binary.as_ref().map_or(String::new(), |x| x.path.display().to_string()),
-                crate::target::spec::RIG_PEER_ENV
+                crate::launch::spec::RIG_PEER_ENV
             );
         }
     }
@@ -885,7 +885,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     let mut failed = Vec::new();
     for c in &cases {
         if stop.load(Ordering::Relaxed) {
-            crate::target::launch::cleanup_all();
+            crate::launch::start::cleanup_all();
             bail!("interrupted");
         }
         let r = run_case(&rs, c, &spec, tls.as_ref(), &mut sym);
@@ -900,7 +900,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
             .or_default()
             .push(crate::ab::counted_metrics(&r));
     }
-    crate::target::launch::cleanup_all();
+    crate::launch::start::cleanup_all();
     if !failed.is_empty() {
         return Err(anyhow::Error::new(RunsFailed(failed)));
     }
@@ -921,7 +921,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
                 let mut windows = Vec::new();
                 for i in 0..b.repeats {
                     if stop.load(Ordering::Relaxed) {
-                        crate::target::launch::cleanup_all();
+                        crate::launch::start::cleanup_all();
                         bail!("interrupted");
                     }
                     let w = instr::measure(backend, &spec, path, b.requests, INSTR_WARMUP)

@@ -31,7 +31,7 @@ use super::placement::{safe_probe_offset, Placement};
 use super::read;
 use super::{Family, ProbeError, Snapshot};
 use crate::symbolize::elf;
-use crate::target::maps::ProcMaps;
+use crate::launch::maps::ProcMaps;
 
 /// A memcpy/memmove/memset implementation the copy probes attached to; its
 /// index in `ProbeSet::copy_impls` is the attach cookie in `CopyKey`.
@@ -196,7 +196,7 @@ impl ProbeSet {
         }
         let mut pids = vec![pid];
         if scope == Scope::Tree {
-            for child in crate::target::port::descendants(pid) {
+            for child in crate::launch::port::descendants(pid) {
                 for (family, ebpf) in &mut objects {
                     set_target(ebpf, *family, child, mode)?;
                 }
@@ -323,7 +323,7 @@ impl ProbeSet {
     pub fn processes(&self) -> Vec<Followed> {
         let mut out: Vec<Followed> = self.shared().procs.values().cloned().collect();
         for p in &mut out {
-            let now = crate::target::cmdline(p.pid);
+            let now = crate::launch::cmdline(p.pid);
             if now != "?" && !now.is_empty() {
                 p.command = now;
             }
@@ -386,12 +386,12 @@ impl Followed {
     fn new(pid: u32, joined: Joined, maps: Option<ProcMaps>) -> Followed {
         let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|s| crate::target::port::parse_stat_ppid(&s))
+            .and_then(|s| crate::launch::port::parse_stat_ppid(&s))
             .unwrap_or(0);
         Followed {
             pid,
             ppid,
-            command: crate::target::cmdline(pid),
+            command: crate::launch::cmdline(pid),
             joined,
             maps,
             error: None,

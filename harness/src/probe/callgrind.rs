@@ -35,8 +35,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::load::{Client, Endpoint, Expect, ExpectBody, LoadSpec, Mode, Protocol};
-use crate::target::launch::{launch, LaunchOptions};
-use crate::target::spec::{Body, TargetSpec};
+use crate::launch::start::{launch, LaunchOptions};
+use crate::launch::spec::{Body, TargetSpec};
 
 /// The sentence every instruction report carries (BRIEF lesson 8).
 pub const NOTE: &str = "callgrind bills rep movsb per byte: instructions are not time \
@@ -180,7 +180,7 @@ fn measure_in(
         // not listed by vgdb, and it inherits the parent's output file), so
         // a prefork server's workers would go uncounted: refuse rather than
         // report the master's near-zero share as the server's cost.
-        let children = crate::target::port::descendants(target.pid);
+        let children = crate::launch::port::descendants(target.pid);
         if !children.is_empty() {
             bail!(
                 "target {} runs as {} processes (a prefork master and workers?): the callgrind \

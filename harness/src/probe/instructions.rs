@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::callgrind::InstrWindow;
 use crate::report::host::Pmu;
-use crate::target::spec::TargetSpec;
+use crate::launch::spec::TargetSpec;
 
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

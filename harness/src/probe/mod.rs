@@ -127,7 +127,7 @@ pub enum ProbeError {
     Maps {
         pid: u32,
         #[source]
-        source: crate::target::maps::MapsError,
+        source: crate::launch::maps::MapsError,
     },
     #[error("resolving `{api}` in {lib} for pid {pid}: {source}")]
     Resolve {

@@ -28,8 +28,8 @@ use anyhow::{bail, Context, Result};
 
 use super::callgrind::InstrWindow;
 use crate::load::Mode;
-use crate::target::launch::{launch, LaunchOptions};
-use crate::target::spec::TargetSpec;
+use crate::launch::start::{launch, LaunchOptions};
+use crate::launch::spec::TargetSpec;
 
 /// The sentence every perf instruction report carries (BRIEF lesson 8).
 pub const NOTE: &str = "perf counts retired user-space instructions (every thread of the target); \
@@ -141,7 +141,7 @@ impl Counters {
     /// `inherit`, processes and threads forked later are counted too.
     pub fn open(pid: u32) -> Result<Counters, PerfError> {
         let mut all = Counters::open_process(pid)?;
-        for child in crate::target::port::descendants(pid) {
+        for child in crate::launch::port::descendants(pid) {
             match Counters::open_process(child) {
                 Ok(c) => all.fds.extend(c.fds),
                 // Exited since the listing: nothing to count.

@@ -13,9 +13,9 @@ use crate::report::Attribution;
 use crate::sample::{CgroupSnapshot, ProcSnapshot, Sampler, Samples};
 use crate::scenario::{Case, LoadShape, Proto, SuiteKind};
 use crate::symbolize::Symbolizer;
-use crate::target::launch::{launch, ExitInfo, LaunchOptions, Launched, ObjectFact};
-use crate::target::port::PortProof;
-use crate::target::spec::{Body, TargetSpec};
+use crate::launch::start::{launch, ExitInfo, LaunchOptions, Launched, ObjectFact};
+use crate::launch::port::PortProof;
+use crate::launch::spec::{Body, TargetSpec};
 
 use super::RunSettings;
 

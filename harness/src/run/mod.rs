@@ -24,8 +24,8 @@ use crate::probe::Family;
 use crate::report::host::HostFacts;
 use crate::scenario::{Case, Matrix};
 use crate::symbolize::Symbolizer;
-use crate::target::launch::ObjectFact;
-use crate::target::spec::TargetSpec;
+use crate::launch::start::ObjectFact;
+use crate::launch::spec::TargetSpec;
 
 pub use case::{CaseResult, Status};
 use output::OutDir;
@@ -251,7 +251,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
         scope.spawn(|| {
             while !done.load(Ordering::Relaxed) {
                 if stop.load(Ordering::Relaxed) {
-                    crate::target::launch::cleanup_all();
+                    crate::launch::start::cleanup_all();
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
@@ -299,7 +299,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
         result
     })?;
     bar.finish_and_clear();
-    crate::target::launch::cleanup_all();
+    crate::launch::start::cleanup_all();
     write_report(&out, &results, interrupted, cases.len())?;
     Ok(results)
 }

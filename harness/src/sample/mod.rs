@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::target::cgroup::{CgroupHandle, CgroupVersion};
+use crate::launch::cgroup::{CgroupHandle, CgroupVersion};
 
 /// Fields of `/proc/<pid>/stat` rig uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -212,7 +212,7 @@ impl ProcSnapshot {
     /// a delta over a window in which workers were replaced undercounts.
     pub fn read_tree(root: u32) -> std::io::Result<ProcSnapshot> {
         let mut sum = ProcSnapshot::read(root)?;
-        for pid in crate::target::port::descendants(root) {
+        for pid in crate::launch::port::descendants(root) {
             // A child may exit between the listing and the read: skip it.
             let Ok(p) = ProcSnapshot::read(pid) else {
                 continue;

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use rig::probe::callgrind::{self, InstrWindow};
-use rig::target::spec::TargetSpec;
+use rig::launch::spec::TargetSpec;
 
 const N: u64 = 200;
 

@@ -384,7 +384,7 @@ fn perf_window_without_a_pmu_is_an_error_never_zero() {
     }
     let pmu = rig::report::host::detect_pmu();
     let calib =
-        rig::target::spec::TargetSpec::load(repo().join("config/targets/calib.toml")).unwrap();
+        rig::launch::spec::TargetSpec::load(repo().join("config/targets/calib.toml")).unwrap();
     let noop = rig::probe::perf::measure(&calib, "/noop", 200, 50);
     if pmu.instructions {
         // A PMU: /spin - /noop is calib_spin's 6006 instructions plus the
@@ -463,7 +463,7 @@ fn the_projects_own_gates_pass() {
         let out = Command::new(rig_bin())
             .args(["gate", "--baseline"])
             .arg(repo().join(baseline))
-            .env(rig::target::spec::RIG_PEER_ENV, &peer)
+            .env(rig::launch::spec::RIG_PEER_ENV, &peer)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -499,7 +499,7 @@ fn gate_refuses_a_rig_peer_of_another_profile() {
     let out = Command::new(rig_bin())
         .args(["gate", "--baseline"])
         .arg(repo().join("config/gates/peer.toml"))
-        .env(rig::target::spec::RIG_PEER_ENV, &fake)
+        .env(rig::launch::spec::RIG_PEER_ENV, &fake)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr);

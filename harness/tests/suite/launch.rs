@@ -11,10 +11,10 @@ use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use rig::sample::{CgroupSnapshot, ProcSnapshot, Sampler};
-use rig::target::launch::{group_members, LaunchError, LaunchOptions};
-use rig::target::port::{check_holder, HolderCheck};
-use rig::target::spec::TargetSpec;
-use rig::target::{check_config, cleanup_all, launch, port_holders, reap_stale_cgroups};
+use rig::launch::start::{group_members, LaunchError, LaunchOptions};
+use rig::launch::port::{check_holder, HolderCheck};
+use rig::launch::spec::TargetSpec;
+use rig::launch::{check_config, cleanup_all, launch, port_holders, reap_stale_cgroups};
 use rig_fixtures::calib;
 
 use super::root_or_skip;
@@ -98,7 +98,7 @@ fn launches_the_calibration_server_and_proves_it_holds_its_port() {
     assert_eq!(t.exe.size, std::fs::metadata(exe).unwrap().len());
     assert_eq!(
         t.exe.build_id,
-        rig::target::maps::build_id(exe),
+        rig::launch::maps::build_id(exe),
         "exe build-id"
     );
     assert!(t.exe.build_id.is_some());
@@ -244,7 +244,7 @@ fn accepts_a_listener_held_by_a_descendant_and_says_so() {
     assert_eq!(t.proof.holders.len(), 1);
     assert_ne!(t.proof.holders[0], t.pid);
     assert_eq!(
-        rig::target::descendants(t.pid),
+        rig::launch::descendants(t.pid),
         t.proof.holders,
         "the server is sh's only descendant"
     );
@@ -433,7 +433,7 @@ fn pins_the_target_and_reads_the_affinity_back() {
     // Threads created after exec inherit it.
     for task in std::fs::read_dir(format!("/proc/{}/task", t.pid)).unwrap() {
         let tid: u32 = task.unwrap().file_name().to_str().unwrap().parse().unwrap();
-        assert_eq!(rig::target::launch::affinity_of(tid).unwrap(), vec![0]);
+        assert_eq!(rig::launch::start::affinity_of(tid).unwrap(), vec![0]);
     }
     drop(t);
     let o = LaunchOptions {
@@ -468,7 +468,7 @@ fn cleanup_all_kills_every_live_target_and_reap_finds_stale_cgroups() {
     let mut dead = std::process::Command::new("true").spawn().unwrap();
     let dead_pid = dead.id();
     dead.wait().unwrap();
-    let parent = rig::target::cgroup::v1_place("memory")
+    let parent = rig::launch::cgroup::v1_place("memory")
         .expect("memory hierarchy")
         .own;
     let stale = parent.join(format!("rig-stale-{dead_pid}-0"));

@@ -2,7 +2,7 @@
 //! export's name.
 
 use rig::symbolize::{Naming, Symbolizer};
-use rig::target::maps::ProcMaps;
+use rig::launch::maps::ProcMaps;
 
 use super::{calib, probes_shared, rig_bin, root_or_skip};
 

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use rig::target::launch::LaunchOptions;
-use rig::target::spec::TargetSpec;
-use rig::target::{descendants, launch};
+use rig::launch::start::LaunchOptions;
+use rig::launch::spec::TargetSpec;
+use rig::launch::{descendants, launch};
 
 use super::{probes_shared, rig_bin, root_or_skip};
 
