@@ -8,11 +8,11 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use crate::launch::spec::TargetSpec;
 use crate::load::H1Target;
 use crate::probe::{Family, ProbeError};
 use crate::report::{table, Attribution};
 use crate::session::{self, AttachSettings, Drive};
-use crate::launch::spec::TargetSpec;
 
 /// Exit codes (documented in README).
 pub mod exit {
@@ -107,11 +107,11 @@ pub struct InstructionsArgs {
 fn instructions(a: &InstructionsArgs) -> Result<i32> {
     use crate::probe::instructions::{self as instr, Choice};
     let choice = Choice::parse(&a.backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
-    let (backend, why) = instr::select(choice, &crate::report::host::detect_pmu())?;
+    let (backend, why) = instr::select(choice, &crate::host::detect_pmu())?;
     println!("instructions counted by {why}");
     let spec = crate::launch::spec::TargetSpec::load(&a.target)
         .with_context(|| format!("--target {}", a.target.display()))?;
-    let w = instr::measure(backend, &spec, &a.path, a.requests, a.warmup)?;
+    let w = crate::window::instructions::measure(backend, &spec, &a.path, a.requests, a.warmup)?;
     print!("{}", crate::probe::callgrind::render(&w, a.top));
     Ok(exit::OK)
 }
@@ -409,6 +409,21 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
     })
 }
 
+fn gate_settings(a: &GateArgs) -> Result<crate::gate::GateSettings> {
+    let baseline = crate::gate::Baseline::load(&a.baseline)?;
+    if !Family::parse_list(&baseline.probes)?.is_empty() {
+        crate::probe::require_root()?;
+    }
+    Ok(crate::gate::GateSettings {
+        baseline_path: a.baseline.clone(),
+        baseline,
+        target_override: a.target.clone(),
+        out: a.out.clone(),
+        argv: std::env::args().collect(),
+        blessing: a.bless,
+    })
+}
+
 fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
     let (server_cpus, client_cpus) = a.budget.cpus()?;
     let mut arms = Vec::new();
@@ -553,7 +568,7 @@ pub fn run() -> Result<i32> {
                 exit::OK
             })
         }
-        Cmd::Gate(g) => crate::gate::cli(&g, &*stop_flag()?),
+        Cmd::Gate(g) => crate::gate::command(&gate_settings(&g)?, &*stop_flag()?),
         Cmd::Demo(d) => {
             let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
             cmd.args(["--port", "0", "--threads", "2", "--contend"]);

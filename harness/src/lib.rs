@@ -8,8 +8,10 @@
 pub mod ab;
 pub mod cli;
 pub mod gate;
+pub mod host;
 pub mod launch;
 pub mod load;
+pub mod metrics;
 pub mod probe;
 pub mod report;
 pub mod run;
@@ -18,3 +20,4 @@ pub mod scenario;
 pub mod session;
 pub mod stats;
 pub mod symbolize;
+pub mod window;

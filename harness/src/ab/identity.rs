@@ -1,4 +1,5 @@
-//! Proof that each arm is the arm (BRIEF lesson 2).
+//! Proof that each arm is the arm: a swapped library that the loader never
+//! picked up makes two arms the same code, and their difference noise.
 //!
 //! An arm differs from its sibling by its binary, a directory first on
 //! `LD_LIBRARY_PATH` (the `.so` swap) or an `LD_PRELOAD`. After launch, the
@@ -12,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::launch::start::{hash_file, Launched, ObjectFact};
 use crate::launch::maps::basename;
 use crate::launch::spec::TargetSpec;
+use crate::launch::start::{hash_file, Launched, ObjectFact};
 
 /// A file the arm's process must map, and why.
 #[derive(Clone, Debug, Serialize, PartialEq)]

@@ -23,15 +23,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+use crate::host::HostFacts;
+use crate::launch::spec::TargetSpec;
 use crate::probe::Family;
-use crate::report::host::HostFacts;
 use crate::run::case::{run_case, CaseResult, Status};
 use crate::run::output::OutDir;
 use crate::run::{Passes, RunSettings};
 use crate::scenario::{Case, Matrix};
 use crate::stats::{compare, Comparison, Verdict};
 use crate::symbolize::Symbolizer;
-use crate::launch::spec::TargetSpec;
 
 /// One arm: a name and its target spec (with its TLS variant, if any).
 #[derive(Clone, Debug)]
@@ -152,91 +152,6 @@ fn clean_metric(r: &CaseResult, name: &str) -> Option<f64> {
         "rss_max_kib" => c.server.rss_max_kib as f64,
         _ => return None,
     })
-}
-
-/// Names of the per-request totals [`counted_metrics`] produces, in the
-/// order it fills them: the one list of these names (`rig gate` checks a
-/// baseline's counter names against it).
-pub const TOTAL_COUNTERS: [&str; 8] = [
-    "syscalls/req",
-    "allocs/req",
-    "alloc bytes/req",
-    "frees/req",
-    "copy bytes/req",
-    "copy calls/req",
-    "lock acquisitions/req",
-    "page faults/req",
-];
-
-/// Every exact per-request counter of a counted pass, by name: the totals
-/// and one entry per call site (alloc/copy/faults) and per syscall.
-pub fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
-    let mut m = BTreeMap::new();
-    let Some(c) = r.counted.as_ref() else {
-        return m;
-    };
-    let p = &c.per_request;
-    // Same order as TOTAL_COUNTERS; the array lengths are checked by the compiler.
-    let values: [Option<f64>; TOTAL_COUNTERS.len()] = [
-        p.syscalls,
-        p.allocations,
-        p.alloc_bytes,
-        p.frees,
-        p.copy_bytes,
-        p.copy_calls,
-        p.lock_acquisitions,
-        p.page_faults,
-    ];
-    for (k, v) in TOTAL_COUNTERS.iter().zip(values) {
-        if let Some(v) = v {
-            m.insert(k.to_string(), v);
-        }
-    }
-    let a = &c.attribution;
-    let Some(n) = a.window.requests.filter(|n| *n > 0) else {
-        return m;
-    };
-    let n = n as f64;
-    let site = |s: &crate::symbolize::Site| -> String {
-        match (&s.function, s.file_line()) {
-            (Some(f), Some(fl)) => format!("{f} ({fl})"),
-            (Some(f), None) => f.clone(),
-            _ => s.label(),
-        }
-    };
-    let mut add = |k: String, v: f64| *m.entry(k).or_insert(0.0) += v;
-    for row in &a.alloc {
-        add(
-            format!("{} calls @ {}", row.kind, site(&row.site)),
-            row.calls as f64 / n,
-        );
-        if row.bytes > 0 {
-            add(
-                format!("{} bytes @ {}", row.kind, site(&row.site)),
-                row.bytes as f64 / n,
-            );
-        }
-    }
-    for row in &a.copy {
-        add(
-            format!("{} bytes @ {}", row.kind, site(&row.site)),
-            row.bytes as f64 / n,
-        );
-        add(
-            format!("{} calls @ {}", row.kind, site(&row.site)),
-            row.calls as f64 / n,
-        );
-    }
-    for row in &a.syscalls {
-        add(format!("syscall {}", row.name), row.count as f64 / n);
-    }
-    for row in &a.faults {
-        add(
-            format!("faults @ {}", site(&row.site)),
-            row.count as f64 / n,
-        );
-    }
-    m
 }
 
 fn med(v: &[f64]) -> f64 {
@@ -437,7 +352,7 @@ fn analyse(
             .map(|rs| {
                 rs.iter()
                     .filter(|r| r.counted.is_some())
-                    .map(|r| counted_metrics(r))
+                    .map(|r| crate::run::case::counted_metrics(r))
                     .collect()
             })
             .collect();

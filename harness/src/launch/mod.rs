@@ -7,15 +7,15 @@
 //! symbolizer to turn absolute addresses into module offsets.
 
 pub mod cgroup;
-pub mod start;
 pub mod maps;
 pub mod port;
 pub mod spec;
+pub mod start;
 
 pub use cgroup::{reap_stale_cgroups, CgroupHandle};
-pub use start::{cleanup_all, launch, ExitInfo, LaunchError, LaunchOptions, Launched};
 pub use port::{descendants, port_holders};
 pub use spec::{check_config, ConfigError, SpecError, TargetSpec};
+pub use start::{cleanup_all, launch, ExitInfo, LaunchError, LaunchOptions, Launched};
 
 use std::fmt;
 

@@ -1,6 +1,6 @@
 //! Ports: picking a free loopback port, and proving who listens on one.
 //!
-//! The proof (BRIEF lesson 1): a stale server on the port once made two
+//! The proof: a stale server on the port once made two
 //! "different" arms identical. Connecting to the port proves nothing about
 //! who answers, so rig reads the kernel's socket tables: LISTEN sockets on
 //! the port in `/proc/net/tcp{,6}` give socket inodes, and the process holding

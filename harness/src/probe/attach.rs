@@ -30,8 +30,8 @@ use serde::Serialize;
 use super::placement::{safe_probe_offset, Placement};
 use super::read;
 use super::{Family, ProbeError, Snapshot};
-use crate::symbolize::elf;
 use crate::launch::maps::ProcMaps;
+use crate::symbolize::elf;
 
 /// A memcpy/memmove/memset implementation the copy probes attached to; its
 /// index in `ProbeSet::copy_impls` is the attach cookie in `CopyKey`.

@@ -4,7 +4,6 @@
 //! requests it contained, and the session's `Symbolizer`. Out: an
 //! `Attribution` (plain, serializable, versioned) and its terminal table.
 
-pub mod host;
 pub mod table;
 
 use std::collections::BTreeMap;
@@ -53,7 +52,7 @@ pub struct Attribution {
     pub distortions: Vec<String>,
     /// Hardware instruction counters: present or not, and what the kernel
     /// said. Without them rig reports no instruction counts (never zero).
-    pub pmu: host::Pmu,
+    pub pmu: crate::host::Pmu,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -629,7 +628,7 @@ impl Attribution {
             probe_syscalls_excluded,
             notes: w.notes.clone(),
             distortions,
-            pmu: host::detect_pmu(),
+            pmu: crate::host::detect_pmu(),
         }
     }
 

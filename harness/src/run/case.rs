@@ -1,23 +1,27 @@
 //! One case: fresh server per pass, validated load, samples, probes.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::launch::port::PortProof;
+use crate::launch::spec::{Body, TargetSpec};
+use crate::launch::start::{launch, ExitInfo, LaunchOptions, Launched, ObjectFact};
 use crate::load::{
     Client, Endpoint as LoadEndpoint, Expect, ExpectBody, LoadReport, LoadSpec, Mode, Protocol,
 };
-use crate::probe::{Family, ProbeSet, Scope, WindowEnd};
+use crate::probe::{ProbeSet, Scope};
 use crate::report::Attribution;
 use crate::sample::{CgroupSnapshot, ProcSnapshot, Sampler, Samples};
 use crate::scenario::{Case, LoadShape, Proto, SuiteKind};
 use crate::symbolize::Symbolizer;
-use crate::launch::start::{launch, ExitInfo, LaunchOptions, Launched, ObjectFact};
-use crate::launch::port::PortProof;
-use crate::launch::spec::{Body, TargetSpec};
 
 use super::RunSettings;
+pub use crate::metrics::PerRequest;
+use crate::window::ebpf::{ProbeWindow, SettleEnd};
+use crate::window::{drive, Phase, WarmUp};
 
 /// How the target was launched for one pass.
 #[derive(Clone, Debug, Serialize)]
@@ -79,53 +83,6 @@ pub struct CleanPass {
     /// Why the generator, not the server, may have limited this pass.
     pub generator_saturated: Option<String>,
     pub exit: ExitInfo,
-}
-
-/// Per-request counters of the counted pass (exact window differences).
-#[derive(Clone, Debug, Serialize, Default)]
-pub struct PerRequest {
-    pub syscalls: Option<f64>,
-    pub allocations: Option<f64>,
-    pub alloc_bytes: Option<f64>,
-    pub frees: Option<f64>,
-    pub copy_bytes: Option<f64>,
-    pub copy_calls: Option<f64>,
-    pub lock_acquisitions: Option<f64>,
-    pub contended: Option<f64>,
-    pub page_faults: Option<f64>,
-    pub voluntary_cs: Option<f64>,
-    pub involuntary_cs: Option<f64>,
-}
-
-impl PerRequest {
-    pub fn of(a: &Attribution) -> PerRequest {
-        let n = match a.window.requests {
-            Some(n) if n > 0 => n as f64,
-            _ => return PerRequest::default(),
-        };
-        let has = |f: Family| a.families.contains(&f);
-        let per = |v: u64| v as f64 / n;
-        PerRequest {
-            syscalls: has(Family::Syscalls).then(|| per(a.syscalls.iter().map(|r| r.count).sum())),
-            allocations: has(Family::Alloc).then(|| per(a.alloc_totals.allocations)),
-            alloc_bytes: has(Family::Alloc).then(|| per(a.alloc_totals.bytes)),
-            frees: has(Family::Alloc).then(|| per(a.alloc_totals.frees)),
-            copy_bytes: has(Family::Copy).then(|| per(a.copy.iter().map(|r| r.bytes).sum())),
-            copy_calls: has(Family::Copy).then(|| per(a.copy.iter().map(|r| r.calls).sum())),
-            lock_acquisitions: has(Family::Locks).then(|| {
-                per(a
-                    .locks
-                    .iter()
-                    .filter(|r| r.op != "unlock")
-                    .map(|r| r.acquired)
-                    .sum())
-            }),
-            contended: has(Family::Locks).then(|| per(a.locks.iter().map(|r| r.contended).sum())),
-            page_faults: has(Family::Faults).then(|| per(a.faults.iter().map(|r| r.count).sum())),
-            voluntary_cs: has(Family::Sched).then(|| per(a.sched.voluntary)),
-            involuntary_cs: has(Family::Sched).then(|| per(a.sched.involuntary)),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -683,38 +640,39 @@ fn counted_measure(
     ls.threads = Some(1);
     let mut client = Client::connect(&ls)?;
     let slots = (ls.connections * ls.streams) as u64;
-    let warm = client.run(&Mode::FixedCount {
-        requests: 200.max(4 * slots),
-    });
-    let mut reasons = check_load("counted warm-up", &warm);
-    if !reasons.is_empty() {
-        return Err(Fail(reasons.join("; ")));
-    }
-    // The launched process and everything it forks (prefork servers).
-    let probes = ProbeSet::attach_scoped(l.pid, &rs.families, Scope::Tree)?;
-    // First hits under probes fault in BPF state: keep them out too.
-    client.run(&Mode::FixedCount {
-        requests: 100.max(slots),
-    });
-    let settle = Duration::from_millis(20);
-    let patience = Duration::from_millis(500);
-    let quiet_start = probes.quiesce(settle, patience)?;
-    let start = probes.start_window()?;
-    let report = client.run(&Mode::FixedCount {
-        requests: case.counted_requests,
-    });
-    let quiet_end = probes.quiesce(settle, patience)?;
-    let end = if l.has_exited() {
-        WindowEnd::TargetExited
-    } else {
-        WindowEnd::Completed
+    // A failed warm-up before the probes fails the pass; the one under them
+    // only faults in BPF state, its answers are not judged.
+    let check = |phase: Phase, warm: &LoadReport| -> anyhow::Result<()> {
+        let reasons = match phase {
+            Phase::Before => check_load("counted warm-up", warm),
+            Phase::Under => Vec::new(),
+        };
+        match reasons.is_empty() {
+            true => Ok(()),
+            false => Err(anyhow::anyhow!(reasons.join("; "))),
+        }
     };
-    let window = probes.end_window(start, end)?;
-    drop(probes);
+    // The launched process and everything it forks (prefork servers).
+    let open = || -> anyhow::Result<ProbeWindow> {
+        let probes = ProbeSet::attach_scoped(l.pid, &rs.families, Scope::Tree)?;
+        Ok(ProbeWindow::new(probes, SettleEnd::IfStartSettled, || {
+            !l.has_exited()
+        }))
+    };
+    let driven = drive(
+        &mut client,
+        WarmUp::counted(slots),
+        case.counted_requests,
+        check,
+        open,
+    )?;
     drop(client);
+    let (report, reading) = (driven.report, driven.reading);
+    let window = reading.window;
+    let mut reasons = Vec::new();
     reasons.extend(check_load("counted", &report));
     let mut attribution = Attribution::build(&window, Some(report.succeeded), None, sym);
-    attribution.window.quiesced = Some(quiet_start && quiet_end);
+    attribution.window.quiesced = Some(reading.quiesced);
     if !attribution.complete {
         reasons.push(format!(
             "counted pass: the probes lost events: {:?}",
@@ -756,4 +714,13 @@ fn counted_pass(
         },
         reasons,
     ))
+}
+
+/// Every exact per-request counter of the case's counted pass, by name
+/// (none without one).
+pub fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
+    match &r.counted {
+        Some(c) => crate::metrics::counters(&c.per_request, &c.attribution),
+        None => BTreeMap::new(),
+    }
 }

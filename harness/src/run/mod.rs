@@ -19,13 +19,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::host::HostFacts;
+use crate::launch::spec::TargetSpec;
+use crate::launch::start::ObjectFact;
 use crate::load::hist;
 use crate::probe::Family;
-use crate::report::host::HostFacts;
 use crate::scenario::{Case, Matrix};
 use crate::symbolize::Symbolizer;
-use crate::launch::start::ObjectFact;
-use crate::launch::spec::TargetSpec;
 
 pub use case::{CaseResult, Status};
 use output::OutDir;

@@ -1,4 +1,5 @@
-//! The run's output directory: results survive failure (lesson 16).
+//! The run's output directory: results survive failure (a long run that
+//! dies in its last case keeps every case before it).
 //!
 //! The directory must be new. `manifest.json` is written before the first
 //! case, `cases.jsonl` gets one line as each case finishes (flushed and

@@ -1,6 +1,7 @@
 //! /proc and cgroup sampling of one target (the process tree rooted at its
 //! pid: prefork workers are part of the server), by pid (never by name: two
-//! same-named processes once made a fake 34 MB "leak", BRIEF lesson 3).
+//! same-named processes once made a fake 34 MB "leak": a sample by name
+//! summed an unrelated process into the server).
 //!
 //! In: a pid and optionally the target's [`CgroupHandle`]. Out: snapshots
 //! ([`ProcSnapshot`], [`CgroupSnapshot`]) whose differences give per-window
@@ -271,8 +272,9 @@ pub struct ProcDelta {
 }
 
 /// CPU ns used by rig itself (the load generator), all threads including
-/// exited ones (getrusage, µs resolution). For lesson 13: generator CPU is
-/// recorded next to the server's, so a saturated generator is visible.
+/// exited ones (getrusage, µs resolution). Generator CPU is recorded next
+/// to the server's: a load generator that saturates its own cores caps the
+/// throughput, and that must be visible rather than billed to the server.
 pub fn self_cpu_ns() -> u64 {
     // SAFETY: zeroed rusage is a valid out-parameter.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };

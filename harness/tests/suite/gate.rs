@@ -80,7 +80,7 @@ fn gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline() {
     assert_eq!(code, 0, "{text}");
     let blessed = std::fs::read_to_string(&b).unwrap();
     // auto: perf with a PMU, callgrind without; the baseline records which.
-    let backend = if rig::report::host::detect_pmu().instructions {
+    let backend = if rig::host::detect_pmu().instructions {
         "perf"
     } else {
         "callgrind"
@@ -307,7 +307,7 @@ fn gate_refuses_instruction_values_blessed_with_the_other_backend() {
         return;
     }
     // The backend auto does NOT pick on this host.
-    let other = if rig::report::host::detect_pmu().instructions {
+    let other = if rig::host::detect_pmu().instructions {
         "callgrind"
     } else {
         "perf"
@@ -382,15 +382,15 @@ fn perf_window_without_a_pmu_is_an_error_never_zero() {
     if !root_or_skip("perf_window_without_a_pmu_is_an_error_never_zero") {
         return;
     }
-    let pmu = rig::report::host::detect_pmu();
+    let pmu = rig::host::detect_pmu();
     let calib =
         rig::launch::spec::TargetSpec::load(repo().join("config/targets/calib.toml")).unwrap();
-    let noop = rig::probe::perf::measure(&calib, "/noop", 200, 50);
+    let noop = rig::window::instructions::measure_perf(&calib, "/noop", 200, 50);
     if pmu.instructions {
         // A PMU: /spin - /noop is calib_spin's 6006 instructions plus the
         // routing (47 under callgrind, COSTS.md "GET /spin"); a hardware
         // counter may add a few from interrupts.
-        let spin = rig::probe::perf::measure(&calib, "/spin", 200, 50).unwrap();
+        let spin = rig::window::instructions::measure_perf(&calib, "/spin", 200, 50).unwrap();
         let d = spin.ir_per_request - noop.unwrap().ir_per_request;
         assert_eq!(spin.backend, "perf");
         assert!((6006.0..6006.0 * 1.02).contains(&d), "/spin - /noop = {d}");

@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use rig::sample::{CgroupSnapshot, ProcSnapshot, Sampler};
-use rig::launch::start::{group_members, LaunchError, LaunchOptions};
 use rig::launch::port::{check_holder, HolderCheck};
 use rig::launch::spec::TargetSpec;
+use rig::launch::start::{group_members, LaunchError, LaunchOptions};
 use rig::launch::{check_config, cleanup_all, launch, port_holders, reap_stale_cgroups};
+use rig::sample::{CgroupSnapshot, ProcSnapshot, Sampler};
 use rig_fixtures::calib;
 
 use super::root_or_skip;

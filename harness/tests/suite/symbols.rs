@@ -1,8 +1,8 @@
 //! True names: the report never gives an address the nearest preceding
 //! export's name.
 
-use rig::symbolize::{Naming, Symbolizer};
 use rig::launch::maps::ProcMaps;
+use rig::symbolize::{Naming, Symbolizer};
 
 use super::{calib, probes_shared, rig_bin, root_or_skip};
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use rig::launch::start::LaunchOptions;
 use rig::launch::spec::TargetSpec;
+use rig::launch::start::LaunchOptions;
 use rig::launch::{descendants, launch};
 
 use super::{probes_shared, rig_bin, root_or_skip};
