@@ -6,6 +6,7 @@
 //! (/proc + cgroup, by pid) → `symbolize` → `stats` → `report`.
 
 pub mod ab;
+pub mod case;
 pub mod cli;
 pub mod gate;
 pub mod host;

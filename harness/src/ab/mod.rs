@@ -13,7 +13,6 @@
 //! different code: a counter or call site that differs between them.
 
 pub mod equality;
-pub mod identity;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -23,11 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+use crate::case::{run_case, CaseResult, Status};
 use crate::host::HostFacts;
+use crate::launch::identity;
 use crate::launch::spec::TargetSpec;
 use crate::probe::Family;
-use crate::run::case::{run_case, CaseResult, Status};
-use crate::run::output::OutDir;
+use crate::report::output::OutDir;
 use crate::run::{Passes, RunSettings};
 use crate::scenario::{Case, Matrix};
 use crate::stats::{compare, Comparison, Verdict};
@@ -178,7 +178,8 @@ fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
         };
         let l = crate::launch::start::launch(&arm.spec, &opts)
             .with_context(|| format!("launching arm {} for the output comparison", arm.name))?;
-        let expected = identity::expected_objects(&arm.spec).map_err(anyhow::Error::msg)?;
+        let expected =
+            crate::launch::identity::expected_objects(&arm.spec).map_err(anyhow::Error::msg)?;
         if let Err(why) = identity::verify(&arm.name, &expected, &l) {
             bail!("{why}");
         }
@@ -239,7 +240,7 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
     let expected: Vec<Vec<identity::Expected>> = s
         .arms
         .iter()
-        .map(|a| identity::expected_objects(&a.spec).map_err(anyhow::Error::msg))
+        .map(|a| crate::launch::identity::expected_objects(&a.spec).map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
     out.write_json(
         "manifest.json",
@@ -352,7 +353,7 @@ fn analyse(
             .map(|rs| {
                 rs.iter()
                     .filter(|r| r.counted.is_some())
-                    .map(|r| crate::run::case::counted_metrics(r))
+                    .map(|r| crate::case::counted_metrics(r))
                     .collect()
             })
             .collect();

@@ -9,11 +9,11 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::*;
+use crate::case::{run_case, Status};
 use crate::launch::spec::TargetSpec;
 use crate::probe::instructions::{self as instr, Backend, Choice};
 use crate::probe::Family;
-use crate::run::case::{run_case, Status};
-use crate::run::output::OutDir;
+use crate::report::output::OutDir;
 use crate::run::{Passes, RunSettings};
 use crate::scenario::{Case, Matrix, Proto};
 use crate::symbolize::Symbolizer;
@@ -349,7 +349,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
         }
         runs.entry(case_key(c))
             .or_default()
-            .push(crate::run::case::counted_metrics(&r));
+            .push(crate::case::counted_metrics(&r));
     }
     crate::launch::start::cleanup_all();
     if !failed.is_empty() {

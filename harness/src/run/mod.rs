@@ -8,8 +8,6 @@
 //! a counted pass (probes attached: exact per-request counters), each on a
 //! fresh server process, never mixed.
 
-pub mod case;
-pub mod output;
 pub mod table;
 
 use std::collections::BTreeMap;
@@ -27,8 +25,8 @@ use crate::probe::Family;
 use crate::scenario::{Case, Matrix};
 use crate::symbolize::Symbolizer;
 
-pub use case::{CaseResult, Status};
-use output::OutDir;
+pub use crate::case::{CaseResult, Status};
+use crate::report::output::OutDir;
 
 /// Bumped on any incompatible change to manifest.json, cases.jsonl or
 /// report.json (documented in docs/run-schema.md).
@@ -267,7 +265,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                 } else {
                     bar.set_message(case.id.clone());
                     let (spec, tls) = &rs.targets[case.target];
-                    case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
+                    crate::case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
                 };
                 if !interrupted && stop.load(Ordering::Relaxed) {
                     // Its target was stopped under it: not a failure of the target.

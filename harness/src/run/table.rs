@@ -4,7 +4,7 @@
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
-use super::case::{CaseResult, Status};
+use crate::case::{CaseResult, Status};
 
 fn f(v: Option<f64>, decimals: usize) -> String {
     match v {

@@ -443,8 +443,8 @@ fn stopping_a_tree_whose_master_died_first_leaves_no_worker() {
     );
     // Every worker's mapped objects are checked as the arm's, not only the
     // master's.
-    let expected = rig::ab::identity::expected_objects(&nginx_spec("nginx-2w.toml")).unwrap();
-    let proof = rig::ab::identity::verify("A", &expected, &t).unwrap();
+    let expected = rig::launch::identity::expected_objects(&nginx_spec("nginx-2w.toml")).unwrap();
+    let proof = rig::launch::identity::verify("A", &expected, &t).unwrap();
     let mut checked = proof.processes.clone();
     checked.sort_unstable();
     let mut all = workers.clone();

@@ -18,8 +18,8 @@ use crate::sample::{CgroupSnapshot, ProcSnapshot, Sampler, Samples};
 use crate::scenario::{Case, LoadShape, Proto, SuiteKind};
 use crate::symbolize::Symbolizer;
 
-use super::RunSettings;
 pub use crate::metrics::PerRequest;
+use crate::run::RunSettings;
 use crate::window::ebpf::{ProbeWindow, SettleEnd};
 use crate::window::{drive, Phase, WarmUp};
 
@@ -34,7 +34,7 @@ pub struct LaunchInfo {
     pub notes: Vec<String>,
     pub exe_sha256: String,
     /// `rig ab`: the arm's binary/libraries, proven mapped by hash.
-    pub arm_proof: Option<crate::ab::identity::ArmProof>,
+    pub arm_proof: Option<crate::launch::identity::ArmProof>,
 }
 
 impl LaunchInfo {
@@ -204,13 +204,13 @@ fn launch_pass(
     case: &Case,
     spec: &TargetSpec,
     pass: &str,
-) -> Result<(Launched, Option<crate::ab::identity::ArmProof>), Fail> {
+) -> Result<(Launched, Option<crate::launch::identity::ArmProof>), Fail> {
     let l = launch(spec, &launch_opts(rs, case, pass))?;
     if !rs.verify_arms {
         return Ok((l, None));
     }
-    let proof = crate::ab::identity::expected_objects(spec)
-        .and_then(|e| crate::ab::identity::verify(&case.target_name, &e, &l));
+    let proof = crate::launch::identity::expected_objects(spec)
+        .and_then(|e| crate::launch::identity::verify(&case.target_name, &e, &l));
     match proof {
         Ok(p) => Ok((l, Some(p))),
         Err(why) => {
