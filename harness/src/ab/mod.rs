@@ -23,12 +23,12 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::case::{run_case, CaseResult, Status};
+use crate::case::{Passes, RunSettings};
 use crate::host::HostFacts;
 use crate::launch::identity;
 use crate::launch::spec::TargetSpec;
 use crate::probe::Family;
 use crate::report::output::OutDir;
-use crate::run::{Passes, RunSettings};
 use crate::scenario::{Case, Matrix};
 use crate::stats::{compare, Comparison, Verdict};
 use crate::symbolize::Symbolizer;

@@ -10,11 +10,11 @@ use serde::Serialize;
 
 use super::*;
 use crate::case::{run_case, Status};
+use crate::case::{Passes, RunSettings};
 use crate::launch::spec::TargetSpec;
 use crate::probe::instructions::{self as instr, Backend, Choice};
 use crate::probe::Family;
 use crate::report::output::OutDir;
-use crate::run::{Passes, RunSettings};
 use crate::scenario::{Case, Matrix, Proto};
 use crate::symbolize::Symbolizer;
 

@@ -11,7 +11,6 @@
 pub mod table;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
@@ -22,62 +21,15 @@ use crate::launch::spec::TargetSpec;
 use crate::launch::start::ObjectFact;
 use crate::load::hist;
 use crate::probe::Family;
-use crate::scenario::{Case, Matrix};
+use crate::scenario::Case;
 use crate::symbolize::Symbolizer;
 
-pub use crate::case::{CaseResult, Status};
+pub use crate::case::{CaseResult, Passes, RunSettings, Status};
 use crate::report::output::OutDir;
 
 /// Bumped on any incompatible change to manifest.json, cases.jsonl or
 /// report.json (documented in docs/run-schema.md).
 pub const SCHEMA_VERSION: u32 = 1;
-
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct Passes {
-    pub clean: bool,
-    pub counted: bool,
-}
-
-impl Passes {
-    pub fn parse(s: &str) -> Result<Passes, String> {
-        let mut p = Passes {
-            clean: false,
-            counted: false,
-        };
-        for part in s.split(',').map(str::trim) {
-            match part {
-                "clean" => p.clean = true,
-                "counted" => p.counted = true,
-                other => {
-                    return Err(format!(
-                        "--passes: unknown pass `{other}`; use clean, counted or clean,counted"
-                    ))
-                }
-            }
-        }
-        Ok(p)
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct RunSettings {
-    /// Each target with its TLS variant, if it has one.
-    pub targets: Vec<(TargetSpec, Option<TargetSpec>)>,
-    pub matrix_path: PathBuf,
-    pub matrix: Matrix,
-    pub suites: Vec<String>,
-    pub out: PathBuf,
-    pub families: Vec<Family>,
-    pub passes: Passes,
-    pub repeats: Option<u32>,
-    pub server_cpus: Option<Vec<usize>>,
-    pub client_cpus: Option<Vec<usize>>,
-    pub memory_mib: Option<u64>,
-    pub cpu_quota: Option<f64>,
-    pub argv: Vec<String>,
-    /// `rig ab`: prove every launch maps the arm's own binary and libraries.
-    pub verify_arms: bool,
-}
 
 #[derive(Serialize)]
 struct TargetManifest {
