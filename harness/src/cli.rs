@@ -14,26 +14,7 @@ use crate::probe::{Family, ProbeError};
 use crate::report::{table, Attribution};
 use crate::session::{self, AttachSettings, Drive};
 
-/// Exit codes (documented in README).
-pub mod exit {
-    pub const OK: i32 = 0;
-    /// Any other failure.
-    pub const ERROR: i32 = 1;
-    /// Bad flags (clap's own code).
-    pub const USAGE: i32 = 2;
-    /// Not permitted: not root, or the pid cannot be traced.
-    pub const PERMISSION: i32 = 3;
-    /// No such process.
-    pub const NO_PROCESS: i32 = 4;
-    /// The window lost events (the report says which).
-    pub const INCOMPLETE: i32 = 5;
-    /// `rig run`: at least one case failed (the report says why).
-    pub const CASE_FAILED: i32 = 6;
-    /// `rig gate`: a counter breached its baseline limit.
-    pub const GATE_BREACH: i32 = crate::gate::EXIT_BREACH;
-    /// Interrupted by SIGINT/SIGTERM; partial results were written.
-    pub const INTERRUPTED: i32 = 130;
-}
+pub use crate::exit;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -94,7 +75,7 @@ pub struct InstructionsArgs {
     #[arg(long, default_value_t = 200)]
     pub requests: u64,
     /// Uncounted warm-up requests before the window.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = crate::window::WarmUp::INSTRUCTIONS_COMMAND)]
     pub warmup: u64,
     /// Functions shown, by self Ir per request (callgrind only).
     #[arg(long, default_value_t = 15)]
@@ -268,7 +249,7 @@ pub struct AttachArgs {
     #[arg(long, default_value_t = 2)]
     pub connections: usize,
     /// Warm-up requests before a driven window.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = crate::window::WarmUp::ATTACH_DEFAULT)]
     pub warmup: u64,
     /// Measure the process tree rooted at --pid: every descendant, and every
     /// process forked during the session (prefork servers: nginx, Apache,
@@ -586,7 +567,7 @@ pub fn run() -> Result<i32> {
                 drive: Some(Drive {
                     target: H1Target::parse(&format!("http://127.0.0.1:{}/calib", target.port))?,
                     connections: d.connections,
-                    warmup: 200,
+                    warmup: crate::window::WarmUp::ATTACH_DEFAULT,
                     requests: d.requests,
                 }),
                 tree: None,

@@ -8,6 +8,7 @@
 pub mod ab;
 pub mod case;
 pub mod cli;
+pub mod exit;
 pub mod gate;
 pub mod host;
 pub mod launch;

@@ -55,7 +55,7 @@ use serde::Serialize;
 
 /// Exit code of `rig gate` when at least one counter breaches its limit
 /// (or a new call site breaches `max_new_sites`).
-pub const EXIT_BREACH: i32 = 7;
+pub const EXIT_BREACH: i32 = crate::exit::GATE_BREACH;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct GateReport {

@@ -68,9 +68,12 @@ pub struct WarmUp {
 }
 
 impl WarmUp {
-    /// Default `before` of an instruction window (`rig instructions
-    /// --warmup`, `rig gate`).
+    /// `before` of the instruction windows of `rig gate`.
     pub const INSTRUCTIONS_DEFAULT: u64 = 200;
+    /// Default `rig instructions --warmup`: a quick look at one endpoint.
+    pub const INSTRUCTIONS_COMMAND: u64 = 50;
+    /// Default `rig attach --drive … --warmup`, and `rig demo`'s.
+    pub const ATTACH_DEFAULT: u64 = 200;
 
     /// `rig attach --drive`: the user's `--warmup` before the probes, and at
     /// most 100 of it under them.
