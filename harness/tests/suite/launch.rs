@@ -17,8 +17,6 @@ use rig::launch::{check_config, cleanup_all, launch, port_holders, reap_stale_cg
 use rig::sample::{CgroupSnapshot, ProcSnapshot, Sampler};
 use rig_fixtures::calib;
 
-use super::root_or_skip;
-
 static LAUNCH: RwLock<()> = RwLock::new(());
 
 fn calib_spec() -> TargetSpec {
@@ -74,9 +72,7 @@ fn temp_file(name: &str, text: &str) -> TempFile {
 
 #[test]
 fn launches_the_calibration_server_and_proves_it_holds_its_port() {
-    if !root_or_skip("launches_the_calibration_server_and_proves_it_holds_its_port") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let t = launch(&calib_spec(), &opts("calib")).unwrap_or_else(|e| panic!("{e}"));
     let pid = t.pid;
@@ -163,9 +159,7 @@ fn launches_the_calibration_server_and_proves_it_holds_its_port() {
 
 #[test]
 fn refuses_a_port_held_by_another_process() {
-    if !root_or_skip("refuses_a_port_held_by_another_process") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let squatter = TcpListener::bind(("127.0.0.1", 0)).unwrap();
     let port = squatter.local_addr().unwrap().port();
@@ -229,9 +223,7 @@ fn refuses_a_port_held_by_another_process() {
 
 #[test]
 fn accepts_a_listener_held_by_a_descendant_and_says_so() {
-    if !root_or_skip("accepts_a_listener_held_by_a_descendant_and_says_so") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     // `; true` keeps sh from exec'ing: the server is sh's child.
     let s = spec(
@@ -258,9 +250,7 @@ fn accepts_a_listener_held_by_a_descendant_and_says_so() {
 
 #[test]
 fn a_target_that_never_becomes_ready_fails_with_its_stderr_tail() {
-    if !root_or_skip("a_target_that_never_becomes_ready_fails_with_its_stderr_tail") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let s = spec(
         "silent",
@@ -322,9 +312,7 @@ print "READY\n"; my $c = $s->accept; my $x = "a" x ($ARGV[0] << 20); sleep 30;"#
 
 #[test]
 fn a_memory_limit_below_need_ends_in_a_reported_oom_kill() {
-    if !root_or_skip("a_memory_limit_below_need_ends_in_a_reported_oom_kill") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let s = spec(
         "hog",
@@ -384,9 +372,7 @@ fn a_memory_limit_below_need_ends_in_a_reported_oom_kill() {
 
 #[test]
 fn cgroups_are_removed_after_stop_and_after_a_panic() {
-    if !root_or_skip("cgroups_are_removed_after_stop_and_after_a_panic") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let o = LaunchOptions {
         memory_limit_mib: Some(256),
@@ -420,9 +406,7 @@ fn cgroups_are_removed_after_stop_and_after_a_panic() {
 
 #[test]
 fn pins_the_target_and_reads_the_affinity_back() {
-    if !root_or_skip("pins_the_target_and_reads_the_affinity_back") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let o = LaunchOptions {
         server_cpus: Some(vec![0]),
@@ -450,9 +434,7 @@ fn pins_the_target_and_reads_the_affinity_back() {
 
 #[test]
 fn cleanup_all_kills_every_live_target_and_reap_finds_stale_cgroups() {
-    if !root_or_skip("cleanup_all_kills_every_live_target_and_reap_finds_stale_cgroups") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.write().unwrap_or_else(|e| e.into_inner());
     let t = launch(&calib_spec(), &opts("cleanup")).unwrap_or_else(|e| panic!("{e}"));
     let dirs = t.cgroup_handle().unwrap().dirs;

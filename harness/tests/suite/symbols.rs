@@ -4,13 +4,11 @@
 use rig::launch::maps::ProcMaps;
 use rig::symbolize::{Naming, Symbolizer};
 
-use super::{calib, probes_shared, rig_bin, root_or_skip};
+use super::{calib, probes_shared, rig_bin};
 
 #[test]
 fn names_the_copy_implementation_truly_or_not_at_all() {
-    if !root_or_skip("names_the_copy_implementation_truly_or_not_at_all") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let target = calib(&[]);
     let maps = ProcMaps::read(target.pid()).unwrap();
@@ -62,9 +60,7 @@ fn names_the_copy_implementation_truly_or_not_at_all() {
 
 #[test]
 fn demo_prints_true_names_with_file_and_line() {
-    if !root_or_skip("demo_prints_true_names_with_file_and_line") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let json = std::env::temp_dir().join(format!("rig-demo-{}.json", std::process::id()));
     let out = std::process::Command::new(rig_bin())
