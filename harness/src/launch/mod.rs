@@ -7,6 +7,7 @@
 //! symbolizer to turn absolute addresses into module offsets.
 
 pub mod cgroup;
+pub mod cgroup_stats;
 pub mod identity;
 pub mod maps;
 pub mod port;

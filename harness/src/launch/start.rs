@@ -167,7 +167,7 @@ pub struct ExitInfo {
     /// The cgroup, if any, was removed.
     pub cgroup_removed: bool,
     /// Last reading of the cgroup, just before removal.
-    pub cgroup: Option<crate::sample::CgroupSnapshot>,
+    pub cgroup: Option<super::cgroup_stats::CgroupSnapshot>,
     pub stderr_tail: String,
 }
 
@@ -510,7 +510,7 @@ impl Launched {
         let cgroup_snap = self
             .cgroup
             .as_ref()
-            .and_then(|c| crate::sample::CgroupSnapshot::read(&c.handle()).ok());
+            .and_then(|c| super::cgroup_stats::CgroupSnapshot::read(&c.handle()).ok());
         let mut leftover = Vec::new();
         let mut cgroup_removed = false;
         if let Some(cg) = &mut self.cgroup {
