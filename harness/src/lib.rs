@@ -15,6 +15,7 @@ pub mod launch;
 pub mod load;
 pub mod metrics;
 pub mod probe;
+pub mod process;
 pub mod report;
 pub mod run;
 pub mod sample;

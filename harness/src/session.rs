@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::launch::ProcessId;
 use crate::load::{self, H1Target, LoadResult};
 use crate::probe::{alive, Family, ProbeSet, Scope, Window, WindowEnd};
+use crate::process::ProcessId;
 use crate::report::Attribution;
 use crate::symbolize::Symbolizer;
 use crate::window::ebpf::{ProbeWindow, SettleEnd};
@@ -118,7 +118,7 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
 /// Attach the probe set to `s.pid` (its whole tree when asked, or when it
 /// has children and `--no-tree` was not given), saying which.
 fn attach(s: &AttachSettings) -> Result<ProbeSet> {
-    let children = crate::launch::port::descendants(s.pid);
+    let children = crate::process::descendants(s.pid);
     let scope = match s.tree.unwrap_or(!children.is_empty()) {
         true => Scope::Tree,
         false => Scope::Process,

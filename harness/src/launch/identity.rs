@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::launch::maps::basename;
 use crate::launch::spec::TargetSpec;
 use crate::launch::start::{hash_file, Launched, ObjectFact};
+use crate::process::maps::basename;
 
 /// A file the arm's process must map, and why.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -108,7 +108,7 @@ fn which(prog: &Path) -> Option<PathBuf> {
 /// being compared). `Err` says which process mapped what instead.
 pub fn verify(arm: &str, expected: &[Expected], l: &Launched) -> Result<ArmProof, String> {
     let mut proof = verify_process(arm, expected, l.pid, &l.exe, &l.objects)?;
-    for pid in crate::launch::port::descendants(l.pid) {
+    for pid in crate::process::descendants(l.pid) {
         // A worker that exited since the listing has nothing to check.
         let Ok((exe, objects)) = crate::launch::start::mapped_objects(pid) else {
             continue;

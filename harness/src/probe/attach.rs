@@ -30,7 +30,7 @@ use serde::Serialize;
 use super::placement::{safe_probe_offset, Placement};
 use super::read;
 use super::{Family, ProbeError, Snapshot};
-use crate::launch::maps::ProcMaps;
+use crate::process::maps::ProcMaps;
 use crate::symbolize::elf;
 
 /// A memcpy/memmove/memset implementation the copy probes attached to; its
@@ -196,7 +196,7 @@ impl ProbeSet {
         }
         let mut pids = vec![pid];
         if scope == Scope::Tree {
-            for child in crate::launch::port::descendants(pid) {
+            for child in crate::process::descendants(pid) {
                 for (family, ebpf) in &mut objects {
                     set_target(ebpf, *family, child, mode)?;
                 }
@@ -323,7 +323,7 @@ impl ProbeSet {
     pub fn processes(&self) -> Vec<Followed> {
         let mut out: Vec<Followed> = self.shared().procs.values().cloned().collect();
         for p in &mut out {
-            let now = crate::launch::cmdline(p.pid);
+            let now = crate::process::cmdline(p.pid);
             if now != "?" && !now.is_empty() {
                 p.command = now;
             }
@@ -391,7 +391,7 @@ impl Followed {
         Followed {
             pid,
             ppid,
-            command: crate::launch::cmdline(pid),
+            command: crate::process::cmdline(pid),
             joined,
             maps,
             error: None,

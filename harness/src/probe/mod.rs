@@ -127,7 +127,7 @@ pub enum ProbeError {
     Maps {
         pid: u32,
         #[source]
-        source: crate::launch::maps::MapsError,
+        source: crate::process::maps::MapsError,
     },
     #[error("resolving `{api}` in {lib} for pid {pid}: {source}")]
     Resolve {

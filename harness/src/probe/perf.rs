@@ -137,7 +137,7 @@ impl Counters {
     /// `inherit`, processes and threads forked later are counted too.
     pub fn open(pid: u32) -> Result<Counters, PerfError> {
         let mut all = Counters::open_process(pid)?;
-        for child in crate::launch::port::descendants(pid) {
+        for child in crate::process::descendants(pid) {
             match Counters::open_process(child) {
                 Ok(c) => all.fds.extend(c.fds),
                 // Exited since the listing: nothing to count.

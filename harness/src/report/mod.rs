@@ -605,7 +605,7 @@ impl Attribution {
         Attribution {
             schema_version: SCHEMA_VERSION,
             pid: w.pid,
-            command: crate::launch::cmdline(w.pid),
+            command: crate::process::cmdline(w.pid),
             families: w.families.clone(),
             window: WindowInfo {
                 elapsed_ns: w.elapsed.as_nanos() as u64,

@@ -214,7 +214,7 @@ impl ProcSnapshot {
     /// a delta over a window in which workers were replaced undercounts.
     pub fn read_tree(root: u32) -> std::io::Result<ProcSnapshot> {
         let mut sum = ProcSnapshot::read(root)?;
-        for pid in crate::launch::port::descendants(root) {
+        for pid in crate::process::descendants(root) {
             // A child may exit between the listing and the read: skip it.
             let Ok(p) = ProcSnapshot::read(pid) else {
                 continue;

@@ -17,7 +17,7 @@ use object::read::SymbolIndex;
 use object::Endianness;
 use serde::Serialize;
 
-use crate::launch::maps::ProcMaps;
+use crate::process::maps::ProcMaps;
 
 /// A symbol found by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -261,7 +261,7 @@ impl ElfFacts {
             }
         }
 
-        let build_id = crate::launch::maps::build_id_of_data(data);
+        let build_id = crate::process::maps::build_id_of_data(data);
         let mut facts = ElfFacts {
             sections,
             loads,
@@ -678,9 +678,9 @@ pub fn resolve_ifunc(pid: u32, maps: &ProcMaps, lib_path: &str, api: &str) -> Re
             (
                 format!(
                     "{} IRELATIVE GOT slot {slot:#x} -> {v:#x}{}; cross-check {} GOT slot {eslot:#x} {agree}",
-                    crate::launch::maps::basename(lib_path),
+                    crate::process::maps::basename(lib_path),
                     if irel_consistent { "" } else { " (IRELATIVE slots disagree)" },
-                    crate::launch::maps::basename(exe),
+                    crate::process::maps::basename(exe),
                 ),
                 x,
             )
@@ -688,7 +688,7 @@ pub fn resolve_ifunc(pid: u32, maps: &ProcMaps, lib_path: &str, api: &str) -> Re
         (Some((slot, v, x)), None) => (
             format!(
                 "{} IRELATIVE GOT slot {slot:#x} -> {v:#x}{}; no exe cross-check ({})",
-                crate::launch::maps::basename(lib_path),
+                crate::process::maps::basename(lib_path),
                 if irel_consistent { "" } else { " (IRELATIVE slots disagree)" },
                 if exe_note.is_empty() { "no exe" } else { &exe_note },
             ),
@@ -697,8 +697,8 @@ pub fn resolve_ifunc(pid: u32, maps: &ProcMaps, lib_path: &str, api: &str) -> Re
         (None, Some((exe, eslot, ev, ex))) => (
             format!(
                 "fallback: {} GOT slot {eslot:#x} -> {ev:#x} (no usable IRELATIVE slot in {}{})",
-                crate::launch::maps::basename(exe),
-                crate::launch::maps::basename(lib_path),
+                crate::process::maps::basename(exe),
+                crate::process::maps::basename(lib_path),
                 irel_err.map(|e| format!(": {e:#}")).unwrap_or_default()
             ),
             *ex,

@@ -188,7 +188,7 @@ fn callgrind_in(
             // file), so a prefork server's workers would go uncounted:
             // refuse rather than report the master's near-zero share as the
             // server's cost.
-            let children = crate::launch::port::descendants(target.pid);
+            let children = crate::process::descendants(target.pid);
             if !children.is_empty() {
                 bail!(
                     "target {} runs as {} processes (a prefork master and workers?): the callgrind \

@@ -94,7 +94,7 @@ fn launches_the_calibration_server_and_proves_it_holds_its_port() {
     assert_eq!(t.exe.size, std::fs::metadata(exe).unwrap().len());
     assert_eq!(
         t.exe.build_id,
-        rig::launch::maps::build_id(exe),
+        rig::process::maps::build_id(exe),
         "exe build-id"
     );
     assert!(t.exe.build_id.is_some());
@@ -236,7 +236,7 @@ fn accepts_a_listener_held_by_a_descendant_and_says_so() {
     assert_eq!(t.proof.holders.len(), 1);
     assert_ne!(t.proof.holders[0], t.pid);
     assert_eq!(
-        rig::launch::descendants(t.pid),
+        rig::process::descendants(t.pid),
         t.proof.holders,
         "the server is sh's only descendant"
     );

@@ -1,7 +1,7 @@
 //! True names: the report never gives an address the nearest preceding
 //! export's name.
 
-use rig::launch::maps::ProcMaps;
+use rig::process::maps::ProcMaps;
 use rig::symbolize::{Naming, Symbolizer};
 
 use super::{calib, probes_shared, rig_bin};
