@@ -12,6 +12,8 @@ pub mod exit;
 pub mod gate;
 pub mod host;
 pub mod launch;
+#[cfg(test)]
+mod layers;
 pub mod load;
 pub mod metrics;
 pub mod probe;

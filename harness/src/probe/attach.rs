@@ -386,7 +386,7 @@ impl Followed {
     fn new(pid: u32, joined: Joined, maps: Option<ProcMaps>) -> Followed {
         let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|s| crate::launch::port::parse_stat_ppid(&s))
+            .and_then(|s| crate::process::parse_stat_ppid(&s))
             .unwrap_or(0);
         Followed {
             pid,

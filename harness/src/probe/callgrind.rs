@@ -34,8 +34,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::launch::spec::TargetSpec;
-
 /// The sentence every instruction report carries: Ir is a count of executed
 /// instructions, not of the time they took.
 pub const NOTE: &str = "callgrind bills rep movsb per byte: instructions are not time \
@@ -85,28 +83,6 @@ pub struct InstrWindow {
     /// Per request: `self_ir` and `calls` divided by `requests`.
     pub functions: Vec<FnCost>,
     pub note: String,
-}
-
-/// `spec` run under valgrind's callgrind, writing its profile to `out_file`
-/// (dumps are `out_file.1`, `.2`, … and `out_file` at exit).
-pub fn wrap_spec(spec: &TargetSpec, out_file: &Path) -> TargetSpec {
-    let mut s = spec.clone();
-    let mut argv: Vec<String> = vec!["valgrind".into()];
-    argv.extend(VALGRIND_ARGS.iter().map(|a| a.to_string()));
-    argv.push(format!("--callgrind-out-file={}", out_file.display()));
-    for (i, a) in spec.argv.iter().enumerate() {
-        // argv[0] with a slash is relative to the spec's directory; once it
-        // is an argument of valgrind, say so explicitly.
-        if i == 0 && a.contains('/') && !a.starts_with('/') && !a.starts_with('{') {
-            argv.push(format!("{{spec_dir}}/{a}"));
-        } else {
-            argv.push(a.clone());
-        }
-    }
-    s.argv = argv;
-    s.name = format!("{}-callgrind", spec.name);
-    s.ready_timeout = s.ready_timeout.max(READY_TIMEOUT);
-    s
 }
 
 /// Turn callgrind's instrumentation of `pid` on or off

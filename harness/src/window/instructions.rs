@@ -176,7 +176,7 @@ fn callgrind_in(
     dir: &Path,
 ) -> Result<InstrWindow> {
     let out_file = dir.join("callgrind.out");
-    let wrapped = cg::wrap_spec(spec, &out_file);
+    let wrapped = wrap_spec(spec, &out_file);
     let load = load_spec(spec, path)?;
     let target = launch(&wrapped, &LaunchOptions::default())
         .with_context(|| format!("launching {} under callgrind", spec.name))?;
@@ -301,4 +301,26 @@ pub fn load_spec(spec: &TargetSpec, path: &str) -> Result<LoadSpec> {
         client_cpus: None,
         threads: Some(1),
     })
+}
+
+/// `spec` run under valgrind's callgrind, writing its profile to `out_file`
+/// (dumps are `out_file.1`, `.2`, … and `out_file` at exit).
+pub fn wrap_spec(spec: &TargetSpec, out_file: &Path) -> TargetSpec {
+    let mut s = spec.clone();
+    let mut argv: Vec<String> = vec!["valgrind".into()];
+    argv.extend(cg::VALGRIND_ARGS.iter().map(|a| a.to_string()));
+    argv.push(format!("--callgrind-out-file={}", out_file.display()));
+    for (i, a) in spec.argv.iter().enumerate() {
+        // argv[0] with a slash is relative to the spec's directory; once it
+        // is an argument of valgrind, say so explicitly.
+        if i == 0 && a.contains('/') && !a.starts_with('/') && !a.starts_with('{') {
+            argv.push(format!("{{spec_dir}}/{a}"));
+        } else {
+            argv.push(a.clone());
+        }
+    }
+    s.argv = argv;
+    s.name = format!("{}-callgrind", spec.name);
+    s.ready_timeout = s.ready_timeout.max(cg::READY_TIMEOUT);
+    s
 }
