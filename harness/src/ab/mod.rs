@@ -24,7 +24,6 @@ use serde::Serialize;
 
 use crate::case::{run_case, CaseResult, Status};
 use crate::case::{Passes, RunSettings};
-use crate::host::HostFacts;
 use crate::launch::identity;
 use crate::launch::spec::TargetSpec;
 use crate::probe::Family;
@@ -242,13 +241,9 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
         .iter()
         .map(|a| crate::launch::identity::expected_objects(&a.spec).map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
-    out.write_json(
-        "manifest.json",
+    out.write_manifest(
+        &s.argv,
         &serde_json::json!({
-            "schema_version": 1,
-            "rig_version": env!("CARGO_PKG_VERSION"),
-            "argv": s.argv,
-            "host": HostFacts::gather(),
             "arms": s.arms.iter().zip(&expected).map(|(a, e)| serde_json::json!({
                 "name": a.name, "spec": a.spec, "expected_objects": e,
             })).collect::<Vec<_>>(),

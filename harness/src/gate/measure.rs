@@ -313,17 +313,13 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     let mut out = match &s.out {
         Some(d) => {
             let o = OutDir::create(d)?;
-            o.write_json(
-                "manifest.json",
+            o.write_manifest(
+                &s.argv,
                 &serde_json::json!({
-                    "schema_version": 1,
-                    "rig_version": env!("CARGO_PKG_VERSION"),
-                    "argv": s.argv,
                     "baseline": s.baseline_path,
                     "target": target_path,
                     "binary": binary,
                     "spec": spec,
-                    "host": crate::host::HostFacts::gather(),
                 }),
             )?;
             Some(o)

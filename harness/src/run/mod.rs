@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::host::HostFacts;
 use crate::launch::spec::TargetSpec;
 use crate::launch::start::ObjectFact;
 use crate::load::hist;
@@ -42,11 +41,6 @@ struct TargetManifest {
 
 #[derive(Serialize)]
 struct Manifest<'a> {
-    schema_version: u32,
-    rig_version: &'static str,
-    started_unix_s: u64,
-    argv: &'a [String],
-    host: HostFacts,
     matrix: String,
     suites: &'a [String],
     families: &'a [Family],
@@ -162,13 +156,6 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
     let write_manifest =
         |out: &OutDir, targets: Vec<TargetManifest>| -> Result<Vec<TargetManifest>> {
             let m = Manifest {
-                schema_version: SCHEMA_VERSION,
-                rig_version: env!("CARGO_PKG_VERSION"),
-                started_unix_s: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs()),
-                argv: &rs.argv,
-                host: HostFacts::gather(),
                 matrix: rs.matrix_path.display().to_string(),
                 suites: &rs.suites,
                 families: &rs.families,
@@ -180,7 +167,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                 targets,
                 cases: cases.iter().map(|c| c.id.clone()).collect(),
             };
-            out.write_json("manifest.json", &m)?;
+            out.write_manifest(&rs.argv, &m)?;
             Ok(m.targets)
         };
     targets = write_manifest(&out, targets)?;
