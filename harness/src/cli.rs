@@ -49,7 +49,7 @@ pub enum Cmd {
 
 #[derive(Args, Debug)]
 pub struct GateArgs {
-    /// Baseline file (TOML; see README "Counter-only CI gates").
+    /// Baseline file (TOML; see docs/guide.md, "Counter-only CI gates").
     #[arg(long)]
     pub baseline: PathBuf,
     /// Run this target spec instead of the baseline's (e.g. the build under test).

@@ -205,7 +205,7 @@ impl Baseline {
             }
         };
         let mut o = String::from(
-            "# rig gate baseline (README: \"Counter-only CI gates\"). Written by `rig gate --bless`;\n\
+            "# rig gate baseline (docs/guide.md: \"Counter-only CI gates\"). Written by `rig gate --bless`;\n\
              # limits (soft_pct, hard, max_new_sites) are kept across blesses.\n",
         );
         o += &format!("target = {}\n", q(&self.target));

@@ -393,7 +393,7 @@ fn perf_window_without_a_pmu_is_an_error_never_zero() {
 /// whatever the last cargo command built; `cargo test --workspace` builds it
 /// with hyper's `client` feature (rig-peer's dev-dependencies), which makes
 /// hyper copy 72 B per request in `parse_headers` instead of 64 and drops
-/// `encode_head`'s memcpy (README, "Counter-only CI gates").
+/// `encode_head`'s memcpy (docs/guide.md, "Counter-only CI gates").
 fn gate_peer() -> PathBuf {
     let target = Path::new(rig_bin())
         .parent()
