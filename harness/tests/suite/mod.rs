@@ -35,6 +35,7 @@ mod gate;
 mod integrity;
 mod launch;
 mod load;
+mod render;
 mod run;
 mod symbols;
 mod tree;
