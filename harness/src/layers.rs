@@ -76,6 +76,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "case",
             "host",
             "launch",
+            "metrics",
             "probe",
             "report",
             "scenario",

@@ -26,6 +26,7 @@ use crate::case::{run_case, CaseResult, Status};
 use crate::case::{Passes, RunSettings};
 use crate::launch::identity;
 use crate::launch::spec::TargetSpec;
+use crate::metrics::CaseKey;
 use crate::probe::Family;
 use crate::report::output::OutDir;
 use crate::scenario::{Case, Matrix};
@@ -63,17 +64,6 @@ pub struct AbSettings {
 /// The arm order of one round: A B … then … B A.
 pub fn block_order(arms: usize) -> Vec<usize> {
     (0..arms).chain((0..arms).rev()).collect()
-}
-
-/// Identity of a case across arms and runs.
-fn case_key(c: &Case) -> String {
-    // id = suite/target/rest.../#repeat
-    let mut parts: Vec<&str> = c.id.split('/').collect();
-    parts.pop(); // #repeat
-    if parts.len() > 1 {
-        parts.remove(1); // target
-    }
-    parts.join("/")
 }
 
 /// One metric of one case: per-arm values in run order.
@@ -306,7 +296,7 @@ fn analyse(
         .collect();
     let mut keys: Vec<String> = Vec::new();
     for (_, _, r) in &results {
-        let k = case_key(&r.case);
+        let k = CaseKey::of(&r.case).path_form();
         if !keys.contains(&k) {
             keys.push(k);
         }
@@ -319,7 +309,7 @@ fn analyse(
             results
                 .iter()
                 .filter(|(a, _, r)| {
-                    *a == arm && case_key(&r.case) == *key && r.status == Status::Ok
+                    *a == arm && CaseKey::of(&r.case).path_form() == *key && r.status == Status::Ok
                 })
                 .map(|(_, _, r)| r)
                 .collect()

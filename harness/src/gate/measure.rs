@@ -12,6 +12,7 @@ use super::*;
 use crate::case::{run_case, Status};
 use crate::case::{Passes, RunSettings};
 use crate::launch::spec::TargetSpec;
+use crate::metrics::CaseKey;
 use crate::probe::instructions::{self as instr, Backend, Choice};
 use crate::probe::Family;
 use crate::report::output::OutDir;
@@ -70,29 +71,6 @@ pub(crate) fn binary_id(spec: &TargetSpec) -> Option<BinaryId> {
         sha256,
         profile,
     })
-}
-
-/// A case's key in counter names: protocol, path, connections (× streams),
-/// `close` without keep-alive. The target's name is not in it, so a
-/// `--target` build under test keys its counters like the baseline.
-pub fn case_key(c: &Case) -> String {
-    let mut k = match c.protocol {
-        Some(p) => p.name().to_string(),
-        None => format!("{:?}", c.kind).to_lowercase(),
-    };
-    if let Some(p) = &c.path {
-        k += &format!(" {p}");
-    }
-    if let Some(t) = c.topology {
-        k += &format!(" c{}", t.connections);
-        if t.streams > 1 {
-            k += &format!("x{}", t.streams);
-        }
-    }
-    if !c.keepalive {
-        k += " close";
-    }
-    k
 }
 
 /// A case id without its repeat (`…/#2`).
@@ -221,7 +199,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     for c in &cases {
         let id = base_id(&c.id);
         if !distinct.iter().any(|(i, _, _)| *i == id) {
-            distinct.push((id, case_key(c), c.clone()));
+            distinct.push((id, CaseKey::of(c).to_string(), c.clone()));
         }
     }
     for (i, (id, key, _)) in distinct.iter().enumerate() {
@@ -343,7 +321,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
             failed.push(format!("{}: {}", c.id, r.reasons.join("; ")));
             continue;
         }
-        runs.entry(case_key(c))
+        runs.entry(CaseKey::of(c).to_string())
             .or_default()
             .push(crate::case::counted_metrics(&r));
     }

@@ -6,7 +6,10 @@
 //! symbolized) and a [`Case`](crate::scenario::Case). Out: per-request
 //! values by counter name, and [`CaseKey`]s.
 
+mod case_key;
 pub mod names;
+
+pub use case_key::CaseKey;
 
 use std::collections::BTreeMap;
 
