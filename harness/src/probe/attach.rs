@@ -280,7 +280,7 @@ impl ProbeSet {
             api: symbol.to_string(),
             source,
         };
-        let offset = elf::resolve_ifunc(pid, &maps, &libc_maps_path, symbol)
+        let offset = super::ifunc::resolve_ifunc(pid, &maps, &libc_maps_path, symbol)
             .map_err(resolve_err)?
             .file_offset;
         let mut ebpf = load(family)?;
@@ -688,14 +688,14 @@ impl Attacher<'_> {
         // (library, offset) across the tree, whose index is the cookie.
         let mut mine: Vec<usize> = Vec::new();
         for api in ["memcpy", "memmove", "memset"] {
-            let r = elf::resolve_ifunc(self.pid, maps, &libc_maps_path, api).map_err(|source| {
-                ProbeError::Resolve {
+            let r = super::ifunc::resolve_ifunc(self.pid, maps, &libc_maps_path, api).map_err(
+                |source| ProbeError::Resolve {
                     pid: self.pid,
                     lib: libc_maps_path.clone(),
                     api: api.to_string(),
                     source,
-                }
-            })?;
+                },
+            )?;
             let i = match self
                 .copy_impls
                 .iter()

@@ -11,6 +11,7 @@
 pub mod attach;
 pub mod callgrind;
 pub mod cost;
+pub mod ifunc;
 pub mod instructions;
 pub mod perf;
 pub mod placement;

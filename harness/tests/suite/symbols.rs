@@ -13,7 +13,7 @@ fn names_the_copy_implementation_truly_or_not_at_all() {
     let target = calib(&[]);
     let maps = ProcMaps::read(target.pid()).unwrap();
     let libc = maps.libc_path().unwrap();
-    let imp = rig::symbolize::elf::resolve_ifunc(target.pid(), &maps, &libc, "memcpy").unwrap();
+    let imp = rig::probe::ifunc::resolve_ifunc(target.pid(), &maps, &libc, "memcpy").unwrap();
     let open = maps.open_path(&libc);
 
     // With libc6-dbg: the real routine's name.
