@@ -151,124 +151,14 @@ pub(crate) fn keep_functions(runs: &mut [BTreeMap<String, f64>], wanted: &dyn Fn
 /// windows when asked for, and observe every counter.
 pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     let b = &s.baseline;
-    let target_path = s
-        .target_override
-        .clone()
-        .unwrap_or_else(|| rel(&s.baseline_path, &b.target));
-    let spec = TargetSpec::load(&target_path)
-        .with_context(|| format!("target spec {}", target_path.display()))?;
-    let tls = match &spec.tls_variant {
-        Some(p) => Some(
-            TargetSpec::load(p)
-                .with_context(|| format!("tls_variant of {}", target_path.display()))?,
-        ),
-        None => None,
-    };
-    let binary = binary_id(&spec);
-    if let (Some(want), Some(got)) = (
-        b.profile.as_deref(),
-        binary.as_ref().and_then(|x| x.profile.as_deref()),
-    ) {
-        if !s.blessing && want != got {
-            bail!(
-                "baseline {} was blessed with a {want} build of rig-peer, but {{rig_peer}} is {} ({got}): \
-                 a {got} build allocates and copies differently; point ${} at a {want} build or bless a {got} baseline",
-                s.baseline_path.display(),
-                binary.as_ref().map_or(String::new(), |x| x.path.display().to_string()),
-                crate::launch::spec::RIG_PEER_ENV
-            );
-        }
-    }
+    let (target_path, spec, tls, binary) = gate_target(s)?;
     let matrix_path = rel(&s.baseline_path, &b.matrix);
     let matrix = Matrix::load(&matrix_path)?;
     let families = Family::parse_list(&b.probes)?;
-    let names = vec![spec.name.clone()];
-    let mut cases = matrix.expand(std::slice::from_ref(&b.suite), &names, Some(b.repeats))?;
-    if cases.is_empty() {
-        bail!(
-            "suite `{}` of {} expands to no case",
-            b.suite,
-            matrix_path.display()
-        );
-    }
-    for c in &mut cases {
-        c.counted_requests = b.requests;
-    }
-    // Distinct cases (first repeat of each), with their keys.
-    let mut distinct: Vec<(String, String, Case)> = Vec::new();
-    for c in &cases {
-        let id = base_id(&c.id);
-        if !distinct.iter().any(|(i, _, _)| *i == id) {
-            distinct.push((id, CaseKey::of(c).to_string(), c.clone()));
-        }
-    }
-    for (i, (id, key, _)) in distinct.iter().enumerate() {
-        if let Some((other, _, _)) = distinct[..i].iter().find(|(_, k, _)| k == key) {
-            bail!(
-                "cases {other} and {id} of suite `{}` have the same key `{key}` \
-                 (protocol, path, connections, keep-alive); a gate suite must not vary anything else",
-                b.suite
-            );
-        }
-    }
+    let (cases, distinct) = gate_cases(b, &matrix, &matrix_path, &spec)?;
     let multi = distinct.len() > 1;
-    let keys: Vec<&str> = distinct.iter().map(|(_, k, _)| k.as_str()).collect();
-    for name in b.counters.keys() {
-        match (split_case(name).0, multi) {
-            (Some(k), true) if keys.contains(&k) => {}
-            (None, false) => {}
-            (Some(k), true) => bail!(
-                "baseline counter `{name}`: `{k}` is not a case of suite `{}` (its cases: {})",
-                b.suite,
-                keys.join(", ")
-            ),
-            (None, true) => bail!(
-                "baseline counter `{name}`: suite `{}` has {} cases, so every counter names its case \
-                 (`CASE: COUNTER`, cases: {})",
-                b.suite,
-                keys.len(),
-                keys.join(", ")
-            ),
-            (Some(k), false) => bail!(
-                "baseline counter `{name}`: suite `{}` has one case, so counters carry no case key (`{k}: `)",
-                b.suite
-            ),
-        }
-    }
-    let keyed = |key: &str, name: &str| {
-        if multi {
-            format!("{key}: {name}")
-        } else {
-            name.to_string()
-        }
-    };
     // The instructions backend, before anything runs.
-    let backend = match &b.instructions {
-        None => None,
-        Some(c) => {
-            let choice = Choice::parse(c).map_err(|e| anyhow::anyhow!("instructions: {e}"))?;
-            let (backend, why) = instr::select(choice, &crate::host::detect_pmu())?;
-            if let Some(blessed) = b.instructions_backend.as_deref() {
-                if !s.blessing && blessed != backend.name() {
-                    bail!(
-                        "baseline {}: its instruction values were measured with {blessed}, this run would use {why}; \
-                         the two count differently (callgrind bills rep movsb per byte), so they are never compared: \
-                         bless on this host, or set instructions = \"{blessed}\"",
-                        s.baseline_path.display()
-                    );
-                }
-            }
-            for (id, _, c) in &distinct {
-                if c.protocol != Some(Proto::H1) || !c.keepalive || c.path.is_none() {
-                    bail!(
-                        "case {id}: instruction windows speak HTTP/1.1 on one keep-alive connection; \
-                         measure instructions in an h1 keep-alive suite"
-                    );
-                }
-            }
-            Some((backend, why))
-        }
-    };
+    let backend = instructions_backend(s, &distinct)?;
     let rs = RunSettings {
         targets: vec![(spec.clone(), tls.clone())],
         matrix_path: matrix_path.clone(),
@@ -304,17 +194,216 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
         }
         None => None,
     };
+    let runs = counted_runs(&rs, &cases, &spec, tls.as_ref(), out.as_mut(), stop)?;
+    let mut observed = Vec::new();
+    for (key, rs) in &runs {
+        for mut o in observe(rs, b) {
+            o.name = keyed(multi, key, &o.name);
+            observed.push(o);
+        }
+    }
+    let instructions = match backend {
+        None => None,
+        Some((backend, why)) => {
+            let windows = InstrWindows {
+                b,
+                spec: &spec,
+                backend,
+                multi,
+            };
+            let note = windows.observe(&distinct, &mut observed, stop)?;
+            Some(InstrInfo {
+                backend,
+                why,
+                tolerance_pct: b.instr_rel_tol() * 100.0,
+                windows: b.repeats,
+                note,
+            })
+        }
+    };
+    Ok(Measured {
+        target: target_path.display().to_string(),
+        binary,
+        cases: distinct.into_iter().map(|(id, key, _)| (id, key)).collect(),
+        instructions,
+        observed,
+    })
+}
+
+/// A counter's name in a multi-case suite carries its case key.
+fn keyed(multi: bool, key: &str, name: &str) -> String {
+    if multi {
+        format!("{key}: {name}")
+    } else {
+        name.to_string()
+    }
+}
+
+/// The target spec (the baseline's or `--target`), its TLS variant, and the
+/// binary it runs; a `{rig_peer}` build of another profile than the
+/// baseline's is refused (unless blessing).
+fn gate_target(
+    s: &GateSettings,
+) -> Result<(PathBuf, TargetSpec, Option<TargetSpec>, Option<BinaryId>)> {
+    let b = &s.baseline;
+    let target_path = s
+        .target_override
+        .clone()
+        .unwrap_or_else(|| rel(&s.baseline_path, &b.target));
+    let spec = TargetSpec::load(&target_path)
+        .with_context(|| format!("target spec {}", target_path.display()))?;
+    let tls = match &spec.tls_variant {
+        Some(p) => Some(
+            TargetSpec::load(p)
+                .with_context(|| format!("tls_variant of {}", target_path.display()))?,
+        ),
+        None => None,
+    };
+    let binary = binary_id(&spec);
+    if let (Some(want), Some(got)) = (
+        b.profile.as_deref(),
+        binary.as_ref().and_then(|x| x.profile.as_deref()),
+    ) {
+        if !s.blessing && want != got {
+            bail!(
+                "baseline {} was blessed with a {want} build of rig-peer, but {{rig_peer}} is {} ({got}): \
+                 a {got} build allocates and copies differently; point ${} at a {want} build or bless a {got} baseline",
+                s.baseline_path.display(),
+                binary.as_ref().map_or(String::new(), |x| x.path.display().to_string()),
+                crate::launch::spec::RIG_PEER_ENV
+            );
+        }
+    }
+    Ok((target_path, spec, tls, binary))
+}
+
+/// A case id, its key, and the case (its first repeat).
+type Distinct = Vec<(String, String, Case)>;
+
+/// The suite's cases (every repeat, `requests` each) and the distinct ones
+/// with their keys; the baseline's counter names must fit them.
+fn gate_cases(
+    b: &Baseline,
+    matrix: &Matrix,
+    matrix_path: &Path,
+    spec: &TargetSpec,
+) -> Result<(Vec<Case>, Distinct)> {
+    let names = vec![spec.name.clone()];
+    let mut cases = matrix.expand(std::slice::from_ref(&b.suite), &names, Some(b.repeats))?;
+    if cases.is_empty() {
+        bail!(
+            "suite `{}` of {} expands to no case",
+            b.suite,
+            matrix_path.display()
+        );
+    }
+    for c in &mut cases {
+        c.counted_requests = b.requests;
+    }
+    // Distinct cases (first repeat of each), with their keys.
+    let mut distinct: Distinct = Vec::new();
+    for c in &cases {
+        let id = base_id(&c.id);
+        if !distinct.iter().any(|(i, _, _)| *i == id) {
+            distinct.push((id, CaseKey::of(c).to_string(), c.clone()));
+        }
+    }
+    for (i, (id, key, _)) in distinct.iter().enumerate() {
+        if let Some((other, _, _)) = distinct[..i].iter().find(|(_, k, _)| k == key) {
+            bail!(
+                "cases {other} and {id} of suite `{}` have the same key `{key}` \
+                 (protocol, path, connections, keep-alive); a gate suite must not vary anything else",
+                b.suite
+            );
+        }
+    }
+    check_counter_cases(b, &distinct)?;
+    Ok((cases, distinct))
+}
+
+/// A multi-case suite names each counter's case; a one-case suite does not.
+fn check_counter_cases(b: &Baseline, distinct: &Distinct) -> Result<()> {
+    let multi = distinct.len() > 1;
+    let keys: Vec<&str> = distinct.iter().map(|(_, k, _)| k.as_str()).collect();
+    for name in b.counters.keys() {
+        match (split_case(name).0, multi) {
+            (Some(k), true) if keys.contains(&k) => {}
+            (None, false) => {}
+            (Some(k), true) => bail!(
+                "baseline counter `{name}`: `{k}` is not a case of suite `{}` (its cases: {})",
+                b.suite,
+                keys.join(", ")
+            ),
+            (None, true) => bail!(
+                "baseline counter `{name}`: suite `{}` has {} cases, so every counter names its case \
+                 (`CASE: COUNTER`, cases: {})",
+                b.suite,
+                keys.len(),
+                keys.join(", ")
+            ),
+            (Some(k), false) => bail!(
+                "baseline counter `{name}`: suite `{}` has one case, so counters carry no case key (`{k}: `)",
+                b.suite
+            ),
+        }
+    }
+    Ok(())
+}
+
+/// The baseline's instructions backend on this host, if it asks for one;
+/// refused when the blessed values came from the other backend, or when a
+/// case is not h1 keep-alive.
+fn instructions_backend(
+    s: &GateSettings,
+    distinct: &Distinct,
+) -> Result<Option<(Backend, String)>> {
+    let b = &s.baseline;
+    let Some(c) = &b.instructions else {
+        return Ok(None);
+    };
+    let choice = Choice::parse(c).map_err(|e| anyhow::anyhow!("instructions: {e}"))?;
+    let (backend, why) = instr::select(choice, &crate::host::detect_pmu())?;
+    if let Some(blessed) = b.instructions_backend.as_deref() {
+        if !s.blessing && blessed != backend.name() {
+            bail!(
+                "baseline {}: its instruction values were measured with {blessed}, this run would use {why}; \
+                 the two count differently (callgrind bills rep movsb per byte), so they are never compared: \
+                 bless on this host, or set instructions = \"{blessed}\"",
+                s.baseline_path.display()
+            );
+        }
+    }
+    for (id, _, c) in distinct {
+        if c.protocol != Some(Proto::H1) || !c.keepalive || c.path.is_none() {
+            bail!(
+                "case {id}: instruction windows speak HTTP/1.1 on one keep-alive connection; \
+                 measure instructions in an h1 keep-alive suite"
+            );
+        }
+    }
+    Ok(Some((backend, why)))
+}
+
+/// Every case's counted pass, `repeats` times: per case key, one metrics
+/// map per run. Any failed run fails the gate ([`RunsFailed`]).
+fn counted_runs(
+    rs: &RunSettings,
+    cases: &[Case],
+    spec: &TargetSpec,
+    tls: Option<&TargetSpec>,
+    mut out: Option<&mut OutDir>,
+    stop: &AtomicBool,
+) -> Result<BTreeMap<String, Vec<BTreeMap<String, f64>>>> {
     let mut sym = Symbolizer::new();
-    // Per case key: one metrics map per run.
     let mut runs: BTreeMap<String, Vec<BTreeMap<String, f64>>> = BTreeMap::new();
     let mut failed = Vec::new();
-    for c in &cases {
+    for c in cases {
         if stop.load(Ordering::Relaxed) {
             crate::launch::start::cleanup_all();
             bail!("interrupted");
         }
-        let r = run_case(&rs, c, &spec, tls.as_ref(), &mut sym);
-        if let Some(o) = out.as_mut() {
+        let r = run_case(rs, c, spec, tls, &mut sym);
+        if let Some(o) = out.as_deref_mut() {
             o.append_case(&r)?;
         }
         if r.status != Status::Ok || r.counted.is_none() {
@@ -329,67 +418,64 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     if !failed.is_empty() {
         return Err(anyhow::Error::new(RunsFailed(failed)));
     }
-    let mut observed = Vec::new();
-    for (key, rs) in &runs {
-        for mut o in observe(rs, b) {
-            o.name = keyed(key, &o.name);
-            observed.push(o);
-        }
-    }
-    let instructions = match backend {
-        None => None,
-        Some((backend, why)) => {
-            let tol = b.instr_rel_tol();
-            let mut note = String::new();
-            for (id, key, c) in &distinct {
-                let path = c.path.as_deref().unwrap_or("/");
-                let mut windows = Vec::new();
-                for i in 0..b.repeats {
-                    if stop.load(Ordering::Relaxed) {
-                        crate::launch::start::cleanup_all();
-                        bail!("interrupted");
-                    }
-                    let w = crate::window::instructions::measure(
-                        backend,
-                        &spec,
-                        path,
-                        b.requests,
-                        crate::window::WarmUp::INSTRUCTIONS_DEFAULT,
+    Ok(runs)
+}
+
+/// The instruction windows of a gate: `repeats` per distinct case, each on
+/// a fresh server.
+struct InstrWindows<'a> {
+    b: &'a Baseline,
+    spec: &'a TargetSpec,
+    backend: Backend,
+    multi: bool,
+}
+
+impl InstrWindows<'_> {
+    /// Measure every case's windows and add their counters to `observed`;
+    /// returns the backend's note.
+    fn observe(
+        &self,
+        distinct: &Distinct,
+        observed: &mut Vec<Observed>,
+        stop: &AtomicBool,
+    ) -> Result<String> {
+        let b = self.b;
+        let mut note = String::new();
+        for (id, key, c) in distinct {
+            let path = c.path.as_deref().unwrap_or("/");
+            let mut windows = Vec::new();
+            for i in 0..b.repeats {
+                if stop.load(Ordering::Relaxed) {
+                    crate::launch::start::cleanup_all();
+                    bail!("interrupted");
+                }
+                let w = crate::window::instructions::measure(
+                    self.backend,
+                    self.spec,
+                    path,
+                    b.requests,
+                    crate::window::WarmUp::INSTRUCTIONS_DEFAULT,
+                )
+                .with_context(|| {
+                    format!(
+                        "{id}: instruction window {} of {} ({})",
+                        i + 1,
+                        b.repeats,
+                        self.backend.name()
                     )
-                    .with_context(|| {
-                        format!(
-                            "{id}: instruction window {} of {} ({})",
-                            i + 1,
-                            b.repeats,
-                            backend.name()
-                        )
-                    })?;
-                    note = w.note.clone();
-                    windows.push(instr_metrics(&w));
-                }
-                let wanted = |n: &str| b.counters.contains_key(&keyed(key, n));
-                keep_functions(&mut windows, &wanted);
-                for mut o in observe(&windows, b) {
-                    o.name = keyed(key, &o.name);
-                    observed.push(o);
-                }
+                })?;
+                note = w.note.clone();
+                windows.push(instr_metrics(&w));
             }
-            Some(InstrInfo {
-                backend,
-                why,
-                tolerance_pct: tol * 100.0,
-                windows: b.repeats,
-                note,
-            })
+            let wanted = |n: &str| b.counters.contains_key(&keyed(self.multi, key, n));
+            keep_functions(&mut windows, &wanted);
+            for mut o in observe(&windows, b) {
+                o.name = keyed(self.multi, key, &o.name);
+                observed.push(o);
+            }
         }
-    };
-    Ok(Measured {
-        target: target_path.display().to_string(),
-        binary,
-        cases: distinct.into_iter().map(|(id, key, _)| (id, key)).collect(),
-        instructions,
-        observed,
-    })
+        Ok(note)
+    }
 }
 
 /// Some runs failed: a gate cannot pass on missing runs.
