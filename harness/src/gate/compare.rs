@@ -101,81 +101,104 @@ pub struct Row {
     pub note: String,
 }
 
-/// Compare observed counters with the baseline.
+/// Compare observed counters with the baseline: a row per baseline
+/// counter, then one per counter the baseline does not have.
 pub fn compare(b: &Baseline, observed: &[Observed]) -> (Vec<Row>, Vec<String>) {
     let by_name: BTreeMap<&str, &Observed> =
         observed.iter().map(|o| (o.name.as_str(), o)).collect();
     let mut rows = Vec::new();
     let mut breaches = Vec::new();
     for (name, l) in &b.counters {
-        let tol = by_name
-            .get(name.as_str())
-            .map_or_else(|| b.tol_of_baseline(name), |o| o.tol);
-        let eps = |v: f64| tol.eps(v);
-        let soft = l.value * (1.0 + l.soft_pct / 100.0);
-        let limit = match l.hard {
-            Some(h) => format!("{soft:.3} (+{}%), hard {h:.3}", l.soft_pct),
-            None => format!("{soft:.3} (+{}%)", l.soft_pct),
-        };
-        let now = match by_name.get(name.as_str()) {
-            Some(o) if !o.deterministic => {
-                rows.push(Row {
-                    counter: name.clone(),
-                    baseline: Some(l.value),
-                    now: Some(o.now()),
-                    limit: Some(limit),
-                    verdict: Verdict::Skipped,
-                    note: format!(
-                        "non-deterministic: spread {:.6}/req over {} runs",
-                        o.spread,
-                        o.values.len()
-                    ),
-                });
-                continue;
-            }
-            Some(o) => o.now(),
-            None if is_site(name) => 0.0, // the site is gone: 0 per request
-            None => {
-                rows.push(Row {
-                    counter: name.clone(),
-                    baseline: Some(l.value),
-                    now: None,
-                    limit: Some(limit),
-                    verdict: Verdict::Skipped,
-                    note: "absent in the run (its probe family is not in `probes`, or its backend does not count it)".into(),
-                });
-                continue;
-            }
-        };
-        let (verdict, note) = if l.hard.is_some_and(|h| now > h + eps(h)) {
-            let m = format!(
-                "{name}: {now:.3}/req > hard limit {:.3} (baseline {:.3})",
-                l.hard.unwrap_or_default(),
-                l.value
-            );
-            breaches.push(format!("hard breach: {m}"));
-            (Verdict::HardBreach, m)
-        } else if now > soft + eps(soft) {
-            let m = format!(
-                "{name}: {now:.3}/req > {soft:.3} (baseline {:.3} + {}%)",
-                l.value, l.soft_pct
-            );
-            breaches.push(format!("soft breach: {m}"));
-            (Verdict::SoftBreach, m)
-        } else if !by_name.contains_key(name.as_str()) {
-            (Verdict::Ok, "site gone: 0/req now".into())
-        } else {
-            (Verdict::Ok, String::new())
-        };
-        rows.push(Row {
-            counter: name.clone(),
-            baseline: Some(l.value),
-            now: Some(now),
-            limit: Some(limit),
-            verdict,
-            note,
-        });
+        rows.push(baseline_row(b, name, l, &by_name, &mut breaches));
     }
+    new_site_rows(b, observed, &mut rows, &mut breaches);
+    (rows, breaches)
+}
+
+/// The row of baseline counter `name`: skipped (non-deterministic or
+/// absent), ok, or a breach (also added to `breaches`).
+fn baseline_row(
+    b: &Baseline,
+    name: &String,
+    l: &Limit,
+    by_name: &BTreeMap<&str, &Observed>,
+    breaches: &mut Vec<String>,
+) -> Row {
+    let tol = by_name
+        .get(name.as_str())
+        .map_or_else(|| b.tol_of_baseline(name), |o| o.tol);
+    let eps = |v: f64| tol.eps(v);
+    let soft = l.value * (1.0 + l.soft_pct / 100.0);
+    let limit = match l.hard {
+        Some(h) => format!("{soft:.3} (+{}%), hard {h:.3}", l.soft_pct),
+        None => format!("{soft:.3} (+{}%)", l.soft_pct),
+    };
+    let now = match by_name.get(name.as_str()) {
+        Some(o) if !o.deterministic => {
+            return Row {
+                counter: name.clone(),
+                baseline: Some(l.value),
+                now: Some(o.now()),
+                limit: Some(limit),
+                verdict: Verdict::Skipped,
+                note: format!(
+                    "non-deterministic: spread {:.6}/req over {} runs",
+                    o.spread,
+                    o.values.len()
+                ),
+            };
+        }
+        Some(o) => o.now(),
+        None if is_site(name) => 0.0, // the site is gone: 0 per request
+        None => {
+            return Row {
+                counter: name.clone(),
+                baseline: Some(l.value),
+                now: None,
+                limit: Some(limit),
+                verdict: Verdict::Skipped,
+                note: "absent in the run (its probe family is not in `probes`, or its backend does not count it)".into(),
+            };
+        }
+    };
+    let (verdict, note) = if l.hard.is_some_and(|h| now > h + eps(h)) {
+        let m = format!(
+            "{name}: {now:.3}/req > hard limit {:.3} (baseline {:.3})",
+            l.hard.unwrap_or_default(),
+            l.value
+        );
+        breaches.push(format!("hard breach: {m}"));
+        (Verdict::HardBreach, m)
+    } else if now > soft + eps(soft) {
+        let m = format!(
+            "{name}: {now:.3}/req > {soft:.3} (baseline {:.3} + {}%)",
+            l.value, l.soft_pct
+        );
+        breaches.push(format!("soft breach: {m}"));
+        (Verdict::SoftBreach, m)
+    } else if !by_name.contains_key(name.as_str()) {
+        (Verdict::Ok, "site gone: 0/req now".into())
+    } else {
+        (Verdict::Ok, String::new())
+    };
+    Row {
+        counter: name.clone(),
+        baseline: Some(l.value),
+        now: Some(now),
+        limit: Some(limit),
+        verdict,
+        note,
+    }
+}
+
+/// Rows of counters the baseline does not have; new call sites beyond
+/// `max_new_sites` are breaches.
+fn new_site_rows(
+    b: &Baseline,
+    observed: &[Observed],
+    rows: &mut Vec<Row>,
+    breaches: &mut Vec<String>,
+) {
     let mut new_sites = Vec::new();
     for o in observed {
         if b.counters.contains_key(&o.name) {
@@ -221,7 +244,6 @@ pub fn compare(b: &Baseline, observed: &[Observed]) -> (Vec<Row>, Vec<String>) {
             }
         }
     }
-    (rows, breaches)
 }
 
 /// A new site counts against `max_new_sites` when it happens on at least

@@ -195,6 +195,9 @@ impl Names {
 /// is every cost line not directly after a `calls=` line (that one is the
 /// call's inclusive cost); calls come from `calls=` lines, billed to the
 /// `cfn=` function. Only the `Ir` event is read.
+// Long by design: one pass of a line-oriented state machine over the
+// callgrind format (current file, object, function, call target); split,
+// that state would be threaded through every piece.
 pub fn parse(text: &str) -> CallgrindProfile {
     let mut obs = Names::default();
     let mut fns = Names::default();

@@ -183,22 +183,7 @@ fn callgrind_in(
     let window = (|| -> Result<()> {
         let mut client = connect(load, target.port)?;
         let open = || -> Result<CallgrindWindow> {
-            // callgrind_control cannot reach a process valgrind forked (it
-            // is not listed by vgdb, and it inherits the parent's output
-            // file), so a prefork server's workers would go uncounted:
-            // refuse rather than report the master's near-zero share as the
-            // server's cost.
-            let children = crate::process::descendants(target.pid);
-            if !children.is_empty() {
-                bail!(
-                    "target {} runs as {} processes (a prefork master and workers?): the callgrind \
-                     window can count only the process rig launched, not the ones it forked \
-                     (pids {children:?}). Configure it as one process (nginx: `master_process off;`), \
-                     or use a host with a PMU (the perf backend counts the whole tree)",
-                    spec.name,
-                    children.len() + 1
-                );
-            }
+            refuse_prefork(spec, target.pid)?;
             Ok(CallgrindWindow { pid: target.pid })
         };
         let d = drive(
@@ -248,6 +233,25 @@ fn callgrind_in(
             .collect(),
         note: cg::NOTE.into(),
     })
+}
+
+/// callgrind_control cannot reach a process valgrind forked (it is not
+/// listed by vgdb, and it inherits the parent's output file), so a prefork
+/// server's workers would go uncounted: refuse rather than report the
+/// master's near-zero share as the server's cost.
+fn refuse_prefork(spec: &TargetSpec, pid: u32) -> Result<()> {
+    let children = crate::process::descendants(pid);
+    if !children.is_empty() {
+        bail!(
+            "target {} runs as {} processes (a prefork master and workers?): the callgrind \
+             window can count only the process rig launched, not the ones it forked \
+             (pids {children:?}). Configure it as one process (nginx: `master_process off;`), \
+             or use a host with a PMU (the perf backend counts the whole tree)",
+            spec.name,
+            children.len() + 1
+        );
+    }
+    Ok(())
 }
 
 /// One keep-alive connection to a launched target on `port`.
