@@ -259,6 +259,8 @@ impl H1Conn {
         Ok(n)
     }
 
+    // Long by design: one request/response on a connection, with every way it
+    // can fail classified where it happens (a failed request is data).
     pub async fn exchange(&mut self, request: &[u8], setup: &Setup) -> Exchange {
         let reused = self.used;
         self.used = true;

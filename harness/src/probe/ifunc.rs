@@ -90,6 +90,9 @@ fn impl_name_at(lib_file: &Path, lib_path: &str, off: u64) -> Option<String> {
 /// slots); the slot at `load_base + r_offset` is read from `/proc/<pid>/mem`.
 /// Cross-check / fallback: the main executable's `JUMP_SLOT`/`GLOB_DAT` slot
 /// for `api`, when bound (points into `lib`, not back into the exe's PLT).
+// Long by design: the chain of places the chosen implementation can be
+// read from (JUMP_SLOT, GLOB_DAT, the executable's GOT, IRELATIVE), each
+// with its reason inline; the chain reads top to bottom.
 pub fn resolve_ifunc(pid: u32, maps: &ProcMaps, lib_path: &str, api: &str) -> Result<ResolvedImpl> {
     let lib_file = maps.readable_path(lib_path);
     let facts = ElfFacts::shared(&lib_file)?;

@@ -139,6 +139,8 @@ pub fn groups(results: &[CaseResult]) -> Vec<Group> {
 
 /// Run the matrix. `stop` (Ctrl-C) ends the run after the current case; the
 /// report is written either way.
+// Long by design: the case loop and the Ctrl-C watcher share one thread
+// scope, and the report is rewritten after every case inside it.
 pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
     let names: Vec<String> = rs.targets.iter().map(|(t, _)| t.name.clone()).collect();
     let cases: Vec<Case> = rs.matrix.expand(&rs.suites, &names, rs.repeats)?;

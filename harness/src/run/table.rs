@@ -13,6 +13,7 @@ fn f(v: Option<f64>, decimals: usize) -> String {
     }
 }
 
+// Long by design: one table row per case, its columns in order.
 pub fn render(results: &[CaseResult]) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![

@@ -140,6 +140,8 @@ impl ElfFacts {
         Self::parse(&data).with_context(|| format!("parsing ELF {}", path.display()))
     }
 
+    // Long by design: one pass over the ELF file collecting every fact
+    // (symbols, sections, segments, relocations) from the same parsed headers.
     pub fn parse(data: &[u8]) -> Result<ElfFacts> {
         let file = ElfFile64::<Endianness>::parse(data)?;
         let e = file.endian();
