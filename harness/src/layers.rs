@@ -61,7 +61,6 @@ const LAYERS: &[(&str, &[&str])] = &[
         "run",
         &[
             "case",
-            "host",
             "launch",
             "load",
             "probe",
@@ -74,7 +73,6 @@ const LAYERS: &[(&str, &[&str])] = &[
         "ab",
         &[
             "case",
-            "host",
             "launch",
             "metrics",
             "probe",
