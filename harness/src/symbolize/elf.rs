@@ -487,6 +487,11 @@ fn push_index(b: &[u8]) -> Option<u32> {
 }
 
 /// Find `name` in `.dynsym` or `.symtab` of `path`.
+///
+/// Not `blazesym::inspect`: it finds names and file offsets too, but reports
+/// an `STT_GNU_IFUNC` symbol as a plain function (blazesym 0.2.7,
+/// `src/elf/types.rs`), and uprobe placement must know that `vaddr` is a
+/// resolver, not the code that runs ([`SymbolInfo::is_ifunc`]).
 pub fn lookup_symbol(path: &Path, name: &str) -> Result<Option<SymbolInfo>> {
     Ok(ElfFacts::shared(path)?.lookup_symbol(name))
 }
