@@ -12,7 +12,6 @@ use crate::scenario::Case;
 use crate::symbolize::Symbolizer;
 
 use super::*;
-pub use crate::metrics::PerRequest;
 use crate::window::ebpf::{ProbeWindow, SettleEnd};
 use crate::window::{drive, Phase, WarmUp};
 

@@ -1,4 +1,11 @@
 //! One case: fresh server per pass, validated load, samples, probes.
+//!
+//! In: [`RunSettings`] and a [`Case`] of the expanded matrix. Out: a
+//! [`CaseResult`] (a failed case is data: its reasons, and what the server's
+//! exit said). The runner of `rig run`, `rig ab` and `rig gate`: the clean
+//! pass (no probes: throughput, latency, CPU, memory), the counted pass (one
+//! fixed-count window, [`crate::window`]) and the memory pass, each on its
+//! own fresh server.
 
 mod clean;
 mod counted;
@@ -13,6 +20,7 @@ use memory::*;
 use request::*;
 use server::*;
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -26,11 +34,10 @@ use crate::sample::{CgroupSnapshot, ProcSnapshot};
 use crate::scenario::{Case, Proto, SuiteKind};
 use crate::symbolize::Symbolizer;
 
-pub use crate::metrics::PerRequest;
-use std::path::PathBuf;
-
 use crate::probe::Family;
 use crate::scenario::Matrix;
+
+pub use crate::metrics::PerRequest;
 
 /// How the target was launched for one pass.
 #[derive(Clone, Debug, Serialize)]
