@@ -4,9 +4,10 @@
 //! In: a [`TargetSpec`] and [`LaunchOptions`]. Out: a [`Launched`] target
 //! whose port is proven to be held by the process rig started (a stale
 //! server on the port would otherwise be measured) and whose mapped objects
-//! are recorded with size, SHA-256 and build-id (what actually ran). `Launched::stop` (or drop, or [`cleanup_all`] from the CLI's
-//! signal path) removes every process and cgroup rig created (a leftover server
-//! would hold the port and skew the next run).
+//! are recorded with size, SHA-256 and build-id (what actually ran).
+//! `Launched::stop` (or drop, or [`cleanup_all`] from the CLI's signal path)
+//! removes every process and cgroup rig created (a leftover server would
+//! hold the port and skew the next run).
 //!
 //! Clean-up paths:
 //! - normal: `stop(grace)`: SIGTERM to the group, grace, SIGKILL, reap,
