@@ -1,5 +1,6 @@
-//! What rig prints, pinned: the attribution table (`rig attach`, `rig
-//! demo`), the A/B table and its markdown, and the gate report, each built
+//! What rig prints, pinned: the `rig run` table, the attribution table
+//! (`rig attach`, `rig demo`), the A/B table and its markdown, and the gate
+//! report, each built
 //! from hand-made values (no root, no probes). A change to a format shows
 //! as a snapshot diff (`cargo insta review`, or `INSTA_UPDATE=always`).
 
@@ -14,6 +15,12 @@ use rig::report::{
     WindowInfo,
 };
 use rig::symbolize::{Naming, Site};
+
+use rig::case::{CaseResult, CleanPass, CountedPass, LaunchInfo, PerRequest, ServerUsage, Status};
+use rig::launch::port::PortProof;
+use rig::launch::start::ExitInfo;
+use rig::load::{EncodedHists, Handshakes, HistSummary, LoadReport, Mode};
+use rig::scenario::Matrix;
 
 fn site(function: &str, offset: u64, line: u32) -> Site {
     Site {
@@ -259,4 +266,107 @@ fn the_gate_report_lists_every_counter_with_its_verdict() {
         breaches: vec!["allocs/req: 3 > 2 (+0%)".into()],
     };
     insta::assert_snapshot!(rig::gate::render(&r));
+}
+
+fn launch_info() -> LaunchInfo {
+    LaunchInfo {
+        pid: 4242,
+        port: 8080,
+        ready_ms: 12.5,
+        affinity: vec![1],
+        proof: PortProof {
+            port: 8080,
+            inodes: vec![77],
+            holders: vec![4242],
+            via_descendant: false,
+        },
+        notes: Vec::new(),
+        exe_sha256: "00".repeat(32),
+        arm_proof: None,
+    }
+}
+
+fn exit() -> ExitInfo {
+    ExitInfo {
+        code: None,
+        signal: Some(15),
+        exited_on_its_own: false,
+        killed_after_grace: false,
+        leftover: Vec::new(),
+        cgroup_removed: true,
+        cgroup: None,
+        stderr_tail: String::new(),
+    }
+}
+
+fn load_report(succeeded: u64, p50_us: u64, p99_us: u64) -> LoadReport {
+    let latency = HistSummary {
+        count: succeeded,
+        min_ns: 40_000,
+        mean_ns: (p50_us * 1000) as f64,
+        p50_ns: p50_us * 1000,
+        p90_ns: p99_us * 800,
+        p99_ns: p99_us * 1000,
+        p999_ns: p99_us * 1200,
+        max_ns: p99_us * 1500,
+    };
+    LoadReport {
+        mode: Mode::Open {
+            rate: 2000.0,
+            duration: std::time::Duration::from_secs(1),
+        },
+        elapsed_ns: 1_000_000_000,
+        scheduled: succeeded,
+        sent: succeeded,
+        succeeded,
+        errors: BTreeMap::new(),
+        dropped_capacity: 0,
+        expired: 0,
+        latency,
+        request_latency: latency,
+        dispatch_lag: HistSummary::default(),
+        histogram: EncodedHists::default(),
+        handshakes: Handshakes::default(),
+        client_cpu_ns: 20_000_000,
+        rps: succeeded as f64,
+    }
+}
+
+#[test]
+fn the_run_table_has_a_row_per_case_and_says_why_a_case_failed() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/demo.toml");
+    let m = Matrix::load(std::path::Path::new(path)).unwrap();
+    let cases = m.expand(&["http".into()], &["peer".into()], None).unwrap();
+    let attribution = attribution();
+    let ok = CaseResult {
+        case: cases[0].clone(),
+        status: Status::Ok,
+        reasons: Vec::new(),
+        memory: None,
+        clean: Some(CleanPass {
+            launch: launch_info(),
+            load: load_report(2000, 122, 242),
+            server: ServerUsage {
+                cpu_us_per_request: Some(28.99),
+                rss_max_kib: 5017,
+                ..ServerUsage::default()
+            },
+            client_us_per_request: 10.0,
+            generator_saturated: None,
+            exit: exit(),
+        }),
+        counted: Some(CountedPass {
+            launch: launch_info(),
+            load: load_report(1000, 100, 200),
+            per_request: PerRequest::of(&attribution),
+            attribution,
+            exit: exit(),
+        }),
+        elapsed_ms: 2500,
+        objects: None,
+    };
+    let mut failed = CaseResult::skipped(&cases[1], String::new());
+    failed.status = Status::Failed;
+    failed.reasons = vec!["clean pass: the target exited (status 1)".into()];
+    insta::assert_snapshot!(rig::run::table::render(&[ok, failed]));
 }
