@@ -8,32 +8,13 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use crate::launch::spec::TargetSpec;
 use crate::load::H1Target;
 use crate::probe::{Family, ProbeError};
 use crate::report::{table, Attribution};
 use crate::session::{self, AttachSettings, Drive};
-use crate::target::spec::TargetSpec;
 
-/// Exit codes (documented in README).
-pub mod exit {
-    pub const OK: i32 = 0;
-    /// Any other failure.
-    pub const ERROR: i32 = 1;
-    /// Bad flags (clap's own code).
-    pub const USAGE: i32 = 2;
-    /// Not permitted: not root, or the pid cannot be traced.
-    pub const PERMISSION: i32 = 3;
-    /// No such process.
-    pub const NO_PROCESS: i32 = 4;
-    /// The window lost events (the report says which).
-    pub const INCOMPLETE: i32 = 5;
-    /// `rig run`: at least one case failed (the report says why).
-    pub const CASE_FAILED: i32 = 6;
-    /// `rig gate`: a counter breached its baseline limit.
-    pub const GATE_BREACH: i32 = crate::gate::EXIT_BREACH;
-    /// Interrupted by SIGINT/SIGTERM; partial results were written.
-    pub const INTERRUPTED: i32 = 130;
-}
+pub use crate::exit;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -68,7 +49,7 @@ pub enum Cmd {
 
 #[derive(Args, Debug)]
 pub struct GateArgs {
-    /// Baseline file (TOML; see README "Counter-only CI gates").
+    /// Baseline file (TOML; see docs/guide.md, "Counter-only CI gates").
     #[arg(long)]
     pub baseline: PathBuf,
     /// Run this target spec instead of the baseline's (e.g. the build under test).
@@ -94,7 +75,7 @@ pub struct InstructionsArgs {
     #[arg(long, default_value_t = 200)]
     pub requests: u64,
     /// Uncounted warm-up requests before the window.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = crate::window::WarmUp::INSTRUCTIONS_COMMAND)]
     pub warmup: u64,
     /// Functions shown, by self Ir per request (callgrind only).
     #[arg(long, default_value_t = 15)]
@@ -107,11 +88,11 @@ pub struct InstructionsArgs {
 fn instructions(a: &InstructionsArgs) -> Result<i32> {
     use crate::probe::instructions::{self as instr, Choice};
     let choice = Choice::parse(&a.backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
-    let (backend, why) = instr::select(choice, &crate::report::host::detect_pmu())?;
+    let (backend, why) = instr::select(choice, &crate::host::detect_pmu())?;
     println!("instructions counted by {why}");
-    let spec = crate::target::spec::TargetSpec::load(&a.target)
+    let spec = crate::launch::spec::TargetSpec::load(&a.target)
         .with_context(|| format!("--target {}", a.target.display()))?;
-    let w = instr::measure(backend, &spec, &a.path, a.requests, a.warmup)?;
+    let w = crate::window::instructions::measure(backend, &spec, &a.path, a.requests, a.warmup)?;
     print!("{}", crate::probe::callgrind::render(&w, a.top));
     Ok(exit::OK)
 }
@@ -268,7 +249,7 @@ pub struct AttachArgs {
     #[arg(long, default_value_t = 2)]
     pub connections: usize,
     /// Warm-up requests before a driven window.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = crate::window::WarmUp::ATTACH_DEFAULT)]
     pub warmup: u64,
     /// Measure the process tree rooted at --pid: every descendant, and every
     /// process forked during the session (prefork servers: nginx, Apache,
@@ -370,7 +351,7 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
 fn cpu_list(flag: &str, v: &Option<String>) -> Result<Option<Vec<usize>>> {
     v.as_ref()
         .map(|s| {
-            crate::target::launch::parse_cpu_list(s).ok_or_else(|| {
+            crate::launch::start::parse_cpu_list(s).ok_or_else(|| {
                 anyhow::anyhow!("{flag} {s}: give CPUs as a list like 0 or 1,3 or 2-3")
             })
         })
@@ -406,6 +387,21 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
         cpu_quota: a.budget.cpu_quota,
         argv: std::env::args().collect(),
         verify_arms: false,
+    })
+}
+
+fn gate_settings(a: &GateArgs) -> Result<crate::gate::GateSettings> {
+    let baseline = crate::gate::Baseline::load(&a.baseline)?;
+    if !Family::parse_list(&baseline.probes)?.is_empty() {
+        crate::probe::require_root()?;
+    }
+    Ok(crate::gate::GateSettings {
+        baseline_path: a.baseline.clone(),
+        baseline,
+        target_override: a.target.clone(),
+        out: a.out.clone(),
+        argv: std::env::args().collect(),
+        blessing: a.bless,
     })
 }
 
@@ -479,7 +475,7 @@ fn check_config(path: &std::path::Path) -> Result<i32> {
             }
         }
     } else {
-        match crate::target::spec::check_config(path) {
+        match crate::launch::spec::check_config(path) {
             Ok(summary) => {
                 println!("{summary}");
                 Ok(exit::OK)
@@ -553,7 +549,7 @@ pub fn run() -> Result<i32> {
                 exit::OK
             })
         }
-        Cmd::Gate(g) => crate::gate::cli(&g, &*stop_flag()?),
+        Cmd::Gate(g) => crate::gate::command(&gate_settings(&g)?, &*stop_flag()?),
         Cmd::Demo(d) => {
             let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
             cmd.args(["--port", "0", "--threads", "2", "--contend"]);
@@ -571,7 +567,7 @@ pub fn run() -> Result<i32> {
                 drive: Some(Drive {
                     target: H1Target::parse(&format!("http://127.0.0.1:{}/calib", target.port))?,
                     connections: d.connections,
-                    warmup: 200,
+                    warmup: crate::window::WarmUp::ATTACH_DEFAULT,
                     requests: d.requests,
                 }),
                 tree: None,

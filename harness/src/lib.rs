@@ -1,15 +1,32 @@
 //! rig: what one request costs a server.
 //!
-//! Pipeline, one module per stage, plain data between stages:
-//! `target` (spec, launch, pin, cgroup, ready, port-holder proof, maps) →
-//! `load` (generators) → `probe` (eBPF + perf, windowed) and `sample`
-//! (/proc + cgroup, by pid) → `symbolize` → `stats` → `report`.
+//! Layers, imports pointing down only (checked by `layers.rs`; drawn in
+//! docs/architecture.md):
+//! - `cli`: flags into settings, settings into a command; `exit` codes.
+//! - commands: `session` (attach, demo), `run`, `ab`, `gate`.
+//! - `case`: one case on fresh servers (clean, counted, memory passes).
+//! - `window`: the fixed-count window, once (warm-up, counters, N requests).
+//! - `report` (attribution, tables, output directory) and `metrics`
+//!   (per-request values, counter names, case keys).
+//! - stages, plain data between them: `launch` (spec, start, pin, cgroup,
+//!   port-holder proof, arm identity), `load` (generators), `sample` (/proc
+//!   and cgroup, by pid), `probe` (eBPF, perf counter, callgrind control).
+//! - leaves: `process` (pids, tree, maps), `symbolize`, `scenario`,
+//!   `stats`, `host`.
 
 pub mod ab;
+pub mod case;
 pub mod cli;
+pub mod exit;
 pub mod gate;
+pub mod host;
+pub mod launch;
+#[cfg(test)]
+mod layers;
 pub mod load;
+pub mod metrics;
 pub mod probe;
+pub mod process;
 pub mod report;
 pub mod run;
 pub mod sample;
@@ -17,4 +34,4 @@ pub mod scenario;
 pub mod session;
 pub mod stats;
 pub mod symbolize;
-pub mod target;
+pub mod window;

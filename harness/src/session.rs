@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::load::{self, H1Target, LoadResult};
-use crate::probe::{alive, Family, ProbeSet, Scope, WindowEnd};
+use crate::probe::{alive, Family, ProbeSet, Scope, Window, WindowEnd};
+use crate::process::ProcessId;
 use crate::report::Attribution;
 use crate::symbolize::Symbolizer;
-use crate::target::ProcessId;
+use crate::window::ebpf::{ProbeWindow, SettleEnd};
+use crate::window::{drive, Phase, WarmUp};
 
 /// Load rig drives itself for a fixed-count window.
 #[derive(Clone, Debug)]
@@ -44,10 +46,11 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         ProcessId::of(s.pid).map_err(|_| crate::probe::ProbeError::NoSuchProcess { pid: s.pid })?;
     crate::probe::check_target(s.pid)?;
 
-    // The load must reach the process being probed (lesson 1): the port's
+    // The load must reach the process being probed (a stale server on the
+    // port would be measured instead): the port's
     // listener belongs to the pid or one of its descendants, or we refuse.
     if let Some(d) = &s.drive {
-        use crate::target::port::{check_holder, HolderCheck};
+        use crate::launch::port::{check_holder, HolderCheck};
         let port = d.target.addr.port();
         match check_holder(port, s.pid) {
             HolderCheck::Proven(_) => {}
@@ -64,25 +67,58 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         }
     }
 
-    // Connections (and their accept) and warm-up happen before the probes
-    // see anything that counts: lazy binding and first touch stay outside.
-    let mut conns = match &s.drive {
+    let (window, load_result, quiesced) = match &s.drive {
         Some(d) => {
-            let mut c = load::connect(&d.target, d.connections)?;
-            let warm = load::fixed_count(&mut c, d.warmup);
-            if warm.failed() > 0 {
-                bail!(
-                    "warm-up against {} failed: {:?}; not measuring a target that does not answer",
-                    d.target.url,
-                    warm.errors
-                );
-            }
-            Some(c)
+            // Connections (and their accept) and warm-up happen before the
+            // probes see anything that counts: lazy binding and first touch
+            // stay outside.
+            let mut conns = load::connect(&d.target, d.connections)?;
+            let check = |phase: Phase, warm: &LoadResult| -> Result<()> {
+                if warm.failed() == 0 {
+                    return Ok(());
+                }
+                match phase {
+                    Phase::Before => bail!(
+                        "warm-up against {} failed: {:?}; not measuring a target that does not answer",
+                        d.target.url,
+                        warm.errors
+                    ),
+                    Phase::Under => bail!("warm-up under probes failed: {:?}", warm.errors),
+                }
+            };
+            let open = || -> Result<ProbeWindow> {
+                let probes = attach(s)?;
+                Ok(ProbeWindow::new(probes, SettleEnd::Always, || alive(&id)))
+            };
+            let driven = drive(
+                &mut conns,
+                WarmUp::driven(d.warmup),
+                d.requests,
+                check,
+                open,
+            )?;
+            drop(conns);
+            let r = driven.reading;
+            (r.window, Some(driven.report), Some(r.quiesced))
         }
-        None => None,
+        None => (user_window(s, &id, stop)?, None, None),
     };
 
-    let children = crate::target::port::descendants(s.pid);
+    let requests = match (&load_result, s.per) {
+        (_, Some(n)) => Some(n),
+        (Some(r), None) => Some(r.succeeded),
+        (None, None) => None,
+    };
+    let mut sym = Symbolizer::new();
+    let mut attribution = Attribution::build(&window, requests, load_result, &mut sym);
+    attribution.window.quiesced = quiesced;
+    Ok(attribution)
+}
+
+/// Attach the probe set to `s.pid` (its whole tree when asked, or when it
+/// has children and `--no-tree` was not given), saying which.
+fn attach(s: &AttachSettings) -> Result<ProbeSet> {
+    let children = crate::process::descendants(s.pid);
     let scope = match s.tree.unwrap_or(!children.is_empty()) {
         true => Scope::Tree,
         false => Scope::Process,
@@ -103,67 +139,35 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         ),
         Scope::Process => {}
     }
-    // Warm the probes too (first hits fault in BPF state), then quiesce.
-    if let (Some(d), Some(c)) = (&s.drive, conns.as_mut()) {
-        let warm = load::fixed_count(c, d.warmup.min(100));
-        if warm.failed() > 0 {
-            bail!("warm-up under probes failed: {:?}", warm.errors);
-        }
-    }
+    Ok(probes)
+}
 
-    let driven = s.drive.is_some();
-    let (settle, patience) = (Duration::from_millis(20), Duration::from_millis(500));
-    let quiet_start = driven && probes.quiesce(settle, patience)?;
+/// A window of `s.duration` while the user drives the load (Ctrl-C or the
+/// target's exit ends it early).
+fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<Window> {
+    let probes = attach(s)?;
     let start = probes.start_window()?;
-    let mut quiesced = None;
-    let (end, load_result): (WindowEnd, Option<LoadResult>) = match (&s.drive, conns.as_mut()) {
-        (Some(d), Some(c)) => {
-            let r = load::fixed_count(c, d.requests);
-            quiesced = Some(quiet_start & probes.quiesce(settle, patience)?);
-            let end = if alive(&id) {
-                WindowEnd::Completed
-            } else {
-                WindowEnd::TargetExited
-            };
-            (end, Some(r))
+    eprintln!(
+        "rig: window open on pid {} for {} (Ctrl-C ends it early)",
+        s.pid,
+        humantime::format_duration(s.duration)
+    );
+    let deadline = Instant::now() + s.duration;
+    let end = loop {
+        if stop.load(Ordering::Relaxed) {
+            break WindowEnd::Interrupted;
         }
-        _ => {
-            eprintln!(
-                "rig: window open on pid {} for {} (Ctrl-C ends it early)",
-                s.pid,
-                humantime::format_duration(s.duration)
-            );
-            let deadline = Instant::now() + s.duration;
-            let end = loop {
-                if stop.load(Ordering::Relaxed) {
-                    break WindowEnd::Interrupted;
-                }
-                if !alive(&id) {
-                    break WindowEnd::TargetExited;
-                }
-                let now = Instant::now();
-                if now >= deadline {
-                    break WindowEnd::Completed;
-                }
-                std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
-            };
-            (end, None)
+        if !alive(id) {
+            break WindowEnd::TargetExited;
         }
+        let now = Instant::now();
+        if now >= deadline {
+            break WindowEnd::Completed;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
     };
-    let window = probes.end_window(start, end)?;
-    // Detach before the slow part: symbolizing needs no probes.
-    drop(probes);
-    drop(conns);
-
-    let requests = match (&load_result, s.per) {
-        (_, Some(n)) => Some(n),
-        (Some(r), None) => Some(r.succeeded),
-        (None, None) => None,
-    };
-    let mut sym = Symbolizer::new();
-    let mut attribution = Attribution::build(&window, requests, load_result, &mut sym);
-    attribution.window.quiesced = quiesced;
-    Ok(attribution)
+    // Detach (drop) before the slow part: symbolizing needs no probes.
+    Ok(probes.end_window(start, end)?)
 }
 
 /// A process rig started (the bundled calibration target for `rig demo`):

@@ -32,6 +32,8 @@ struct Builders {
     h2: Builder<TokioExecutor>,
 }
 
+// Long by design: the accept loop and the per-connection task it spawns
+// read as one protocol.
 pub async fn serve(addr: SocketAddr, tls: Option<Arc<ServerConfig>>) -> anyhow::Result<()> {
     // Handlers go in before READY: a SIGTERM sent the moment READY is read
     // must drain and exit 0, not kill us with the default action.

@@ -1,4 +1,5 @@
-//! Output equality between arms, byte for byte (BRIEF lesson 10).
+//! Output equality between arms, byte for byte: a cheaper arm that answers
+//! differently is not the same server made cheaper.
 //!
 //! Each arm answers the same request set on a fresh server; the raw
 //! responses (status line, headers, body) are compared with the values of

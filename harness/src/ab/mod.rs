@@ -13,7 +13,6 @@
 //! different code: a counter or call site that differs between them.
 
 pub mod equality;
-pub mod identity;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -23,15 +22,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+use crate::case::{run_case, CaseResult, Status};
+use crate::case::{Passes, RunSettings};
+use crate::launch::identity;
+use crate::launch::spec::TargetSpec;
+use crate::metrics::CaseKey;
 use crate::probe::Family;
-use crate::report::host::HostFacts;
-use crate::run::case::{run_case, CaseResult, Status};
-use crate::run::output::OutDir;
-use crate::run::{Passes, RunSettings};
+use crate::report::output::OutDir;
 use crate::scenario::{Case, Matrix};
 use crate::stats::{compare, Comparison, Verdict};
 use crate::symbolize::Symbolizer;
-use crate::target::spec::TargetSpec;
 
 /// One arm: a name and its target spec (with its TLS variant, if any).
 #[derive(Clone, Debug)]
@@ -64,17 +64,6 @@ pub struct AbSettings {
 /// The arm order of one round: A B … then … B A.
 pub fn block_order(arms: usize) -> Vec<usize> {
     (0..arms).chain((0..arms).rev()).collect()
-}
-
-/// Identity of a case across arms and runs.
-fn case_key(c: &Case) -> String {
-    // id = suite/target/rest.../#repeat
-    let mut parts: Vec<&str> = c.id.split('/').collect();
-    parts.pop(); // #repeat
-    if parts.len() > 1 {
-        parts.remove(1); // target
-    }
-    parts.join("/")
 }
 
 /// One metric of one case: per-arm values in run order.
@@ -154,91 +143,6 @@ fn clean_metric(r: &CaseResult, name: &str) -> Option<f64> {
     })
 }
 
-/// Names of the per-request totals [`counted_metrics`] produces, in the
-/// order it fills them: the one list of these names (`rig gate` checks a
-/// baseline's counter names against it).
-pub const TOTAL_COUNTERS: [&str; 8] = [
-    "syscalls/req",
-    "allocs/req",
-    "alloc bytes/req",
-    "frees/req",
-    "copy bytes/req",
-    "copy calls/req",
-    "lock acquisitions/req",
-    "page faults/req",
-];
-
-/// Every exact per-request counter of a counted pass, by name: the totals
-/// and one entry per call site (alloc/copy/faults) and per syscall.
-pub fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
-    let mut m = BTreeMap::new();
-    let Some(c) = r.counted.as_ref() else {
-        return m;
-    };
-    let p = &c.per_request;
-    // Same order as TOTAL_COUNTERS; the array lengths are checked by the compiler.
-    let values: [Option<f64>; TOTAL_COUNTERS.len()] = [
-        p.syscalls,
-        p.allocations,
-        p.alloc_bytes,
-        p.frees,
-        p.copy_bytes,
-        p.copy_calls,
-        p.lock_acquisitions,
-        p.page_faults,
-    ];
-    for (k, v) in TOTAL_COUNTERS.iter().zip(values) {
-        if let Some(v) = v {
-            m.insert(k.to_string(), v);
-        }
-    }
-    let a = &c.attribution;
-    let Some(n) = a.window.requests.filter(|n| *n > 0) else {
-        return m;
-    };
-    let n = n as f64;
-    let site = |s: &crate::symbolize::Site| -> String {
-        match (&s.function, s.file_line()) {
-            (Some(f), Some(fl)) => format!("{f} ({fl})"),
-            (Some(f), None) => f.clone(),
-            _ => s.label(),
-        }
-    };
-    let mut add = |k: String, v: f64| *m.entry(k).or_insert(0.0) += v;
-    for row in &a.alloc {
-        add(
-            format!("{} calls @ {}", row.kind, site(&row.site)),
-            row.calls as f64 / n,
-        );
-        if row.bytes > 0 {
-            add(
-                format!("{} bytes @ {}", row.kind, site(&row.site)),
-                row.bytes as f64 / n,
-            );
-        }
-    }
-    for row in &a.copy {
-        add(
-            format!("{} bytes @ {}", row.kind, site(&row.site)),
-            row.bytes as f64 / n,
-        );
-        add(
-            format!("{} calls @ {}", row.kind, site(&row.site)),
-            row.calls as f64 / n,
-        );
-    }
-    for row in &a.syscalls {
-        add(format!("syscall {}", row.name), row.count as f64 / n);
-    }
-    for row in &a.faults {
-        add(
-            format!("faults @ {}", site(&row.site)),
-            row.count as f64 / n,
-        );
-    }
-    m
-}
-
 fn med(v: &[f64]) -> f64 {
     crate::stats::median(v).unwrap_or(f64::NAN)
 }
@@ -254,16 +158,17 @@ fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
         .collect();
     let mut responses = Vec::new();
     for (i, arm) in s.arms.iter().enumerate() {
-        let opts = crate::target::launch::LaunchOptions {
+        let opts = crate::launch::start::LaunchOptions {
             server_cpus: rs.server_cpus.clone(),
             memory_limit_mib: rs.memory_mib,
             cpu_quota: rs.cpu_quota,
             ready_timeout: None,
             label: format!("{}-equality", arm.name),
         };
-        let l = crate::target::launch::launch(&arm.spec, &opts)
+        let l = crate::launch::start::launch(&arm.spec, &opts)
             .with_context(|| format!("launching arm {} for the output comparison", arm.name))?;
-        let expected = identity::expected_objects(&arm.spec).map_err(anyhow::Error::msg)?;
+        let expected =
+            crate::launch::identity::expected_objects(&arm.spec).map_err(anyhow::Error::msg)?;
         if let Err(why) = identity::verify(&arm.name, &expected, &l) {
             bail!("{why}");
         }
@@ -324,15 +229,11 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
     let expected: Vec<Vec<identity::Expected>> = s
         .arms
         .iter()
-        .map(|a| identity::expected_objects(&a.spec).map_err(anyhow::Error::msg))
+        .map(|a| crate::launch::identity::expected_objects(&a.spec).map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
-    out.write_json(
-        "manifest.json",
+    out.write_manifest(
+        &s.argv,
         &serde_json::json!({
-            "schema_version": 1,
-            "rig_version": env!("CARGO_PKG_VERSION"),
-            "argv": s.argv,
-            "host": HostFacts::gather(),
             "arms": s.arms.iter().zip(&expected).map(|(a, e)| serde_json::json!({
                 "name": a.name, "spec": a.spec, "expected_objects": e,
             })).collect::<Vec<_>>(),
@@ -371,7 +272,7 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
             }
         }
     }
-    crate::target::launch::cleanup_all();
+    crate::launch::start::cleanup_all();
 
     let report = analyse(s, &names, results, equality, order_names, interrupted);
     out.write_json("ab.json", &report)?;
@@ -395,7 +296,7 @@ fn analyse(
         .collect();
     let mut keys: Vec<String> = Vec::new();
     for (_, _, r) in &results {
-        let k = case_key(&r.case);
+        let k = CaseKey::of(&r.case).path_form();
         if !keys.contains(&k) {
             keys.push(k);
         }
@@ -408,7 +309,7 @@ fn analyse(
             results
                 .iter()
                 .filter(|(a, _, r)| {
-                    *a == arm && case_key(&r.case) == *key && r.status == Status::Ok
+                    *a == arm && CaseKey::of(&r.case).path_form() == *key && r.status == Status::Ok
                 })
                 .map(|(_, _, r)| r)
                 .collect()
@@ -437,7 +338,7 @@ fn analyse(
             .map(|rs| {
                 rs.iter()
                     .filter(|r| r.counted.is_some())
-                    .map(|r| counted_metrics(r))
+                    .map(|r| crate::case::counted_metrics(r))
                     .collect()
             })
             .collect();

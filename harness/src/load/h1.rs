@@ -35,6 +35,8 @@ pub(crate) struct Head {
 }
 
 /// Parse a response head at the start of `b`. `Ok(None)`: incomplete.
+// Long by design: one pass over the response head, each header case next
+// to the check it needs; the order of the checks is the protocol's.
 pub(crate) fn parse_head(b: &[u8]) -> Result<Option<Head>, &'static str> {
     let Some(line_end) = find_crlf(b, 0) else {
         return if b.len() > 64 * 1024 {
@@ -257,6 +259,8 @@ impl H1Conn {
         Ok(n)
     }
 
+    // Long by design: one request/response on a connection, with every way it
+    // can fail classified where it happens (a failed request is data).
     pub async fn exchange(&mut self, request: &[u8], setup: &Setup) -> Exchange {
         let reused = self.used;
         self.used = true;

@@ -31,8 +31,8 @@ use super::placement::{safe_probe_offset, Placement};
 use super::read;
 use super::stacks::{self, StackTables, Stacks};
 use super::{Family, ProbeError, Snapshot};
+use crate::process::maps::ProcMaps;
 use crate::symbolize::elf;
-use crate::target::maps::ProcMaps;
 
 /// A memcpy/memmove/memset implementation the copy probes attached to; its
 /// index in `ProbeSet::copy_impls` is the attach cookie in `CopyKey`.
@@ -200,7 +200,7 @@ impl ProbeSet {
         // children that exec something else).
         let mut initial = vec![pid];
         if scope == Scope::Tree {
-            initial.extend(crate::target::port::descendants(pid));
+            initial.extend(crate::process::descendants(pid));
         }
         let initial_maps: Vec<ProcMaps> = initial
             .iter()
@@ -223,7 +223,7 @@ impl ProbeSet {
         }
         let mut pids = vec![pid];
         if scope == Scope::Tree {
-            for child in crate::target::port::descendants(pid) {
+            for child in crate::process::descendants(pid) {
                 for (family, ebpf) in &mut objects {
                     set_target(ebpf, *family, child, mode)?;
                 }
@@ -310,7 +310,7 @@ impl ProbeSet {
             api: symbol.to_string(),
             source,
         };
-        let offset = elf::resolve_ifunc(pid, &maps, &libc_maps_path, symbol)
+        let offset = super::ifunc::resolve_ifunc(pid, &maps, &libc_maps_path, symbol)
             .map_err(resolve_err)?
             .file_offset;
         let mut tables = StackTables::new(stack_mode, &[&maps]);
@@ -390,7 +390,7 @@ impl ProbeSet {
     pub fn processes(&self) -> Vec<Followed> {
         let mut out: Vec<Followed> = self.shared().procs.values().cloned().collect();
         for p in &mut out {
-            let now = crate::target::cmdline(p.pid);
+            let now = crate::process::cmdline(p.pid);
             if now != "?" && !now.is_empty() {
                 p.command = now;
             }
@@ -457,12 +457,12 @@ impl Followed {
     fn new(pid: u32, joined: Joined, maps: Option<ProcMaps>) -> Followed {
         let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|s| crate::target::port::parse_stat_ppid(&s))
+            .and_then(|s| crate::process::parse_stat_ppid(&s))
             .unwrap_or(0);
         Followed {
             pid,
             ppid,
-            command: crate::target::cmdline(pid),
+            command: crate::process::cmdline(pid),
             joined,
             maps,
             error: None,
@@ -760,14 +760,14 @@ impl Attacher<'_> {
         // (library, offset) across the tree, whose index is the cookie.
         let mut mine: Vec<usize> = Vec::new();
         for api in ["memcpy", "memmove", "memset"] {
-            let r = elf::resolve_ifunc(self.pid, maps, &libc_maps_path, api).map_err(|source| {
-                ProbeError::Resolve {
+            let r = super::ifunc::resolve_ifunc(self.pid, maps, &libc_maps_path, api).map_err(
+                |source| ProbeError::Resolve {
                     pid: self.pid,
                     lib: libc_maps_path.clone(),
                     api: api.to_string(),
                     source,
-                }
-            })?;
+                },
+            )?;
             let i = match self
                 .copy_impls
                 .iter()

@@ -5,7 +5,8 @@
 //! [`InstrWindow`]: Ir (instructions executed, user space, every thread)
 //! per request and per function.
 //!
-//! How (BRIEF lesson 4): the target runs under `valgrind --tool=callgrind
+//! How (a fixed-count window, so connection set-up, lazy binding and first
+//! touch stay outside the count): the target runs under `valgrind --tool=callgrind
 //! --instr-atstart=no`, so nothing is counted until rig says so. rig makes
 //! one keep-alive HTTP/1.1 connection, sends the warm-up requests
 //! (uncounted: lazy binding, first touch), turns instrumentation on with
@@ -14,7 +15,7 @@
 //! the target and parses the profile. The denominator is N successful
 //! requests; a window with any failed request is an error.
 //!
-//! Lesson 8: instructions are not time. valgrind bills `rep movsb` per
+//! Instructions are not time. valgrind bills `rep movsb` per
 //! byte moved, a syscall as one instruction, and a cache miss as nothing;
 //! [`InstrWindow::note`] says so and nothing here converts Ir into time.
 //!
@@ -26,7 +27,6 @@
 //! `--skip-plt=no` names them `sym@plt`, kept as written.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -34,11 +34,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::load::{Client, Endpoint, Expect, ExpectBody, LoadSpec, Mode, Protocol};
-use crate::target::launch::{launch, LaunchOptions};
-use crate::target::spec::{Body, TargetSpec};
-
-/// The sentence every instruction report carries (BRIEF lesson 8).
+/// The sentence every instruction report carries: Ir is a count of executed
+/// instructions, not of the time they took.
 pub const NOTE: &str = "callgrind bills rep movsb per byte: instructions are not time \
 (a syscall is 1 Ir, a cache miss 0); never convert Ir deltas into time";
 
@@ -88,28 +85,6 @@ pub struct InstrWindow {
     pub note: String,
 }
 
-/// `spec` run under valgrind's callgrind, writing its profile to `out_file`
-/// (dumps are `out_file.1`, `.2`, … and `out_file` at exit).
-pub fn wrap_spec(spec: &TargetSpec, out_file: &Path) -> TargetSpec {
-    let mut s = spec.clone();
-    let mut argv: Vec<String> = vec!["valgrind".into()];
-    argv.extend(VALGRIND_ARGS.iter().map(|a| a.to_string()));
-    argv.push(format!("--callgrind-out-file={}", out_file.display()));
-    for (i, a) in spec.argv.iter().enumerate() {
-        // argv[0] with a slash is relative to the spec's directory; once it
-        // is an argument of valgrind, say so explicitly.
-        if i == 0 && a.contains('/') && !a.starts_with('/') && !a.starts_with('{') {
-            argv.push(format!("{{spec_dir}}/{a}"));
-        } else {
-            argv.push(a.clone());
-        }
-    }
-    s.argv = argv;
-    s.name = format!("{}-callgrind", spec.name);
-    s.ready_timeout = s.ready_timeout.max(READY_TIMEOUT);
-    s
-}
-
 /// Turn callgrind's instrumentation of `pid` on or off
 /// (`callgrind_control -i on|off PID`, which talks to valgrind via vgdb).
 pub fn instrument(pid: u32, on: bool) -> Result<()> {
@@ -142,126 +117,8 @@ fn control(pid: u32, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Launch `spec` under callgrind, warm up with `warmup` uncounted requests
-/// on one keep-alive HTTP/1.1 connection, count exactly `requests` requests
-/// of `path`, stop the target and return Ir per request.
-pub fn measure(spec: &TargetSpec, path: &str, requests: u64, warmup: u64) -> Result<InstrWindow> {
-    if requests == 0 {
-        bail!("--requests must be at least 1");
-    }
-    let dir = std::env::temp_dir().join(format!(
-        "rig-callgrind-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = measure_in(spec, path, requests, warmup, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
-}
-
-static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn measure_in(
-    spec: &TargetSpec,
-    path: &str,
-    requests: u64,
-    warmup: u64,
-    dir: &Path,
-) -> Result<InstrWindow> {
-    let out_file = dir.join("callgrind.out");
-    let wrapped = wrap_spec(spec, &out_file);
-    let load = load_spec(spec, path)?;
-    let target = launch(&wrapped, &LaunchOptions::default())
-        .with_context(|| format!("launching {} under callgrind", spec.name))?;
-    let window = (|| -> Result<()> {
-        let mut client = warmed_client(load, target.port, warmup)?;
-        // callgrind_control cannot reach a process valgrind forked (it is
-        // not listed by vgdb, and it inherits the parent's output file), so
-        // a prefork server's workers would go uncounted: refuse rather than
-        // report the master's near-zero share as the server's cost.
-        let children = crate::target::port::descendants(target.pid);
-        if !children.is_empty() {
-            bail!(
-                "target {} runs as {} processes (a prefork master and workers?): the callgrind \
-                 window can count only the process rig launched, not the ones it forked \
-                 (pids {children:?}). Configure it as one process (nginx: `master_process off;`), \
-                 or use a host with a PMU (the perf backend counts the whole tree)",
-                spec.name,
-                children.len() + 1
-            );
-        }
-        instrument(target.pid, true)?;
-        let r = client.run(&Mode::FixedCount { requests });
-        instrument(target.pid, false)?;
-        if r.succeeded != requests {
-            bail!(
-                "window: {} of {requests} requests succeeded: {:?}",
-                r.succeeded,
-                r.errors
-            );
-        }
-        dump(target.pid)?;
-        wait_for_dump(&out_file.with_extension("out.1"))
-    })();
-    let stderr = target.stderr_tail();
-    let exit = target.stop(Duration::from_secs(10));
-    window.with_context(|| {
-        format!(
-            "callgrind window on {} ({}); valgrind stderr tail:\n{stderr}",
-            spec.name,
-            exit.describe()
-        )
-    })?;
-    // Every part (the explicit dump and the one at exit) is summed; with
-    // instrumentation off the exit part is empty.
-    let mut text = String::new();
-    for f in dump_files(&out_file)? {
-        text.push_str(
-            &std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?,
-        );
-        text.push('\n');
-    }
-    let profile = parse(&text);
-    let n = requests as f64;
-    Ok(InstrWindow {
-        backend: "callgrind",
-        requests,
-        total_ir: profile.total_ir,
-        ir_per_request: profile.total_ir as f64 / n,
-        functions: profile
-            .functions
-            .into_iter()
-            .map(|f| FnCost {
-                self_ir: f.self_ir / n,
-                calls: f.calls / n,
-                ..f
-            })
-            .collect(),
-        note: NOTE.into(),
-    })
-}
-
-/// One keep-alive connection to a launched target on `port`, after `warmup`
-/// uncounted requests that all succeeded.
-pub(crate) fn warmed_client(mut load: LoadSpec, port: u16, warmup: u64) -> Result<Client> {
-    load.addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
-    let mut client = Client::connect(&load)?;
-    if warmup > 0 {
-        let r = client.run(&Mode::FixedCount { requests: warmup });
-        if r.succeeded != warmup {
-            bail!(
-                "warm-up: {} of {warmup} succeeded: {:?}",
-                r.succeeded,
-                r.errors
-            );
-        }
-    }
-    Ok(client)
-}
-
 /// A dump is complete once its `totals:` line is written.
-fn wait_for_dump(file: &Path) -> Result<()> {
+pub fn wait_for_dump(file: &Path) -> Result<()> {
     let t0 = Instant::now();
     loop {
         if let Ok(t) = std::fs::read_to_string(file) {
@@ -277,7 +134,7 @@ fn wait_for_dump(file: &Path) -> Result<()> {
 }
 
 /// `out_file` and its numbered parts, in order.
-fn dump_files(out_file: &Path) -> Result<Vec<PathBuf>> {
+pub fn dump_files(out_file: &Path) -> Result<Vec<PathBuf>> {
     let dir = out_file.parent().unwrap_or(Path::new("."));
     let base = out_file
         .file_name()
@@ -297,53 +154,6 @@ fn dump_files(out_file: &Path) -> Result<Vec<PathBuf>> {
         .collect();
     v.sort();
     Ok(v)
-}
-
-/// One keep-alive h1 connection to `path` of `spec`, with the spec's
-/// expected response.
-pub(crate) fn load_spec(spec: &TargetSpec, path: &str) -> Result<LoadSpec> {
-    if !spec.protocols.h1 {
-        bail!(
-            "target {}: the callgrind window speaks HTTP/1.1; its spec has h1 = false",
-            spec.name
-        );
-    }
-    let expect = match spec.endpoints.iter().find(|e| e.path == path) {
-        Some(ep) => Expect {
-            status: ep.status,
-            content_type: ep.content_type.clone(),
-            body: match &ep.body {
-                Some(Body::Literal(s)) => ExpectBody::Exact(s.clone().into_bytes().into()),
-                Some(Body::File(f)) => ExpectBody::Exact(
-                    std::fs::read(f)
-                        .with_context(|| format!("body file {}", f.display()))?
-                        .into(),
-                ),
-                _ => ExpectBody::Any,
-            },
-        },
-        None => bail!(
-            "target {} has no endpoint {path} (its endpoints: {})",
-            spec.name,
-            spec.endpoints
-                .iter()
-                .map(|e| e.path.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    Ok(LoadSpec {
-        addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
-        protocol: Protocol::H1 { keepalive: true },
-        endpoint: Endpoint {
-            path: path.into(),
-            expect,
-        },
-        connections: 1,
-        streams: 1,
-        client_cpus: None,
-        threads: Some(1),
-    })
 }
 
 // ---------------------------------------------------------------------------
@@ -385,6 +195,9 @@ impl Names {
 /// is every cost line not directly after a `calls=` line (that one is the
 /// call's inclusive cost); calls come from `calls=` lines, billed to the
 /// `cfn=` function. Only the `Ir` event is read.
+// Long by design: one pass of a line-oriented state machine over the
+// callgrind format (current file, object, function, call target); split,
+// that state would be threaded through every piece.
 pub fn parse(text: &str) -> CallgrindProfile {
     let mut obs = Names::default();
     let mut fns = Names::default();

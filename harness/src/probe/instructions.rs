@@ -1,7 +1,7 @@
 //! Instructions per request: which backend counts them, and its window.
 //!
 //! In: a [`Choice`] (what the user asked for) and the host's PMU status
-//! ([`crate::report::host::detect_pmu`]). Out: a [`Backend`] and a sentence
+//! ([`crate::host::detect_pmu`]). Out: a [`Backend`] and a sentence
 //! saying why it was picked; [`measure`] then runs that backend's
 //! fixed-count window and returns an [`InstrWindow`] naming the backend.
 //!
@@ -14,9 +14,7 @@
 use anyhow::{bail, Result};
 use serde::Serialize;
 
-use super::callgrind::InstrWindow;
-use crate::report::host::Pmu;
-use crate::target::spec::TargetSpec;
+use crate::host::Pmu;
 
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,21 +97,6 @@ pub fn select(choice: Choice, pmu: &Pmu) -> Result<(Backend, String)> {
     })
 }
 
-/// Run `backend`'s fixed-count window: `warmup` uncounted requests, then
-/// exactly `requests` requests of `path`, one keep-alive HTTP/1.1 connection.
-pub fn measure(
-    backend: Backend,
-    spec: &TargetSpec,
-    path: &str,
-    requests: u64,
-    warmup: u64,
-) -> Result<InstrWindow> {
-    match backend {
-        Backend::Perf => super::perf::measure(spec, path, requests, warmup),
-        Backend::Callgrind => super::callgrind::measure(spec, path, requests, warmup),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,7 +136,7 @@ mod tests {
     /// This host, as detected: auto follows the detection.
     #[test]
     fn auto_follows_this_hosts_detection() {
-        let p = crate::report::host::detect_pmu();
+        let p = crate::host::detect_pmu();
         let (b, why) = select(Choice::Auto, &p).unwrap();
         assert_eq!(b == Backend::Perf, p.instructions, "{why}");
         assert!(

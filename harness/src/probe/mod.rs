@@ -11,6 +11,7 @@
 pub mod attach;
 pub mod callgrind;
 pub mod cost;
+pub mod ifunc;
 pub mod instructions;
 pub mod perf;
 pub mod placement;
@@ -135,7 +136,7 @@ pub enum ProbeError {
     Maps {
         pid: u32,
         #[source]
-        source: crate::target::maps::MapsError,
+        source: crate::process::maps::MapsError,
     },
     #[error("resolving `{api}` in {lib} for pid {pid}: {source}")]
     Resolve {

@@ -6,7 +6,8 @@
 //! the target (every thread) per request. No per-function split: a counter
 //! has no call sites (callgrind has them).
 //!
-//! How (BRIEF lesson 4, the same window as [`super::callgrind`]): the target
+//! How (the same fixed-count window as [`super::callgrind`], so connection
+//! set-up, lazy binding and first touch stay outside the count): the target
 //! runs natively; rig makes one keep-alive HTTP/1.1 connection, sends the
 //! warm-up requests (uncounted), opens one counter per thread of the target
 //! and of each process descended from it (`/proc/PID/task`), created
@@ -22,16 +23,11 @@
 //! EOPNOTSUPP): that is an error saying so, never zero instructions.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 
-use super::callgrind::InstrWindow;
-use crate::load::Mode;
-use crate::target::launch::{launch, LaunchOptions};
-use crate::target::spec::TargetSpec;
-
-/// The sentence every perf instruction report carries (BRIEF lesson 8).
+/// The sentence every perf instruction report carries: an instruction count
+/// says nothing about stalls, cache misses or time spent in the kernel.
 pub const NOTE: &str = "perf counts retired user-space instructions (every thread of the target); \
 instructions are not time: never convert instruction deltas into time";
 
@@ -141,7 +137,7 @@ impl Counters {
     /// `inherit`, processes and threads forked later are counted too.
     pub fn open(pid: u32) -> Result<Counters, PerfError> {
         let mut all = Counters::open_process(pid)?;
-        for child in crate::target::port::descendants(pid) {
+        for child in crate::process::descendants(pid) {
             match Counters::open_process(child) {
                 Ok(c) => all.fds.extend(c.fds),
                 // Exited since the listing: nothing to count.
@@ -239,52 +235,6 @@ impl Counters {
     }
 }
 
-/// Launch `spec` natively, warm up with `warmup` uncounted requests on one
-/// keep-alive HTTP/1.1 connection, count the user-space instructions of
-/// exactly `requests` requests of `path`, stop the target and return them
-/// per request. On a host without a PMU this is [`PerfError::NoPmu`].
-pub fn measure(spec: &TargetSpec, path: &str, requests: u64, warmup: u64) -> Result<InstrWindow> {
-    if requests == 0 {
-        bail!("the instructions window needs at least 1 request");
-    }
-    let load = super::callgrind::load_spec(spec, path)?;
-    let target = launch(spec, &LaunchOptions::default())
-        .with_context(|| format!("launching {} for the perf instructions window", spec.name))?;
-    let pid = target.pid;
-    let window = (|| -> Result<Counters> {
-        let mut client = super::callgrind::warmed_client(load, target.port, warmup)?;
-        let counters = Counters::open(pid)?;
-        counters.enable()?;
-        let r = client.run(&Mode::FixedCount { requests });
-        counters.disable()?;
-        if r.succeeded != requests {
-            bail!(
-                "window: {} of {requests} requests succeeded: {:?}",
-                r.succeeded,
-                r.errors
-            );
-        }
-        Ok(counters)
-    })();
-    let exit = target.stop(Duration::from_secs(10));
-    let counters = window.with_context(|| {
-        format!(
-            "perf instructions window on {} ({})",
-            spec.name,
-            exit.describe()
-        )
-    })?;
-    let total = counters.read_total()?;
-    Ok(InstrWindow {
-        backend: "perf",
-        requests,
-        total_ir: total,
-        ir_per_request: total as f64 / requests as f64,
-        functions: Vec::new(),
-        note: NOTE.into(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,7 +259,7 @@ mod tests {
     /// there is none.
     #[test]
     fn opening_a_counter_agrees_with_pmu_detection() {
-        let pmu = crate::report::host::detect_pmu();
+        let pmu = crate::host::detect_pmu();
         let me = std::process::id();
         match Counters::open(me) {
             Ok(c) => {

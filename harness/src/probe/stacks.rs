@@ -22,7 +22,7 @@ use rig_ebpf::abi::{StackKey, StackVal, UStack, UnwindProc, UNWIND_MAX_PROCS};
 
 use super::unwind::{Sizes, Tables};
 use super::{read, Family, ProbeError};
-use crate::target::maps::ProcMaps;
+use crate::process::maps::ProcMaps;
 
 /// Whether the families walk whole user stacks (and kernel stacks where
 /// they have them) for every event.

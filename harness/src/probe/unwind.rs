@@ -29,7 +29,7 @@ use rig_ebpf::abi::{
     UNWIND_MAX_MAPS,
 };
 
-use crate::target::maps::ProcMaps;
+use crate::process::maps::ProcMaps;
 
 /// One module's rows, sorted by `pc` (module virtual addresses).
 #[derive(Debug, Default)]
@@ -550,7 +550,7 @@ mod tests {
         let bias = segment_bias(&exec_segments(&file), m.start, m.offset).unwrap();
         // The address of a function in this binary, minus the bias, is its
         // symbol value.
-        let f = rig_unwind_bias_marker as usize as u64;
+        let f = rig_unwind_bias_marker as *const () as u64;
         use object::ObjectSymbol;
         let sym = file
             .symbols()

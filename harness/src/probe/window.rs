@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{AttachNote, CopyImpl, Family, Followed, ProbeError, ProbeSet, Snapshot};
-use crate::target::maps::ProcMaps;
-use crate::target::ProcessId;
+use crate::process::maps::ProcMaps;
+use crate::process::ProcessId;
 
 /// Counters at the start of a window.
 pub struct WindowStart {

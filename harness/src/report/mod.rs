@@ -4,7 +4,7 @@
 //! requests it contained, and the session's `Symbolizer`. Out: an
 //! `Attribution` (plain, serializable, versioned) and its terminal table.
 
-pub mod host;
+pub mod output;
 pub mod stacks;
 pub mod table;
 
@@ -54,7 +54,7 @@ pub struct Attribution {
     pub distortions: Vec<String>,
     /// Hardware instruction counters: present or not, and what the kernel
     /// said. Without them rig reports no instruction counts (never zero).
-    pub pmu: host::Pmu,
+    pub pmu: crate::host::Pmu,
     /// Whole stacks of every counted event, with exact counts per stack
     /// and the user site of each.
     pub stacks: stacks::StackSection,
@@ -648,7 +648,7 @@ impl Attribution {
         Attribution {
             schema_version: SCHEMA_VERSION,
             pid: w.pid,
-            command: crate::target::cmdline(w.pid),
+            command: crate::process::cmdline(w.pid),
             families: w.families.clone(),
             window: WindowInfo {
                 elapsed_ns: w.elapsed.as_nanos() as u64,
@@ -672,7 +672,7 @@ impl Attribution {
             probe_syscalls_excluded,
             notes: w.notes.clone(),
             distortions,
-            pmu: host::detect_pmu(),
+            pmu: crate::host::detect_pmu(),
             stacks,
             cpu,
         }

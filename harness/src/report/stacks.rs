@@ -13,8 +13,8 @@ use rig_ebpf::abi::{stack_flag, stack_what, UStack, ALLOC_CLASS_NULL_FREE};
 use serde::Serialize;
 
 use crate::probe::{syscall_name, CopyImpl, Family, Window};
+use crate::process::maps::basename;
 use crate::symbolize::{AddrKind, Site, Symbolizer};
-use crate::target::maps::basename;
 
 /// Frames whose function starts with one of these are wrappers: allocator
 /// entry points and internals, and standard-library code between the code a

@@ -8,78 +8,27 @@
 //! a counted pass (probes attached: exact per-request counters), each on a
 //! fresh server process, never mixed.
 
-pub mod case;
-pub mod output;
 pub mod table;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::launch::spec::TargetSpec;
+use crate::launch::start::ObjectFact;
 use crate::load::hist;
 use crate::probe::Family;
-use crate::report::host::HostFacts;
-use crate::scenario::{Case, Matrix};
+use crate::scenario::Case;
 use crate::symbolize::Symbolizer;
-use crate::target::launch::ObjectFact;
-use crate::target::spec::TargetSpec;
 
-pub use case::{CaseResult, Status};
-use output::OutDir;
+pub use crate::case::{CaseResult, Passes, RunSettings, Status};
+use crate::report::output::OutDir;
 
 /// Bumped on any incompatible change to manifest.json, cases.jsonl or
 /// report.json (documented in docs/run-schema.md).
 pub const SCHEMA_VERSION: u32 = 1;
-
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct Passes {
-    pub clean: bool,
-    pub counted: bool,
-}
-
-impl Passes {
-    pub fn parse(s: &str) -> Result<Passes, String> {
-        let mut p = Passes {
-            clean: false,
-            counted: false,
-        };
-        for part in s.split(',').map(str::trim) {
-            match part {
-                "clean" => p.clean = true,
-                "counted" => p.counted = true,
-                other => {
-                    return Err(format!(
-                        "--passes: unknown pass `{other}`; use clean, counted or clean,counted"
-                    ))
-                }
-            }
-        }
-        Ok(p)
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct RunSettings {
-    /// Each target with its TLS variant, if it has one.
-    pub targets: Vec<(TargetSpec, Option<TargetSpec>)>,
-    pub matrix_path: PathBuf,
-    pub matrix: Matrix,
-    pub suites: Vec<String>,
-    pub out: PathBuf,
-    pub families: Vec<Family>,
-    pub passes: Passes,
-    pub repeats: Option<u32>,
-    pub server_cpus: Option<Vec<usize>>,
-    pub client_cpus: Option<Vec<usize>>,
-    pub memory_mib: Option<u64>,
-    pub cpu_quota: Option<f64>,
-    pub argv: Vec<String>,
-    /// `rig ab`: prove every launch maps the arm's own binary and libraries.
-    pub verify_arms: bool,
-}
 
 #[derive(Serialize)]
 struct TargetManifest {
@@ -92,11 +41,6 @@ struct TargetManifest {
 
 #[derive(Serialize)]
 struct Manifest<'a> {
-    schema_version: u32,
-    rig_version: &'static str,
-    started_unix_s: u64,
-    argv: &'a [String],
-    host: HostFacts,
     matrix: String,
     suites: &'a [String],
     families: &'a [Family],
@@ -195,6 +139,8 @@ pub fn groups(results: &[CaseResult]) -> Vec<Group> {
 
 /// Run the matrix. `stop` (Ctrl-C) ends the run after the current case; the
 /// report is written either way.
+// Long by design: the case loop and the Ctrl-C watcher share one thread
+// scope, and the report is rewritten after every case inside it.
 pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
     let names: Vec<String> = rs.targets.iter().map(|(t, _)| t.name.clone()).collect();
     let cases: Vec<Case> = rs.matrix.expand(&rs.suites, &names, rs.repeats)?;
@@ -212,13 +158,6 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
     let write_manifest =
         |out: &OutDir, targets: Vec<TargetManifest>| -> Result<Vec<TargetManifest>> {
             let m = Manifest {
-                schema_version: SCHEMA_VERSION,
-                rig_version: env!("CARGO_PKG_VERSION"),
-                started_unix_s: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs()),
-                argv: &rs.argv,
-                host: HostFacts::gather(),
                 matrix: rs.matrix_path.display().to_string(),
                 suites: &rs.suites,
                 families: &rs.families,
@@ -230,7 +169,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                 targets,
                 cases: cases.iter().map(|c| c.id.clone()).collect(),
             };
-            out.write_json("manifest.json", &m)?;
+            out.write_manifest(&rs.argv, &m)?;
             Ok(m.targets)
         };
     targets = write_manifest(&out, targets)?;
@@ -251,7 +190,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
         scope.spawn(|| {
             while !done.load(Ordering::Relaxed) {
                 if stop.load(Ordering::Relaxed) {
-                    crate::target::launch::cleanup_all();
+                    crate::launch::start::cleanup_all();
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
@@ -267,7 +206,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                 } else {
                     bar.set_message(case.id.clone());
                     let (spec, tls) = &rs.targets[case.target];
-                    case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
+                    crate::case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
                 };
                 if !interrupted && stop.load(Ordering::Relaxed) {
                     // Its target was stopped under it: not a failure of the target.
@@ -299,7 +238,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
         result
     })?;
     bar.finish_and_clear();
-    crate::target::launch::cleanup_all();
+    crate::launch::start::cleanup_all();
     write_report(&out, &results, interrupted, cases.len())?;
     Ok(results)
 }

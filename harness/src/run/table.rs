@@ -4,7 +4,7 @@
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
-use super::case::{CaseResult, Status};
+use crate::case::{CaseResult, Status};
 
 fn f(v: Option<f64>, decimals: usize) -> String {
     match v {
@@ -13,6 +13,7 @@ fn f(v: Option<f64>, decimals: usize) -> String {
     }
 }
 
+// Long by design: one table row per case, its columns in order.
 pub fn render(results: &[CaseResult]) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![

@@ -1,6 +1,7 @@
 //! /proc and cgroup sampling of one target (the process tree rooted at its
 //! pid: prefork workers are part of the server), by pid (never by name: two
-//! same-named processes once made a fake 34 MB "leak", BRIEF lesson 3).
+//! same-named processes once made a fake 34 MB "leak": a sample by name
+//! summed an unrelated process into the server).
 //!
 //! In: a pid and optionally the target's [`CgroupHandle`]. Out: snapshots
 //! ([`ProcSnapshot`], [`CgroupSnapshot`]) whose differences give per-window
@@ -29,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::target::cgroup::{CgroupHandle, CgroupVersion};
+use crate::launch::cgroup::CgroupHandle;
+pub use crate::launch::cgroup_stats::{parse_kv, CgroupSnapshot};
 
 /// Fields of `/proc/<pid>/stat` rig uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -212,7 +214,7 @@ impl ProcSnapshot {
     /// a delta over a window in which workers were replaced undercounts.
     pub fn read_tree(root: u32) -> std::io::Result<ProcSnapshot> {
         let mut sum = ProcSnapshot::read(root)?;
-        for pid in crate::target::port::descendants(root) {
+        for pid in crate::process::descendants(root) {
             // A child may exit between the listing and the read: skip it.
             let Ok(p) = ProcSnapshot::read(pid) else {
                 continue;
@@ -271,8 +273,9 @@ pub struct ProcDelta {
 }
 
 /// CPU ns used by rig itself (the load generator), all threads including
-/// exited ones (getrusage, µs resolution). For lesson 13: generator CPU is
-/// recorded next to the server's, so a saturated generator is visible.
+/// exited ones (getrusage, µs resolution). Generator CPU is recorded next
+/// to the server's: a load generator that saturates its own cores caps the
+/// throughput, and that must be visible rather than billed to the server.
 pub fn self_cpu_ns() -> u64 {
     // SAFETY: zeroed rusage is a valid out-parameter.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -281,97 +284,6 @@ pub fn self_cpu_ns() -> u64 {
     }
     let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
     (us(ru.ru_utime) + us(ru.ru_stime)) * 1000
-}
-
-// ---------------------------------------------------------------------------
-// cgroup
-
-/// One reading of a target's cgroup. Fields the kernel does not offer for
-/// the cgroup's version are `None`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct CgroupSnapshot {
-    pub mem_current_bytes: Option<u64>,
-    /// v2 memory.peak / v1 memory.max_usage_in_bytes.
-    pub mem_peak_bytes: Option<u64>,
-    /// None when unlimited.
-    pub mem_limit_bytes: Option<u64>,
-    /// v2 memory.events `oom` (times the limit could not be kept).
-    pub oom_events: Option<u64>,
-    /// v2 memory.events `oom_kill` / v1 memory.oom_control `oom_kill`.
-    pub oom_kills: Option<u64>,
-    /// v1 max(memory.failcnt, memory.memsw.failcnt) / v2 memory.events
-    /// `max`: times a charge hit the limit. (On kernel 6.18 the v1 counters
-    /// stayed 0 through an OOM kill; trust `oom_kills` and the peak.)
-    pub limit_hits: Option<u64>,
-    pub cpu_periods: Option<u64>,
-    pub cpu_throttled: Option<u64>,
-    pub cpu_throttled_ns: Option<u64>,
-}
-
-/// `key value` lines (memory.events, memory.oom_control, cpu.stat).
-pub fn parse_kv(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok()).flatten()
-    })
-}
-
-fn read_u64(p: &Path) -> Option<u64> {
-    read(p).ok()?.trim().parse().ok()
-}
-
-impl CgroupSnapshot {
-    pub fn read(h: &CgroupHandle) -> std::io::Result<CgroupSnapshot> {
-        let mut s = CgroupSnapshot::default();
-        if let Some(d) = &h.memory_dir {
-            if !d.exists() {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!("cgroup {} is gone", d.display()),
-                ));
-            }
-            match h.version {
-                CgroupVersion::V2 => {
-                    s.mem_current_bytes = read_u64(&d.join("memory.current"));
-                    s.mem_peak_bytes = read_u64(&d.join("memory.peak"));
-                    s.mem_limit_bytes = read_u64(&d.join("memory.max")); // "max" → None
-                    if let Ok(ev) = read(d.join("memory.events")) {
-                        s.oom_events = parse_kv(&ev, "oom");
-                        s.oom_kills = parse_kv(&ev, "oom_kill");
-                        s.limit_hits = parse_kv(&ev, "max");
-                    }
-                }
-                CgroupVersion::V1 => {
-                    s.mem_current_bytes = read_u64(&d.join("memory.usage_in_bytes"));
-                    s.mem_peak_bytes = read_u64(&d.join("memory.max_usage_in_bytes"));
-                    // v1 prints a huge page-aligned number for "unlimited".
-                    s.mem_limit_bytes =
-                        read_u64(&d.join("memory.limit_in_bytes")).filter(|&l| l < 1 << 60);
-                    if let Ok(oc) = read(d.join("memory.oom_control")) {
-                        s.oom_kills = parse_kv(&oc, "oom_kill");
-                    }
-                    // With memsw limited to the same value, the memsw
-                    // counter is charged (and fails) first.
-                    let hits = [&d.join("memory.failcnt"), &d.join("memory.memsw.failcnt")]
-                        .into_iter()
-                        .filter_map(|p| read_u64(p))
-                        .max();
-                    s.limit_hits = hits;
-                }
-            }
-        }
-        if let Some(d) = &h.cpu_dir {
-            if let Ok(st) = read(d.join("cpu.stat")) {
-                s.cpu_periods = parse_kv(&st, "nr_periods");
-                s.cpu_throttled = parse_kv(&st, "nr_throttled");
-                s.cpu_throttled_ns = match h.version {
-                    CgroupVersion::V1 => parse_kv(&st, "throttled_time"),
-                    CgroupVersion::V2 => parse_kv(&st, "throttled_usec").map(|u| u * 1000),
-                };
-            }
-        }
-        Ok(s)
-    }
 }
 
 // ---------------------------------------------------------------------------

@@ -269,6 +269,8 @@ impl Matrix {
     }
 
     /// Expand `suites` (all when empty) for `targets` into run order.
+    // Long by design: the matrix's nested loops, in the order case ids are
+    // numbered; flattening them would hide that order.
     pub fn expand(
         &self,
         suites: &[String],

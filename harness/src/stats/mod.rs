@@ -7,7 +7,7 @@
 //! outliers and a [`Verdict`] with the reason for it. Pure functions on plain
 //! data, no I/O; same inputs and seed, same `Comparison`.
 //!
-//! # The verdict rule (BRIEF lesson 9)
+//! # The verdict rule
 //!
 //! Absolute numbers drift 10–35% between sessions, so a difference is called
 //! real only when all three hold:

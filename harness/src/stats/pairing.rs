@@ -3,7 +3,8 @@
 //! In an interleaved session (A B B A A B B A …) neighbouring runs share the
 //! machine's state of the moment (thermal, frequency, background load), so
 //! B − A within a pair cancels most of the drift between sessions that makes
-//! absolute numbers move by 10–35% (BRIEF lesson 9).
+//! absolute numbers move by 10–35% (run-to-run spread of `rig run` on the
+//! same build, measured while building `rig ab`).
 
 /// Pairs adjacent runs of arms `a` and `b`, in run order, as `(a, b)` values.
 ///

@@ -126,7 +126,8 @@ fn overlapping_noisy_arms_are_no_difference() {
 fn paired_shift_smaller_than_within_arm_spread_is_no_difference() {
     // Load drifts 100 -> 200 across blocks; B is +~1 in every pair, so the
     // interval excludes 0 and Wilcoxon gives 2/256 = 0.0078125, but the arms
-    // spread by 1.4826 * MAD = 44.478 and 44.070: lesson 9 says not real.
+    // spread by 1.4826 * MAD = 44.478 and 44.070, far more than the difference: drift between sessions,
+    // not a real effect.
     let a = [100.0, 120.0, 140.0, 160.0, 180.0, 200.0, 110.0, 150.0];
     let d = [1.0, 1.2, 0.9, 1.1, 1.0, 0.8, 1.3, 1.05];
     let b: Vec<f64> = a.iter().zip(d).map(|(a, d)| a + d).collect();

@@ -17,7 +17,7 @@ use blazesym::symbolize::source::{Elf as BzElf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer as BzSymbolizer};
 use serde::Serialize;
 
-use crate::target::maps::{basename, ProcMaps};
+use crate::process::maps::{basename, ProcMaps};
 use elf::ElfFacts;
 
 /// What kind of address is being symbolized.
@@ -513,7 +513,7 @@ pub fn symbolize_elf_with(path: &Path, file_offsets: &[u64], debug_syms: bool) -
 mod tests {
     use super::elf::tests::{spawn_sleep, tempdir};
     use super::*;
-    use crate::target::maps::ProcMaps;
+    use crate::process::maps::ProcMaps;
 
     #[inline(never)]
     #[no_mangle]
@@ -560,7 +560,7 @@ mod tests {
         assert_eq!(ip.module_offset, sym.file_offset + 0x10);
         assert_eq!(
             ip.build_id,
-            crate::target::maps::build_id(&maps.readable_path(&libc))
+            crate::process::maps::build_id(&maps.readable_path(&libc))
         );
         assert_eq!(ip.file.as_deref().map(basename), Some("malloc.c"));
         assert!(ip.line.unwrap() > 0);

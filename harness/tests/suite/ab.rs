@@ -3,27 +3,13 @@
 //! LD_LIBRARY_PATH, which does exactly one fewer malloc(32) (and its free)
 //! per request at site `ab_alloc_3`, and nothing else differently.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-use super::{probes_shared, rig_bin, root_or_skip};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn spec(name: &str) -> String {
-    repo()
-        .join("config/targets")
-        .join(name)
-        .display()
-        .to_string()
-}
+use super::{probes_shared, rig_bin, spec};
+use rig::exit;
 
 const MATRIX: &str = r#"
 [defaults]
@@ -101,17 +87,14 @@ fn metric<'a>(ab: &'a Value, case: &str, name: &str) -> &'a Value {
 
 #[test]
 fn ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else() {
-    if !root_or_skip("ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else")
-    {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let r = rig_ab(
         "minus1",
         &[("A", "calib-dyn-a.toml"), ("B", "calib-dyn-b.toml")],
         &["--suite", "work", "--control", "noop", "--rounds", "2"],
     );
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, exit::OK, "{}\n{}", r.stdout, r.stderr);
     let ab = r.ab();
     assert_eq!(
         ab["order"],
@@ -207,15 +190,13 @@ fn ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else(
 
 #[test]
 fn ab_refuses_an_arm_whose_library_is_not_the_one_mapped() {
-    if !root_or_skip("ab_refuses_an_arm_whose_library_is_not_the_one_mapped") {
-        return;
-    }
+    root_or_skip!();
     let r = rig_ab(
         "rpath",
         &[("A", "calib-dyn-a.toml"), ("B", "calib-dyn-runpath-b.toml")],
         &["--suite", "work", "--rounds", "1", "--passes", "clean"],
     );
-    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, exit::ERROR, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("arm B is not the arm"), "{}", r.stderr);
     assert!(
         r.stderr.contains("ab/a/libcalibwork.so"),
@@ -227,9 +208,7 @@ fn ab_refuses_an_arm_whose_library_is_not_the_one_mapped() {
 
 #[test]
 fn ab_refuses_a_stale_server_on_the_port() {
-    if !root_or_skip("ab_refuses_a_stale_server_on_the_port") {
-        return;
-    }
+    root_or_skip!();
     let dir = std::env::temp_dir().join(format!("rig-abfixed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let stale = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -249,7 +228,7 @@ fn ab_refuses_a_stale_server_on_the_port() {
         &["--suite", "work", "--rounds", "1", "--passes", "clean"],
     );
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, exit::ERROR, "{}\n{}", r.stdout, r.stderr);
     assert!(
         r.stderr.contains(&format!(
             "port {port} is held by pid {}",
@@ -263,16 +242,14 @@ fn ab_refuses_a_stale_server_on_the_port() {
 
 #[test]
 fn ab_of_two_identical_arms_finds_no_difference() {
-    if !root_or_skip("ab_of_two_identical_arms_finds_no_difference") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let r = rig_ab(
         "same",
         &[("A", "calib-dyn-a.toml"), ("A2", "calib-dyn-a.toml")],
         &["--suite", "work", "--rounds", "2"],
     );
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, exit::OK, "{}\n{}", r.stdout, r.stderr);
     let ab = r.ab();
     for m in ab["metrics"].as_array().unwrap() {
         let c = &m["vs_first"][0];

@@ -4,7 +4,7 @@
 use rig::probe::{Family, ProbeSet, WindowEnd};
 use rig::report::Attribution;
 
-use super::{at, attribute, calib, probes_shared, root_or_skip};
+use super::{at, attribute, calib, probes_shared};
 
 const N: u64 = 1000;
 
@@ -23,9 +23,7 @@ fn alloc_at(a: &Attribution, function: &str, marker: &str, kind: &str) -> (u64, 
 
 #[test]
 fn counts_exact_allocations_per_request_at_each_call_site() {
-    if !root_or_skip("counts_exact_allocations_per_request_at_each_call_site") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let target = calib(&["--threads", "2"]);
     let a = attribute(&target, &[Family::Alloc], N, 2);
@@ -80,9 +78,7 @@ fn counts_exact_allocations_per_request_at_each_call_site() {
 
 #[test]
 fn counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation() {
-    if !root_or_skip("counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let target = calib(&["--threads", "2"]);
     let a = attribute(&target, &[Family::Copy], N, 2);
@@ -150,11 +146,7 @@ fn counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation() {
 
 #[test]
 fn counts_exact_mutex_operations_with_contention_attributed_to_the_locking_caller() {
-    if !root_or_skip(
-        "counts_exact_mutex_operations_with_contention_attributed_to_the_locking_caller",
-    ) {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let target = calib(&["--threads", "2", "--contend"]);
     let a = attribute(&target, &[Family::Locks], N, 2);
@@ -197,9 +189,7 @@ fn counts_exact_mutex_operations_with_contention_attributed_to_the_locking_calle
 
 #[test]
 fn counts_exact_syscalls_and_none_of_the_probes_own() {
-    if !root_or_skip("counts_exact_syscalls_and_none_of_the_probes_own") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let target = calib(&["--threads", "2"]);
     // Locks bring uretprobes, whose trampoline makes the `uretprobe` syscall
@@ -260,9 +250,7 @@ fn counts_exact_syscalls_and_none_of_the_probes_own() {
 
 #[test]
 fn counts_exact_page_faults_at_the_faulting_instruction() {
-    if !root_or_skip("counts_exact_page_faults_at_the_faulting_instruction") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let target = calib(&["--threads", "2"]);
     let a = attribute(&target, &[Family::Faults], N, 2);
@@ -305,9 +293,7 @@ fn proc_switches(pid: u32) -> (u64, u64) {
 
 #[test]
 fn context_switches_match_the_kernels_accounting_exactly() {
-    if !root_or_skip("context_switches_match_the_kernels_accounting_exactly") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let target = calib(&["--threads", "2"]);
     let d = super::drive(target.port, "/calib", N, 2);
@@ -345,9 +331,7 @@ fn context_switches_match_the_kernels_accounting_exactly() {
 
 #[test]
 fn counts_every_thread_of_an_already_running_process() {
-    if !root_or_skip("counts_every_thread_of_an_already_running_process") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     // Four workers started long before attach; four connections land on
     // four different threads.

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use rig::launch::spec::TargetSpec;
 use rig::probe::callgrind::{self, InstrWindow};
-use rig::target::spec::TargetSpec;
 
 const N: u64 = 200;
 
@@ -14,7 +14,8 @@ fn calib_spec() -> TargetSpec {
 }
 
 fn window(path: &str) -> InstrWindow {
-    callgrind::measure(&calib_spec(), path, N, 50).expect("callgrind window")
+    rig::window::instructions::measure_callgrind(&calib_spec(), path, N, 50)
+        .expect("callgrind window")
 }
 
 fn self_ir(w: &InstrWindow, name: &str) -> f64 {

@@ -6,9 +6,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{
-    calib, probes_exclusive, program_ids_of, rig_bin, rig_programs, root_or_skip, still_loaded,
-};
+use super::{calib, probes_exclusive, program_ids_of, rig_bin, rig_programs, still_loaded};
+use rig::exit;
 
 /// A rig attach session in a child process, its stderr read line by line.
 struct Rig {
@@ -89,24 +88,20 @@ fn start_rig(pid: u32, duration: &str) -> Rig {
 
 #[test]
 fn leaves_no_probe_behind_after_a_normal_window() {
-    if !root_or_skip("leaves_no_probe_behind_after_a_normal_window") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_exclusive();
     let target = calib(&[]);
     let mut rig = start_rig(target.pid(), "1s");
     let ids = wait_open(&mut rig);
     let (code, out, err) = finish(rig);
-    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(code, exit::OK, "{out}\n{err}");
     assert!(out.contains("syscalls"), "{out}");
     assert_none_left(&ids);
 }
 
 #[test]
 fn leaves_no_probe_behind_after_ctrl_c() {
-    if !root_or_skip("leaves_no_probe_behind_after_ctrl_c") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_exclusive();
     let target = calib(&[]);
     let mut rig = start_rig(target.pid(), "60s");
@@ -114,7 +109,7 @@ fn leaves_no_probe_behind_after_ctrl_c() {
     // SAFETY: signalling the rig process this test started.
     unsafe { libc::kill(rig.child.id() as i32, libc::SIGINT) };
     let (code, out, err) = finish(rig);
-    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(code, exit::OK, "{out}\n{err}");
     assert!(
         out.contains("INTERRUPTED"),
         "the partial window is reported: {out}"
@@ -124,25 +119,21 @@ fn leaves_no_probe_behind_after_ctrl_c() {
 
 #[test]
 fn leaves_no_probe_behind_when_the_target_dies_mid_window() {
-    if !root_or_skip("leaves_no_probe_behind_when_the_target_dies_mid_window") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_exclusive();
     let target = calib(&[]);
     let mut rig = start_rig(target.pid(), "60s");
     let ids = wait_open(&mut rig);
     drop(target); // kills and reaps the calibration server
     let (code, out, err) = finish(rig);
-    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(code, exit::OK, "{out}\n{err}");
     assert!(out.contains("TARGET EXITED"), "{out}");
     assert_none_left(&ids);
 }
 
 #[test]
 fn leaves_no_probe_behind_when_rig_is_killed() {
-    if !root_or_skip("leaves_no_probe_behind_when_rig_is_killed") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_exclusive();
     let target = calib(&[]);
     let mut rig = start_rig(target.pid(), "60s");

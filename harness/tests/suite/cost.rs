@@ -1,13 +1,11 @@
 //! `rig probe-cost` measures every probe kind on this host (no timing is
 //! asserted: only that each was measured and reported).
 
-use super::{probes_shared, rig_bin, root_or_skip};
+use super::{probes_shared, rig_bin};
 
 #[test]
 fn probe_cost_measures_every_probe_kind() {
-    if !root_or_skip("probe_cost_measures_every_probe_kind") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let json = std::env::temp_dir().join(format!("rig-cost-{}.json", std::process::id()));
     let out = std::process::Command::new(rig_bin())

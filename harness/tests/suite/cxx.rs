@@ -5,7 +5,7 @@ use rig::probe::{Family, ProbeSet, WindowEnd};
 use rig::report::Attribution;
 use rig::symbolize::Symbolizer;
 
-use super::{probes_shared, root_or_skip, Driven};
+use super::{probes_shared, Driven};
 
 const SRC: &str = r#"
 #include <cstdio>
@@ -31,9 +31,7 @@ int main() {
 
 #[test]
 fn counts_cxx_new_and_delete_once_at_their_callers() {
-    if !root_or_skip("counts_cxx_new_and_delete_once_at_their_callers") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     // -O0: at -O2 g++ may elide a new/delete pair altogether.
     let mut prog = Driven::build(

@@ -3,7 +3,8 @@
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use super::{calib, is_root, rig_bin, root_or_skip};
+use super::{calib, is_root, rig_bin};
+use rig::exit;
 
 fn rig(args: &[&str]) -> (i32, String) {
     let out = Command::new(rig_bin()).args(args).output().unwrap();
@@ -16,7 +17,7 @@ fn rig(args: &[&str]) -> (i32, String) {
 #[test]
 fn refuses_an_unknown_probe_family_with_the_list_of_known_ones() {
     let (code, err) = rig(&["attach", "--pid", "1", "--probes", "alloc,mallocs"]);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, exit::USAGE, "{err}");
     assert!(err.contains("unknown probe family `mallocs`"), "{err}");
     assert!(
         err.contains("syscalls, alloc, copy, locks, faults, sched"),
@@ -26,12 +27,10 @@ fn refuses_an_unknown_probe_family_with_the_list_of_known_ones() {
 
 #[test]
 fn refuses_a_pid_that_does_not_exist() {
-    if !root_or_skip("refuses_a_pid_that_does_not_exist") {
-        return;
-    }
+    root_or_skip!();
     // pid_max is at most 2^22: this pid cannot exist.
     let (code, err) = rig(&["attach", "--pid", "4194305", "--duration", "1s"]);
-    assert_eq!(code, 4, "{err}");
+    assert_eq!(code, exit::NO_PROCESS, "{err}");
     assert!(
         err.contains("rig: error: no process with pid 4194305"),
         "{err}"
@@ -43,7 +42,7 @@ fn refuses_to_run_without_root() {
     if !is_root() {
         // Already unprivileged: rig must refuse us directly.
         let (code, err) = rig(&["attach", "--pid", "1", "--duration", "1s"]);
-        assert_eq!(code, 3, "{err}");
+        assert_eq!(code, exit::PERMISSION, "{err}");
         assert!(err.contains("needs root"), "{err}");
         return;
     }
@@ -61,7 +60,7 @@ fn refuses_to_run_without_root() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(out.status.code(), Some(exit::PERMISSION), "{err}");
     assert!(
         err.contains("needs root") && err.contains("euid is 65534"),
         "{err}"
@@ -70,20 +69,16 @@ fn refuses_to_run_without_root() {
 
 #[test]
 fn refuses_pids_it_cannot_trace_itself_or_kernel_threads() {
-    if !root_or_skip("refuses_pids_it_cannot_trace_itself_or_kernel_threads") {
-        return;
-    }
+    root_or_skip!();
     // pid 2 is kthreadd: no user memory.
     let (code, err) = rig(&["attach", "--pid", "2", "--duration", "1s"]);
-    assert_eq!(code, 3, "{err}");
+    assert_eq!(code, exit::PERMISSION, "{err}");
     assert!(err.contains("kernel thread"), "{err}");
 }
 
 #[test]
 fn refuses_a_process_without_the_libc_symbols_the_probes_need() {
-    if !root_or_skip("refuses_a_process_without_the_libc_symbols_the_probes_need") {
-        return;
-    }
+    root_or_skip!();
     // A static binary maps no libc.so: the alloc probes cannot attach.
     let dir = std::env::temp_dir().join(format!("rig-static-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -114,22 +109,20 @@ fn refuses_a_process_without_the_libc_symbols_the_probes_need() {
     child.kill().unwrap();
     child.wait().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, exit::ERROR, "{err}");
     assert!(err.contains("has no C library mapped"), "{err}");
 }
 
 #[test]
 fn refuses_to_drive_load_anywhere_but_loopback() {
     let (code, err) = rig(&["attach", "--pid", "1", "--drive", "http://192.0.2.1:80/"]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, exit::ERROR, "{err}");
     assert!(err.contains("not loopback"), "{err}");
 }
 
 #[test]
 fn refuses_to_drive_load_at_a_port_another_process_holds() {
-    if !root_or_skip("refuses_to_drive_load_at_a_port_another_process_holds") {
-        return;
-    }
+    root_or_skip!();
     let a = calib(&[]);
     let b = calib(&[]);
     // Probing a while driving b's port would measure the wrong process.
@@ -143,7 +136,7 @@ fn refuses_to_drive_load_at_a_port_another_process_holds() {
         "--requests",
         "10",
     ]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, exit::ERROR, "{err}");
     assert!(
         err.contains(&format!("is held by pid {}", b.pid())) && err.contains("not by --pid"),
         "{err}"
@@ -165,7 +158,7 @@ fn refuses_overlapping_server_and_client_cpus() {
         "--client-cpus",
         "0,1",
     ]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, exit::ERROR, "{err}");
     assert!(
         err.contains("--client-cpus 0,1 overlaps --server-cpu 0 on CPU 0; give disjoint CPU sets"),
         "{err}"
@@ -180,12 +173,12 @@ fn check_config_explains_errors_with_their_line() {
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "name = \"x\"\nargv = []\nready = { tcp = true }\n").unwrap();
     let (code, err) = rig(&["check-config", bad.to_str().unwrap()]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, exit::ERROR, "{err}");
     assert!(err.contains("bad.toml:2:"), "{err}");
     let matrix = dir.join("m.toml");
     std::fs::write(&matrix, "[[suite]]\nname = \"h\"\nkind = \"htp\"\n").unwrap();
     let (code, err) = rig(&["check-config", matrix.to_str().unwrap()]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, exit::ERROR, "{err}");
     assert!(err.contains("m.toml:3:"), "{err}");
     let good = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/matrix.toml");
     let out = Command::new(rig_bin())

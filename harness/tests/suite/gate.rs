@@ -7,14 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{probes_shared, rig_bin, root_or_skip};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use super::{probes_shared, repo, rig_bin, spec};
+use rig::exit;
 
 struct Dir(PathBuf);
 
@@ -61,26 +55,16 @@ fn gate(baseline: &Path, extra: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-fn spec(name: &str) -> String {
-    repo()
-        .join("config/targets")
-        .join(name)
-        .display()
-        .to_string()
-}
-
 #[test]
 fn gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline() {
-    if !root_or_skip("gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let (d, b) = scratch("calib", 5, "instructions = \"auto\"\n");
     let (code, text) = gate(&b, &["--bless"]);
-    assert_eq!(code, 0, "{text}");
+    assert_eq!(code, exit::OK, "{text}");
     let blessed = std::fs::read_to_string(&b).unwrap();
     // auto: perf with a PMU, callgrind without; the baseline records which.
-    let backend = if rig::report::host::detect_pmu().instructions {
+    let backend = if rig::host::detect_pmu().instructions {
         "perf"
     } else {
         "callgrind"
@@ -105,7 +89,7 @@ fn gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline() {
     }
     let out = d.0.join("out");
     let (code, text) = gate(&b, &["--out", out.to_str().unwrap()]);
-    assert_eq!(code, 0, "{text}");
+    assert_eq!(code, exit::OK, "{text}");
     assert!(text.contains("gate: PASS"), "{text}");
     assert!(
         text.contains(&format!("5 windows per case counted by {backend} (auto"))
@@ -153,9 +137,7 @@ fn gate_calibration_is_deterministic_and_passes_its_own_blessed_baseline() {
 
 #[test]
 fn gate_arm_b_with_one_fewer_allocation_passes_a_10pct_soft_limit() {
-    if !root_or_skip("gate_arm_b_with_one_fewer_allocation_passes_a_10pct_soft_limit") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let (_d, b) = scratch(
         "b",
@@ -164,7 +146,7 @@ fn gate_arm_b_with_one_fewer_allocation_passes_a_10pct_soft_limit() {
     );
     assert_eq!(gate(&b, &["--bless"]).0, 0);
     let (code, text) = gate(&b, &["--target", &spec("calib-dyn-b.toml")]);
-    assert_eq!(code, 0, "{text}");
+    assert_eq!(code, exit::OK, "{text}");
     assert!(text.contains("gate: PASS"), "{text}");
     let line = rig_fixtures::calibwork_site_line("ab_alloc_3");
     assert!(
@@ -175,9 +157,7 @@ fn gate_arm_b_with_one_fewer_allocation_passes_a_10pct_soft_limit() {
 
 #[test]
 fn gate_arm_c_with_one_more_allocation_fails_with_exit_7_naming_the_site() {
-    if !root_or_skip("gate_arm_c_with_one_more_allocation_fails_with_exit_7_naming_the_site") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let (_d, b) = scratch(
         "c",
@@ -186,7 +166,7 @@ fn gate_arm_c_with_one_more_allocation_fails_with_exit_7_naming_the_site() {
     );
     assert_eq!(gate(&b, &["--bless"]).0, 0);
     let (code, text) = gate(&b, &["--target", &spec("calib-dyn-c.toml")]);
-    assert_eq!(code, 7, "{text}");
+    assert_eq!(code, exit::GATE_BREACH, "{text}");
     let line = rig_fixtures::calibwork_site_line("ab_alloc_extra");
     assert!(
         text.contains("BREACH soft breach: allocs/req: 4.000/req > 3.300"),
@@ -206,7 +186,7 @@ fn gate_baseline_with_an_unknown_key_or_counter_typo_is_a_clear_error() {
     // No probes are attached: the baseline is rejected before anything runs.
     let (_d, b) = scratch("typo-key", 3, "request = 10\n");
     let (code, text) = gate(&b, &[]);
-    assert_eq!(code, 1, "{text}");
+    assert_eq!(code, exit::ERROR, "{text}");
     assert!(text.contains("unknown field `request`"), "{text}");
     assert!(
         text.contains("baseline.toml:7"),
@@ -215,7 +195,7 @@ fn gate_baseline_with_an_unknown_key_or_counter_typo_is_a_clear_error() {
 
     let (_d2, b2) = scratch("typo-counter", 3, "[counters.\"alocs/req\"]\nvalue = 3.0\n");
     let (code, text) = gate(&b2, &[]);
-    assert_eq!(code, 1, "{text}");
+    assert_eq!(code, exit::ERROR, "{text}");
     assert!(
         text.contains("unknown counter `alocs/req` (did you mean `allocs/req`?)"),
         "{text}"
@@ -231,16 +211,12 @@ fn spin_ir() -> f64 {
 
 #[test]
 fn gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instructions() {
-    if !root_or_skip(
-        "gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instructions",
-    ) {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     // callgrind explicitly: only it splits instructions by function.
     let (d, b) = scratch("e", 2, "max_new_sites = 0\ninstructions = \"callgrind\"\n");
     let (code, text) = gate(&b, &["--bless"]);
-    assert_eq!(code, 0, "{text}");
+    assert_eq!(code, exit::OK, "{text}");
     let blessed = std::fs::read_to_string(&b).unwrap();
     assert!(
         blessed.contains("[counters.\"Ir @ calibwork_alloc\"]")
@@ -257,7 +233,7 @@ fn gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instruc
             out.to_str().unwrap(),
         ],
     );
-    assert_eq!(code, 7, "{text}");
+    assert_eq!(code, exit::GATE_BREACH, "{text}");
     let f = rig_fixtures::ab::LOOP_FUNCTION;
     assert!(
         text.contains(&format!(
@@ -303,11 +279,9 @@ fn gate_variant_e_with_a_known_loop_breaches_naming_the_function_and_its_instruc
 
 #[test]
 fn gate_refuses_instruction_values_blessed_with_the_other_backend() {
-    if !root_or_skip("gate_refuses_instruction_values_blessed_with_the_other_backend") {
-        return;
-    }
+    root_or_skip!();
     // The backend auto does NOT pick on this host.
-    let other = if rig::report::host::detect_pmu().instructions {
+    let other = if rig::host::detect_pmu().instructions {
         "callgrind"
     } else {
         "perf"
@@ -318,7 +292,7 @@ fn gate_refuses_instruction_values_blessed_with_the_other_backend() {
         &format!("instructions = \"auto\"\ninstructions_backend = \"{other}\"\n"),
     );
     let (code, text) = gate(&b, &[]);
-    assert_eq!(code, 1, "{text}");
+    assert_eq!(code, exit::ERROR, "{text}");
     assert!(
         text.contains(&format!(
             "its instruction values were measured with {other}"
@@ -329,9 +303,7 @@ fn gate_refuses_instruction_values_blessed_with_the_other_backend() {
 
 #[test]
 fn gate_of_two_cases_keys_counters_by_case() {
-    if !root_or_skip("gate_of_two_cases_keys_counters_by_case") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let (_d, b) = scratch_suite(
         "two",
@@ -340,7 +312,7 @@ fn gate_of_two_cases_keys_counters_by_case() {
         "max_new_sites = 0\ninstructions = \"callgrind\"\n",
     );
     let (code, text) = gate(&b, &["--bless"]);
-    assert_eq!(code, 0, "{text}");
+    assert_eq!(code, exit::OK, "{text}");
     let blessed = std::fs::read_to_string(&b).unwrap();
     for (c, v) in [
         ("h1 /work c1: allocs/req", "3.0"),
@@ -363,13 +335,13 @@ fn gate_of_two_cases_keys_counters_by_case() {
     );
     assert!(!blessed.contains("[counters.\"allocs/req\"]"), "{blessed}");
     let (code, text) = gate(&b, &[]);
-    assert_eq!(code, 0, "{text}");
+    assert_eq!(code, exit::OK, "{text}");
     assert!(
         text.contains("2 cases (h1 /work c1; h1 /noop c1)"),
         "{text}"
     );
     let (code, text) = gate(&b, &["--target", &spec("calib-dyn-c.toml")]);
-    assert_eq!(code, 7, "{text}");
+    assert_eq!(code, exit::GATE_BREACH, "{text}");
     assert!(
         text.contains("BREACH soft breach: h1 /work c1: allocs/req: 4.000/req > 3.000"),
         "{text}"
@@ -379,18 +351,16 @@ fn gate_of_two_cases_keys_counters_by_case() {
 
 #[test]
 fn perf_window_without_a_pmu_is_an_error_never_zero() {
-    if !root_or_skip("perf_window_without_a_pmu_is_an_error_never_zero") {
-        return;
-    }
-    let pmu = rig::report::host::detect_pmu();
+    root_or_skip!();
+    let pmu = rig::host::detect_pmu();
     let calib =
-        rig::target::spec::TargetSpec::load(repo().join("config/targets/calib.toml")).unwrap();
-    let noop = rig::probe::perf::measure(&calib, "/noop", 200, 50);
+        rig::launch::spec::TargetSpec::load(repo().join("config/targets/calib.toml")).unwrap();
+    let noop = rig::window::instructions::measure_perf(&calib, "/noop", 200, 50);
     if pmu.instructions {
         // A PMU: /spin - /noop is calib_spin's 6006 instructions plus the
         // routing (47 under callgrind, COSTS.md "GET /spin"); a hardware
         // counter may add a few from interrupts.
-        let spin = rig::probe::perf::measure(&calib, "/spin", 200, 50).unwrap();
+        let spin = rig::window::instructions::measure_perf(&calib, "/spin", 200, 50).unwrap();
         let d = spin.ir_per_request - noop.unwrap().ir_per_request;
         assert_eq!(spin.backend, "perf");
         assert!((6006.0..6006.0 * 1.02).contains(&d), "/spin - /noop = {d}");
@@ -411,7 +381,7 @@ fn perf_window_without_a_pmu_is_an_error_never_zero() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert_eq!(out.status.code(), Some(exit::ERROR), "{text}");
         assert!(text.contains("has no PMU"), "{text}");
         assert!(!String::from_utf8_lossy(&out.stdout).contains("per request"));
     }
@@ -423,7 +393,7 @@ fn perf_window_without_a_pmu_is_an_error_never_zero() {
 /// whatever the last cargo command built; `cargo test --workspace` builds it
 /// with hyper's `client` feature (rig-peer's dev-dependencies), which makes
 /// hyper copy 72 B per request in `parse_headers` instead of 64 and drops
-/// `encode_head`'s memcpy (README, "Counter-only CI gates").
+/// `encode_head`'s memcpy (docs/guide.md, "Counter-only CI gates").
 fn gate_peer() -> PathBuf {
     let target = Path::new(rig_bin())
         .parent()
@@ -454,22 +424,20 @@ fn gate_peer() -> PathBuf {
 /// calibration server, so does one that adds instructions.
 #[test]
 fn the_projects_own_gates_pass() {
-    if !root_or_skip("the_projects_own_gates_pass") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let peer = gate_peer();
     for baseline in ["config/gates/calib.toml", "config/gates/peer.toml"] {
         let out = Command::new(rig_bin())
             .args(["gate", "--baseline"])
             .arg(repo().join(baseline))
-            .env(rig::target::spec::RIG_PEER_ENV, &peer)
+            .env(rig::launch::spec::RIG_PEER_ENV, &peer)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
             out.status.code(),
-            Some(0),
+            Some(exit::OK),
             "{baseline}:\n{stdout}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
@@ -487,9 +455,7 @@ fn the_projects_own_gates_pass() {
 /// profile directory, before anything runs.
 #[test]
 fn gate_refuses_a_rig_peer_of_another_profile() {
-    if !root_or_skip("gate_refuses_a_rig_peer_of_another_profile") {
-        return;
-    }
+    root_or_skip!();
     let dir = std::env::temp_dir().join(format!("rig-gate-profile-{}", std::process::id()));
     let release = dir.join("release");
     std::fs::create_dir_all(&release).unwrap();
@@ -499,11 +465,11 @@ fn gate_refuses_a_rig_peer_of_another_profile() {
     let out = Command::new(rig_bin())
         .args(["gate", "--baseline"])
         .arg(repo().join("config/gates/peer.toml"))
-        .env(rig::target::spec::RIG_PEER_ENV, &fake)
+        .env(rig::launch::spec::RIG_PEER_ENV, &fake)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(out.status.code(), Some(exit::ERROR), "{text}");
     assert!(
         text.contains("blessed with a debug build of rig-peer")
             && text.contains(&format!("{} (release)", fake.display())),

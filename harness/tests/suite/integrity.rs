@@ -8,7 +8,7 @@ use rig::probe::{Family, ProbeSet, WindowEnd};
 use rig::report::Attribution;
 use rig::symbolize::Symbolizer;
 
-use super::{probes_shared, root_or_skip, Driven};
+use super::{probes_shared, Driven};
 
 const SRC: &str = r#"
 #include <stdio.h>
@@ -49,9 +49,7 @@ fn lengths() -> u64 {
 
 #[test]
 fn probing_copy_routines_never_changes_what_they_compute() {
-    if !root_or_skip("probing_copy_routines_never_changes_what_they_compute") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let mut prog = Driven::build(
         "gcc",

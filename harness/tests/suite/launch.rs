@@ -10,14 +10,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use rig::launch::port::{check_holder, HolderCheck};
+use rig::launch::spec::TargetSpec;
+use rig::launch::start::{group_members, LaunchError, LaunchOptions};
+use rig::launch::{check_config, cleanup_all, launch, port_holders, reap_stale_cgroups};
 use rig::sample::{CgroupSnapshot, ProcSnapshot, Sampler};
-use rig::target::launch::{group_members, LaunchError, LaunchOptions};
-use rig::target::port::{check_holder, HolderCheck};
-use rig::target::spec::TargetSpec;
-use rig::target::{check_config, cleanup_all, launch, port_holders, reap_stale_cgroups};
 use rig_fixtures::calib;
-
-use super::root_or_skip;
 
 static LAUNCH: RwLock<()> = RwLock::new(());
 
@@ -74,9 +72,7 @@ fn temp_file(name: &str, text: &str) -> TempFile {
 
 #[test]
 fn launches_the_calibration_server_and_proves_it_holds_its_port() {
-    if !root_or_skip("launches_the_calibration_server_and_proves_it_holds_its_port") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let t = launch(&calib_spec(), &opts("calib")).unwrap_or_else(|e| panic!("{e}"));
     let pid = t.pid;
@@ -98,7 +94,7 @@ fn launches_the_calibration_server_and_proves_it_holds_its_port() {
     assert_eq!(t.exe.size, std::fs::metadata(exe).unwrap().len());
     assert_eq!(
         t.exe.build_id,
-        rig::target::maps::build_id(exe),
+        rig::process::maps::build_id(exe),
         "exe build-id"
     );
     assert!(t.exe.build_id.is_some());
@@ -163,9 +159,7 @@ fn launches_the_calibration_server_and_proves_it_holds_its_port() {
 
 #[test]
 fn refuses_a_port_held_by_another_process() {
-    if !root_or_skip("refuses_a_port_held_by_another_process") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let squatter = TcpListener::bind(("127.0.0.1", 0)).unwrap();
     let port = squatter.local_addr().unwrap().port();
@@ -229,9 +223,7 @@ fn refuses_a_port_held_by_another_process() {
 
 #[test]
 fn accepts_a_listener_held_by_a_descendant_and_says_so() {
-    if !root_or_skip("accepts_a_listener_held_by_a_descendant_and_says_so") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     // `; true` keeps sh from exec'ing: the server is sh's child.
     let s = spec(
@@ -244,7 +236,7 @@ fn accepts_a_listener_held_by_a_descendant_and_says_so() {
     assert_eq!(t.proof.holders.len(), 1);
     assert_ne!(t.proof.holders[0], t.pid);
     assert_eq!(
-        rig::target::descendants(t.pid),
+        rig::process::descendants(t.pid),
         t.proof.holders,
         "the server is sh's only descendant"
     );
@@ -258,9 +250,7 @@ fn accepts_a_listener_held_by_a_descendant_and_says_so() {
 
 #[test]
 fn a_target_that_never_becomes_ready_fails_with_its_stderr_tail() {
-    if !root_or_skip("a_target_that_never_becomes_ready_fails_with_its_stderr_tail") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let s = spec(
         "silent",
@@ -322,9 +312,7 @@ print "READY\n"; my $c = $s->accept; my $x = "a" x ($ARGV[0] << 20); sleep 30;"#
 
 #[test]
 fn a_memory_limit_below_need_ends_in_a_reported_oom_kill() {
-    if !root_or_skip("a_memory_limit_below_need_ends_in_a_reported_oom_kill") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let s = spec(
         "hog",
@@ -384,9 +372,7 @@ fn a_memory_limit_below_need_ends_in_a_reported_oom_kill() {
 
 #[test]
 fn cgroups_are_removed_after_stop_and_after_a_panic() {
-    if !root_or_skip("cgroups_are_removed_after_stop_and_after_a_panic") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let o = LaunchOptions {
         memory_limit_mib: Some(256),
@@ -420,9 +406,7 @@ fn cgroups_are_removed_after_stop_and_after_a_panic() {
 
 #[test]
 fn pins_the_target_and_reads_the_affinity_back() {
-    if !root_or_skip("pins_the_target_and_reads_the_affinity_back") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
     let o = LaunchOptions {
         server_cpus: Some(vec![0]),
@@ -433,7 +417,7 @@ fn pins_the_target_and_reads_the_affinity_back() {
     // Threads created after exec inherit it.
     for task in std::fs::read_dir(format!("/proc/{}/task", t.pid)).unwrap() {
         let tid: u32 = task.unwrap().file_name().to_str().unwrap().parse().unwrap();
-        assert_eq!(rig::target::launch::affinity_of(tid).unwrap(), vec![0]);
+        assert_eq!(rig::launch::start::affinity_of(tid).unwrap(), vec![0]);
     }
     drop(t);
     let o = LaunchOptions {
@@ -450,9 +434,7 @@ fn pins_the_target_and_reads_the_affinity_back() {
 
 #[test]
 fn cleanup_all_kills_every_live_target_and_reap_finds_stale_cgroups() {
-    if !root_or_skip("cleanup_all_kills_every_live_target_and_reap_finds_stale_cgroups") {
-        return;
-    }
+    root_or_skip!();
     let _g = LAUNCH.write().unwrap_or_else(|e| e.into_inner());
     let t = launch(&calib_spec(), &opts("cleanup")).unwrap_or_else(|e| panic!("{e}"));
     let dirs = t.cgroup_handle().unwrap().dirs;
@@ -468,7 +450,7 @@ fn cleanup_all_kills_every_live_target_and_reap_finds_stale_cgroups() {
     let mut dead = std::process::Command::new("true").spawn().unwrap();
     let dead_pid = dead.id();
     dead.wait().unwrap();
-    let parent = rig::target::cgroup::v1_place("memory")
+    let parent = rig::launch::cgroup::v1_place("memory")
         .expect("memory hierarchy")
         .own;
     let stale = parent.join(format!("rig-stale-{dead_pid}-0"));

@@ -1,7 +1,28 @@
 //! Shared set-up for the integration tests.
 //!
-//! Privileged tests call `root_or_skip()`: without root they skip only when
-//! `CI` is unset (and say so); in CI they fail instead.
+//! Privileged tests start with `root_or_skip!()`: without root they skip
+//! only when `CI` is unset (and say so, naming the test); in CI they fail
+//! instead.
+
+/// The name of the test function this expands in.
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        let path = std::any::type_name_of_val(&here);
+        let path = path.strip_suffix("::here").unwrap_or(path);
+        path.rsplit("::").next().unwrap_or(path)
+    }};
+}
+
+/// Return from the test unless it may run: root, or not root and `CI`
+/// unset (skipped, said). See [`root_or_skip`].
+macro_rules! root_or_skip {
+    () => {
+        if !crate::suite::root_or_skip(test_name!()) {
+            return;
+        }
+    };
+}
 
 mod ab;
 mod attach_calib;
@@ -14,10 +35,12 @@ mod gate;
 mod integrity;
 mod launch;
 mod load;
+mod render;
 mod run;
 mod symbols;
 mod tree;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -101,6 +124,23 @@ pub fn attribute(
 /// `calib_server.c:LINE` of a `SITE:` marker.
 pub fn at(marker: &str) -> String {
     format!("calib_server.c:{}", rig_fixtures::site_line(marker))
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A target spec of `config/targets/`, as a command-line argument.
+pub fn spec(name: &str) -> String {
+    repo()
+        .join("config/targets")
+        .join(name)
+        .display()
+        .to_string()
 }
 
 /// The rig binary built for these tests.

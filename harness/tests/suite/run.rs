@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{probes_shared, rig_bin, root_or_skip};
+use super::{probes_shared, repo, rig_bin};
+use rig::exit;
 
 /// A scratch directory for one test's specs, matrix and output.
 struct Scratch(PathBuf);
@@ -34,13 +35,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
 }
 
 fn rig_run(args: &[&str]) -> (i32, String, String) {
@@ -132,9 +126,7 @@ topologies = ["1"]
 
 #[test]
 fn counted_pass_reports_the_calibration_costs_exactly() {
-    if !root_or_skip("counted_pass_reports_the_calibration_costs_exactly") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let s = Scratch::new("calib");
     let matrix = s.write("m.toml", CALIB_MATRIX);
@@ -150,7 +142,7 @@ fn counted_pass_reports_the_calibration_costs_exactly() {
         "--probes",
         "syscalls,alloc,copy,faults",
     ]);
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert_eq!(code, exit::OK, "{stdout}\n{stderr}");
     let c = cases(&out);
     assert_eq!(c.len(), 1);
     assert_eq!(c[0]["status"], "ok", "{:#}", c[0]["reasons"]);
@@ -194,9 +186,7 @@ fn counted_pass_reports_the_calibration_costs_exactly() {
 
 #[test]
 fn a_wrong_body_content_type_or_status_fails_its_case_and_the_run_continues() {
-    if !root_or_skip("a_wrong_body_content_type_or_status_fails_its_case_and_the_run_continues") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("wrong");
     let wrong = s.write(
         "wrong.toml",
@@ -250,7 +240,8 @@ topologies = ["1"]
         "clean",
     ]);
     assert_eq!(
-        code, 6,
+        code,
+        exit::CASE_FAILED,
         "a failed case makes the exit code say so\n{stdout}\n{stderr}"
     );
     let c = cases(&out);
@@ -305,9 +296,7 @@ topologies = ["1"]
 
 #[test]
 fn refuses_a_port_already_held_by_another_process() {
-    if !root_or_skip("refuses_a_port_already_held_by_another_process") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("held");
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = holder.local_addr().unwrap().port();
@@ -338,7 +327,7 @@ status = 404
         "--passes",
         "clean",
     ]);
-    assert_eq!(code, 6, "{stdout}\n{stderr}");
+    assert_eq!(code, exit::CASE_FAILED, "{stdout}\n{stderr}");
     let c = cases(&out);
     let why = c[0]["reasons"].to_string();
     assert!(
@@ -353,9 +342,7 @@ status = 404
 
 #[test]
 fn a_target_that_never_becomes_ready_fails_its_case_with_its_stderr_tail() {
-    if !root_or_skip("a_target_that_never_becomes_ready_fails_its_case_with_its_stderr_tail") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("notready");
     let spec = s.write(
         "t.toml",
@@ -382,7 +369,7 @@ status = 200
         "--passes",
         "clean",
     ]);
-    assert_eq!(code, 6, "{stdout}\n{stderr}");
+    assert_eq!(code, exit::CASE_FAILED, "{stdout}\n{stderr}");
     let why = cases(&out)[0]["reasons"].to_string();
     assert!(
         why.contains("listening-never-happens"),
@@ -415,9 +402,7 @@ while True:
 
 #[test]
 fn a_memory_limit_below_the_targets_need_reports_the_oom() {
-    if !root_or_skip("a_memory_limit_below_the_targets_need_reports_the_oom") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("oom");
     s.write("hog.py", HOG);
     let spec = s.write(
@@ -448,7 +433,7 @@ body = { literal = "ok" }
         "--memory-mib",
         "64",
     ]);
-    assert_eq!(code, 6, "{stdout}\n{stderr}");
+    assert_eq!(code, exit::CASE_FAILED, "{stdout}\n{stderr}");
     let c = cases(&out);
     let why = c[0]["reasons"].to_string();
     assert!(why.contains("OOM: the kernel killed"), "{why}");
@@ -457,9 +442,7 @@ body = { literal = "ok" }
 
 #[test]
 fn leaves_no_process_or_cgroup_behind_after_a_normal_run() {
-    if !root_or_skip("leaves_no_process_or_cgroup_behind_after_a_normal_run") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("normal");
     let matrix = s.write("m.toml", CALIB_MATRIX);
     let out = s.out();
@@ -564,9 +547,7 @@ topologies = ["1"]
 
 #[test]
 fn a_target_killed_mid_case_fails_that_case_and_nothing_is_left_behind() {
-    if !root_or_skip("a_target_killed_mid_case_fails_that_case_and_nothing_is_left_behind") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("killed");
     let (rig, target) = start_long_run(&s);
     let rig_pid = rig.id();
@@ -575,7 +556,7 @@ fn a_target_killed_mid_case_fails_that_case_and_nothing_is_left_behind() {
     let out = rig.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),
-        Some(6),
+        Some(exit::CASE_FAILED),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -596,9 +577,7 @@ fn a_target_killed_mid_case_fails_that_case_and_nothing_is_left_behind() {
 
 #[test]
 fn sigint_to_rig_stops_the_run_writes_the_report_and_cleans_up() {
-    if !root_or_skip("sigint_to_rig_stops_the_run_writes_the_report_and_cleans_up") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("sigint");
     let (rig, target) = start_long_run(&s);
     let rig_pid = rig.id();
@@ -607,7 +586,7 @@ fn sigint_to_rig_stops_the_run_writes_the_report_and_cleans_up() {
     let out = rig.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),
-        Some(130),
+        Some(exit::INTERRUPTED),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -624,9 +603,7 @@ fn sigint_to_rig_stops_the_run_writes_the_report_and_cleans_up() {
 
 #[test]
 fn open_loop_accounting_adds_up_in_every_case_of_the_default_matrix() {
-    if !root_or_skip("open_loop_accounting_adds_up_in_every_case_of_the_default_matrix") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("matrix");
     // The default matrix, shortened: same suites, cases and rates.
     let text = std::fs::read_to_string(repo().join("config/matrix.toml"))
@@ -646,7 +623,7 @@ fn open_loop_accounting_adds_up_in_every_case_of_the_default_matrix() {
         "--passes",
         "clean",
     ]);
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert_eq!(code, exit::OK, "{stdout}\n{stderr}");
     let c = cases(&out);
     assert!(c.len() >= 15, "{}", c.len());
     for case in &c {

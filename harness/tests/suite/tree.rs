@@ -10,18 +10,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use rig::target::launch::LaunchOptions;
-use rig::target::spec::TargetSpec;
-use rig::target::{descendants, launch};
+use rig::launch::spec::TargetSpec;
+use rig::launch::start::LaunchOptions;
+use rig::launch::{descendants, launch};
 
-use super::{probes_shared, rig_bin, root_or_skip};
+use super::{probes_shared, repo, rig_bin};
+use rig::exit;
 
 const NGINX: &str = "/usr/sbin/nginx";
 
 /// Root, and nginx installed (`make deps` installs it; in CI its absence
 /// is a failure, never a skip).
 fn ready_for(test: &str) -> bool {
-    if !root_or_skip(test) {
+    if !super::root_or_skip(test) {
         return false;
     }
     if Path::new(NGINX).is_file() {
@@ -32,13 +33,6 @@ fn ready_for(test: &str) -> bool {
     }
     eprintln!("SKIPPED {test}: {NGINX} is missing (CI unset); `make deps` installs it");
     false
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
 }
 
 fn config(rel: &str) -> String {
@@ -119,7 +113,7 @@ fn syscall(a: &Value, name: &str) -> u64 {
 
 #[test]
 fn nginx_one_worker_costs_exactly_its_ground_truth_per_request_twice() {
-    let test = "nginx_one_worker_costs_exactly_its_ground_truth_per_request_twice";
+    let test = test_name!();
     if !ready_for(test) {
         return;
     }
@@ -140,7 +134,7 @@ fn nginx_one_worker_costs_exactly_its_ground_truth_per_request_twice() {
         "--probes",
         "syscalls,alloc,copy,faults,sched",
     ]);
-    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(code, exit::OK, "stdout:\n{stdout}\nstderr:\n{stderr}");
     let cases = cases(&out);
     assert_eq!(cases.len(), 2, "two repeats of one case");
     let mut seen_pids = Vec::new();
@@ -218,7 +212,7 @@ fn nginx_one_worker_costs_exactly_its_ground_truth_per_request_twice() {
 
 #[test]
 fn nginx_two_workers_tree_totals_are_the_sum_of_the_process_rows() {
-    let test = "nginx_two_workers_tree_totals_are_the_sum_of_the_process_rows";
+    let test = test_name!();
     if !ready_for(test) {
         return;
     }
@@ -246,7 +240,7 @@ fn nginx_two_workers_tree_totals_are_the_sum_of_the_process_rows() {
         "all",
     ]);
     let _ = std::fs::remove_file(&matrix);
-    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(code, exit::OK, "stdout:\n{stdout}\nstderr:\n{stderr}");
     let c = &cases(&out)[0];
     let a = &c["counted"]["attribution"];
     let n = u(&a["window"]["requests"]);
@@ -330,7 +324,7 @@ fn opts(label: &str) -> LaunchOptions {
 
 #[test]
 fn attach_follows_the_tree_and_a_worker_forked_during_the_window() {
-    let test = "attach_follows_the_tree_and_a_worker_forked_during_the_window";
+    let test = test_name!();
     if !ready_for(test) {
         return;
     }
@@ -389,7 +383,7 @@ fn attach_follows_the_tree_and_a_worker_forked_during_the_window() {
     let status = child.wait().unwrap();
     // A process joined mid-window: its uprobe families missed its first
     // moments, so the window is marked incomplete (exit 5).
-    assert_eq!(status.code(), Some(5), "{said}{rest}");
+    assert_eq!(status.code(), Some(exit::INCOMPLETE), "{said}{rest}");
     let a: Value = serde_json::from_slice(&std::fs::read(&json.0).unwrap()).unwrap();
     let procs = a["processes"].as_array().unwrap();
     let row = |pid: u32| {
@@ -419,7 +413,7 @@ fn attach_follows_the_tree_and_a_worker_forked_during_the_window() {
 
 #[test]
 fn stopping_a_tree_whose_master_died_first_leaves_no_worker() {
-    let test = "stopping_a_tree_whose_master_died_first_leaves_no_worker";
+    let test = test_name!();
     if !ready_for(test) {
         return;
     }
@@ -443,8 +437,8 @@ fn stopping_a_tree_whose_master_died_first_leaves_no_worker() {
     );
     // Every worker's mapped objects are checked as the arm's, not only the
     // master's.
-    let expected = rig::ab::identity::expected_objects(&nginx_spec("nginx-2w.toml")).unwrap();
-    let proof = rig::ab::identity::verify("A", &expected, &t).unwrap();
+    let expected = rig::launch::identity::expected_objects(&nginx_spec("nginx-2w.toml")).unwrap();
+    let proof = rig::launch::identity::verify("A", &expected, &t).unwrap();
     let mut checked = proof.processes.clone();
     checked.sort_unstable();
     let mut all = workers.clone();
@@ -469,7 +463,7 @@ fn stopping_a_tree_whose_master_died_first_leaves_no_worker() {
 
 #[test]
 fn the_callgrind_window_refuses_a_prefork_tree_instead_of_counting_its_master() {
-    let test = "the_callgrind_window_refuses_a_prefork_tree_instead_of_counting_its_master";
+    let test = test_name!();
     if !ready_for(test) {
         return;
     }
@@ -484,7 +478,7 @@ fn the_callgrind_window_refuses_a_prefork_tree_instead_of_counting_its_master() 
         "--requests",
         "20",
     ]);
-    assert_ne!(code, 0, "{stdout}");
+    assert_ne!(code, exit::OK, "{stdout}");
     assert!(
         stderr.contains("runs as 2 processes")
             && stderr.contains("can count only the process rig launched"),

@@ -1,6 +1,6 @@
 //! Ports: picking a free loopback port, and proving who listens on one.
 //!
-//! The proof (BRIEF lesson 1): a stale server on the port once made two
+//! The proof: a stale server on the port once made two
 //! "different" arms identical. Connecting to the port proves nothing about
 //! who answers, so rig reads the kernel's socket tables: LISTEN sockets on
 //! the port in `/proc/net/tcp{,6}` give socket inodes, and the process holding
@@ -17,6 +17,8 @@ use std::net::TcpListener;
 /// There is a small race: between the close and the target's bind another
 /// process may take the port. The launcher's holder proof then finds the
 /// other process and refuses the case, so a loser is never measured.
+pub use crate::process::{all_pids, descendants, descendants_in, parse_stat_ppid};
+
 pub fn free_port() -> std::io::Result<u16> {
     let l = TcpListener::bind(("127.0.0.1", 0))?;
     Ok(l.local_addr()?.port())
@@ -64,17 +66,6 @@ pub fn listeners() -> Vec<Listener> {
     out
 }
 
-/// All pids in /proc.
-pub fn all_pids() -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `(pid, inode)` for every process holding a LISTEN socket on `port` (any
 /// address, v4 or v6). One socket shared by several processes (inherited
 /// across fork) appears once per process.
@@ -115,17 +106,6 @@ pub fn socket_inode(link: &str) -> Option<u64> {
         .ok()
 }
 
-/// Parent pid from the text of `/proc/<pid>/stat` (comm may hold spaces and
-/// parentheses, so fields are counted after the last ')').
-pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// Process group from the text of `/proc/<pid>/stat`.
 pub fn parse_stat_pgrp(stat: &str) -> Option<u32> {
     stat.rsplit_once(')')?
@@ -134,35 +114,6 @@ pub fn parse_stat_pgrp(stat: &str) -> Option<u32> {
         .nth(2)?
         .parse()
         .ok()
-}
-
-/// Every descendant of `pid` (children, grandchildren, ...), from the ppid
-/// field of `/proc/*/stat`. Not including `pid` itself.
-pub fn descendants(pid: u32) -> Vec<u32> {
-    let parents: Vec<(u32, u32)> = all_pids()
-        .into_iter()
-        .filter_map(|p| {
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
-            Some((p, parse_stat_ppid(&stat)?))
-        })
-        .collect();
-    descendants_in(pid, &parents)
-}
-
-/// Descendants of `root` in a `(pid, ppid)` table.
-pub fn descendants_in(root: u32, parents: &[(u32, u32)]) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for &(child, parent) in parents {
-            if parent == p && child != root && !out.contains(&child) {
-                out.push(child);
-                frontier.push(child);
-            }
-        }
-    }
-    out.sort_unstable();
-    out
 }
 
 /// Who holds the listener on a launched target's port, proven.

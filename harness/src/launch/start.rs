@@ -2,10 +2,12 @@
 //! proof of what was started.
 //!
 //! In: a [`TargetSpec`] and [`LaunchOptions`]. Out: a [`Launched`] target
-//! whose port is proven to be held by the process rig started (BRIEF
-//! lesson 1) and whose mapped objects are recorded with size, SHA-256 and
-//! build-id (lesson 2). `Launched::stop` (or drop, or [`cleanup_all`] from the CLI's
-//! signal path) removes every process and cgroup rig created (lesson 17).
+//! whose port is proven to be held by the process rig started (a stale
+//! server on the port would otherwise be measured) and whose mapped objects
+//! are recorded with size, SHA-256 and build-id (what actually ran).
+//! `Launched::stop` (or drop, or [`cleanup_all`] from the CLI's signal path)
+//! removes every process and cgroup rig created (a leftover server would
+//! hold the port and skew the next run).
 //!
 //! Clean-up paths:
 //! - normal: `stop(grace)`: SIGTERM to the group, grace, SIGKILL, reap,
@@ -166,7 +168,7 @@ pub struct ExitInfo {
     /// The cgroup, if any, was removed.
     pub cgroup_removed: bool,
     /// Last reading of the cgroup, just before removal.
-    pub cgroup: Option<crate::sample::CgroupSnapshot>,
+    pub cgroup: Option<super::cgroup_stats::CgroupSnapshot>,
     pub stderr_tail: String,
 }
 
@@ -509,7 +511,7 @@ impl Launched {
         let cgroup_snap = self
             .cgroup
             .as_ref()
-            .and_then(|c| crate::sample::CgroupSnapshot::read(&c.handle()).ok());
+            .and_then(|c| super::cgroup_stats::CgroupSnapshot::read(&c.handle()).ok());
         let mut leftover = Vec::new();
         let mut cgroup_removed = false;
         if let Some(cg) = &mut self.cgroup {

@@ -1,4 +1,5 @@
-//! Proof that each arm is the arm (BRIEF lesson 2).
+//! Proof that each arm is the arm: a swapped library that the loader never
+//! picked up makes two arms the same code, and their difference noise.
 //!
 //! An arm differs from its sibling by its binary, a directory first on
 //! `LD_LIBRARY_PATH` (the `.so` swap) or an `LD_PRELOAD`. After launch, the
@@ -12,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::target::launch::{hash_file, Launched, ObjectFact};
-use crate::target::maps::basename;
-use crate::target::spec::TargetSpec;
+use crate::launch::spec::TargetSpec;
+use crate::launch::start::{hash_file, Launched, ObjectFact};
+use crate::process::maps::basename;
 
 /// A file the arm's process must map, and why.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -107,9 +108,9 @@ fn which(prog: &Path) -> Option<PathBuf> {
 /// being compared). `Err` says which process mapped what instead.
 pub fn verify(arm: &str, expected: &[Expected], l: &Launched) -> Result<ArmProof, String> {
     let mut proof = verify_process(arm, expected, l.pid, &l.exe, &l.objects)?;
-    for pid in crate::target::port::descendants(l.pid) {
+    for pid in crate::process::descendants(l.pid) {
         // A worker that exited since the listing has nothing to check.
-        let Ok((exe, objects)) = crate::target::launch::mapped_objects(pid) else {
+        let Ok((exe, objects)) = crate::launch::start::mapped_objects(pid) else {
             continue;
         };
         let p = verify_process(arm, expected, pid, &exe, &objects)?;

@@ -1,4 +1,5 @@
-//! The run's output directory: results survive failure (lesson 16).
+//! The run's output directory: results survive failure (a long run that
+//! dies in its last case keeps every case before it).
 //!
 //! The directory must be new. `manifest.json` is written before the first
 //! case, `cases.jsonl` gets one line as each case finishes (flushed and
@@ -11,6 +12,21 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+
+/// Version of the `manifest.json` layout.
+pub const MANIFEST_SCHEMA_VERSION: u32 = 1;
+
+/// What every `manifest.json` starts with; the command's own fields follow.
+#[derive(Serialize)]
+struct Manifest<'a, T: Serialize> {
+    schema_version: u32,
+    rig_version: &'static str,
+    started_unix_s: u64,
+    argv: &'a [String],
+    host: crate::host::HostFacts,
+    #[serde(flatten)]
+    command: &'a T,
+}
 
 pub struct OutDir {
     dir: PathBuf,
@@ -60,6 +76,23 @@ impl OutDir {
         Ok(())
     }
 
+    /// `manifest.json` of `rig run`, `rig ab` and `rig gate`: schema and rig
+    /// version, start time, argv and host facts, then `command`'s fields
+    /// (a struct or a JSON object).
+    pub fn write_manifest<T: Serialize>(&self, argv: &[String], command: &T) -> Result<()> {
+        let m = Manifest {
+            schema_version: MANIFEST_SCHEMA_VERSION,
+            rig_version: env!("CARGO_PKG_VERSION"),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            argv,
+            host: crate::host::HostFacts::gather(),
+            command,
+        };
+        self.write_json("manifest.json", &m)
+    }
+
     /// Append one finished case as one JSON line.
     pub fn append_case<T: Serialize>(&mut self, case: &T) -> Result<()> {
         let mut line = serde_json::to_vec(case)?;
@@ -90,6 +123,38 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(err.contains("already exists"), "{err}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn every_manifest_has_the_same_head_then_the_commands_fields() {
+        let base = std::env::temp_dir().join(format!("rig-manifest-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let out = OutDir::create(&base).unwrap();
+        let argv = vec!["rig".to_string(), "gate".to_string()];
+        out.write_manifest(&argv, &serde_json::json!({"baseline": "b.toml"}))
+            .unwrap();
+        let text = std::fs::read_to_string(base.join("manifest.json")).unwrap();
+        let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let keys: Vec<&str> = m.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "argv",
+                "baseline",
+                "host",
+                "rig_version",
+                "schema_version",
+                "started_unix_s"
+            ]
+        );
+        assert_eq!(m["schema_version"], MANIFEST_SCHEMA_VERSION);
+        assert_eq!(m["argv"], serde_json::json!(["rig", "gate"]));
+        assert_eq!(m["baseline"], "b.toml");
+        assert!(
+            text.find("\"schema_version\"").unwrap() < text.find("\"baseline\"").unwrap(),
+            "the head comes first: {text}"
+        );
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

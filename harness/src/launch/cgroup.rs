@@ -14,7 +14,8 @@
 //! removes them ([`reap_stale_cgroups`]).
 //!
 //! A budget that was asked for and cannot be set is an error: a run never
-//! silently becomes "unlimited" (BRIEF lesson 15).
+//! silently becomes "unlimited": numbers from an unlimited run compared with
+//! a budgeted one would be wrong without saying so.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,120 @@
+//! The counted pass: probes attached, one fixed-count window
+//! ([`crate::window::drive`]), exact per-request counters.
+
+use std::collections::BTreeMap;
+
+use crate::launch::spec::TargetSpec;
+use crate::launch::start::{Launched, ObjectFact};
+use crate::load::{Client, LoadReport};
+use crate::probe::{ProbeSet, Scope};
+use crate::report::Attribution;
+use crate::scenario::Case;
+use crate::symbolize::Symbolizer;
+
+use super::*;
+use crate::window::ebpf::{ProbeWindow, SettleEnd};
+use crate::window::{drive, Phase, WarmUp};
+
+pub(super) struct CountedMeasure {
+    report: LoadReport,
+    attribution: Attribution,
+    reasons: Vec<String>,
+}
+
+pub(super) fn counted_measure(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    l: &Launched,
+    sym: &mut Symbolizer,
+) -> Result<CountedMeasure, Fail> {
+    let mut ls = load_spec(rs, case, spec, l.port)?;
+    // Exact per-request counts want a closed, fixed-count window: the
+    // open-loop schedule belongs to the clean pass.
+    ls.threads = Some(1);
+    let mut client = Client::connect(&ls)?;
+    let slots = (ls.connections * ls.streams) as u64;
+    // A failed warm-up before the probes fails the pass; the one under them
+    // only faults in BPF state, its answers are not judged.
+    let check = |phase: Phase, warm: &LoadReport| -> anyhow::Result<()> {
+        let reasons = match phase {
+            Phase::Before => check_load("counted warm-up", warm),
+            Phase::Under => Vec::new(),
+        };
+        match reasons.is_empty() {
+            true => Ok(()),
+            false => Err(anyhow::anyhow!(reasons.join("; "))),
+        }
+    };
+    // The launched process and everything it forks (prefork servers).
+    let open = || -> anyhow::Result<ProbeWindow> {
+        let probes = ProbeSet::attach_scoped(l.pid, &rs.families, Scope::Tree)?;
+        Ok(ProbeWindow::new(probes, SettleEnd::IfStartSettled, || {
+            !l.has_exited()
+        }))
+    };
+    let driven = drive(
+        &mut client,
+        WarmUp::counted(slots),
+        case.counted_requests,
+        check,
+        open,
+    )?;
+    drop(client);
+    let (report, reading) = (driven.report, driven.reading);
+    let window = reading.window;
+    let mut reasons = Vec::new();
+    reasons.extend(check_load("counted", &report));
+    let mut attribution = Attribution::build(&window, Some(report.succeeded), None, sym);
+    attribution.window.quiesced = Some(reading.quiesced);
+    if !attribution.complete {
+        reasons.push(format!(
+            "counted pass: the probes lost events: {:?}",
+            attribution.losses
+        ));
+    }
+    Ok(CountedMeasure {
+        report,
+        attribution,
+        reasons,
+    })
+}
+
+pub(super) fn counted_pass(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    sym: &mut Symbolizer,
+    objs: &mut Option<Vec<ObjectFact>>,
+) -> Result<(CountedPass, Vec<String>), Fail> {
+    let (l, arm_proof) = launch_pass(rs, case, spec, "counted")?;
+    record_objects(&l, objs);
+    let measured = counted_measure(rs, case, spec, &l, sym);
+    let mut info = LaunchInfo::of(&l);
+    info.arm_proof = arm_proof;
+    let died = exited_reason("counted", &l);
+    let exit = stop(l);
+    let m = measured.map_err(|Fail(why)| failed("counted", why, died.clone(), &exit))?;
+    let mut reasons = m.reasons;
+    reasons.extend(died);
+    reasons.extend(oom_reason("counted", &exit));
+    Ok((
+        CountedPass {
+            launch: info,
+            per_request: PerRequest::of(&m.attribution),
+            load: m.report,
+            attribution: m.attribution,
+            exit,
+        },
+        reasons,
+    ))
+}
+
+/// Every exact per-request counter of the case's counted pass, by name
+/// (none without one).
+pub fn counted_metrics(r: &CaseResult) -> BTreeMap<String, f64> {
+    match &r.counted {
+        Some(c) => crate::metrics::counters(&c.per_request, &c.attribution),
+        None => BTreeMap::new(),
+    }
+}

@@ -1,0 +1,313 @@
+//! One case: fresh server per pass, validated load, samples, probes.
+//!
+//! In: [`RunSettings`] and a [`Case`] of the expanded matrix. Out: a
+//! [`CaseResult`] (a failed case is data: its reasons, and what the server's
+//! exit said). The runner of `rig run`, `rig ab` and `rig gate`: the clean
+//! pass (no probes: throughput, latency, CPU, memory), the counted pass (one
+//! fixed-count window, [`crate::window`]) and the memory pass, each on its
+//! own fresh server.
+
+mod clean;
+mod counted;
+mod memory;
+mod request;
+mod server;
+
+use clean::*;
+pub use counted::counted_metrics;
+use counted::*;
+use memory::*;
+use request::*;
+use server::*;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::launch::port::PortProof;
+use crate::launch::spec::TargetSpec;
+use crate::launch::start::{ExitInfo, Launched, ObjectFact};
+use crate::load::LoadReport;
+use crate::report::Attribution;
+use crate::sample::{CgroupSnapshot, ProcSnapshot};
+use crate::scenario::{Case, Proto, SuiteKind};
+use crate::symbolize::Symbolizer;
+
+use crate::probe::Family;
+use crate::scenario::Matrix;
+
+pub use crate::metrics::PerRequest;
+
+/// How the target was launched for one pass.
+#[derive(Clone, Debug, Serialize)]
+pub struct LaunchInfo {
+    pub pid: u32,
+    pub port: u16,
+    pub ready_ms: f64,
+    pub affinity: Vec<usize>,
+    pub proof: PortProof,
+    pub notes: Vec<String>,
+    pub exe_sha256: String,
+    /// `rig ab`: the arm's binary/libraries, proven mapped by hash.
+    pub arm_proof: Option<crate::launch::identity::ArmProof>,
+}
+
+impl LaunchInfo {
+    fn of(l: &Launched) -> LaunchInfo {
+        LaunchInfo {
+            pid: l.pid,
+            port: l.port,
+            ready_ms: l.ready_after.as_secs_f64() * 1e3,
+            affinity: l.affinity.clone(),
+            proof: l.proof.clone(),
+            notes: l.notes.clone(),
+            exe_sha256: l.exe.sha256.clone(),
+            arm_proof: None,
+        }
+    }
+}
+
+/// The server's own accounting over the measured window.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct ServerUsage {
+    /// schedstat CPU ns (all live threads) / successful requests.
+    pub cpu_us_per_request: Option<f64>,
+    pub cpu_ns: u64,
+    pub minflt_per_request: Option<f64>,
+    pub majflt: u64,
+    pub voluntary_cs_per_request: Option<f64>,
+    pub involuntary_cs_per_request: Option<f64>,
+    pub rss_max_kib: u64,
+    pub pss_max_kib: u64,
+    pub vm_hwm_kib: u64,
+    pub threads_max: u64,
+    pub fds_max: u64,
+    pub cgroup_peak_bytes: Option<u64>,
+    pub oom_kills: u64,
+    pub throttled_ns: Option<u64>,
+    pub samples: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CleanPass {
+    pub launch: LaunchInfo,
+    pub load: LoadReport,
+    pub server: ServerUsage,
+    /// Load generator CPU µs per successful request.
+    pub client_us_per_request: f64,
+    /// Why the generator, not the server, may have limited this pass.
+    pub generator_saturated: Option<String>,
+    pub exit: ExitInfo,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CountedPass {
+    pub launch: LaunchInfo,
+    pub load: LoadReport,
+    pub per_request: PerRequest,
+    pub attribution: Attribution,
+    pub exit: ExitInfo,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryPass {
+    pub launch: LaunchInfo,
+    pub settle_ms: u64,
+    pub proc: ProcSnapshot,
+    pub cgroup: Option<CgroupSnapshot>,
+    pub exit: ExitInfo,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Failed,
+    Skipped,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CaseResult {
+    #[serde(flatten)]
+    pub case: Case,
+    pub status: Status,
+    pub reasons: Vec<String>,
+    pub memory: Option<MemoryPass>,
+    pub clean: Option<CleanPass>,
+    pub counted: Option<CountedPass>,
+    pub elapsed_ms: u64,
+    /// The executable and mapped objects of this case's first launch (for
+    /// the manifest; not repeated per case).
+    #[serde(skip)]
+    pub objects: Option<Vec<ObjectFact>>,
+}
+
+impl CaseResult {
+    pub fn skipped(case: &Case, why: String) -> CaseResult {
+        CaseResult {
+            case: case.clone(),
+            status: Status::Skipped,
+            reasons: vec![why],
+            memory: None,
+            clean: None,
+            counted: None,
+            elapsed_ms: 0,
+            objects: None,
+        }
+    }
+}
+
+/// A case failed for this reason; the run moves on.
+struct Fail(String);
+
+impl<E: std::fmt::Display> From<E> for Fail {
+    fn from(e: E) -> Fail {
+        Fail(format!("{e:#}"))
+    }
+}
+
+/// The spec to launch for `case`: the target, or its TLS variant.
+pub fn spec_for<'a>(
+    case: &Case,
+    spec: &'a TargetSpec,
+    tls: Option<&'a TargetSpec>,
+) -> Result<&'a TargetSpec, String> {
+    let needs_tls = case.protocol == Some(Proto::H2Tls);
+    let s = if needs_tls && spec.protocols.h2_tls.is_none() {
+        tls.ok_or_else(|| {
+            format!(
+                "target {} offers no TLS listener (no h2_tls, no tls_variant)",
+                spec.name
+            )
+        })?
+    } else {
+        spec
+    };
+    let offered = match case.protocol {
+        None => true,
+        Some(Proto::H1) => s.protocols.h1,
+        Some(Proto::H2c) => s.protocols.h2c,
+        Some(Proto::H2Tls) => s.protocols.h2_tls.is_some(),
+    };
+    if !offered {
+        return Err(format!(
+            "target {} does not offer {}",
+            s.name,
+            case.protocol.map_or("-", Proto::name)
+        ));
+    }
+    if let Some(p) = &case.path {
+        if !s.endpoints.iter().any(|e| &e.path == p) {
+            return Err(format!("target {} has no endpoint {p}", s.name));
+        }
+    }
+    Ok(s)
+}
+
+/// Run every pass of one case. Never panics on target trouble: failures are
+/// reasons in the result.
+pub fn run_case(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    tls: Option<&TargetSpec>,
+    sym: &mut Symbolizer,
+) -> CaseResult {
+    let t0 = Instant::now();
+    let mut res = CaseResult {
+        case: case.clone(),
+        status: Status::Ok,
+        reasons: Vec::new(),
+        memory: None,
+        clean: None,
+        counted: None,
+        elapsed_ms: 0,
+        objects: None,
+    };
+    let spec = match spec_for(case, spec, tls) {
+        Ok(s) => s,
+        Err(why) => return CaseResult::skipped(case, why),
+    };
+    match case.kind {
+        SuiteKind::Memory => match memory_pass(rs, case, spec, &mut res.objects) {
+            Ok((m, reasons)) => {
+                res.memory = Some(m);
+                res.reasons.extend(reasons);
+            }
+            Err(Fail(why)) => res.reasons.push(format!("memory: {why}")),
+        },
+        SuiteKind::Http => {
+            if rs.passes.clean {
+                match clean_pass(rs, case, spec, &mut res.objects) {
+                    Ok((p, reasons)) => {
+                        res.clean = Some(p);
+                        res.reasons.extend(reasons);
+                    }
+                    Err(Fail(why)) => res.reasons.push(format!("clean pass: {why}")),
+                }
+            }
+            if rs.passes.counted && !rs.families.is_empty() {
+                match counted_pass(rs, case, spec, sym, &mut res.objects) {
+                    Ok((p, reasons)) => {
+                        res.counted = Some(p);
+                        res.reasons.extend(reasons);
+                    }
+                    Err(Fail(why)) => res.reasons.push(format!("counted pass: {why}")),
+                }
+            }
+        }
+    }
+    if !res.reasons.is_empty() {
+        res.status = Status::Failed;
+    }
+    res.elapsed_ms = t0.elapsed().as_millis() as u64;
+    res
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Passes {
+    pub clean: bool,
+    pub counted: bool,
+}
+
+impl Passes {
+    pub fn parse(s: &str) -> Result<Passes, String> {
+        let mut p = Passes {
+            clean: false,
+            counted: false,
+        };
+        for part in s.split(',').map(str::trim) {
+            match part {
+                "clean" => p.clean = true,
+                "counted" => p.counted = true,
+                other => {
+                    return Err(format!(
+                        "--passes: unknown pass `{other}`; use clean, counted or clean,counted"
+                    ))
+                }
+            }
+        }
+        Ok(p)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    /// Each target with its TLS variant, if it has one.
+    pub targets: Vec<(TargetSpec, Option<TargetSpec>)>,
+    pub matrix_path: PathBuf,
+    pub matrix: Matrix,
+    pub suites: Vec<String>,
+    pub out: PathBuf,
+    pub families: Vec<Family>,
+    pub passes: Passes,
+    pub repeats: Option<u32>,
+    pub server_cpus: Option<Vec<usize>>,
+    pub client_cpus: Option<Vec<usize>>,
+    pub memory_mib: Option<u64>,
+    pub cpu_quota: Option<f64>,
+    pub argv: Vec<String>,
+    /// `rig ab`: prove every launch maps the arm's own binary and libraries.
+    pub verify_arms: bool,
+}

@@ -1,0 +1,20 @@
+//! Exit codes of the `rig` binary, one place for the binary, the docs and
+//! the tests.
+
+pub const OK: i32 = 0;
+/// Any other failure.
+pub const ERROR: i32 = 1;
+/// Bad flags (clap's own code).
+pub const USAGE: i32 = 2;
+/// Not permitted: not root, or the pid cannot be traced.
+pub const PERMISSION: i32 = 3;
+/// No such process.
+pub const NO_PROCESS: i32 = 4;
+/// The window lost events (the report says which).
+pub const INCOMPLETE: i32 = 5;
+/// `rig run`: at least one case failed (the report says why).
+pub const CASE_FAILED: i32 = 6;
+/// `rig gate`: a counter breached its baseline limit.
+pub const GATE_BREACH: i32 = 7;
+/// Interrupted by SIGINT/SIGTERM; partial results were written.
+pub const INTERRUPTED: i32 = 130;

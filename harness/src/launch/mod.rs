@@ -1,0 +1,20 @@
+//! The process under test: its spec, launch, pid validation and memory map.
+//!
+//! In: a target spec (`spec`, TOML) or a pid. Out: a `start::Launched`
+//! target (own process group, pinned, in its own cgroup, ready, port holder
+//! proven, mapped objects hashed) and `ProcMaps` (what is mapped where, with
+//! build-ids), used by the probe stage to find libraries and by the
+//! symbolizer to turn absolute addresses into module offsets.
+
+pub mod cgroup;
+pub mod cgroup_stats;
+pub mod identity;
+pub mod port;
+pub mod spec;
+pub mod start;
+
+pub use crate::process::{cmdline, maps, ProcessId};
+pub use cgroup::{reap_stale_cgroups, CgroupHandle};
+pub use port::{descendants, port_holders};
+pub use spec::{check_config, ConfigError, SpecError, TargetSpec};
+pub use start::{cleanup_all, launch, ExitInfo, LaunchError, LaunchOptions, Launched};

@@ -1,0 +1,133 @@
+//! Per-request metrics: the one place a window's counts are divided by its
+//! request count, the counter vocabulary `rig run`, `rig ab` and `rig gate`
+//! share, and the identity of a case across arms, runs and baselines.
+//!
+//! In: an [`Attribution`](crate::report::Attribution) (a finished window,
+//! symbolized) and a [`Case`](crate::scenario::Case). Out: per-request
+//! values by counter name, and [`CaseKey`]s.
+
+mod case_key;
+pub mod names;
+
+pub use case_key::CaseKey;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::probe::Family;
+use crate::report::Attribution;
+use names::TOTAL_COUNTERS;
+
+/// Per-request counters of the counted pass (exact window differences).
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct PerRequest {
+    pub syscalls: Option<f64>,
+    pub allocations: Option<f64>,
+    pub alloc_bytes: Option<f64>,
+    pub frees: Option<f64>,
+    pub copy_bytes: Option<f64>,
+    pub copy_calls: Option<f64>,
+    pub lock_acquisitions: Option<f64>,
+    pub contended: Option<f64>,
+    pub page_faults: Option<f64>,
+    pub voluntary_cs: Option<f64>,
+    pub involuntary_cs: Option<f64>,
+}
+
+impl PerRequest {
+    pub fn of(a: &Attribution) -> PerRequest {
+        let n = match a.window.requests {
+            Some(n) if n > 0 => n as f64,
+            _ => return PerRequest::default(),
+        };
+        let has = |f: Family| a.families.contains(&f);
+        let per = |v: u64| v as f64 / n;
+        PerRequest {
+            syscalls: has(Family::Syscalls).then(|| per(a.syscalls.iter().map(|r| r.count).sum())),
+            allocations: has(Family::Alloc).then(|| per(a.alloc_totals.allocations)),
+            alloc_bytes: has(Family::Alloc).then(|| per(a.alloc_totals.bytes)),
+            frees: has(Family::Alloc).then(|| per(a.alloc_totals.frees)),
+            copy_bytes: has(Family::Copy).then(|| per(a.copy.iter().map(|r| r.bytes).sum())),
+            copy_calls: has(Family::Copy).then(|| per(a.copy.iter().map(|r| r.calls).sum())),
+            lock_acquisitions: has(Family::Locks).then(|| {
+                per(a
+                    .locks
+                    .iter()
+                    .filter(|r| r.op != "unlock")
+                    .map(|r| r.acquired)
+                    .sum())
+            }),
+            contended: has(Family::Locks).then(|| per(a.locks.iter().map(|r| r.contended).sum())),
+            page_faults: has(Family::Faults).then(|| per(a.faults.iter().map(|r| r.count).sum())),
+            voluntary_cs: has(Family::Sched).then(|| per(a.sched.voluntary)),
+            involuntary_cs: has(Family::Sched).then(|| per(a.sched.involuntary)),
+        }
+    }
+}
+
+/// Every exact per-request counter of a counted window, by name: the totals
+/// and one entry per call site (alloc/copy/faults) and per syscall.
+pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    // Same order as TOTAL_COUNTERS; the array lengths are checked by the compiler.
+    let values: [Option<f64>; TOTAL_COUNTERS.len()] = [
+        p.syscalls,
+        p.allocations,
+        p.alloc_bytes,
+        p.frees,
+        p.copy_bytes,
+        p.copy_calls,
+        p.lock_acquisitions,
+        p.page_faults,
+    ];
+    for (k, v) in TOTAL_COUNTERS.iter().zip(values) {
+        if let Some(v) = v {
+            m.insert(k.to_string(), v);
+        }
+    }
+    let Some(n) = a.window.requests.filter(|n| *n > 0) else {
+        return m;
+    };
+    let n = n as f64;
+    let site = |s: &crate::symbolize::Site| -> String {
+        match (&s.function, s.file_line()) {
+            (Some(f), Some(fl)) => format!("{f} ({fl})"),
+            (Some(f), None) => f.clone(),
+            _ => s.label(),
+        }
+    };
+    let mut add = |k: String, v: f64| *m.entry(k).or_insert(0.0) += v;
+    for row in &a.alloc {
+        add(
+            format!("{} calls @ {}", row.kind, site(&row.site)),
+            row.calls as f64 / n,
+        );
+        if row.bytes > 0 {
+            add(
+                format!("{} bytes @ {}", row.kind, site(&row.site)),
+                row.bytes as f64 / n,
+            );
+        }
+    }
+    for row in &a.copy {
+        add(
+            format!("{} bytes @ {}", row.kind, site(&row.site)),
+            row.bytes as f64 / n,
+        );
+        add(
+            format!("{} calls @ {}", row.kind, site(&row.site)),
+            row.calls as f64 / n,
+        );
+    }
+    for row in &a.syscalls {
+        add(format!("syscall {}", row.name), row.count as f64 / n);
+    }
+    for row in &a.faults {
+        add(
+            format!("faults @ {}", site(&row.site)),
+            row.count as f64 / n,
+        );
+    }
+    m
+}

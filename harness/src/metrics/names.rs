@@ -1,0 +1,156 @@
+//! The counter vocabulary shared by `rig run`, `rig ab` and `rig gate`:
+//! total names, call-site and syscall names, instruction counters, and the
+//! case prefix a multi-case suite puts in front of them.
+
+/// Names of the per-request totals [`counted_metrics`] produces, in the
+/// order it fills them: the one list of these names (`rig gate` checks a
+/// baseline's counter names against it).
+pub const TOTAL_COUNTERS: [&str; 8] = [
+    "syscalls/req",
+    "allocs/req",
+    "alloc bytes/req",
+    "frees/req",
+    "copy bytes/req",
+    "copy calls/req",
+    "lock acquisitions/req",
+    "page faults/req",
+];
+
+/// Is `name` (without a case key) a count of events (calls, syscalls,
+/// faults, lock acquisitions), not bytes or instructions?
+pub fn is_event_count(name: &str) -> bool {
+    !is_instr(name) && !name.contains("bytes")
+}
+
+/// The events counter a bytes counter is made of: `alloc bytes/req` →
+/// `allocs/req`, `copy bytes/req` → `copy calls/req`, `KIND bytes @ SITE` →
+/// `KIND calls @ SITE` (case key kept).
+pub fn events_of(name: &str) -> Option<String> {
+    let (case, n) = split_case(name);
+    let ev = match n {
+        "alloc bytes/req" => "allocs/req".to_string(),
+        "copy bytes/req" => "copy calls/req".to_string(),
+        _ => {
+            let (kind, site) = n.split_once(" bytes @ ")?;
+            format!("{kind} calls @ {site}")
+        }
+    };
+    Some(match case {
+        Some(c) => format!("{c}: {ev}"),
+        None => ev,
+    })
+}
+
+/// Total instructions per request (perf or callgrind).
+pub const INSTRUCTIONS: &str = "instructions/req";
+
+/// Self instructions of one function per request (callgrind): `Ir @ NAME`.
+pub const IR_SITE: &str = "Ir @ ";
+
+/// Every total counter name: the eBPF totals of [`super::counted`]
+/// and [`INSTRUCTIONS`]. Per-site names are checked by shape in
+/// [`check_counter_name`].
+pub fn totals() -> impl Iterator<Item = &'static str> {
+    TOTAL_COUNTERS
+        .iter()
+        .copied()
+        .chain(std::iter::once(INSTRUCTIONS))
+}
+
+/// Is `name` (without a case key) an instruction counter?
+pub fn is_instr(name: &str) -> bool {
+    name == INSTRUCTIONS || name.starts_with(IR_SITE)
+}
+
+/// `"h1 /calib c1: allocs/req"` → `(Some("h1 /calib c1"), "allocs/req")`;
+/// a bare name → `(None, name)`.
+pub fn split_case(name: &str) -> (Option<&str>, &str) {
+    match name.split_once(": ") {
+        Some((case, rest)) if !case.contains(" @ ") && !case.starts_with("syscall ") => {
+            (Some(case), rest)
+        }
+        _ => (None, name),
+    }
+}
+
+pub(crate) const SITE_KINDS: &[&str] = &[
+    "malloc",
+    "calloc",
+    "realloc",
+    "free",
+    "posix_memalign",
+    "memalign",
+    "aligned_alloc",
+    "valloc",
+    "pvalloc",
+    "operator new",
+    "operator new[]",
+    "operator delete",
+    "operator delete[]",
+    "memcpy",
+    "memmove",
+    "memset",
+];
+
+pub(crate) fn is_site(name: &str) -> bool {
+    let name = split_case(name).1;
+    name.contains(" @ ") || name.starts_with("syscall ")
+}
+
+/// Is `name` a counter rig can produce? A clear message when not. A case
+/// key (`h1 /calib c1: `) in front is allowed; whether it names a case of
+/// the suite is checked once the suite is expanded.
+pub fn check_counter_name(name: &str) -> Result<(), String> {
+    let name = split_case(name).1;
+    if totals().any(|t| t == name) {
+        return Ok(());
+    }
+    if let Some(sc) = name.strip_prefix("syscall ") {
+        if !sc.is_empty() && !sc.contains(' ') {
+            return Ok(());
+        }
+    }
+    if let Some((head, site)) = name.split_once(" @ ") {
+        let kind_ok = if head == "faults" || head == "Ir" {
+            true
+        } else if let Some(k) = head
+            .strip_suffix(" calls")
+            .or_else(|| head.strip_suffix(" bytes"))
+        {
+            // Copy kinds name the APIs sharing one implementation: `memcpy/memmove`.
+            k.split('/').all(|part| SITE_KINDS.contains(&part))
+        } else {
+            false
+        };
+        if kind_ok && !site.trim().is_empty() {
+            return Ok(());
+        }
+    }
+    let near: Vec<&str> = totals().filter(|t| edit_distance(t, name) <= 3).collect();
+    let hint = if near.is_empty() {
+        String::new()
+    } else {
+        format!(" (did you mean `{}`?)", near.join("` or `"))
+    };
+    Err(format!(
+        "unknown counter `{name}`{hint}; counters are one of {} or a call site: \
+         `KIND calls @ FUNCTION (FILE:LINE)`, `KIND bytes @ …` (KIND: {}), `faults @ …`, `syscall NAME`, \
+         `Ir @ FUNCTION` (self instructions, callgrind); with several cases, `CASE: COUNTER`",
+        totals().collect::<Vec<_>>().join(", "),
+        SITE_KINDS.join(", ")
+    ))
+}
+
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}

@@ -1,0 +1,89 @@
+//! The eBPF probe set as window [`Counters`]: start and stop are snapshots
+//! of every counter taken once the target is still.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::Counters;
+use crate::probe::{ProbeSet, Window, WindowEnd, WindowStart};
+
+/// How long two identical snapshots must be apart for the target to count
+/// as still, and how long to wait for that.
+const SETTLE: Duration = Duration::from_millis(20);
+const PATIENCE: Duration = Duration::from_millis(500);
+
+/// When to wait for the target to be still at the end of the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettleEnd {
+    /// Always (`rig attach --drive`).
+    Always,
+    /// Only when it was still at the start (the counted pass): a target
+    /// with a background thread never settles, and waiting out the
+    /// patience would only add its background events to the window.
+    IfStartSettled,
+}
+
+/// A probe set counting one fixed-count window.
+pub struct ProbeWindow<'a> {
+    probes: ProbeSet,
+    /// Whether the target is still alive (decides [`WindowEnd`]).
+    alive: Box<dyn Fn() -> bool + 'a>,
+    settle_end: SettleEnd,
+    quiet_start: bool,
+    start: Option<WindowStart>,
+}
+
+/// A finished probe window.
+pub struct ProbeReading {
+    pub window: Window,
+    /// The target was still at both ends.
+    pub quiesced: bool,
+}
+
+impl<'a> ProbeWindow<'a> {
+    pub fn new(
+        probes: ProbeSet,
+        settle_end: SettleEnd,
+        alive: impl Fn() -> bool + 'a,
+    ) -> ProbeWindow<'a> {
+        ProbeWindow {
+            probes,
+            alive: Box::new(alive),
+            settle_end,
+            quiet_start: false,
+            start: None,
+        }
+    }
+}
+
+impl Counters for ProbeWindow<'_> {
+    type Reading = ProbeReading;
+
+    fn start(&mut self) -> Result<()> {
+        self.quiet_start = self.probes.quiesce(SETTLE, PATIENCE)?;
+        self.start = Some(self.probes.start_window()?);
+        Ok(())
+    }
+
+    /// Stops, and detaches the probes: symbolizing needs none.
+    fn stop(self) -> Result<ProbeReading> {
+        let quiet_end = match self.settle_end {
+            SettleEnd::Always => self.probes.quiesce(SETTLE, PATIENCE)?,
+            SettleEnd::IfStartSettled => {
+                self.quiet_start && self.probes.quiesce(SETTLE, PATIENCE)?
+            }
+        };
+        let end = if (self.alive)() {
+            WindowEnd::Completed
+        } else {
+            WindowEnd::TargetExited
+        };
+        let start = self.start.expect("stop after start");
+        let window = self.probes.end_window(start, end)?;
+        Ok(ProbeReading {
+            window,
+            quiesced: self.quiet_start && quiet_end,
+        })
+    }
+}
