@@ -7,7 +7,8 @@
 #include <linux/types.h>
 
 /* Slots of the per-CPU self-stats array every program keeps. Anything but
- * RIG_STAT_EVENTS and RIG_STAT_PROBE_SYSCALLS means the window lost data. */
+ * RIG_STAT_EVENTS, RIG_STAT_PROBE_SYSCALLS and RIG_STAT_STACK_MISSING means
+ * the window lost data. */
 enum rig_stat {
 	RIG_STAT_EVENTS = 0,         /* events accepted for the target */
 	RIG_STAT_MAP_FULL = 1,       /* an update failed: a map was full */
@@ -16,6 +17,10 @@ enum rig_stat {
 	RIG_STAT_UNPAIRED = 4,       /* an exit/return without its entry */
 	RIG_STAT_PROBE_SYSCALLS = 5, /* the probes' own syscalls, not counted */
 	RIG_STAT_STACK_FAIL = 6,     /* user stack could not be read */
+	/* An event counted without its whole stack (registers unreadable, the
+	 * stack map full, a kernel stack id collision): its count is exact, its
+	 * stack is missing, and the report says how many. */
+	RIG_STAT_STACK_MISSING = 7,
 	RIG_STAT_SLOTS = 8,
 };
 

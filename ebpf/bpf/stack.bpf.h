@@ -65,7 +65,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 16384);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, 127 * sizeof(__u64));
 } kstacks SEC(".maps");
@@ -317,7 +317,7 @@ static __always_inline __u64 take_ustack(__u32 tgid, __u64 ip, __u64 sp, __u64 b
 	if (!bpf_map_lookup_elem(&ustacks, &id)) {
 		long err = bpf_map_update_elem(&ustacks, &id, &w->st, BPF_NOEXIST);
 		if (err && err != -17 /* EEXIST: another CPU stored it */) {
-			stat_add(RIG_STAT_STACK_FAIL, 1);
+			stat_add(RIG_STAT_STACK_MISSING, 1);
 			return 0;
 		}
 	}
@@ -348,7 +348,7 @@ static __always_inline __u64 take_current_ustack(__u32 tgid)
 		return 0;
 	struct pt_regs regs = {};
 	if (current_user_regs(&regs)) {
-		stat_add(RIG_STAT_STACK_FAIL, 1);
+		stat_add(RIG_STAT_STACK_MISSING, 1);
 		return 0;
 	}
 	return take_ustack_regs(tgid, &regs);
@@ -360,7 +360,7 @@ static __always_inline __s32 take_kstack(void *ctx)
 		return -1;
 	long id = bpf_get_stackid(ctx, &kstacks, 0);
 	if (id < 0) {
-		stat_add(RIG_STAT_STACK_FAIL, 1);
+		stat_add(RIG_STAT_STACK_MISSING, 1);
 		return -1;
 	}
 	return (__s32)id;

@@ -46,7 +46,7 @@ int rig_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		struct pt_regs regs = {};
 		__u64 ustack = 0;
 		if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)ctx->args[0]))
-			stat_add(RIG_STAT_STACK_FAIL, 1);
+			stat_add(RIG_STAT_STACK_MISSING, 1);
 		else
 			ustack = take_ustack_regs(tgid, &regs);
 		/* No kernel stack: at sys_enter it is always the same entry

@@ -12,6 +12,8 @@ pub mod stat {
     pub const UNPAIRED: usize = 4;
     pub const PROBE_SYSCALLS: usize = 5;
     pub const STACK_FAIL: usize = 6;
+    /// Events counted without their whole stack (not a loss: see common.h).
+    pub const STACK_MISSING: usize = 7;
     pub const SLOTS: usize = 8;
 }
 

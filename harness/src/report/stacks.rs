@@ -182,6 +182,9 @@ pub struct StackSection {
     pub rows: Vec<StackRow>,
     /// Events whose stack is incomplete, by family (see `StackFrames`).
     pub incomplete_events: BTreeMap<Family, u64>,
+    /// Stacks (user or kernel) that could not be taken or stored, by
+    /// family: the events are counted, their stacks are missing.
+    pub stack_failures: BTreeMap<Family, u64>,
 }
 
 impl StackSection {
@@ -193,6 +196,13 @@ impl StackSection {
     ) -> StackSection {
         let mut out = StackSection {
             enabled: !w.delta.stacks.is_empty(),
+            stack_failures: w
+                .delta
+                .stats
+                .iter()
+                .map(|(f, s)| (*f, s.slot[rig_ebpf::abi::stat::STACK_MISSING]))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
             ..Default::default()
         };
         // (tgid, stack id) -> stack, for naming with the right map.

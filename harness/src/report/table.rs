@@ -376,6 +376,13 @@ pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
 {t}"
         );
     }
+    if !st.stack_failures.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: stacks that could not be taken (events still counted): {:?}",
+            st.stack_failures
+        );
+    }
     let lost: u64 = st.incomplete_events.values().sum();
     if lost > 0 {
         let _ = writeln!(
