@@ -216,9 +216,15 @@ pub struct CheckConfigArgs {
 
 #[derive(Args, Debug)]
 pub struct Common {
-    /// Probe families: all, or a list of syscalls,alloc,copy,locks,faults,sched.
+    /// Probe families: all, or a list of syscalls,alloc,copy,locks,faults,sched,cpu.
     #[arg(long, default_value = "all")]
     pub probes: String,
+    /// A function that wraps allocation, copying or syscalls in the target
+    /// (e.g. ngx_alloc, or ngx_p* for a prefix): skipped, like the built-in
+    /// allocators and standard libraries, when naming a stack's user site.
+    /// Repeatable.
+    #[arg(long = "wrapper", value_name = "PATTERN")]
+    pub wrappers: Vec<String>,
     /// Rows per table.
     #[arg(long, default_value_t = 15)]
     pub top: usize,
@@ -321,6 +327,7 @@ fn settings(a: &AttachArgs) -> Result<AttachSettings> {
             (_, true) => Some(false),
             _ => None,
         },
+        wrappers: a.common.wrappers.clone(),
     })
 }
 
@@ -571,6 +578,7 @@ pub fn run() -> Result<i32> {
                     requests: d.requests,
                 }),
                 tree: None,
+                wrappers: d.common.wrappers.clone(),
             };
             let stop = stop_flag()?;
             let attribution = session::run_attach(&s, &stop)?;

@@ -38,6 +38,8 @@ pub struct AttachSettings {
     /// Follow the process tree: `Some(true)` always, `Some(false)` never,
     /// `None` when the pid has children.
     pub tree: Option<bool>,
+    /// Extra wrapper patterns for naming user sites (`--wrapper`).
+    pub wrappers: Vec<String>,
 }
 
 /// Run one session. `stop` ends a duration window early (Ctrl-C).
@@ -110,7 +112,9 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         (None, None) => None,
     };
     let mut sym = Symbolizer::new();
-    let mut attribution = Attribution::build(&window, requests, load_result, &mut sym);
+    let wrappers = crate::report::stacks::Wrappers::with_extra(&s.wrappers);
+    let mut attribution =
+        Attribution::build_with(&window, requests, load_result, &mut sym, &wrappers);
     attribution.window.quiesced = quiesced;
     Ok(attribution)
 }

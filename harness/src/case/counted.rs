@@ -65,7 +65,9 @@ pub(super) fn counted_measure(
     let window = reading.window;
     let mut reasons = Vec::new();
     reasons.extend(check_load("counted", &report));
-    let mut attribution = Attribution::build(&window, Some(report.succeeded), None, sym);
+    let wrappers = crate::report::stacks::Wrappers::with_extra(&spec.wrappers);
+    let mut attribution =
+        Attribution::build_with(&window, Some(report.succeeded), None, sym, &wrappers);
     attribution.window.quiesced = Some(reading.quiesced);
     if !attribution.complete {
         reasons.push(format!(

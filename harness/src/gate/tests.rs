@@ -25,6 +25,11 @@ fn names_are_checked() {
     let e = check_counter_name("alocs/req").unwrap_err();
     assert!(e.contains("did you mean `allocs/req`"), "{e}");
     assert!(check_counter_name("mallc calls @ f").is_err());
+    // Per call site and per stack.
+    assert!(check_counter_name("syscall recvfrom @ ngx_unix_recv").is_ok());
+    assert!(check_counter_name("syscall recv from @ f").is_err());
+    assert!(check_counter_name("malloc stack calls @ level5 (c.c:6) < level4 < level3").is_ok());
+    assert!(check_counter_name("malloc stack bytes @ level5 (c.c:6) < level4 < level3").is_ok());
 }
 
 #[test]

@@ -56,6 +56,11 @@
 //!   directory; the same placeholders, plus `{run_dir}`) into a fresh
 //!   directory of that launch, `{run_dir}`, removed when the target stops.
 //!   For servers configured by file (nginx's `listen {port};`).
+//! - `wrappers = ["ngx_alloc", "ngx_p*"]`: functions that wrap allocation,
+//!   copying or syscalls in this server, skipped (like the built-in set of
+//!   allocators and standard libraries) when rig names the *user site* of a
+//!   stack: a prefix, `*` at the end the same, `*` at the start matches
+//!   anywhere in the name.
 //! - Unknown keys are errors (a misspelt `redy` must not silently mean
 //!   "no readiness check").
 
@@ -207,6 +212,8 @@ pub struct TargetSpec {
     pub tls_variant: Option<PathBuf>,
     /// Files rendered into the launch's `{run_dir}` before it starts.
     pub files: Vec<FileTemplate>,
+    /// Extra wrapper patterns for naming user sites (`wrappers = [...]`).
+    pub wrappers: Vec<String>,
     /// The spec file (absolute).
     pub path: PathBuf,
     /// Its directory: base of every relative path in the spec.
@@ -252,6 +259,8 @@ struct RawSpec {
     tls_variant: Option<Spanned<String>>,
     #[serde(default)]
     files: Vec<RawFile>,
+    #[serde(default)]
+    wrappers: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -710,6 +719,7 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         endpoints,
         tls_variant,
         files,
+        wrappers: raw.wrappers.clone(),
         path: path.to_path_buf(),
         dir,
     };

@@ -129,5 +129,62 @@ pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
             row.count as f64 / n,
         );
     }
+    stack_counters(a, n, &mut add);
     m
+}
+
+/// Per-stack counters (exact families only: not off-CPU time or samples):
+/// `syscall NAME @ USER SITE` for syscalls by call site, and for every
+/// event `EVENT stack calls @ USER SITE < CALLER < CALLER` (with `stack
+/// bytes` for allocations and copies). A stack is named by its user site
+/// and the two frames above it: stacks that differ only inside the
+/// wrappers count as one.
+fn stack_counters(a: &Attribution, n: f64, add: &mut impl FnMut(String, f64)) {
+    use crate::probe::Family;
+    let st = &a.stacks;
+    for r in &st.rows {
+        if !matches!(
+            r.family,
+            Family::Syscalls | Family::Alloc | Family::Copy | Family::Locks | Family::Faults
+        ) || r.event.contains("futex wait")
+        {
+            continue;
+        }
+        let Some(frames) = r.stack.as_ref().and_then(|s| st.stacks.get(s)) else {
+            continue;
+        };
+        let Some(user) = frames.frames.get(frames.user_site) else {
+            continue;
+        };
+        let mut chain = stack_site(user);
+        for f in frames.frames.iter().skip(frames.user_site + 1).take(2) {
+            chain.push_str(" < ");
+            chain.push_str(f.function.as_deref().unwrap_or("?"));
+        }
+        if r.family == Family::Syscalls {
+            add(
+                format!("syscall {} @ {}", r.event, stack_site(user)),
+                r.count as f64 / n,
+            );
+        }
+        add(
+            format!("{} stack calls @ {chain}", r.event),
+            r.count as f64 / n,
+        );
+        if r.amount > 0 && matches!(r.family, Family::Alloc | Family::Copy) {
+            add(
+                format!("{} stack bytes @ {chain}", r.event),
+                r.amount as f64 / n,
+            );
+        }
+    }
+}
+
+/// `function (file:line)` of a frame, or its label.
+fn stack_site(s: &crate::symbolize::Site) -> String {
+    match (&s.function, s.file_line()) {
+        (Some(f), Some(fl)) => format!("{f} ({fl})"),
+        (Some(f), None) => f.clone(),
+        _ => s.label(),
+    }
 }

@@ -113,6 +113,12 @@ pub fn check_counter_name(name: &str) -> Result<(), String> {
     if let Some((head, site)) = name.split_once(" @ ") {
         let kind_ok = if head == "faults" || head == "Ir" {
             true
+        } else if let Some(sc) = head.strip_prefix("syscall ") {
+            // A syscall by call site: `syscall recvfrom @ SITE`.
+            !sc.is_empty() && !sc.contains(' ')
+        } else if head.ends_with(" stack calls") || head.ends_with(" stack bytes") {
+            // A whole stack: `EVENT stack calls @ SITE < CALLER < CALLER`.
+            true
         } else if let Some(k) = head
             .strip_suffix(" calls")
             .or_else(|| head.strip_suffix(" bytes"))
@@ -135,6 +141,7 @@ pub fn check_counter_name(name: &str) -> Result<(), String> {
     Err(format!(
         "unknown counter `{name}`{hint}; counters are one of {} or a call site: \
          `KIND calls @ FUNCTION (FILE:LINE)`, `KIND bytes @ …` (KIND: {}), `faults @ …`, `syscall NAME`, \
+         `syscall NAME @ SITE`, `EVENT stack calls @ SITE < CALLER < CALLER`, `EVENT stack bytes @ …`, \
          `Ir @ FUNCTION` (self instructions, callgrind); with several cases, `CASE: COUNTER`",
         totals().collect::<Vec<_>>().join(", "),
         SITE_KINDS.join(", ")

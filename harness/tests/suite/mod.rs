@@ -108,6 +108,7 @@ pub fn attribute(
         per: None,
         drive: Some(drive(target.port, "/calib", requests, connections)),
         tree: None,
+        wrappers: Vec::new(),
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let a = session::run_attach(&s, &stop).expect("attribution session");
