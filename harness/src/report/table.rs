@@ -339,14 +339,23 @@ pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
                     let site = f
                         .frames
                         .get(f.user_site)
-                        .map(|s| s.label())
+                        .map(|s| match (&s.function, s.file_line()) {
+                            (Some(func), Some(fl)) => format!("{} ({fl})", short_name(func)),
+                            (Some(func), None) => short_name(func),
+                            _ => s.label(),
+                        })
                         .unwrap_or_default();
                     let callers: Vec<String> = f
                         .frames
                         .iter()
                         .skip(f.user_site + 1)
-                        .take(3)
-                        .map(|s| s.function.clone().unwrap_or_else(|| s.label()))
+                        .take(2)
+                        .map(|s| {
+                            s.function
+                                .as_deref()
+                                .map(short_name)
+                                .unwrap_or_else(|| s.label())
+                        })
                         .collect();
                     (site, callers.join(" ← "), !f.incomplete.is_empty())
                 }
@@ -392,6 +401,58 @@ pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
         );
     }
     out
+}
+
+/// A function name short enough for a table: generic arguments dropped,
+/// `<T as Trait>::f` shown as `T::f`, and a long path cut to its crate and
+/// last two segments (`hyper::…::Server::poll_msg`). The JSON keeps the
+/// whole name.
+pub fn short_name(name: &str) -> String {
+    // `<A as B>::rest` -> `A::rest`
+    let mut s = name.to_string();
+    if let Some(inner) = name.strip_prefix('<') {
+        let mut depth = 0usize;
+        let mut split = None;
+        for (i, c) in inner.char_indices() {
+            match c {
+                '<' => depth += 1,
+                '>' if depth == 0 => {
+                    split = Some(i);
+                    break;
+                }
+                '>' => depth -= 1,
+                ' ' if depth == 0 && inner[i..].starts_with(" as ") => {
+                    let end = inner[i..].find(">::").map(|e| i + e);
+                    if let Some(e) = end {
+                        s = format!("{}{}", &inner[..i], &inner[e + 1..]);
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if let Some(i) = split {
+            s = format!("{}{}", &inner[..i], &inner[i + 1..]);
+        }
+    }
+    // Drop generic arguments.
+    let mut out = String::with_capacity(s.len());
+    let mut depth = 0usize;
+    for c in s.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' if depth > 0 => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    let out = out.trim_start_matches('&').to_string();
+    let parts: Vec<&str> = out.split("::").collect();
+    if parts.len() > 4 {
+        format!("{}::…::{}", parts[0], parts[parts.len() - 2..].join("::"))
+    } else {
+        out
+    }
 }
 
 /// A column of the process table: the family it needs, its header, its value.
@@ -464,6 +525,29 @@ mod tests {
         assert_eq!(per(1500, Some(1000)), "1.5");
         assert_eq!(per(2001, Some(2000)), "1.0005");
         assert_eq!(per(7, None), "7");
+    }
+
+    #[test]
+    fn short_names_keep_crate_type_and_method() {
+        assert_eq!(
+            super::short_name(
+                "<hyper::proto::h1::dispatch::Server<S,hyper::body::incoming::Incoming> as hyper::proto::h1::dispatch::Dispatch>::poll_msg"
+            ),
+            "hyper::…::Server::poll_msg"
+        );
+        assert_eq!(
+            super::short_name("http::header::map::HeaderMap<T>::try_reserve_one"),
+            "http::…::HeaderMap::try_reserve_one"
+        );
+        assert_eq!(
+            super::short_name("<&mio::net::tcp::stream::TcpStream as std::io::Read>::read"),
+            "mio::…::TcpStream::read"
+        );
+        assert_eq!(super::short_name("level5"), "level5");
+        assert_eq!(
+            super::short_name("rig_peer::routes::respond"),
+            "rig_peer::routes::respond"
+        );
     }
 
     #[test]
