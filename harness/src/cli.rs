@@ -346,8 +346,7 @@ fn settings(a: &AttachArgs) -> Result<AttachSettings> {
 fn output(a: &Attribution, common: &Common) -> Result<i32> {
     print!("{}", table::render(a, common.top));
     if let Some(path) = &common.json {
-        let f =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let f = crate::fsutil::create_new(path).context("--json")?;
         serde_json::to_writer_pretty(std::io::BufWriter::new(f), a)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -358,13 +357,18 @@ fn output(a: &Attribution, common: &Common) -> Result<i32> {
     })
 }
 
-fn stop_flag() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
+/// An output file flag, refused now (exit 2) rather than after the work:
+/// it must be a new path (no file, no symlink) in an existing directory.
+fn new_output_file(flag: &str, path: &Option<PathBuf>) -> Result<()> {
+    if let Some(p) = path {
+        crate::fsutil::check_new_file(flag, p)
+            .map_err(|m| anyhow::Error::new(crate::usage::BadValue(m)))?;
     }
-    Ok(stop)
+    Ok(())
+}
+
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    crate::interrupt::install().context("installing signal handlers")
 }
 
 fn cpu_list(flag: &str, v: &Option<String>) -> Result<Option<Vec<usize>>> {
@@ -497,20 +501,25 @@ fn check_config(path: &std::path::Path) -> Result<i32> {
 /// Parse flags and run; returns the exit code.
 pub fn run() -> Result<i32> {
     let cli = Cli::parse();
+    // Every command obeys SIGINT/SIGTERM at once (exit 130), not only those
+    // that look at the flag themselves.
+    stop_flag()?;
     match cli.command {
         Cmd::Attach(a) => {
             let s = settings(&a)?;
+            new_output_file("--json", &a.common.json)?;
             let stop = stop_flag()?;
             let attribution = session::run_attach(&s, &stop)?;
             output(&attribution, &a.common)
         }
         Cmd::ProbeCost(p) => {
             crate::probe::require_root()?;
+            new_output_file("--json", &p.json)?;
             let rows = crate::probe::cost::measure(p.iterations, p.rounds)?;
             println!("{}", crate::probe::cost::render(&rows));
             if let Some(path) = &p.json {
-                std::fs::write(path, serde_json::to_vec_pretty(&rows)?)
-                    .with_context(|| format!("writing {}", path.display()))?;
+                crate::fsutil::write_new(path, &serde_json::to_vec_pretty(&rows)?)
+                    .context("--json")?;
             }
             Ok(exit::OK)
         }
@@ -555,6 +564,7 @@ pub fn run() -> Result<i32> {
         }
         Cmd::Gate(g) => crate::gate::cli(&g, &*stop_flag()?),
         Cmd::Demo(d) => {
+            new_output_file("--json", &d.common.json)?;
             let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
             cmd.args(["--port", "0", "--threads", "2", "--contend"]);
             let target = session::Child::spawn_ready(cmd)?;
@@ -594,6 +604,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         ) => exit::PERMISSION,
         Some(ProbeError::NoSuchProcess { .. }) => exit::NO_PROCESS,
         Some(ProbeError::UnknownFamily(_)) => exit::USAGE,
+        _ if err.downcast_ref::<crate::usage::BadValue>().is_some() => exit::USAGE,
         _ if err.downcast_ref::<crate::gate::RunsFailed>().is_some() => exit::CASE_FAILED,
         _ => exit::ERROR,
     }

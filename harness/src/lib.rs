@@ -7,7 +7,9 @@
 
 pub mod ab;
 pub mod cli;
+pub mod fsutil;
 pub mod gate;
+pub mod interrupt;
 pub mod load;
 pub mod probe;
 pub mod report;
@@ -18,3 +20,4 @@ pub mod session;
 pub mod stats;
 pub mod symbolize;
 pub mod target;
+pub mod usage;

@@ -70,6 +70,9 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         Some(d) => {
             let mut c = load::connect(&d.target, d.connections)?;
             let warm = load::fixed_count(&mut c, d.warmup);
+            if stop.load(Ordering::Relaxed) {
+                bail!("interrupted by SIGINT/SIGTERM during the warm-up; nothing was measured");
+            }
             if warm.failed() > 0 {
                 bail!(
                     "warm-up against {} failed: {:?}; not measuring a target that does not answer",
@@ -120,7 +123,9 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         (Some(d), Some(c)) => {
             let r = load::fixed_count(c, d.requests);
             quiesced = Some(quiet_start & probes.quiesce(settle, patience)?);
-            let end = if alive(&id) {
+            let end = if stop.load(Ordering::Relaxed) {
+                WindowEnd::Interrupted
+            } else if alive(&id) {
                 WindowEnd::Completed
             } else {
                 WindowEnd::TargetExited

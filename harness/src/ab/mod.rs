@@ -361,8 +361,22 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
                 let mut c = c.clone();
                 c.repeat = run;
                 c.id = format!("{}#{run}", c.id.trim_end_matches("#1"));
+                if stop.load(Ordering::Relaxed) {
+                    interrupted = true;
+                    break 'rounds;
+                }
                 let (spec, tls) = &rs.targets[arm];
-                let r = run_case(&rs, &c, spec, tls.as_ref(), &mut sym);
+                let mut r = run_case(&rs, &c, spec, tls.as_ref(), &mut sym);
+                if stop.load(Ordering::Relaxed) {
+                    // rig stopped the target under this case: not data.
+                    interrupted = true;
+                    r = CaseResult::skipped(
+                        &c,
+                        "interrupted by SIGINT/SIGTERM during this case".into(),
+                    );
+                    out.append_case(&r)?;
+                    break 'rounds;
+                }
                 if r.status == Status::Failed {
                     eprintln!("rig ab: {} failed: {}", c.id, r.reasons.join("; "));
                 }
@@ -375,7 +389,7 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
 
     let report = analyse(s, &names, results, equality, order_names, interrupted);
     out.write_json("ab.json", &report)?;
-    std::fs::write(s.out.join("ab.md"), markdown(&report))?;
+    crate::fsutil::write_new(&s.out.join("ab.md"), markdown(&report).as_bytes())?;
     Ok(report)
 }
 

@@ -156,7 +156,39 @@ fn run_once(kind: &Kind, iterations: u64, probed: bool) -> Result<f64> {
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the hitloop fixture")?;
-    let result = (|| -> Result<f64> {
+    // SIGINT/SIGTERM must not wait for a long probed loop: kill the
+    // fixture (rig started it and has not reaped it, so the pid is its).
+    let pid = child.id();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let result = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if crate::interrupt::requested() {
+                    // SAFETY: plain syscall on our unreaped child.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+        let r = run_hitloop(&mut child, kind, iterations, probed);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    });
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    result
+}
+
+fn run_hitloop(
+    child: &mut std::process::Child,
+    kind: &Kind,
+    iterations: u64,
+    probed: bool,
+) -> Result<f64> {
+    (|| -> Result<f64> {
         let mut out = BufReader::new(child.stdout.take().context("hitloop stdout")?);
         let mut line = String::new();
         out.read_line(&mut line)?;
@@ -185,12 +217,7 @@ fn run_once(kind: &Kind, iterations: u64, probed: bool) -> Result<f64> {
             .and_then(|s| s.parse().ok())
             .with_context(|| format!("hitloop printed {line:?}"))?;
         Ok(ns / iterations as f64)
-    })();
-    if result.is_err() {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
-    result
+    })()
 }
 
 /// Measure every probe kind: `rounds` A B B A blocks of clean and probed runs.
@@ -200,6 +227,12 @@ pub fn measure(iterations: u64, rounds: usize) -> Result<Vec<CostRow>> {
         let (mut clean, mut probed) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             for probed_run in [false, true, true, false] {
+                if crate::interrupt::requested() {
+                    bail!(
+                        "interrupted by SIGINT/SIGTERM before the {} probe was measured",
+                        kind.name
+                    );
+                }
                 let ns = run_once(kind, iterations, probed_run)
                     .with_context(|| format!("measuring the {} probe", kind.name))?;
                 if probed_run {

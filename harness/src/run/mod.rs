@@ -270,11 +270,14 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                     case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
                 };
                 if !interrupted && stop.load(Ordering::Relaxed) {
-                    // Its target was stopped under it: not a failure of the target.
+                    // rig stopped its target under it: not a failure of the
+                    // target, and its part-measured passes are not data.
                     interrupted = true;
-                    r.status = Status::Skipped;
-                    r.reasons
-                        .insert(0, "interrupted by SIGINT/SIGTERM during this case".into());
+                    r = CaseResult::skipped(
+                        case,
+                        "interrupted by SIGINT/SIGTERM during this case: rig stopped its target;                          nothing of this case is reported"
+                            .into(),
+                    );
                 }
                 bar.inc(1);
                 if r.status == Status::Failed {

@@ -60,6 +60,8 @@ pub struct LaunchOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
+    #[error("not starting target {name}: rig was interrupted (SIGINT/SIGTERM)")]
+    Interrupted { name: String },
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error(transparent)]
@@ -363,7 +365,13 @@ fn remove_stale_run_dirs() {
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        // Only rig's own private directories: never one another user made.
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            // SAFETY: no preconditions.
+            m.is_dir() && m.uid() == unsafe { libc::geteuid() } && m.mode() & 0o077 == 0
+        });
+        if ours && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -405,6 +413,8 @@ pub struct Launched {
     key: u64,
     /// The launch's `{run_dir}` (rendered config files), removed at stop.
     run_dir: PathBuf,
+    /// Cleans up the cgroups and run dir if rig is SIGKILLed.
+    watchdog: Option<super::watchdog::Watchdog>,
     stopped: Option<ExitInfo>,
 }
 
@@ -542,6 +552,9 @@ impl Launched {
                     self.run_dir.display()
                 );
             }
+        }
+        if let Some(mut w) = self.watchdog.take() {
+            w.dismiss();
         }
         let info = ExitInfo {
             code: status.and_then(|s| s.code()),
@@ -758,6 +771,12 @@ pub fn parse_status_line(b: &[u8]) -> Option<u16> {
 /// holds its port, and record what it maps.
 #[allow(clippy::result_large_err)] // see mapped_objects
 pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+    let interrupted = || LaunchError::Interrupted {
+        name: spec.name.clone(),
+    };
+    if crate::interrupt::requested() {
+        return Err(interrupted());
+    }
     become_subreaper();
     for p in cgroup::reap_stale_cgroups() {
         log::warn!("removed stale cgroup {} (its rig was killed)", p.display());
@@ -795,13 +814,24 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
     };
     let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
     remove_stale_run_dirs();
-    let run_dir = std::env::temp_dir().join(format!("rig-launch-{}-{key}", std::process::id()));
-    let made = std::fs::create_dir_all(&run_dir).map_err(|e| SpecError::Placeholder {
-        path: spec.path.clone(),
-        placeholder: "run_dir".into(),
-        why: format!("creating {}: {e}", run_dir.display()),
-    });
-    let rendered = made.and_then(|()| spec.render_files(port, &run_dir));
+    // A fresh private directory (mkdtemp, 0700): a name another user can
+    // predict and create first would let them plant links or edit configs.
+    let prefix = format!("rig-launch-{}-{key}-", std::process::id());
+    let run_dir = match crate::fsutil::private_dir(&prefix) {
+        Ok(d) => d,
+        Err(e) => {
+            return Err(SpecError::Placeholder {
+                path: spec.path.clone(),
+                placeholder: "run_dir".into(),
+                why: format!(
+                    "creating {}*: {e}",
+                    std::env::temp_dir().join(&prefix).display()
+                ),
+            }
+            .into())
+        }
+    };
+    let rendered = spec.render_files(port, &run_dir);
     let rc = rendered.and_then(|()| spec.command(port, Some(&run_dir)));
     let rc = match rc {
         Ok(rc) => rc,
@@ -822,7 +852,14 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
             memory_mib: opts.memory_limit_mib,
             cpu_quota: opts.cpu_quota,
         },
-    )?;
+    )
+    .inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&run_dir);
+    })?;
+    let watchdog = super::watchdog::Watchdog::start(
+        &run_dir,
+        &cg.as_ref().map(|c| c.handle().dirs).unwrap_or_default(),
+    );
     let mut notes = Vec::new();
     match &cg {
         Some(c) => notes.extend(c.notes.iter().cloned()),
@@ -861,10 +898,23 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
             set
         }
     });
-    // SAFETY: the closure only calls open/write/close/sched_setaffinity,
-    // all async-signal-safe, on data prepared before fork.
+    // SAFETY: getpid has no preconditions.
+    let rig_pid = unsafe { libc::getpid() };
+    // SAFETY: the closure only calls prctl/getppid/open/write/close/
+    // sched_setaffinity, all async-signal-safe, on data prepared before fork.
     unsafe {
         cmd.pre_exec(move || {
+            // A SIGKILLed rig cannot stop its target: the kernel does it.
+            // (The death signal follows the forking thread; rig launches
+            // from the thread that also stops the target.) If rig died
+            // between fork and prctl the child was already reparented:
+            // give up rather than run unowned.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != rig_pid {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             // In the cgroup before exec: the target's first allocation is
             // already accounted and limited.
             for f in &procs_files {
@@ -888,13 +938,17 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
         });
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
-        name: spec.name.clone(),
-        program: rc.program.clone(),
-        args: rc.args.clone(),
-        cwd: rc.cwd.clone(),
-        spec: spec.path.clone(),
-        source,
+    let mut child = cmd.spawn().map_err(|source| {
+        // Nothing runs: leave nothing behind (the cgroup goes with `cg`).
+        let _ = std::fs::remove_dir_all(&run_dir);
+        LaunchError::Spawn {
+            name: spec.name.clone(),
+            program: rc.program.clone(),
+            args: rc.args.clone(),
+            cwd: rc.cwd.clone(),
+            spec: spec.path.clone(),
+            source,
+        }
     })?;
     let pid = child.id();
     live().push(LiveEntry {
@@ -910,6 +964,9 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
     };
     drain(child.stdout.take().expect("piped"), stdout.clone(), pattern);
     drain(child.stderr.take().expect("piped"), stderr.clone(), None);
+    // A signal between the check above and the registration: the signal
+    // path's clean-up may have missed this target; stop it here.
+    let late_signal = crate::interrupt::requested();
 
     // From here on an early return drops `l`, which kills and cleans up.
     let mut l = Launched {
@@ -944,10 +1001,15 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
         stderr,
         key,
         run_dir,
+        watchdog,
         stopped: None,
     };
     if let Ok(id) = ProcessId::of(pid) {
         l.id = id;
+    }
+    if late_signal {
+        l.shutdown(Duration::from_millis(200));
+        return Err(interrupted());
     }
 
     let timeout = opts.ready_timeout.unwrap_or(spec.ready_timeout);

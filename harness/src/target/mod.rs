@@ -11,6 +11,7 @@ pub mod launch;
 pub mod maps;
 pub mod port;
 pub mod spec;
+pub mod watchdog;
 
 pub use cgroup::{reap_stale_cgroups, CgroupHandle};
 pub use launch::{cleanup_all, launch, ExitInfo, LaunchError, LaunchOptions, Launched};

@@ -964,11 +964,15 @@ impl TargetSpec {
             };
             let text = std::fs::read_to_string(&f.template).map_err(|e| io(e, "reading"))?;
             let out = self.substitute(&text, port, Some(run_dir))?;
+            // run_dir is private to rig; still, never follow a link or
+            // overwrite a file there (see fsutil).
             let dest = run_dir.join(&f.path);
-            if let Some(parent) = dest.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| io(e, "making the directory for"))?;
+            if let Some(parent) = Path::new(&f.path).parent() {
+                crate::fsutil::make_dirs_below(run_dir, parent)
+                    .map_err(|e| io(e, "making the directory for"))?;
             }
-            std::fs::write(&dest, out).map_err(|e| io(e, "writing the rendering of"))?;
+            crate::fsutil::write_new(&dest, out.as_bytes())
+                .map_err(|e| io(e, "writing the rendering of"))?;
         }
         Ok(())
     }

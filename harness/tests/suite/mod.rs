@@ -11,6 +11,7 @@ mod cost;
 mod cxx;
 mod errors;
 mod gate;
+mod hostile;
 mod integrity;
 mod launch;
 mod load;
