@@ -201,7 +201,7 @@ impl Budget {
         let client = cpu_list("--client-cpus", &self.client_cpus)?;
         if let (Some(s), Some(c)) = (&server, &client) {
             if let Some(x) = s.iter().find(|x| c.contains(x)) {
-                bail!(
+                crate::refuse!(
                     "--client-cpus {} overlaps --server-cpu {} on CPU {x}; give disjoint CPU sets",
                     self.client_cpus.as_deref().unwrap_or_default(),
                     self.server_cpu.as_deref().unwrap_or_default()
@@ -209,9 +209,42 @@ impl Budget {
             }
         }
         if self.cpu_quota.is_some_and(|q| !q.is_finite() || q <= 0.0) {
-            bail!("--cpu-quota must be a positive number of cores, e.g. 1 or 0.5");
+            crate::refuse!("--cpu-quota must be a positive number of cores, e.g. 1 or 0.5");
         }
+        self.check_host(server.as_deref(), client.as_deref())
+            .map_err(|m| anyhow::Error::new(crate::usage::BadValue(m)))?;
         Ok((server, client))
+    }
+
+    /// What this host cannot give, refused before the first case (exit 2)
+    /// instead of failing every case.
+    fn check_host(&self, server: Option<&[usize]>, client: Option<&[usize]>) -> Result<(), String> {
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+        let cpus = crate::target::launch::parse_cpu_list(&online).unwrap_or_default();
+        for (flag, set) in [("--server-cpu", server), ("--client-cpus", client)] {
+            if let Some(c) = set.into_iter().flatten().find(|c| !cpus.contains(c)) {
+                return Err(format!(
+                    "{flag}: CPU {c} is not online here (online: {}); give CPUs from that list",
+                    online.trim()
+                ));
+            }
+            if set.is_some_and(|s| s.is_empty()) {
+                return Err(format!("{flag}: give at least one CPU"));
+            }
+        }
+        if self.memory_mib == Some(0) {
+            return Err("--memory-mib 0: give the memory limit in MiB, at least 1".into());
+        }
+        if let Some(q) = self.cpu_quota {
+            if !cpus.is_empty() && q > cpus.len() as f64 {
+                return Err(format!(
+                    "--cpu-quota {q}: more cores than this host has online ({}); give at most {}",
+                    cpus.len(),
+                    cpus.len()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -357,6 +390,15 @@ fn output(a: &Attribution, common: &Common) -> Result<i32> {
     })
 }
 
+/// The load may open as many connections as the matrix check allowed.
+fn raise_nofile() {
+    if let Some(n) = crate::scenario::raise_nofile() {
+        eprintln!(
+            "rig: raised the open-file limit (RLIMIT_NOFILE) to {n} for the load's connections"
+        );
+    }
+}
+
 /// An output file flag, refused now (exit 2) rather than after the work:
 /// it must be a new path (no file, no symlink) in an existing directory.
 fn new_output_file(flag: &str, path: &Option<PathBuf>) -> Result<()> {
@@ -389,12 +431,16 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
     } else {
         Family::parse_list(&a.probes)?
     };
+    if a.repeats == Some(0) {
+        crate::refuse!("--repeats 0: give at least 1 round");
+    }
     let targets = a
         .target
         .iter()
         .map(|t| load_target(t).with_context(|| format!("--target {}", t.display())))
         .collect::<Result<Vec<_>>>()?;
     let matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    raise_nofile();
     Ok(crate::run::RunSettings {
         targets,
         matrix_path: a.matrix.clone(),
@@ -437,8 +483,9 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
         bail!("--arm: give at least two arms (--arm A=FILE --arm B=FILE)");
     }
     if a.rounds == 0 {
-        bail!("--rounds 0: give at least one A B B A round");
+        crate::refuse!("--rounds 0: give at least one A B B A round");
     }
+    raise_nofile();
     let families = if a.probes == "none" {
         Vec::new()
     } else {
@@ -467,7 +514,8 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
 fn check_config(path: &std::path::Path) -> Result<i32> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    if text.contains("[[suite]]") {
+    // A matrix has suites or defaults; a target spec has neither.
+    if text.contains("[[suite]]") || text.contains("[defaults]") {
         match crate::scenario::Matrix::load(path) {
             Ok(m) => {
                 println!(
@@ -535,9 +583,17 @@ pub fn run() -> Result<i32> {
             let failed = results
                 .iter()
                 .any(|r| r.status == crate::run::Status::Failed);
+            let measured = results.iter().any(|r| r.status == crate::run::Status::Ok);
+            if !measured && !failed {
+                eprintln!(
+                    "rig: nothing was measured: all {} case(s) were skipped (see the reasons above                      and in {}/report.json)",
+                    results.len(),
+                    s.out.display()
+                );
+            }
             Ok(if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 exit::INTERRUPTED
-            } else if failed {
+            } else if failed || !measured {
                 exit::CASE_FAILED
             } else {
                 exit::OK
@@ -605,6 +661,14 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         Some(ProbeError::NoSuchProcess { .. }) => exit::NO_PROCESS,
         Some(ProbeError::UnknownFamily(_)) => exit::USAGE,
         _ if err.downcast_ref::<crate::usage::BadValue>().is_some() => exit::USAGE,
+        _ if err.downcast_ref::<crate::scenario::MatrixError>().is_some() => exit::USAGE,
+        _ if matches!(
+            err.downcast_ref::<crate::target::SpecError>(),
+            Some(crate::target::SpecError::Invalid(_))
+        ) =>
+        {
+            exit::USAGE
+        }
         _ if err.downcast_ref::<crate::gate::RunsFailed>().is_some() => exit::CASE_FAILED,
         _ => exit::ERROR,
     }

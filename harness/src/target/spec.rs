@@ -716,6 +716,61 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
     (Some(spec), d.out)
 }
 
+/// [`program_problem`] of a spec read from a file, located at its argv[0].
+fn program_error(path: &Path, text: &str, spec: &TargetSpec) -> Option<ConfigError> {
+    let prog = spec.argv.first()?;
+    let message = program_problem(&spec.dir, prog)?;
+    let off = text
+        .find("argv")
+        .and_then(|i| text[i..].find(prog.as_str()).map(|j| i + j))
+        .unwrap_or(0);
+    let (line, col, source_line) = locate(text, off);
+    Some(ConfigError {
+        path: path.to_path_buf(),
+        line,
+        col,
+        message,
+        source_line,
+        warning: false,
+    })
+}
+
+/// Why `argv[0]` cannot start, found before any launch: a path (relative to
+/// the spec's directory) that is not an executable file, or a bare name not
+/// in `PATH`. Placeholders resolve at launch and are not checked here.
+fn program_problem(dir: &Path, prog: &str) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    if prog.contains('{') {
+        return None;
+    }
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if prog.contains('/') {
+        let p = under(dir, prog);
+        return match std::fs::metadata(&p) {
+            Err(_) => Some(format!(
+                "argv[0] {} does not exist (relative paths are relative to the spec's directory {})",
+                p.display(),
+                dir.display()
+            )),
+            Ok(_) if !executable(&p) => Some(format!(
+                "argv[0] {} is not an executable file",
+                p.display()
+            )),
+            Ok(_) => None,
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|d| executable(&d.join(prog))) {
+        None
+    } else {
+        Some(format!(
+            "argv[0] `{prog}` is not an executable in PATH; give its path or install it"
+        ))
+    }
+}
+
 /// `extends = "base.toml"`: this spec is the base with this file's
 /// top-level keys put over it (`env` merged key by key; `[protocols]` and
 /// `[[endpoints]]` replaced whole when given). An A/B arm is typically its
@@ -741,7 +796,11 @@ fn resolve_extends(path: &Path, text: &str, depth: usize) -> Result<String, Spec
         }])
     };
     let base = base.as_str().ok_or_else(|| {
-        invalid("`extends` must be a file name, e.g. extends = \"calib.toml\"".into())
+        invalid(
+            "`extends` must be a string: the path of the base spec, relative to this spec's \
+             directory or absolute, e.g. extends = \"calib.toml\""
+                .into(),
+        )
     })?;
     if depth > 8 {
         return Err(invalid(format!(
@@ -833,7 +892,8 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> 
             }])
         }
     };
-    let (spec, diags) = parse(&path, &text);
+    let (spec, mut diags) = parse(&path, &text);
+    diags.extend(spec.as_ref().and_then(|s| program_error(&path, &text, s)));
     let (warnings, errors): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.warning);
     if !errors.is_empty() {
         return Err(errors.into_iter().chain(warnings).collect());
@@ -857,7 +917,11 @@ impl TargetSpec {
             source,
         })?;
         let text = resolve_extends(&path, &text, 0)?;
-        Self::from_text(&path, &text)
+        let spec = Self::from_text(&path, &text)?;
+        match program_error(&path, &text, &spec) {
+            Some(e) => Err(SpecError::Invalid(vec![e])),
+            None => Ok(spec),
+        }
     }
 
     /// Parse spec text as if it were the file `path`.

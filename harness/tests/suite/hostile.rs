@@ -592,3 +592,231 @@ fn the_generator_stops_when_its_target_is_gone() {
         c["reasons"]
     );
 }
+
+// ---------------------------------------------------------------------------
+// Defects 5, 6, 9: what cannot work is refused before anything starts.
+
+fn rig_out(args: &[&str]) -> (i32, String, String) {
+    let t0 = Instant::now();
+    let out = Command::new(rig_bin()).args(args).output().unwrap();
+    eprintln!("rig {}: {:?}", args.join(" "), t0.elapsed());
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn hard_nofile() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid out-pointer.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) }, 0);
+    r.rlim_max
+}
+
+/// Matrix values that `check-config` used to accept and that hung `rig
+/// run`: refused by both, with file:line:col, before any target starts.
+#[test]
+fn matrix_values_that_cannot_work_are_refused_up_front_with_their_position() {
+    let s = Scratch::new("badmatrix");
+    let calib = repo().join("config/targets/calib.toml");
+    let base = "[defaults]\nwarmup_ms = 100\nduration_ms = 300\n\n[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\ntopologies = [\"1\"]\n";
+    let too_many = (hard_nofile() + 1).to_string();
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            base.replace(
+                "topologies = [\"1\"]",
+                "topologies = [\"1\"]\nrates = [1e12]",
+            ),
+            "11:1",
+            "one generator thread can schedule",
+        ),
+        (
+            base.replace("\"1\"]", &format!("\"{too_many}\"]")),
+            "10:1",
+            "RLIMIT_NOFILE",
+        ),
+        (
+            base.replace("duration_ms = 300", "duration_ms = 0"),
+            "3:1",
+            "duration_ms = 0",
+        ),
+        (
+            base.replace(
+                "duration_ms = 300",
+                "duration_ms = 300\ncounted_requests = 0",
+            ),
+            "4:1",
+            "counted_requests = 0",
+        ),
+        (
+            base.replace("warmup_ms = 100", "warmup_ms = 100\nrepeats = 0"),
+            "3:1",
+            "repeats = 0",
+        ),
+        (
+            base.replace("topologies = [\"1\"]", "topologies = [\"1\"]\nrates = []"),
+            "11:1",
+            "rates = []",
+        ),
+        (
+            base.replace("name = \"a\"", "name = \"\""),
+            "6:1",
+            "empty suite name",
+        ),
+        (
+            format!("{base}\n[[suite]]\nname = \"a\"\nkind = \"memory\"\n"),
+            "13:1",
+            "two suites have this name",
+        ),
+        (
+            "[defaults]\nduration_ms = 300\n".to_string(),
+            "1:1",
+            "at least one [[suite]]",
+        ),
+    ];
+    for (text, pos, why) in &cases {
+        let m = s.write("m.toml", text);
+        let (code, out, err) = rig_out(&["check-config", m.to_str().unwrap()]);
+        assert_ne!(code, 0, "check-config accepts:\n{text}\n{out}");
+        assert!(
+            err.contains(&format!("m.toml:{pos}:")) && err.contains(why),
+            "want {pos} {why}:\n{text}\n{err}"
+        );
+        let dir = s.0.join("out");
+        let (code, out, err) = rig_out(&[
+            "run",
+            "--target",
+            calib.to_str().unwrap(),
+            "--matrix",
+            m.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+            "--passes",
+            "clean",
+        ]);
+        assert_eq!(code, 2, "{text}\n{out}\n{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(!dir.exists(), "nothing started, nothing written");
+    }
+}
+
+/// Budgets this host cannot give fail up front (exit 2), not every case.
+#[test]
+fn budgets_the_host_cannot_give_are_refused_up_front() {
+    let s = Scratch::new("budgets");
+    let calib = repo().join("config/targets/calib.toml");
+    let m = s.write("m.toml", "[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\ntopologies = [\"1\"]\n");
+    for (flag, value, why) in [
+        ("--memory-mib", "0", "--memory-mib 0"),
+        ("--server-cpu", "99", "CPU 99 is not online"),
+        ("--cpu-quota", "1e9", "more cores than this host has"),
+        ("--repeats", "0", "--repeats 0"),
+    ] {
+        let dir = s.0.join("out");
+        let (code, out, err) = rig_out(&[
+            "run",
+            "--target",
+            calib.to_str().unwrap(),
+            "--matrix",
+            m.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+            "--passes",
+            "clean",
+            flag,
+            value,
+        ]);
+        assert_eq!(code, 2, "{flag} {value}\n{out}\n{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(!dir.exists());
+    }
+}
+
+/// A target spec whose program does not exist or cannot run is refused by
+/// check-config and by run, with its position.
+#[test]
+fn a_missing_or_non_executable_program_is_refused_with_its_position() {
+    let s = Scratch::new("argv0");
+    let not_exec = s.write("server.sh", "#!/bin/sh\n");
+    for (prog, why) in [
+        ("./no-such-server", "does not exist"),
+        (not_exec.to_str().unwrap(), "is not an executable file"),
+        ("no-such-server-in-path", "is not an executable in PATH"),
+    ] {
+        let spec = s.write(
+            "t.toml",
+            &format!("name = \"t\"\nargv = [\"{prog}\", \"{{port}}\"]\nport = \"argv\"\nready = {{ tcp = true }}\n[[endpoints]]\npath = \"/\"\nstatus = 200\n"),
+        );
+        let (code, _, err) = rig_out(&["check-config", spec.to_str().unwrap()]);
+        assert_ne!(code, 0);
+        assert!(err.contains("t.toml:2:") && err.contains(why), "{err}");
+        let m = s.write("m.toml", "[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/\"]\ntopologies = [\"1\"]\n");
+        let (code, _, err) = rig_out(&[
+            "run",
+            "--target",
+            spec.to_str().unwrap(),
+            "--matrix",
+            m.to_str().unwrap(),
+            "--out",
+            s.0.join("out").to_str().unwrap(),
+            "--passes",
+            "clean",
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(why), "{err}");
+    }
+}
+
+/// Every case skipped (its path is not an endpoint of the target): the run
+/// measured nothing and says so with a non-zero exit.
+#[test]
+fn a_run_that_measured_nothing_exits_non_zero() {
+    if !root_or_skip("a_run_that_measured_nothing_exits_non_zero") {
+        return;
+    }
+    let s = Scratch::new("nothing");
+    let calib = repo().join("config/targets/calib.toml");
+    let m = s.write("m.toml", "[defaults]\nwarmup_ms = 100\nduration_ms = 300\n[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/not-an-endpoint\"]\ntopologies = [\"1\"]\n");
+    let dir = s.0.join("out");
+    let (code, out, err) = rig_out(&[
+        "run",
+        "--target",
+        calib.to_str().unwrap(),
+        "--matrix",
+        m.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+        "--passes",
+        "clean",
+    ]);
+    assert_eq!(code, 6, "{out}\n{err}");
+    assert!(err.contains("nothing was measured"), "{err}");
+    assert_all_json(&dir);
+}
+
+/// A launch whose program cannot be spawned leaves no run directory.
+#[test]
+fn a_failed_spawn_leaves_no_run_directory() {
+    if !root_or_skip("a_failed_spawn_leaves_no_run_directory") {
+        return;
+    }
+    let s = Scratch::new("spawnfail");
+    s.write("c.in", "x {port}\n");
+    let spec = TargetSpec::from_text(
+        &s.0.join("t.toml"),
+        "name = 't'\nargv = ['/no/such/program', '{port}']\nport = 'argv'\nready = { tcp = true }\n\
+         [[files]]\ntemplate = 'c.in'\npath = 'spawnfail-marker.conf'\n",
+    )
+    .unwrap();
+    let e = rig::target::launch(&spec, &LaunchOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("/no/such/program"), "{e}");
+    let left: Vec<PathBuf> = launch_dirs_of(std::process::id())
+        .into_iter()
+        .filter(|d| d.join("spawnfail-marker.conf").exists())
+        .collect();
+    assert_eq!(left, Vec::<PathBuf>::new());
+}
