@@ -658,7 +658,8 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
             | ProbeError::SelfTarget { .. }
             | ProbeError::KernelThread { .. },
         ) => exit::PERMISSION,
-        Some(ProbeError::NoSuchProcess { .. }) => exit::NO_PROCESS,
+        Some(ProbeError::NoSuchProcess { .. } | ProbeError::Zombie { .. }) => exit::NO_PROCESS,
+        Some(ProbeError::MapsUnreadable { .. }) => exit::PERMISSION,
         Some(ProbeError::UnknownFamily(_)) => exit::USAGE,
         _ if err.downcast_ref::<crate::usage::BadValue>().is_some() => exit::USAGE,
         _ if err.downcast_ref::<crate::scenario::MatrixError>().is_some() => exit::USAGE,

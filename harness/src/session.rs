@@ -40,8 +40,7 @@ pub struct AttachSettings {
 
 /// Run one session. `stop` ends a duration window early (Ctrl-C).
 pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> {
-    let id =
-        ProcessId::of(s.pid).map_err(|_| crate::probe::ProbeError::NoSuchProcess { pid: s.pid })?;
+    let id = ProcessId::of(s.pid).map_err(|_| crate::probe::not_measurable(s.pid, None))?;
     crate::probe::check_target(s.pid)?;
 
     // The load must reach the process being probed (lesson 1): the port's

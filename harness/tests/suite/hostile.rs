@@ -820,3 +820,28 @@ fn a_failed_spawn_leaves_no_run_directory() {
         .collect();
     assert_eq!(left, Vec::<PathBuf>::new());
 }
+
+// ---------------------------------------------------------------------------
+// Defect 7: say what is true of a pid.
+
+#[test]
+fn attach_to_a_zombie_says_it_exited_rather_than_no_such_process() {
+    if !root_or_skip("attach_to_a_zombie_says_it_exited_rather_than_no_such_process") {
+        return;
+    }
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap()
+        .contains(") Z")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (code, _, err) = rig_out(&["attach", "--pid", &pid.to_string(), "--duration", "1s"]);
+    child.wait().unwrap();
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("zombie"), "{err}");
+    assert!(!err.contains("no process with pid"), "{err}");
+}
