@@ -10,6 +10,7 @@ mod cleanup;
 mod cost;
 mod cxx;
 mod errors;
+mod fuzz;
 mod gate;
 mod hostile;
 mod integrity;
