@@ -191,6 +191,23 @@ pub struct Budget {
     /// CPU quota of the server's cgroup, in cores (e.g. 1 or 0.5).
     #[arg(long)]
     pub cpu_quota: Option<f64>,
+    /// Run the server as this user (name or uid), overriding the spec's
+    /// `user`; rig drops to it after setting up the cgroup and pinning.
+    #[arg(long)]
+    pub user: Option<String>,
+}
+
+impl Budget {
+    /// `--user` over each spec's own `user` (checked now: exit 2).
+    fn apply_user(&self, spec: &mut TargetSpec) -> Result<()> {
+        if let Some(u) = &self.user {
+            crate::target::user::resolve(u, None)
+                .map_err(|m| anyhow::Error::new(crate::usage::BadValue(format!("--user: {m}"))))?;
+            spec.user = Some(u.clone());
+            spec.group = None;
+        }
+        Ok(())
+    }
 }
 
 impl Budget {
@@ -434,11 +451,17 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
     if a.repeats == Some(0) {
         crate::refuse!("--repeats 0: give at least 1 round");
     }
-    let targets = a
+    let mut targets = a
         .target
         .iter()
         .map(|t| load_target(t).with_context(|| format!("--target {}", t.display())))
         .collect::<Result<Vec<_>>>()?;
+    for (spec, tls) in &mut targets {
+        a.budget.apply_user(spec)?;
+        if let Some(t) = tls {
+            a.budget.apply_user(t)?;
+        }
+    }
     let matrix = crate::scenario::Matrix::load(&a.matrix)?;
     raise_nofile();
     Ok(crate::run::RunSettings {
@@ -471,8 +494,12 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
         if arms.iter().any(|x: &crate::ab::Arm| x.name == name) {
             bail!("--arm {name}: two arms with one name");
         }
-        let (spec, tls) = load_target(std::path::Path::new(file))
+        let (mut spec, mut tls) = load_target(std::path::Path::new(file))
             .with_context(|| format!("--arm {name}={file}"))?;
+        a.budget.apply_user(&mut spec)?;
+        if let Some(t) = &mut tls {
+            a.budget.apply_user(t)?;
+        }
         arms.push(crate::ab::Arm {
             name: name.to_string(),
             spec,

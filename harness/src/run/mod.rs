@@ -88,6 +88,9 @@ struct TargetManifest {
     tls_variant: Option<TargetSpec>,
     /// The executable and every mapped object of its first launch, hashed.
     objects: Option<Vec<ObjectFact>>,
+    /// The uid and gid its first launch ran as.
+    uid: Option<u32>,
+    gid: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -207,6 +210,8 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
             spec: t.clone(),
             tls_variant: tls.clone(),
             objects: None,
+            uid: None,
+            gid: None,
         })
         .collect();
     let write_manifest =
@@ -291,6 +296,13 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                 // The first launch of a target records what it mapped, hashed.
                 if targets[case.target].objects.is_none() && r.objects.is_some() {
                     targets[case.target].objects = r.objects.clone();
+                    let launch = r
+                        .clean
+                        .as_ref()
+                        .map(|c| &c.launch)
+                        .or(r.counted.as_ref().map(|c| &c.launch));
+                    targets[case.target].uid = launch.and_then(|l| l.uid);
+                    targets[case.target].gid = launch.and_then(|l| l.gid);
                     targets = write_manifest(&out, targets)?;
                 }
                 results.push(r);

@@ -62,6 +62,8 @@ pub struct LaunchOptions {
 pub enum LaunchError {
     #[error("not starting target {name}: rig was interrupted (SIGINT/SIGTERM)")]
     Interrupted { name: String },
+    #[error("target {name}: {why}")]
+    User { name: String, why: String },
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error(transparent)]
@@ -339,6 +341,31 @@ pub fn cleanup_all() -> usize {
     entries.len()
 }
 
+/// Give `dir` and everything rig rendered into it to `ids`.
+fn chown_tree(dir: &std::path::Path, ids: super::user::RunAs) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(ids.uid), Some(ids.gid))?;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            chown_tree(&e.path(), ids)?;
+        } else {
+            std::os::unix::fs::lchown(e.path(), Some(ids.uid), Some(ids.gid))?;
+        }
+    }
+    Ok(())
+}
+
+/// One line, once per rig process: a target running as root.
+fn warn_root_once(name: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "rig: warning: target {name} runs as root; give `user = \"NAME\"` in its spec or \
+             --user NAME to run it unprivileged"
+        );
+    });
+}
+
 /// Live (non-zombie) members of process group `pgid`.
 pub fn group_members(pgid: u32) -> Vec<u32> {
     port::all_pids()
@@ -415,6 +442,8 @@ pub struct Launched {
     run_dir: PathBuf,
     /// Cleans up the cgroups and run dir if rig is SIGKILLed.
     watchdog: Option<super::watchdog::Watchdog>,
+    /// The target's real uid and gid right after exec.
+    pub runs_as: Option<super::user::RunAs>,
     stopped: Option<ExitInfo>,
 }
 
@@ -840,6 +869,29 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
             return Err(e.into());
         }
     };
+    // The account the target drops to; its run dir becomes its own so it
+    // can read its config (and write a pid file) there.
+    let run_as = match spec
+        .user
+        .as_deref()
+        .map(|u| super::user::resolve(u, spec.group.as_deref()))
+        .transpose()
+        .and_then(|ids| {
+            if let Some(ids) = ids {
+                chown_tree(&run_dir, ids)
+                    .map_err(|e| format!("giving {} to it: {e}", run_dir.display()))?;
+            }
+            Ok(ids)
+        }) {
+        Ok(ids) => ids,
+        Err(why) => {
+            let _ = std::fs::remove_dir_all(&run_dir);
+            return Err(LaunchError::User {
+                name: spec.name.clone(),
+                why,
+            });
+        }
+    };
 
     let label = if opts.label.is_empty() {
         spec.name.as_str()
@@ -934,6 +986,23 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            // Cgroup and pinning are set (they need root): now drop.
+            if let Some(ids) = run_as {
+                let gid = ids.gid as libc::gid_t;
+                if libc::setgroups(1, &gid) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(ids.uid as libc::uid_t) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // A credential change clears the death signal: set it again.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != rig_pid {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+            }
             Ok(())
         });
     }
@@ -951,6 +1020,10 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
         }
     })?;
     let pid = child.id();
+    let runs_as = super::user::ids_of(pid);
+    if runs_as.is_some_and(|r| r.uid == 0) {
+        warn_root_once(&spec.name);
+    }
     live().push(LiveEntry {
         key,
         pgid: pid,
@@ -1002,6 +1075,7 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
         key,
         run_dir,
         watchdog,
+        runs_as,
         stopped: None,
     };
     if let Ok(id) = ProcessId::of(pid) {

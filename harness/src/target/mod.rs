@@ -11,6 +11,7 @@ pub mod launch;
 pub mod maps;
 pub mod port;
 pub mod spec;
+pub mod user;
 pub mod watchdog;
 
 pub use cgroup::{reap_stale_cgroups, CgroupHandle};

@@ -207,6 +207,10 @@ pub struct TargetSpec {
     pub tls_variant: Option<PathBuf>,
     /// Files rendered into the launch's `{run_dir}` before it starts.
     pub files: Vec<FileTemplate>,
+    /// Run the target as this user (name or uid) and group (default: the
+    /// user's primary group); `None`: as rig's user (root warns).
+    pub user: Option<String>,
+    pub group: Option<String>,
     /// The spec file (absolute).
     pub path: PathBuf,
     /// Its directory: base of every relative path in the spec.
@@ -252,6 +256,8 @@ struct RawSpec {
     tls_variant: Option<Spanned<String>>,
     #[serde(default)]
     files: Vec<RawFile>,
+    user: Option<Spanned<String>>,
+    group: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -694,6 +700,19 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         }
     }
 
+    if let Some(u) = &raw.user {
+        if let Err(why) = super::user::resolve(
+            u.get_ref(),
+            raw.group.as_ref().map(|g| g.get_ref().as_str()),
+        ) {
+            d.error(u.span(), why);
+        }
+    } else if let Some(g) = &raw.group {
+        d.error(
+            g.span(),
+            "`group` needs `user` too: the target drops to both",
+        );
+    }
     let spec = TargetSpec {
         name,
         argv,
@@ -710,6 +729,8 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         endpoints,
         tls_variant,
         files,
+        user: raw.user.as_ref().map(|u| u.get_ref().clone()),
+        group: raw.group.as_ref().map(|g| g.get_ref().clone()),
         path: path.to_path_buf(),
         dir,
     };

@@ -845,3 +845,91 @@ fn attach_to_a_zombie_says_it_exited_rather_than_no_such_process() {
     assert!(err.contains("zombie"), "{err}");
     assert!(!err.contains("no process with pid"), "{err}");
 }
+
+// ---------------------------------------------------------------------------
+// Defect 8: the target's user.
+
+/// `user = "nobody"` in the spec: the target runs as that user (after rig
+/// set up its cgroup as root), owns its run directory, and the launch
+/// records its uid/gid; `--user` does the same for `rig run` and the
+/// manifest records it; a target left as root gets a one-line warning.
+#[test]
+fn a_target_drops_to_the_user_its_spec_or_user_flag_names() {
+    if !root_or_skip("a_target_drops_to_the_user_its_spec_or_user_flag_names") {
+        return;
+    }
+    let s = Scratch::new("user");
+    s.write("c.in", "listen {port}\n");
+    let spec = TargetSpec::from_text(
+        &s.0.join("t.toml"),
+        "name = 'asuser'\nargv = ['{calib_server}', '--port', '{port}']\nport = 'argv'\n\
+         ready = { stdout = 'READY' }\nuser = 'nobody'\ngroup = 'nogroup'\n\
+         [[files]]\ntemplate = 'c.in'\npath = 'c.conf'\n",
+    )
+    .unwrap();
+    let l = rig::target::launch(&spec, &LaunchOptions::default()).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", l.pid)).unwrap();
+    let uid_line = status
+        .lines()
+        .find(|x| x.starts_with("Uid:"))
+        .unwrap()
+        .to_string();
+    let runs_as = l.runs_as;
+    drop(l);
+    assert!(
+        uid_line.split_whitespace().skip(1).all(|u| u == "65534"),
+        "{uid_line}"
+    );
+    assert_eq!(runs_as.map(|r| (r.uid, r.gid)), Some((65534, 65534)));
+
+    // A spec naming a user that does not exist is refused with its line.
+    let e = TargetSpec::from_text(
+        &s.0.join("t2.toml"),
+        "name = 'x'\nargv = ['{calib_server}', '{port}']\nport = 'argv'\nready = { tcp = true }\n\
+         user = 'no-such-user-rig'\n",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("t2.toml:5:"), "{e}");
+
+    let calib = repo().join("config/targets/calib.toml");
+    let m = s.write("m.toml", "[defaults]\nwarmup_ms = 50\nduration_ms = 200\n[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\ntopologies = [\"1\"]\n");
+    for (user, uid) in [(Some("nobody"), 65534), (None, 0)] {
+        let out = s.0.join(format!("out-{uid}"));
+        let mut args = vec![
+            "run",
+            "--target",
+            calib.to_str().unwrap(),
+            "--matrix",
+            m.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--passes",
+            "clean",
+        ];
+        if let Some(u) = user {
+            args.extend(["--user", u]);
+        }
+        let (code, stdout, err) = rig_out(&args);
+        assert_eq!(code, 0, "{stdout}\n{err}");
+        let manifest: Value =
+            serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+        assert_eq!(
+            manifest["targets"][0]["uid"], uid,
+            "{:#}",
+            manifest["targets"][0]
+        );
+        assert_eq!(err.contains("runs as root"), uid == 0, "{err}");
+    }
+    let (code, _, err) = rig_out(&[
+        "run",
+        "--target",
+        calib.to_str().unwrap(),
+        "--matrix",
+        m.to_str().unwrap(),
+        "--out",
+        s.0.join("o").to_str().unwrap(),
+        "--user",
+        "no-such-user-rig",
+    ]);
+    assert_eq!(code, 2, "{err}");
+}
