@@ -172,6 +172,23 @@ pub struct Budget {
     /// CPU quota of the server's cgroup, in cores (e.g. 1 or 0.5).
     #[arg(long)]
     pub cpu_quota: Option<f64>,
+    /// Run the server as this user (name or uid), overriding the spec's
+    /// `user`; rig drops to it after setting up the cgroup and pinning.
+    #[arg(long)]
+    pub user: Option<String>,
+}
+
+impl Budget {
+    /// `--user` over each spec's own `user` (checked now: exit 2).
+    fn apply_user(&self, spec: &mut TargetSpec) -> Result<()> {
+        if let Some(u) = &self.user {
+            crate::launch::user::resolve(u, None)
+                .map_err(|m| anyhow::Error::new(crate::usage::BadValue(format!("--user: {m}"))))?;
+            spec.user = Some(u.clone());
+            spec.group = None;
+        }
+        Ok(())
+    }
 }
 
 impl Budget {
@@ -182,7 +199,7 @@ impl Budget {
         let client = cpu_list("--client-cpus", &self.client_cpus)?;
         if let (Some(s), Some(c)) = (&server, &client) {
             if let Some(x) = s.iter().find(|x| c.contains(x)) {
-                bail!(
+                crate::refuse!(
                     "--client-cpus {} overlaps --server-cpu {} on CPU {x}; give disjoint CPU sets",
                     self.client_cpus.as_deref().unwrap_or_default(),
                     self.server_cpu.as_deref().unwrap_or_default()
@@ -190,9 +207,42 @@ impl Budget {
             }
         }
         if self.cpu_quota.is_some_and(|q| !q.is_finite() || q <= 0.0) {
-            bail!("--cpu-quota must be a positive number of cores, e.g. 1 or 0.5");
+            crate::refuse!("--cpu-quota must be a positive number of cores, e.g. 1 or 0.5");
         }
+        self.check_host(server.as_deref(), client.as_deref())
+            .map_err(|m| anyhow::Error::new(crate::usage::BadValue(m)))?;
         Ok((server, client))
+    }
+
+    /// What this host cannot give, refused before the first case (exit 2)
+    /// instead of failing every case.
+    fn check_host(&self, server: Option<&[usize]>, client: Option<&[usize]>) -> Result<(), String> {
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+        let cpus = crate::launch::start::parse_cpu_list(&online).unwrap_or_default();
+        for (flag, set) in [("--server-cpu", server), ("--client-cpus", client)] {
+            if let Some(c) = set.into_iter().flatten().find(|c| !cpus.contains(c)) {
+                return Err(format!(
+                    "{flag}: CPU {c} is not online here (online: {}); give CPUs from that list",
+                    online.trim()
+                ));
+            }
+            if set.is_some_and(|s| s.is_empty()) {
+                return Err(format!("{flag}: give at least one CPU"));
+            }
+        }
+        if self.memory_mib == Some(0) {
+            return Err("--memory-mib 0: give the memory limit in MiB, at least 1".into());
+        }
+        if let Some(q) = self.cpu_quota {
+            if !cpus.is_empty() && q > cpus.len() as f64 {
+                return Err(format!(
+                    "--cpu-quota {q}: more cores than this host has online ({}); give at most {}",
+                    cpus.len(),
+                    cpus.len()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -334,8 +384,7 @@ fn settings(a: &AttachArgs) -> Result<AttachSettings> {
 fn output(a: &Attribution, common: &Common) -> Result<i32> {
     print!("{}", table::render(a, common.top));
     if let Some(path) = &common.json {
-        let f =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let f = crate::fsutil::create_new(path).context("--json")?;
         serde_json::to_writer_pretty(std::io::BufWriter::new(f), a)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -346,13 +395,33 @@ fn output(a: &Attribution, common: &Common) -> Result<i32> {
     })
 }
 
-fn stop_flag() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
+/// The load may open as many connections as the matrix check allowed.
+fn raise_nofile() {
+    if let Some(n) = crate::scenario::raise_nofile() {
+        eprintln!(
+            "rig: raised the open-file limit (RLIMIT_NOFILE) to {n} for the load's connections"
+        );
     }
-    Ok(stop)
+}
+
+/// An output file flag, refused now (exit 2) rather than after the work:
+/// it must be a new path (no file, no symlink) in an existing directory.
+fn new_output_file(flag: &str, path: &Option<PathBuf>) -> Result<()> {
+    if let Some(p) = path {
+        crate::fsutil::check_new_file(flag, p)
+            .map_err(|m| anyhow::Error::new(crate::usage::BadValue(m)))?;
+    }
+    Ok(())
+}
+
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    crate::interrupt::install(|| {
+        let n = crate::launch::start::cleanup_all();
+        if n > 0 {
+            eprintln!("rig: interrupted: stopped {n} target(s) rig had started");
+        }
+    })
+    .context("installing signal handlers")
 }
 
 fn cpu_list(flag: &str, v: &Option<String>) -> Result<Option<Vec<usize>>> {
@@ -373,12 +442,22 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
     } else {
         Family::parse_list(&a.probes)?
     };
-    let targets = a
+    if a.repeats == Some(0) {
+        crate::refuse!("--repeats 0: give at least 1 round");
+    }
+    let mut targets = a
         .target
         .iter()
         .map(|t| load_target(t).with_context(|| format!("--target {}", t.display())))
         .collect::<Result<Vec<_>>>()?;
+    for (spec, tls) in &mut targets {
+        a.budget.apply_user(spec)?;
+        if let Some(t) = tls {
+            a.budget.apply_user(t)?;
+        }
+    }
     let matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    raise_nofile();
     Ok(crate::run::RunSettings {
         targets,
         matrix_path: a.matrix.clone(),
@@ -424,8 +503,12 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
         if arms.iter().any(|x: &crate::ab::Arm| x.name == name) {
             bail!("--arm {name}: two arms with one name");
         }
-        let (spec, tls) = load_target(std::path::Path::new(file))
+        let (mut spec, mut tls) = load_target(std::path::Path::new(file))
             .with_context(|| format!("--arm {name}={file}"))?;
+        a.budget.apply_user(&mut spec)?;
+        if let Some(t) = &mut tls {
+            a.budget.apply_user(t)?;
+        }
         arms.push(crate::ab::Arm {
             name: name.to_string(),
             spec,
@@ -436,8 +519,9 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
         bail!("--arm: give at least two arms (--arm A=FILE --arm B=FILE)");
     }
     if a.rounds == 0 {
-        bail!("--rounds 0: give at least one A B B A round");
+        crate::refuse!("--rounds 0: give at least one A B B A round");
     }
+    raise_nofile();
     let families = if a.probes == "none" {
         Vec::new()
     } else {
@@ -466,7 +550,8 @@ fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
 fn check_config(path: &std::path::Path) -> Result<i32> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    if text.contains("[[suite]]") {
+    // A matrix has suites or defaults; a target spec has neither.
+    if text.contains("[[suite]]") || text.contains("[defaults]") {
         match crate::scenario::Matrix::load(path) {
             Ok(m) => {
                 println!(
@@ -500,20 +585,25 @@ fn check_config(path: &std::path::Path) -> Result<i32> {
 /// Parse flags and run; returns the exit code.
 pub fn run() -> Result<i32> {
     let cli = Cli::parse();
+    // Every command obeys SIGINT/SIGTERM at once (exit 130), not only those
+    // that look at the flag themselves.
+    stop_flag()?;
     match cli.command {
         Cmd::Attach(a) => {
             let s = settings(&a)?;
+            new_output_file("--json", &a.common.json)?;
             let stop = stop_flag()?;
             let attribution = session::run_attach(&s, &stop)?;
             output(&attribution, &a.common)
         }
         Cmd::ProbeCost(p) => {
             crate::probe::require_root()?;
+            new_output_file("--json", &p.json)?;
             let rows = crate::probe::cost::measure(p.iterations, p.rounds)?;
             println!("{}", crate::probe::cost::render(&rows));
             if let Some(path) = &p.json {
-                std::fs::write(path, serde_json::to_vec_pretty(&rows)?)
-                    .with_context(|| format!("writing {}", path.display()))?;
+                crate::fsutil::write_new(path, &serde_json::to_vec_pretty(&rows)?)
+                    .context("--json")?;
             }
             Ok(exit::OK)
         }
@@ -529,9 +619,17 @@ pub fn run() -> Result<i32> {
             let failed = results
                 .iter()
                 .any(|r| r.status == crate::run::Status::Failed);
+            let measured = results.iter().any(|r| r.status == crate::run::Status::Ok);
+            if !measured && !failed {
+                eprintln!(
+                    "rig: nothing was measured: all {} case(s) were skipped (see the reasons above                      and in {}/report.json)",
+                    results.len(),
+                    s.out.display()
+                );
+            }
             Ok(if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 exit::INTERRUPTED
-            } else if failed {
+            } else if failed || !measured {
                 exit::CASE_FAILED
             } else {
                 exit::OK
@@ -558,6 +656,7 @@ pub fn run() -> Result<i32> {
         }
         Cmd::Gate(g) => crate::gate::command(&gate_settings(&g)?, &*stop_flag()?),
         Cmd::Demo(d) => {
+            new_output_file("--json", &d.common.json)?;
             let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
             cmd.args(["--port", "0", "--threads", "2", "--contend"]);
             let target = session::Child::spawn_ready(cmd)?;
@@ -596,8 +695,18 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
             | ProbeError::SelfTarget { .. }
             | ProbeError::KernelThread { .. },
         ) => exit::PERMISSION,
-        Some(ProbeError::NoSuchProcess { .. }) => exit::NO_PROCESS,
+        Some(ProbeError::NoSuchProcess { .. } | ProbeError::Zombie { .. }) => exit::NO_PROCESS,
+        Some(ProbeError::MapsUnreadable { .. }) => exit::PERMISSION,
         Some(ProbeError::UnknownFamily(_)) => exit::USAGE,
+        _ if err.downcast_ref::<crate::usage::BadValue>().is_some() => exit::USAGE,
+        _ if err.downcast_ref::<crate::scenario::MatrixError>().is_some() => exit::USAGE,
+        _ if matches!(
+            err.downcast_ref::<crate::launch::SpecError>(),
+            Some(crate::launch::SpecError::Invalid(_))
+        ) =>
+        {
+            exit::USAGE
+        }
         _ if err.downcast_ref::<crate::gate::RunsFailed>().is_some() => exit::CASE_FAILED,
         _ => exit::ERROR,
     }

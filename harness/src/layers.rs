@@ -14,21 +14,27 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     // Leaves.
     ("exit", &[]),
+    ("interrupt", &[]),
+    ("fsutil", &[]),
+    ("usage", &[]),
     ("host", &[]),
     ("scenario", &[]),
     ("stats", &[]),
     ("process", &[]),
     ("symbolize", &["process"]),
     // Stages.
-    ("load", &[]),
-    ("launch", &["process"]),
+    ("load", &["interrupt"]),
+    ("launch", &["fsutil", "interrupt", "process"]),
     ("sample", &["launch", "process"]),
-    ("probe", &["host", "process", "symbolize"]),
+    ("probe", &["host", "interrupt", "process", "symbolize"]),
     // What a window becomes.
-    ("report", &["host", "load", "probe", "process", "symbolize"]),
+    (
+        "report",
+        &["fsutil", "host", "load", "probe", "process", "symbolize"],
+    ),
     ("metrics", &["probe", "report", "scenario", "symbolize"]),
     // The fixed-count window.
-    ("window", &["launch", "load", "probe", "process"]),
+    ("window", &["fsutil", "launch", "load", "probe", "process"]),
     // The case runner (`rig run`, `rig ab`, `rig gate`).
     (
         "case",
@@ -73,6 +79,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "ab",
         &[
             "case",
+            "fsutil",
             "launch",
             "metrics",
             "probe",
@@ -87,6 +94,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "case",
             "exit",
+            "fsutil",
             "host",
             "launch",
             "metrics",
@@ -102,8 +110,21 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
-            "ab", "exit", "gate", "host", "launch", "load", "probe", "report", "run", "scenario",
-            "session", "window",
+            "ab",
+            "exit",
+            "fsutil",
+            "gate",
+            "host",
+            "interrupt",
+            "launch",
+            "load",
+            "probe",
+            "report",
+            "run",
+            "scenario",
+            "session",
+            "usage",
+            "window",
         ],
     ),
 ];
@@ -117,7 +138,9 @@ fn uses(text: &str) -> BTreeSet<String> {
             .chars()
             .take_while(|c| c.is_ascii_lowercase() || *c == '_')
             .collect();
-        if !name.is_empty() {
+        // `crate::name!` is a macro exported at the root, not a module.
+        let is_macro = rest[name.len()..].starts_with('!');
+        if !name.is_empty() && !is_macro {
             out.insert(name);
         }
     }

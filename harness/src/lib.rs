@@ -18,8 +18,10 @@ pub mod ab;
 pub mod case;
 pub mod cli;
 pub mod exit;
+pub mod fsutil;
 pub mod gate;
 pub mod host;
+pub mod interrupt;
 pub mod launch;
 #[cfg(test)]
 mod layers;
@@ -34,4 +36,5 @@ pub mod scenario;
 pub mod session;
 pub mod stats;
 pub mod symbolize;
+pub mod usage;
 pub mod window;

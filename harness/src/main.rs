@@ -6,5 +6,11 @@ fn main() {
             rig::cli::exit_code(&err)
         }
     };
+    // A SIGINT/SIGTERM ends every command with 130, whatever stage saw it.
+    let code = if rig::interrupt::requested() {
+        rig::cli::exit::INTERRUPTED
+    } else {
+        code
+    };
     std::process::exit(code);
 }

@@ -44,8 +44,7 @@ pub struct AttachSettings {
 
 /// Run one session. `stop` ends a duration window early (Ctrl-C).
 pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> {
-    let id =
-        ProcessId::of(s.pid).map_err(|_| crate::probe::ProbeError::NoSuchProcess { pid: s.pid })?;
+    let id = ProcessId::of(s.pid).map_err(|_| crate::probe::not_measurable(s.pid, None))?;
     crate::probe::check_target(s.pid)?;
 
     // The load must reach the process being probed (a stale server on the
@@ -76,6 +75,9 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
             // stay outside.
             let mut conns = load::connect(&d.target, d.connections)?;
             let check = |phase: Phase, warm: &LoadResult| -> Result<()> {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("interrupted by SIGINT/SIGTERM during the warm-up; nothing was measured");
+                }
                 if warm.failed() == 0 {
                     return Ok(());
                 }
@@ -101,7 +103,11 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
             )?;
             drop(conns);
             let r = driven.reading;
-            (r.window, Some(driven.report), Some(r.quiesced))
+            let mut window = r.window;
+            if stop.load(Ordering::Relaxed) {
+                window.end = WindowEnd::Interrupted;
+            }
+            (window, Some(driven.report), Some(r.quiesced))
         }
         None => (user_window(s, &id, stop)?, None, None),
     };

@@ -262,8 +262,22 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
                 let mut c = c.clone();
                 c.repeat = run;
                 c.id = format!("{}#{run}", c.id.trim_end_matches("#1"));
+                if stop.load(Ordering::Relaxed) {
+                    interrupted = true;
+                    break 'rounds;
+                }
                 let (spec, tls) = &rs.targets[arm];
-                let r = run_case(&rs, &c, spec, tls.as_ref(), &mut sym);
+                let mut r = run_case(&rs, &c, spec, tls.as_ref(), &mut sym);
+                if stop.load(Ordering::Relaxed) {
+                    // rig stopped the target under this case: not data.
+                    interrupted = true;
+                    r = CaseResult::skipped(
+                        &c,
+                        "interrupted by SIGINT/SIGTERM during this case".into(),
+                    );
+                    out.append_case(&r)?;
+                    break 'rounds;
+                }
                 if r.status == Status::Failed {
                     eprintln!("rig ab: {} failed: {}", c.id, r.reasons.join("; "));
                 }
@@ -276,8 +290,40 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
 
     let report = analyse(s, &names, results, equality, order_names, interrupted);
     out.write_json("ab.json", &report)?;
-    std::fs::write(s.out.join("ab.md"), markdown(&report))?;
+    crate::fsutil::write_new(&s.out.join("ab.md"), markdown(&report).as_bytes())?;
     Ok(report)
+}
+
+/// An exact, deterministic counter: the same value in every run of each
+/// arm is the whole story, with any number of runs (no p-value needed).
+/// `None` when either arm varies (or has no runs): the usual rules decide.
+pub fn exact_verdict(a: &[f64], b: &[f64], lower_is_better: bool) -> Option<(Verdict, String)> {
+    let constant = |v: &[f64]| v.first().filter(|x| v.iter().all(|y| y == *x)).copied();
+    let (x, y) = (constant(a)?, constant(b)?);
+    if x == y {
+        return Some((
+            Verdict::NoDifference,
+            format!("exact counter: {x} in every run of both arms"),
+        ));
+    }
+    let better = (y < x) == lower_is_better;
+    Some((
+        if better { Verdict::Better } else { Verdict::Worse },
+        format!(
+            "exact counter: {x} in every run of the first arm ({} runs), {y} in every run of this              arm ({} runs): a deterministic difference, decided without a test",
+            a.len(),
+            b.len()
+        ),
+    ))
+}
+
+/// The one-line timing summary: the decided differences, or why none.
+pub fn timing_summary(decided: &[String], undecided: bool) -> String {
+    match (decided.is_empty(), undecided) {
+        (false, _) => format!("timings: {}", decided.join("; ")),
+        (true, true) => "timings: too few runs to decide timings (add --rounds)".to_string(),
+        (true, false) => "timings: no difference beyond the within-arm spread".to_string(),
+    }
 }
 
 fn analyse(
@@ -413,6 +459,14 @@ fn analyse(
                         .collect();
                     let paired = (pairs.len() >= 6).then_some(pairs.as_slice());
                     let mut c = compare(&m.values[0], &m.values[i], paired, m.lower_is_better, 0x5eed);
+                    if m.exact {
+                        if let Some((v, why)) =
+                            exact_verdict(&m.values[0], &m.values[i], m.lower_is_better)
+                        {
+                            c.verdict = v;
+                            c.reason = why;
+                        }
+                    }
                     let alpha = if m.control { alpha_control } else { alpha_main };
                     let significant = c.test_applied && c.p_value.is_some_and(|p| p < alpha);
                     if !m.exact && matches!(c.verdict, Verdict::Better | Verdict::Worse) && !significant {
@@ -484,11 +538,11 @@ fn analyse(
             }
         }
     }
-    let mut verdict = if verdict_parts.is_empty() {
-        "timings: no difference beyond the within-arm spread".to_string()
-    } else {
-        format!("timings: {}", verdict_parts.join("; "))
-    };
+    let undecided = timing
+        .iter()
+        .flat_map(|m| m.vs_first.iter())
+        .any(|c| !c.test_applied || c.verdict == Verdict::Inconclusive);
+    let mut verdict = timing_summary(&verdict_parts, undecided);
     if !drift.is_empty() {
         verdict.push_str(" — IN DOUBT: a negative control moved");
     }
@@ -678,6 +732,38 @@ pub fn markdown(r: &AbReport) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_exact_counter_constant_in_each_arm_is_decided_with_any_number_of_runs() {
+        let (v, why) = exact_verdict(&[4.0, 4.0], &[3.0, 3.0], true).unwrap();
+        assert_eq!(v, Verdict::Better, "{why}");
+        assert!(why.contains("decided without a test"), "{why}");
+        assert_eq!(
+            exact_verdict(&[3.0], &[4.0], true).unwrap().0,
+            Verdict::Worse
+        );
+        assert_eq!(
+            exact_verdict(&[3.0, 3.0], &[3.0], true).unwrap().0,
+            Verdict::NoDifference
+        );
+        // A varying arm is left to the usual rules.
+        assert!(exact_verdict(&[4.0, 5.0], &[3.0, 3.0], true).is_none());
+        assert!(exact_verdict(&[], &[3.0], true).is_none());
+    }
+
+    #[test]
+    fn the_timing_summary_says_when_runs_were_too_few_to_decide() {
+        assert_eq!(
+            timing_summary(&[], true),
+            "timings: too few runs to decide timings (add --rounds)"
+        );
+        assert_eq!(
+            timing_summary(&[], false),
+            "timings: no difference beyond the within-arm spread"
+        );
+        assert!(timing_summary(&["B x: worse (+3.0%)".into()], true).contains("worse"));
+    }
+
     use super::*;
 
     #[test]

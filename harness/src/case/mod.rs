@@ -51,6 +51,9 @@ pub struct LaunchInfo {
     pub exe_sha256: String,
     /// `rig ab`: the arm's binary/libraries, proven mapped by hash.
     pub arm_proof: Option<crate::launch::identity::ArmProof>,
+    /// The target's real uid and gid (after any `user` drop).
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
 }
 
 impl LaunchInfo {
@@ -64,6 +67,8 @@ impl LaunchInfo {
             notes: l.notes.clone(),
             exe_sha256: l.exe.sha256.clone(),
             arm_proof: None,
+            uid: l.runs_as.map(|r| r.uid),
+            gid: l.runs_as.map(|r| r.gid),
         }
     }
 }

@@ -111,7 +111,7 @@ pub fn run(s: &GateSettings, stop: &AtomicBool) -> Result<GateReport> {
     };
     if let Some(d) = &s.out {
         let p = d.join("gate.json");
-        std::fs::write(&p, serde_json::to_vec_pretty(&report)?)
+        crate::fsutil::write_new(&p, &serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(report)

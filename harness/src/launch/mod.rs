@@ -12,6 +12,8 @@ pub mod identity;
 pub mod port;
 pub mod spec;
 pub mod start;
+pub mod user;
+pub mod watchdog;
 
 pub use crate::process::{cmdline, maps, ProcessId};
 pub use cgroup::{reap_stale_cgroups, CgroupHandle};

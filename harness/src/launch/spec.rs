@@ -214,6 +214,10 @@ pub struct TargetSpec {
     pub files: Vec<FileTemplate>,
     /// Extra wrapper patterns for naming user sites (`wrappers = [...]`).
     pub wrappers: Vec<String>,
+    /// Run the target as this user (name or uid) and group (default: the
+    /// user's primary group); `None`: as rig's user (root warns).
+    pub user: Option<String>,
+    pub group: Option<String>,
     /// The spec file (absolute).
     pub path: PathBuf,
     /// Its directory: base of every relative path in the spec.
@@ -261,6 +265,8 @@ struct RawSpec {
     files: Vec<RawFile>,
     #[serde(default)]
     wrappers: Vec<String>,
+    user: Option<Spanned<String>>,
+    group: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -703,6 +709,19 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         }
     }
 
+    if let Some(u) = &raw.user {
+        if let Err(why) = super::user::resolve(
+            u.get_ref(),
+            raw.group.as_ref().map(|g| g.get_ref().as_str()),
+        ) {
+            d.error(u.span(), why);
+        }
+    } else if let Some(g) = &raw.group {
+        d.error(
+            g.span(),
+            "`group` needs `user` too: the target drops to both",
+        );
+    }
     let spec = TargetSpec {
         name,
         argv,
@@ -720,10 +739,67 @@ fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigError>) {
         tls_variant,
         files,
         wrappers: raw.wrappers.clone(),
+        user: raw.user.as_ref().map(|u| u.get_ref().clone()),
+        group: raw.group.as_ref().map(|g| g.get_ref().clone()),
         path: path.to_path_buf(),
         dir,
     };
     (Some(spec), d.out)
+}
+
+/// [`program_problem`] of a spec read from a file, located at its argv[0].
+fn program_error(path: &Path, text: &str, spec: &TargetSpec) -> Option<ConfigError> {
+    let prog = spec.argv.first()?;
+    let message = program_problem(&spec.dir, prog)?;
+    let off = text
+        .find("argv")
+        .and_then(|i| text[i..].find(prog.as_str()).map(|j| i + j))
+        .unwrap_or(0);
+    let (line, col, source_line) = locate(text, off);
+    Some(ConfigError {
+        path: path.to_path_buf(),
+        line,
+        col,
+        message,
+        source_line,
+        warning: false,
+    })
+}
+
+/// Why `argv[0]` cannot start, found before any launch: a path (relative to
+/// the spec's directory) that is not an executable file, or a bare name not
+/// in `PATH`. Placeholders resolve at launch and are not checked here.
+fn program_problem(dir: &Path, prog: &str) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    if prog.contains('{') {
+        return None;
+    }
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if prog.contains('/') {
+        let p = under(dir, prog);
+        return match std::fs::metadata(&p) {
+            Err(_) => Some(format!(
+                "argv[0] {} does not exist (relative paths are relative to the spec's directory {})",
+                p.display(),
+                dir.display()
+            )),
+            Ok(_) if !executable(&p) => Some(format!(
+                "argv[0] {} is not an executable file",
+                p.display()
+            )),
+            Ok(_) => None,
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|d| executable(&d.join(prog))) {
+        None
+    } else {
+        Some(format!(
+            "argv[0] `{prog}` is not an executable in PATH; give its path or install it"
+        ))
+    }
 }
 
 /// `extends = "base.toml"`: this spec is the base with this file's
@@ -751,7 +827,11 @@ fn resolve_extends(path: &Path, text: &str, depth: usize) -> Result<String, Spec
         }])
     };
     let base = base.as_str().ok_or_else(|| {
-        invalid("`extends` must be a file name, e.g. extends = \"calib.toml\"".into())
+        invalid(
+            "`extends` must be a string: the path of the base spec, relative to this spec's \
+             directory or absolute, e.g. extends = \"calib.toml\""
+                .into(),
+        )
     })?;
     if depth > 8 {
         return Err(invalid(format!(
@@ -843,7 +923,8 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> 
             }])
         }
     };
-    let (spec, diags) = parse(&path, &text);
+    let (spec, mut diags) = parse(&path, &text);
+    diags.extend(spec.as_ref().and_then(|s| program_error(&path, &text, s)));
     let (warnings, errors): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.warning);
     if !errors.is_empty() {
         return Err(errors.into_iter().chain(warnings).collect());
@@ -867,7 +948,11 @@ impl TargetSpec {
             source,
         })?;
         let text = resolve_extends(&path, &text, 0)?;
-        Self::from_text(&path, &text)
+        let spec = Self::from_text(&path, &text)?;
+        match program_error(&path, &text, &spec) {
+            Some(e) => Err(SpecError::Invalid(vec![e])),
+            None => Ok(spec),
+        }
     }
 
     /// Parse spec text as if it were the file `path`.
@@ -974,11 +1059,15 @@ impl TargetSpec {
             };
             let text = std::fs::read_to_string(&f.template).map_err(|e| io(e, "reading"))?;
             let out = self.substitute(&text, port, Some(run_dir))?;
+            // run_dir is private to rig; still, never follow a link or
+            // overwrite a file there (see fsutil).
             let dest = run_dir.join(&f.path);
-            if let Some(parent) = dest.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| io(e, "making the directory for"))?;
+            if let Some(parent) = Path::new(&f.path).parent() {
+                crate::fsutil::make_dirs_below(run_dir, parent)
+                    .map_err(|e| io(e, "making the directory for"))?;
             }
-            std::fs::write(&dest, out).map_err(|e| io(e, "writing the rendering of"))?;
+            crate::fsutil::write_new(&dest, out.as_bytes())
+                .map_err(|e| io(e, "writing the rendering of"))?;
         }
         Ok(())
     }

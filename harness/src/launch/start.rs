@@ -62,6 +62,10 @@ pub struct LaunchOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
+    #[error("not starting target {name}: rig was interrupted (SIGINT/SIGTERM)")]
+    Interrupted { name: String },
+    #[error("target {name}: {why}")]
+    User { name: String, why: String },
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error(transparent)]
@@ -339,6 +343,31 @@ pub fn cleanup_all() -> usize {
     entries.len()
 }
 
+/// Give `dir` and everything rig rendered into it to `ids`.
+fn chown_tree(dir: &std::path::Path, ids: super::user::RunAs) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(ids.uid), Some(ids.gid))?;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            chown_tree(&e.path(), ids)?;
+        } else {
+            std::os::unix::fs::lchown(e.path(), Some(ids.uid), Some(ids.gid))?;
+        }
+    }
+    Ok(())
+}
+
+/// One line, once per rig process: a target running as root.
+fn warn_root_once(name: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "rig: warning: target {name} runs as root; give `user = \"NAME\"` in its spec or \
+             --user NAME to run it unprivileged"
+        );
+    });
+}
+
 /// Live (non-zombie) members of process group `pgid`.
 pub fn group_members(pgid: u32) -> Vec<u32> {
     port::all_pids()
@@ -365,7 +394,13 @@ fn remove_stale_run_dirs() {
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        // Only rig's own private directories: never one another user made.
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            // SAFETY: no preconditions.
+            m.is_dir() && m.uid() == unsafe { libc::geteuid() } && m.mode() & 0o077 == 0
+        });
+        if ours && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -407,6 +442,10 @@ pub struct Launched {
     key: u64,
     /// The launch's `{run_dir}` (rendered config files), removed at stop.
     run_dir: PathBuf,
+    /// Cleans up the cgroups and run dir if rig is SIGKILLed.
+    watchdog: Option<super::watchdog::Watchdog>,
+    /// The target's real uid and gid right after exec.
+    pub runs_as: Option<super::user::RunAs>,
     stopped: Option<ExitInfo>,
 }
 
@@ -544,6 +583,9 @@ impl Launched {
                     self.run_dir.display()
                 );
             }
+        }
+        if let Some(mut w) = self.watchdog.take() {
+            w.dismiss();
         }
         let info = ExitInfo {
             code: status.and_then(|s| s.code()),
@@ -760,6 +802,12 @@ pub fn parse_status_line(b: &[u8]) -> Option<u16> {
 /// holds its port, and record what it maps.
 #[allow(clippy::result_large_err)] // see mapped_objects
 pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+    let interrupted = || LaunchError::Interrupted {
+        name: spec.name.clone(),
+    };
+    if crate::interrupt::requested() {
+        return Err(interrupted());
+    }
     become_subreaper();
     for p in cgroup::reap_stale_cgroups() {
         log::warn!("removed stale cgroup {} (its rig was killed)", p.display());
@@ -797,19 +845,53 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
     };
     let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
     remove_stale_run_dirs();
-    let run_dir = std::env::temp_dir().join(format!("rig-launch-{}-{key}", std::process::id()));
-    let made = std::fs::create_dir_all(&run_dir).map_err(|e| SpecError::Placeholder {
-        path: spec.path.clone(),
-        placeholder: "run_dir".into(),
-        why: format!("creating {}: {e}", run_dir.display()),
-    });
-    let rendered = made.and_then(|()| spec.render_files(port, &run_dir));
+    // A fresh private directory (mkdtemp, 0700): a name another user can
+    // predict and create first would let them plant links or edit configs.
+    let prefix = format!("rig-launch-{}-{key}-", std::process::id());
+    let run_dir = match crate::fsutil::private_dir(&prefix) {
+        Ok(d) => d,
+        Err(e) => {
+            return Err(SpecError::Placeholder {
+                path: spec.path.clone(),
+                placeholder: "run_dir".into(),
+                why: format!(
+                    "creating {}*: {e}",
+                    std::env::temp_dir().join(&prefix).display()
+                ),
+            }
+            .into())
+        }
+    };
+    let rendered = spec.render_files(port, &run_dir);
     let rc = rendered.and_then(|()| spec.command(port, Some(&run_dir)));
     let rc = match rc {
         Ok(rc) => rc,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&run_dir);
             return Err(e.into());
+        }
+    };
+    // The account the target drops to; its run dir becomes its own so it
+    // can read its config (and write a pid file) there.
+    let run_as = match spec
+        .user
+        .as_deref()
+        .map(|u| super::user::resolve(u, spec.group.as_deref()))
+        .transpose()
+        .and_then(|ids| {
+            if let Some(ids) = ids {
+                chown_tree(&run_dir, ids)
+                    .map_err(|e| format!("giving {} to it: {e}", run_dir.display()))?;
+            }
+            Ok(ids)
+        }) {
+        Ok(ids) => ids,
+        Err(why) => {
+            let _ = std::fs::remove_dir_all(&run_dir);
+            return Err(LaunchError::User {
+                name: spec.name.clone(),
+                why,
+            });
         }
     };
 
@@ -824,7 +906,14 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
             memory_mib: opts.memory_limit_mib,
             cpu_quota: opts.cpu_quota,
         },
-    )?;
+    )
+    .inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&run_dir);
+    })?;
+    let watchdog = super::watchdog::Watchdog::start(
+        &run_dir,
+        &cg.as_ref().map(|c| c.handle().dirs).unwrap_or_default(),
+    );
     let mut notes = Vec::new();
     match &cg {
         Some(c) => notes.extend(c.notes.iter().cloned()),
@@ -863,10 +952,23 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
             set
         }
     });
-    // SAFETY: the closure only calls open/write/close/sched_setaffinity,
-    // all async-signal-safe, on data prepared before fork.
+    // SAFETY: getpid has no preconditions.
+    let rig_pid = unsafe { libc::getpid() };
+    // SAFETY: the closure only calls prctl/getppid/open/write/close/
+    // sched_setaffinity, all async-signal-safe, on data prepared before fork.
     unsafe {
         cmd.pre_exec(move || {
+            // A SIGKILLed rig cannot stop its target: the kernel does it.
+            // (The death signal follows the forking thread; rig launches
+            // from the thread that also stops the target.) If rig died
+            // between fork and prctl the child was already reparented:
+            // give up rather than run unowned.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != rig_pid {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             // In the cgroup before exec: the target's first allocation is
             // already accounted and limited.
             for f in &procs_files {
@@ -886,19 +988,44 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            // Cgroup and pinning are set (they need root): now drop.
+            if let Some(ids) = run_as {
+                let gid = ids.gid as libc::gid_t;
+                if libc::setgroups(1, &gid) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(ids.uid as libc::uid_t) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // A credential change clears the death signal: set it again.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != rig_pid {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+            }
             Ok(())
         });
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
-        name: spec.name.clone(),
-        program: rc.program.clone(),
-        args: rc.args.clone(),
-        cwd: rc.cwd.clone(),
-        spec: spec.path.clone(),
-        source,
+    let mut child = cmd.spawn().map_err(|source| {
+        // Nothing runs: leave nothing behind (the cgroup goes with `cg`).
+        let _ = std::fs::remove_dir_all(&run_dir);
+        LaunchError::Spawn {
+            name: spec.name.clone(),
+            program: rc.program.clone(),
+            args: rc.args.clone(),
+            cwd: rc.cwd.clone(),
+            spec: spec.path.clone(),
+            source,
+        }
     })?;
     let pid = child.id();
+    let runs_as = super::user::ids_of(pid);
+    if runs_as.is_some_and(|r| r.uid == 0) {
+        warn_root_once(&spec.name);
+    }
     live().push(LiveEntry {
         key,
         pgid: pid,
@@ -912,6 +1039,9 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
     };
     drain(child.stdout.take().expect("piped"), stdout.clone(), pattern);
     drain(child.stderr.take().expect("piped"), stderr.clone(), None);
+    // A signal between the check above and the registration: the signal
+    // path's clean-up may have missed this target; stop it here.
+    let late_signal = crate::interrupt::requested();
 
     // From here on an early return drops `l`, which kills and cleans up.
     let mut l = Launched {
@@ -946,10 +1076,16 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
         stderr,
         key,
         run_dir,
+        watchdog,
+        runs_as,
         stopped: None,
     };
     if let Ok(id) = ProcessId::of(pid) {
         l.id = id;
+    }
+    if late_signal {
+        l.shutdown(Duration::from_millis(200));
+        return Err(interrupted());
     }
 
     let timeout = opts.ready_timeout.unwrap_or(spec.ready_timeout);

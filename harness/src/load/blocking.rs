@@ -206,6 +206,10 @@ pub fn fixed_count(conns: &mut [Conn], total: u64) -> LoadResult {
                 s.spawn(move || {
                     let mut r = LoadResult::default();
                     for _ in 0..share {
+                        // SIGINT/SIGTERM: stop sending at once.
+                        if crate::interrupt::requested() {
+                            break;
+                        }
                         r.sent += 1;
                         match c.request() {
                             Ok(()) => r.succeeded += 1,

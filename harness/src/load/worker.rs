@@ -341,7 +341,7 @@ async fn run_job(
                 let share = shares.get(i).copied().unwrap_or(0);
                 async move {
                     for done in 0..share {
-                        if slot.dead() {
+                        if slot.dead() || crate::interrupt::requested() {
                             stats.lost(share - done);
                             break;
                         }
@@ -358,7 +358,7 @@ async fn run_job(
             each_slot(slots, stats, move |_, mut slot, stats| async move {
                 loop {
                     let t0 = Instant::now();
-                    if t0 >= deadline || slot.dead() {
+                    if t0 >= deadline || slot.dead() || crate::interrupt::requested() {
                         break;
                     }
                     let r = slot.request(&stats).await;
@@ -431,6 +431,15 @@ async fn open_loop(
             }
             idle.pop()
         };
+        // Every connection given up (the target is gone) or rig was
+        // interrupted: stop scheduling rather than count the rest of the
+        // window as dropped against a target that no longer exists.
+        if dead.len() == total || crate::interrupt::requested() {
+            if let Some(s) = free {
+                idle.borrow_mut().push(s);
+            }
+            break;
+        }
         let decision = decide(lag, EXPIRE_AFTER, free.is_some());
         let mut run = stats.run.borrow_mut();
         run.scheduled += 1;

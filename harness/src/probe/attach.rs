@@ -158,11 +158,14 @@ pub fn check_target(pid: u32) -> Result<(), ProbeError> {
     if pid == 0 || !exe.exists() {
         return Err(ProbeError::NoSuchProcess { pid });
     }
-    // Kernel threads have an empty maps file.
+    // Kernel threads have an empty maps file (and so does a zombie).
     match std::fs::read_to_string(exe.join("maps")) {
-        Ok(m) if m.trim().is_empty() => Err(ProbeError::KernelThread { pid }),
+        Ok(m) if m.trim().is_empty() => match super::not_measurable(pid, None) {
+            e @ ProbeError::Zombie { .. } => Err(e),
+            _ => Err(ProbeError::KernelThread { pid }),
+        },
         Ok(_) => Ok(()),
-        Err(_) => Err(ProbeError::NoSuchProcess { pid }),
+        Err(e) => Err(super::not_measurable(pid, Some(e))),
     }
 }
 

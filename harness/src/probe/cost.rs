@@ -174,8 +174,7 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// Run `hitloop KIND ITERS` once, probed or not; ns per iteration.
-/// One run: ns per loop iteration, and the BPF program's ns per run.
+/// Run `hitloop KIND ITERS DEPTH` once, in one arm. One run: ns per loop iteration, and the BPF program's ns per run.
 fn run_once(kind: &Kind, iterations: u64, arm: Arm) -> Result<(f64, Option<f64>)> {
     let mut child = Command::new(rig_fixtures::hitloop())
         .arg(kind.hitloop)
@@ -185,7 +184,39 @@ fn run_once(kind: &Kind, iterations: u64, arm: Arm) -> Result<(f64, Option<f64>)
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the hitloop fixture")?;
-    let result = (|| -> Result<(f64, Option<f64>)> {
+    // SIGINT/SIGTERM must not wait for a long probed loop: kill the
+    // fixture (rig started it and has not reaped it, so the pid is its).
+    let pid = child.id();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let result = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if crate::interrupt::requested() {
+                    // SAFETY: plain syscall on our unreaped child.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+        let r = run_hitloop(&mut child, kind, iterations, arm);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    });
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    result
+}
+
+fn run_hitloop(
+    child: &mut std::process::Child,
+    kind: &Kind,
+    iterations: u64,
+    arm: Arm,
+) -> Result<(f64, Option<f64>)> {
+    (|| -> Result<(f64, Option<f64>)> {
         let mut out = BufReader::new(child.stdout.take().context("hitloop stdout")?);
         let mut line = String::new();
         out.read_line(&mut line)?;
@@ -232,12 +263,7 @@ fn run_once(kind: &Kind, iterations: u64, arm: Arm) -> Result<(f64, Option<f64>)
             .and_then(|s| s.parse().ok())
             .with_context(|| format!("hitloop printed {line:?}"))?;
         Ok((ns / iterations as f64, program))
-    })();
-    if result.is_err() {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
-    result
+    })()
 }
 
 /// Measure every probe kind: `rounds` A B C C B A blocks of clean, probed
@@ -259,6 +285,12 @@ pub fn measure(iterations: u64, rounds: usize) -> Result<Vec<CostRow>> {
                 Arm::Probed,
                 Arm::Clean,
             ] {
+                if crate::interrupt::requested() {
+                    bail!(
+                        "interrupted by SIGINT/SIGTERM before the {} probe was measured",
+                        kind.name
+                    );
+                }
                 let (ns, program) = run_once(kind, iterations, arm)
                     .with_context(|| format!("measuring the {} probe", kind.name))?;
                 match arm {

@@ -117,6 +117,16 @@ pub enum ProbeError {
     #[error("no process with pid {pid}")]
     NoSuchProcess { pid: u32 },
     #[error(
+        "pid {pid} has exited (a zombie its parent has not reaped): it runs no code to measure"
+    )]
+    Zombie { pid: u32 },
+    #[error("pid {pid} exists but /proc/{pid}/maps cannot be read ({source}); rig needs its memory map to place probes (a PID namespace, a ptrace restriction or a security module may forbid it)")]
+    MapsUnreadable {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
         "attaching probes needs root (CAP_BPF and CAP_PERFMON); run rig as root (euid is {euid})"
     )]
     NotRoot { euid: u32 },
@@ -452,5 +462,61 @@ mod tests {
         assert_eq!(syscall_name(0), "read");
         assert_eq!(syscall_name(110), "getppid");
         assert_eq!(syscall_name(9999), "syscall_9999");
+    }
+}
+
+/// Why `pid` cannot be measured, said as it is: no such process, a zombie,
+/// or a process whose memory map rig may not read (`err` is that read's
+/// error, if any).
+pub fn not_measurable(pid: u32, err: Option<std::io::Error>) -> ProbeError {
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(_) => return ProbeError::NoSuchProcess { pid },
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
+    if matches!(state, Some("Z" | "X")) {
+        return ProbeError::Zombie { pid };
+    }
+    match err {
+        Some(source) if source.kind() != std::io::ErrorKind::NotFound => {
+            ProbeError::MapsUnreadable { pid, source }
+        }
+        _ => ProbeError::NoSuchProcess { pid },
+    }
+}
+
+#[cfg(test)]
+mod not_measurable_tests {
+    use super::*;
+
+    #[test]
+    fn says_what_is_true_of_a_pid() {
+        // A live process whose maps could not be read: not "no process".
+        let me = std::process::id();
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let e = not_measurable(me, Some(denied));
+        assert!(matches!(e, ProbeError::MapsUnreadable { .. }), "{e}");
+        assert!(e.to_string().contains("exists but"), "{e}");
+        // A zombie: our own child, exited and not yet reaped.
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let t0 = std::time::Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap()
+            .contains(") Z")
+        {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let e = not_measurable(pid, None);
+        assert!(matches!(e, ProbeError::Zombie { .. }), "{e}");
+        let mut child = child;
+        child.wait().unwrap();
+        assert!(matches!(
+            not_measurable(pid, None),
+            ProbeError::NoSuchProcess { .. }
+        ));
     }
 }

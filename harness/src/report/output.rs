@@ -8,6 +8,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -50,6 +51,7 @@ impl OutDir {
         let cases = OpenOptions::new()
             .create_new(true)
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(dir.join("cases.jsonl"))
             .with_context(|| format!("creating {}/cases.jsonl", dir.display()))?;
         Ok(OutDir {
@@ -67,7 +69,10 @@ impl OutDir {
     pub fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<()> {
         let tmp = self.dir.join(format!(".{name}.tmp"));
         let path = self.dir.join(name);
-        let mut f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        // A leftover temp file (a crash mid-write) is removed, not followed.
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = crate::fsutil::create_new(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
         serde_json::to_writer_pretty(&mut f, value)
             .with_context(|| format!("writing {}", tmp.display()))?;
         f.write_all(b"\n")?;

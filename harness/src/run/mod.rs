@@ -37,6 +37,9 @@ struct TargetManifest {
     tls_variant: Option<TargetSpec>,
     /// The executable and every mapped object of its first launch, hashed.
     objects: Option<Vec<ObjectFact>>,
+    /// The uid and gid its first launch ran as.
+    uid: Option<u32>,
+    gid: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -153,6 +156,8 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
             spec: t.clone(),
             tls_variant: tls.clone(),
             objects: None,
+            uid: None,
+            gid: None,
         })
         .collect();
     let write_manifest =
@@ -209,11 +214,14 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                     crate::case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
                 };
                 if !interrupted && stop.load(Ordering::Relaxed) {
-                    // Its target was stopped under it: not a failure of the target.
+                    // rig stopped its target under it: not a failure of the
+                    // target, and its part-measured passes are not data.
                     interrupted = true;
-                    r.status = Status::Skipped;
-                    r.reasons
-                        .insert(0, "interrupted by SIGINT/SIGTERM during this case".into());
+                    r = CaseResult::skipped(
+                        case,
+                        "interrupted by SIGINT/SIGTERM during this case: rig stopped its target;                          nothing of this case is reported"
+                            .into(),
+                    );
                 }
                 bar.inc(1);
                 if r.status == Status::Failed {
@@ -227,6 +235,13 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                 // The first launch of a target records what it mapped, hashed.
                 if targets[case.target].objects.is_none() && r.objects.is_some() {
                     targets[case.target].objects = r.objects.clone();
+                    let launch = r
+                        .clean
+                        .as_ref()
+                        .map(|c| &c.launch)
+                        .or(r.counted.as_ref().map(|c| &c.launch));
+                    targets[case.target].uid = launch.and_then(|l| l.uid);
+                    targets[case.target].gid = launch.and_then(|l| l.gid);
                     targets = write_manifest(&out, targets)?;
                 }
                 results.push(r);

@@ -25,10 +25,19 @@ pub enum MatrixError {
         col: usize,
         message: String,
     },
-    #[error("{path}: suite `{suite}`: {message}")]
+    #[error("{path}:{line}:{col}: suite `{suite}`: {message}")]
     Invalid {
         path: String,
+        line: usize,
+        col: usize,
         suite: String,
+        message: String,
+    },
+    #[error("{path}:{line}:{col}: {message}")]
+    Value {
+        path: String,
+        line: usize,
+        col: usize,
         message: String,
     },
     #[error("--suite {0}: no such suite in the matrix (have: {1})")]
@@ -166,7 +175,7 @@ fn d_keepalive() -> Vec<bool> {
 pub struct Matrix {
     #[serde(default)]
     pub defaults: Defaults,
-    #[serde(rename = "suite")]
+    #[serde(rename = "suite", default)]
     pub suites: Vec<SuiteSpec>,
 }
 
@@ -232,39 +241,7 @@ impl Matrix {
                 message: e.message().to_string(),
             }
         })?;
-        for s in &m.suites {
-            let bad = |message: String| MatrixError::Invalid {
-                path: path.to_string(),
-                suite: s.name.clone(),
-                message,
-            };
-            if s.kind == SuiteKind::Http {
-                if s.protocols.is_empty() || s.paths.is_empty() || s.topologies.is_empty() {
-                    return Err(bad(
-                        "an http suite needs protocols, paths and topologies".into()
-                    ));
-                }
-                for t in &s.topologies {
-                    let topo = Topology::parse(t).ok_or_else(|| {
-                        bad(format!(
-                            "topology `{t}`: write CONNECTIONS or CONNECTIONSxSTREAMS, e.g. 4x16"
-                        ))
-                    })?;
-                    if topo.streams > 1 && s.protocols.contains(&Proto::H1) {
-                        return Err(bad(format!(
-                            "topology `{t}` has {} streams per connection, but HTTP/1.1 carries one request at a time",
-                            topo.streams
-                        )));
-                    }
-                }
-                if let Some(r) = s.rates.iter().find(|r| !r.is_finite() || **r <= 0.0) {
-                    return Err(bad(format!("rate {r}: rates are requests per second, > 0")));
-                }
-                if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
-                    return Err(bad(format!("path `{p}` must start with /")));
-                }
-            }
-        }
+        validate(path, text, &m)?;
         Ok(m)
     }
 
@@ -403,6 +380,227 @@ fn case_id(c: &Case) -> String {
         if c.keepalive { "ka" } else { "new" },
         c.repeat
     )
+}
+
+/// The most requests per second rig schedules: one send slot per
+/// microsecond. Beyond it a generator thread only spins (a rate of 1e12
+/// kept both cores busy after the target was gone).
+pub const MAX_RATE: f64 = 1_000_000.0;
+
+/// File descriptors rig keeps for itself besides the load's connections.
+const FD_HEADROOM: u64 = 64;
+
+/// Refuse what cannot work before anything starts; every error names its
+/// file:line:col.
+fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixError> {
+    let at = |section: Section, key: Option<&str>| locate(text, section, key);
+    let value = |(line, col): (usize, usize), message: String| MatrixError::Value {
+        path: path.to_string(),
+        line,
+        col,
+        message,
+    };
+    if m.suites.is_empty() {
+        return Err(value(
+            (1, 1),
+            "a matrix needs at least one [[suite]] (name, kind, protocols, paths, topologies)"
+                .into(),
+        ));
+    }
+    let d = &m.defaults;
+    for (key, v) in [
+        ("duration_ms", d.duration_ms),
+        ("counted_requests", d.counted_requests),
+        ("repeats", u64::from(d.repeats)),
+    ] {
+        if v == 0 {
+            return Err(value(
+                at(Section::Defaults, Some(key)),
+                format!("defaults.{key} = 0: a case with nothing to measure never ends usefully; give at least 1"),
+            ));
+        }
+    }
+    let nofile = nofile_limit();
+    for (i, s) in m.suites.iter().enumerate() {
+        let sec = Section::Suite(i);
+        let bad = |key: Option<&str>, message: String| {
+            let (line, col) = at(sec, key);
+            MatrixError::Invalid {
+                path: path.to_string(),
+                line,
+                col,
+                suite: s.name.clone(),
+                message,
+            }
+        };
+        if s.name.trim().is_empty() {
+            return Err(bad(
+                Some("name"),
+                "an empty suite name: give each suite a name".into(),
+            ));
+        }
+        if let Some(j) = m.suites[..i].iter().position(|o| o.name == s.name) {
+            let (line, _) = at(Section::Suite(j), Some("name"));
+            return Err(bad(
+                Some("name"),
+                format!("two suites have this name (the other is at line {line}); --suite could not tell them apart"),
+            ));
+        }
+        if s.duration_ms == Some(0) {
+            return Err(bad(
+                Some("duration_ms"),
+                "duration_ms = 0: give at least 1".into(),
+            ));
+        }
+        if s.kind != SuiteKind::Http {
+            continue;
+        }
+        if s.protocols.is_empty() || s.paths.is_empty() || s.topologies.is_empty() {
+            return Err(bad(
+                None,
+                "an http suite needs protocols, paths and topologies".into(),
+            ));
+        }
+        for t in &s.topologies {
+            let topo = Topology::parse(t).ok_or_else(|| {
+                bad(
+                    Some("topologies"),
+                    format!("topology `{t}`: write CONNECTIONS or CONNECTIONSxSTREAMS, e.g. 4x16"),
+                )
+            })?;
+            if topo.streams > 1 && s.protocols.contains(&Proto::H1) {
+                return Err(bad(
+                    Some("topologies"),
+                    format!(
+                        "topology `{t}` has {} streams per connection, but HTTP/1.1 carries one request at a time",
+                        topo.streams
+                    ),
+                ));
+            }
+            if let Some(limit) = nofile {
+                if topo.connections as u64 + FD_HEADROOM > limit {
+                    return Err(bad(
+                        Some("topologies"),
+                        format!(
+                            "topology `{t}`: {} connections need more file descriptors than this \
+                             process may open (RLIMIT_NOFILE hard limit {limit}, {FD_HEADROOM} kept \
+                             for rig); raise the limit (ulimit -Hn) or use fewer connections",
+                            topo.connections
+                        ),
+                    ));
+                }
+            }
+        }
+        if s.rates.is_empty() && locate_key(text, sec, "rates").is_some() {
+            return Err(bad(
+                Some("rates"),
+                "rates = []: give at least one rate, or leave `rates` out for a closed loop".into(),
+            ));
+        }
+        if let Some(r) = s.rates.iter().find(|r| !r.is_finite() || **r <= 0.0) {
+            return Err(bad(
+                Some("rates"),
+                format!("rate {r}: rates are requests per second, > 0"),
+            ));
+        }
+        if let Some(r) = s.rates.iter().find(|r| **r > MAX_RATE) {
+            return Err(bad(
+                Some("rates"),
+                format!(
+                    "rate {r}: above the {MAX_RATE} requests/s one generator thread can schedule \
+                     (one slot per microsecond); use a closed loop (no `rates`) for the most a \
+                     server can do"
+                ),
+            ));
+        }
+        if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
+            return Err(bad(Some("paths"), format!("path `{p}` must start with /")));
+        }
+    }
+    Ok(())
+}
+
+/// The hard RLIMIT_NOFILE (rig raises its soft limit to it for the load).
+fn nofile_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid out-pointer.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    (ok && r.rlim_max != libc::RLIM_INFINITY).then_some(r.rlim_max)
+}
+
+/// Raise the soft RLIMIT_NOFILE to the hard one, so a topology the matrix
+/// check accepted can open its connections. Returns the new soft limit
+/// when it changed.
+pub fn raise_nofile() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid pointers; setrlimit with rlim_cur <= rlim_max.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 || r.rlim_cur >= r.rlim_max {
+            return None;
+        }
+        r.rlim_cur = r.rlim_max;
+        (libc::setrlimit(libc::RLIMIT_NOFILE, &r) == 0).then_some(r.rlim_cur)
+    }
+}
+
+/// A table of the matrix file.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Section {
+    Defaults,
+    /// The n-th `[[suite]]` (0-based).
+    Suite(usize),
+}
+
+/// Line and column of `key` in `section` (of the section's header when the
+/// key is not there or not given; 1:1 when the section is not written).
+fn locate(text: &str, section: Section, key: Option<&str>) -> (usize, usize) {
+    key.and_then(|k| locate_key(text, section, k))
+        .or_else(|| {
+            section_lines(text, section)
+                .next()
+                .map(|(n, l)| (n, indent(l) + 1))
+        })
+        .unwrap_or((1, 1))
+}
+
+fn locate_key(text: &str, section: Section, key: &str) -> Option<(usize, usize)> {
+    section_lines(text, section).skip(1).find_map(|(n, l)| {
+        let t = l.trim_start();
+        let rest = t.strip_prefix(key)?;
+        rest.trim_start()
+            .starts_with('=')
+            .then(|| (n, indent(l) + 1))
+    })
+}
+
+fn indent(l: &str) -> usize {
+    l.chars().take_while(|c| c.is_whitespace()).count()
+}
+
+/// The lines (1-based number, text) of `section`, header first.
+fn section_lines(text: &str, section: Section) -> impl Iterator<Item = (usize, &str)> {
+    let mut current: Option<Section> = None;
+    let mut suites = 0;
+    text.lines().enumerate().filter_map(move |(i, l)| {
+        let t = l.trim();
+        if t.starts_with('[') {
+            current = if t.starts_with("[[suite]]") {
+                suites += 1;
+                Some(Section::Suite(suites - 1))
+            } else if t.starts_with("[defaults]") {
+                Some(Section::Defaults)
+            } else {
+                None
+            };
+        }
+        (current == Some(section)).then_some((i + 1, l))
+    })
 }
 
 /// 1-based line and column of a byte offset.

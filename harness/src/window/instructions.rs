@@ -155,12 +155,14 @@ pub fn measure_callgrind(
     if requests == 0 {
         bail!("--requests must be at least 1");
     }
-    let dir = std::env::temp_dir().join(format!(
-        "rig-callgrind-{}-{}",
+    // Private (mkdtemp, 0700): valgrind writes its profile here as root.
+    let prefix = format!(
+        "rig-callgrind-{}-{}-",
         std::process::id(),
         SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    );
+    let dir = crate::fsutil::private_dir(&prefix)
+        .with_context(|| format!("creating a private directory {prefix}* in the temp dir"))?;
     let result = callgrind_in(spec, path, requests, warmup, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result

@@ -158,7 +158,8 @@ fn refuses_overlapping_server_and_client_cpus() {
         "--client-cpus",
         "0,1",
     ]);
-    assert_eq!(code, exit::ERROR, "{err}");
+    // A bad flag value, refused before anything starts.
+    assert_eq!(code, exit::USAGE, "{err}");
     assert!(
         err.contains("--client-cpus 0,1 overlaps --server-cpu 0 on CPU 0; give disjoint CPU sets"),
         "{err}"

@@ -320,6 +320,8 @@ fn launch_info() -> LaunchInfo {
         notes: Vec::new(),
         exe_sha256: "00".repeat(32),
         arm_proof: None,
+        uid: Some(0),
+        gid: Some(0),
     }
 }
 

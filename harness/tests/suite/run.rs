@@ -527,13 +527,12 @@ topologies = ["1"]
         .unwrap();
     let t0 = Instant::now();
     let target = loop {
-        if let Some(&t) = children_of(rig.id()).first() {
-            // Wait until it answers: the clean pass is then under way.
-            if std::fs::read_to_string(format!("/proc/{t}/cmdline"))
+        // rig's other child is the target's clean-up watchdog.
+        if let Some(t) = children_of(rig.id()).into_iter().find(|t| {
+            std::fs::read_to_string(format!("/proc/{t}/cmdline"))
                 .is_ok_and(|c| c.contains("calib_server"))
-            {
-                break t;
-            }
+        }) {
+            break t;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(20),

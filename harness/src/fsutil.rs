@@ -1,0 +1,208 @@
+//! Files and directories rig creates, usually as root and often in shared
+//! places (`/tmp`, a path the user gave).
+//!
+//! Another local user can plant a directory under a predictable name or a
+//! symlink where rig is about to write, and so make root overwrite any file
+//! or edit a config before the target reads it. So:
+//! - scratch directories come from `mkdtemp` (a random name, made new, mode
+//!   0700), never from a name someone can guess and create first;
+//! - every file is created with `O_CREAT|O_EXCL|O_NOFOLLOW`: an existing
+//!   file or a symlink in its place is refused, never written through;
+//! - a directory inside a private directory is made with `mkdir` (it must
+//!   not exist yet), and a path component that is a symlink is refused.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// A new private directory `<tmp>/<prefix>XXXXXX` (mode 0700, owned by rig's
+/// user). The caller removes it.
+pub fn private_dir(prefix: &str) -> io::Result<PathBuf> {
+    private_dir_in(&std::env::temp_dir(), prefix)
+}
+
+/// [`private_dir`] under `parent`.
+pub fn private_dir_in(parent: &Path, prefix: &str) -> io::Result<PathBuf> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(parent)?;
+    Ok(dir.keep())
+}
+
+/// Create `path`, which must not exist (not even as a dangling symlink), for
+/// writing, with `mode` (before umask).
+pub fn create_new_mode(path: &Path, mode: u32) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| explain(path, e))
+}
+
+/// [`create_new_mode`] with mode 0644: results are meant to be read.
+pub fn create_new(path: &Path) -> io::Result<File> {
+    create_new_mode(path, 0o644)
+}
+
+/// Write `data` to the new file `path` (see [`create_new`]) and sync it.
+pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
+    let mut f = create_new(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
+/// Make the directories of `rel` below `base` (which rig made private),
+/// refusing a symlink on the way. `rel` must be relative without `..`.
+pub fn make_dirs_below(base: &Path, rel: &Path) -> io::Result<()> {
+    let mut at = base.to_path_buf();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => at.push(n),
+            Component::CurDir => continue,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{}: only plain names below {}",
+                        rel.display(),
+                        base.display()
+                    ),
+                ))
+            }
+        }
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_dir() => {}
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a directory", at.display()),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::DirBuilder::new().mode(0o755).create(&at)?
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Refuse `path` for a new output file now, before any work is done: it must
+/// not exist (nor be a symlink) and its directory must exist.
+pub fn check_new_file(flag: &str, path: &Path) -> Result<(), String> {
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        let what = if m.file_type().is_symlink() {
+            "is a symlink"
+        } else {
+            "already exists"
+        };
+        return Err(format!(
+            "{flag} {}: {what}; rig writes results to a new file only and never overwrites or \
+             follows a link: give a new path",
+            path.display()
+        ));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(format!(
+            "{flag} {}: the directory {} does not exist",
+            path.display(),
+            parent.display()
+        ));
+    }
+    Ok(())
+}
+
+fn explain(path: &Path, e: io::Error) -> io::Error {
+    let why = match e.raw_os_error() {
+        Some(libc::EEXIST) => "already exists; rig never overwrites a file".to_string(),
+        Some(libc::ELOOP) => "is a symlink; rig never writes through a link".to_string(),
+        _ => e.to_string(),
+    };
+    io::Error::new(e.kind(), format!("{}: {why}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn private_dirs_are_new_mode_0700_and_distinct() {
+        let a = private_dir("rig-fsutil-test-").unwrap();
+        let b = private_dir("rig-fsutil-test-").unwrap();
+        assert_ne!(a, b);
+        let m = std::fs::symlink_metadata(&a).unwrap();
+        assert!(m.file_type().is_dir());
+        assert_eq!(m.mode() & 0o777, 0o700);
+        // SAFETY: no preconditions.
+        assert_eq!(m.uid(), unsafe { libc::geteuid() });
+        std::fs::remove_dir(&a).unwrap();
+        std::fs::remove_dir(&b).unwrap();
+    }
+
+    #[test]
+    fn create_new_refuses_an_existing_file_and_a_symlink() {
+        let d = private_dir("rig-fsutil-test-").unwrap();
+        let victim = d.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let e = create_new(&victim).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert!(e.to_string().contains("never overwrites"), "{e}");
+
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(write_new(&link, b"evil").is_err());
+        let dangling = d.join("dangling");
+        std::os::unix::fs::symlink(d.join("nothing"), &dangling).unwrap();
+        assert!(write_new(&dangling, b"evil").is_err());
+        assert!(
+            !d.join("nothing").exists(),
+            "no write through a dangling link"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+
+        write_new(&d.join("fresh"), b"ok").unwrap();
+        assert_eq!(std::fs::read(d.join("fresh")).unwrap(), b"ok");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn make_dirs_below_refuses_a_symlinked_component() {
+        let d = private_dir("rig-fsutil-test-").unwrap();
+        let elsewhere = private_dir("rig-fsutil-test-").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, d.join("conf")).unwrap();
+        assert!(make_dirs_below(&d, Path::new("conf/sub")).is_err());
+        assert!(!elsewhere.join("sub").exists());
+        assert!(make_dirs_below(&d, Path::new("../x")).is_err());
+        make_dirs_below(&d, Path::new("a/b")).unwrap();
+        assert!(d.join("a/b").is_dir());
+        std::fs::remove_dir_all(&d).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
+    fn check_new_file_refuses_existing_links_and_missing_dirs() {
+        let d = private_dir("rig-fsutil-test-").unwrap();
+        std::fs::write(d.join("f"), "x").unwrap();
+        std::os::unix::fs::symlink(d.join("f"), d.join("l")).unwrap();
+        assert!(check_new_file("--json", &d.join("f"))
+            .unwrap_err()
+            .contains("already exists"));
+        assert!(check_new_file("--json", &d.join("l"))
+            .unwrap_err()
+            .contains("is a symlink"));
+        assert!(check_new_file("--json", &d.join("no/such"))
+            .unwrap_err()
+            .contains("does not exist"));
+        assert!(check_new_file("--json", &d.join("new.json")).is_ok());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
