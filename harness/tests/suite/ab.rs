@@ -127,8 +127,10 @@ fn ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else(
         }
     }
     // Exactly the changed call sites differ: the malloc and the free of
-    // ab_alloc_3, named by function and file:line.
+    // ab_alloc_3, named by function and file:line, and their whole stacks
+    // (user site and the two frames that called it).
     let line = |m: &str| format!("calibwork.c:{}", rig_fixtures::calibwork_site_line(m));
+    let callers = "calibwork_request < dyn_work";
     let sites = &ab["code_differences"]
         .as_array()
         .unwrap()
@@ -144,11 +146,32 @@ fn ab_reports_exactly_one_fewer_allocation_at_the_changed_site_and_nothing_else(
                 vec![1.0, 0.0]
             ),
             (
+                format!(
+                    "free stack calls @ calibwork_alloc ({}) < {callers}",
+                    line("ab_free_3")
+                ),
+                vec![1.0, 0.0]
+            ),
+            (
                 format!("malloc bytes @ calibwork_alloc ({})", line("ab_alloc_3")),
                 vec![32.0, 0.0]
             ),
             (
                 format!("malloc calls @ calibwork_alloc ({})", line("ab_alloc_3")),
+                vec![1.0, 0.0]
+            ),
+            (
+                format!(
+                    "malloc stack bytes @ calibwork_alloc ({}) < {callers}",
+                    line("ab_alloc_3")
+                ),
+                vec![32.0, 0.0]
+            ),
+            (
+                format!(
+                    "malloc stack calls @ calibwork_alloc ({}) < {callers}",
+                    line("ab_alloc_3")
+                ),
                 vec![1.0, 0.0]
             ),
         ]
