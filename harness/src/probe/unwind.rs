@@ -172,14 +172,30 @@ impl Tables {
     }
 }
 
-/// `ip - bias` is the module virtual address of `ip` in mapping `m`.
+/// `ip - bias` is the module virtual address of `ip` in mapping `m` (an
+/// executable mapping).
+///
+/// The kernel maps each PT_LOAD from its page-aligned file offset, so the
+/// mapping's offset can lie inside the tail of the segment before it: lld
+/// (rustc's default linker) packs segments without page-aligning their file
+/// offsets, e.g. R at file 0..0x13408 and R+X at file 0x13410 / vaddr
+/// 0x14410, mapped from offset 0x13000. Only an executable segment can
+/// back an executable mapping, and the offset may precede the segment's own
+/// by less than a page.
 fn bias(open: &Path, m: &Mapping) -> Option<u64> {
     let data = std::fs::read(open).ok()?;
     let file = object::File::parse(&*data).ok()?;
     for seg in file.segments() {
+        let object::SegmentFlags::Elf { p_flags } = seg.flags() else {
+            continue;
+        };
+        if p_flags & object::elf::PF_X == 0 {
+            continue;
+        }
         let (off, size) = seg.file_range();
-        if m.offset >= off && m.offset < off + size.max(1) {
-            let vaddr = m.offset - off + seg.address();
+        if m.offset >= off & !0xfff && m.offset < off + size.max(1) {
+            // vaddr of the mapping's first byte; m.offset may be below off.
+            let vaddr = seg.address().wrapping_sub(off).wrapping_add(m.offset);
             return Some(m.start.wrapping_sub(vaddr));
         }
     }
@@ -380,6 +396,36 @@ mod tests {
         let t = build_module(Path::new(&libc)).unwrap();
         assert!(t.rows.len() > 1000, "libc rows: {}", t.rows.len());
         assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
+    }
+
+    /// rig-fixtures' stackcalib_rs is linked by lld: its R+X segment starts
+    /// mid-page in the file (0x...410) right after the R segment, and the
+    /// kernel maps it from the page-aligned offset, which lies in the R
+    /// segment's tail.
+    #[test]
+    fn bias_of_an_lld_text_mapping_comes_from_the_executable_segment() {
+        let path = rig_fixtures::stackcalib_rs();
+        let data = std::fs::read(path).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let text = file
+            .segments()
+            .find(|s| {
+                matches!(s.flags(), object::SegmentFlags::Elf { p_flags }
+                    if p_flags & object::elf::PF_X != 0)
+            })
+            .unwrap();
+        let (off, _) = text.file_range();
+        let base = 0x5555_0000_0000u64;
+        let m = Mapping {
+            start: base + (text.address() & !0xfff),
+            end: base + text.address() + 0x1000,
+            perms: "r-xp".into(),
+            offset: off & !0xfff,
+            dev: "00:00".into(),
+            inode: 1,
+            path: Some(path.display().to_string()),
+        };
+        assert_eq!(bias(path, &m), Some(base));
     }
 
     #[test]
