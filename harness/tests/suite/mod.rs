@@ -15,6 +15,7 @@ mod integrity;
 mod launch;
 mod load;
 mod run;
+mod stacks;
 mod symbols;
 mod tree;
 
