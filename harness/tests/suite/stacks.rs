@@ -251,14 +251,14 @@ fn assert_truth(a: &Attribution, lang: Lang, pid: u32, families: &[Family], n: u
         matched.entry(hits[0]).or_default().push(r);
     }
     for (ci, c) in chains.iter().enumerate() {
-        let got: Vec<(u64, u64)> = matched
+        let got: Vec<(u64, u64, bool)> = matched
             .get(&ci)
-            .map(|rs| rs.iter().map(|r| (r.count, r.amount)).collect())
+            .map(|rs| rs.iter().map(|r| (r.count, r.amount, r.inner)).collect())
             .unwrap_or_default();
         assert_eq!(
             got,
-            vec![(n * c.per_request, n * c.per_request * c.bytes)],
-            "{lang:?}: {} at {} ({}): one stack, exactly {n} x {}",
+            vec![(n * c.per_request, n * c.per_request * c.bytes, c.inner)],
+            "{lang:?}: {} at {} ({}): one stack, exactly {n} x {} (count, amount, inner)",
             c.event,
             c.frames[0].0,
             lang.at(c.frames[0].1),
