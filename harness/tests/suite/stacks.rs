@@ -611,3 +611,78 @@ fn rust_stacks_equal_gdb_backtraces_at_the_same_breakpoints() {
         &[Family::Alloc, Family::Syscalls],
     );
 }
+
+/// The disassembly of each function of `binary`, by demangled name
+/// without parameters (`objdump -d -C`; Rust names keep their path).
+fn functions(binary: &Path) -> BTreeMap<String, String> {
+    let out = Command::new("objdump")
+        .args(["-d", "-C", "--no-show-raw-insn"])
+        .arg(binary)
+        .output()
+        .expect("objdump runs (scripts/deps.sh installs binutils)");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut fns = BTreeMap::new();
+    let mut cur: Option<(String, String)> = None;
+    for l in text.lines() {
+        if let Some(head) = l.split_once(" <").filter(|_| l.ends_with(">:")) {
+            if let Some((n, body)) = cur.take() {
+                fns.insert(n, body);
+            }
+            let n = head.1.trim_end_matches(">:");
+            let n = n.split('(').next().unwrap_or(n);
+            cur = Some((n.to_string(), String::new()));
+        } else if let Some((_, body)) = cur.as_mut() {
+            body.push_str(l);
+            body.push('\n');
+        }
+    }
+    if let Some((n, body)) = cur {
+        fns.insert(n, body);
+    }
+    fns
+}
+
+#[test]
+fn stack_fixtures_have_no_frame_pointers_but_have_eh_frame() {
+    for lang in Lang::ALL {
+        let fns = functions(lang.binary());
+        let mut names: Vec<&str> = lang
+            .chains()
+            .iter()
+            .flat_map(|c| c.frames.iter().map(|(f, _)| *f))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() >= 16, "{lang:?}: {names:?}");
+        for n in names {
+            let rust = format!("stackcalib_rs::{n}");
+            let body = match lang {
+                Lang::Rust => fns.get(&rust),
+                _ => fns.get(n),
+            }
+            .unwrap_or_else(|| panic!("{lang:?}: no function {n} in the binary"));
+            // A frame-pointer prologue sets rbp from rsp.
+            assert!(
+                !body.contains("%rsp,%rbp"),
+                "{lang:?}: {n} keeps a frame pointer:\n{body}"
+            );
+            if n.ends_with("_level3") && lang != Lang::Rust {
+                assert!(
+                    body.contains("$0x5afe5afe5afe,%rbp"),
+                    "{lang:?}: {n} does not overwrite rbp:\n{body}"
+                );
+            }
+        }
+        let sections = Command::new("readelf")
+            .args(["-S", "-W"])
+            .arg(lang.binary())
+            .output()
+            .unwrap();
+        let sections = String::from_utf8(sections.stdout).unwrap();
+        assert!(
+            sections.contains(" .eh_frame "),
+            "{lang:?}: no .eh_frame:\n{sections}"
+        );
+    }
+}
