@@ -490,6 +490,36 @@ mod tests {
         assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
     }
 
+    /// rig-fixtures' stackcalib_rs is linked by lld: its R+X segment starts
+    /// mid-page in the file (0x...410) right after the R segment, and the
+    /// kernel maps it from the page-aligned offset, which lies in the R
+    /// segment's tail.
+    #[test]
+    fn bias_of_an_lld_text_mapping_comes_from_the_executable_segment() {
+        let path = rig_fixtures::stackcalib_rs();
+        let data = std::fs::read(path).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let text = file
+            .segments()
+            .find(|s| {
+                matches!(s.flags(), object::SegmentFlags::Elf { p_flags }
+                    if p_flags & object::elf::PF_X != 0)
+            })
+            .unwrap();
+        let (off, _) = text.file_range();
+        assert_ne!(
+            off & 0xfff,
+            0,
+            "the R+X segment starts mid-page in the file"
+        );
+        let base = 0x5555_0000_0000u64;
+        let start = base + (text.address() & !0xfff);
+        assert_eq!(
+            segment_bias(&exec_segments(&file), start, off & !0xfff),
+            Some(base)
+        );
+    }
+
     #[test]
     fn the_bucket_index_brackets_the_covering_row() {
         let row = |pc| UnwindRow {

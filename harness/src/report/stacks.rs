@@ -168,6 +168,11 @@ pub struct StackRow {
     pub stack: Option<String>,
     /// Key into `StackSection::kernel`.
     pub kernel_stack: Option<String>,
+    /// A malloc/free made by another allocator call on the caller's behalf
+    /// (inside operator new/delete or the C library's allocator): the
+    /// outer call has its own row, so this one must not be added to it
+    /// (as in the per-site table, see `report::is_inner_alloc`).
+    pub inner: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -241,6 +246,14 @@ impl StackSection {
                     }
                 }
                 let (event, size_class) = event_name(k.what, k.arg, copy_impls);
+                // The innermost frame is the allocator's entry; its caller
+                // says whether another allocator call made this one.
+                let inner = k.what == stack_what::ALLOC
+                    && stack
+                        .as_ref()
+                        .and_then(|s| out.stacks.get(s))
+                        .and_then(|s| s.frames.get(1))
+                        .is_some_and(|caller| super::is_inner_alloc(k.arg >> 8, caller));
                 out.rows.push(StackRow {
                     family: *family,
                     event,
@@ -250,6 +263,7 @@ impl StackSection {
                     amount: v.amount,
                     stack,
                     kernel_stack,
+                    inner,
                 });
             }
         }

@@ -39,6 +39,7 @@ mod launch;
 mod load;
 mod render;
 mod run;
+mod stacks;
 mod symbols;
 mod tree;
 

@@ -63,6 +63,7 @@ fn stacks(handler: &Site) -> StackSection {
         amount: 72_000,
         stack: Some("00000000000000ab".into()),
         kernel_stack: None,
+        inner: false,
     });
     frames
 }
