@@ -62,6 +62,12 @@ pub struct Baseline {
     /// (see the module docs); at most [`RARE_EVENTS_MAX`]. Unset: exact.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rare_events_per_req: Option<f64>,
+    /// Counters held exactly even when `rare_events_per_req` is set: name
+    /// prefixes (a trailing `*` reads the same), e.g. `"syscall recvfrom @"`
+    /// for the request path's syscalls by call site, while a runtime's
+    /// timer-driven ones keep the tolerance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exact: Vec<String>,
     /// Cargo profile (`"debug"`/`"release"`) of the rig-peer binary the
     /// values were blessed with, for targets run via `{rig_peer}` (written by
     /// `--bless`): a release rig-peer does not allocate like a debug one.
@@ -160,7 +166,15 @@ impl Baseline {
     /// ([`events_of`]), the largest seen.
     pub fn tol(&self, name: &str, bytes_per_event: Option<f64>) -> Tol {
         let n = split_case(name).1;
-        let rare = self.rare_events_per_req.unwrap_or(0.0);
+        let held_exactly = self
+            .exact
+            .iter()
+            .any(|p| n.starts_with(p.trim_end_matches('*')));
+        let rare = if held_exactly {
+            0.0
+        } else {
+            self.rare_events_per_req.unwrap_or(0.0)
+        };
         if is_instr(n) {
             Tol {
                 rel: self.instr_rel_tol(),
@@ -228,6 +242,10 @@ impl Baseline {
         }
         if let Some(r) = self.rare_events_per_req {
             o += &format!("rare_events_per_req = {}\n", f(r));
+        }
+        if !self.exact.is_empty() {
+            let list: Vec<String> = self.exact.iter().map(|e| q(e)).collect();
+            o += &format!("exact = [{}]\n", list.join(", "));
         }
         if let Some(p) = &self.profile {
             o += &format!("profile = {}\n", q(p));

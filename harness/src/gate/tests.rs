@@ -26,6 +26,7 @@ fn names_are_checked() {
     assert!(e.contains("did you mean `allocs/req`"), "{e}");
     assert!(check_counter_name("mallc calls @ f").is_err());
     // Per call site and per stack.
+    assert!(check_counter_name("syscall epoll_wait @ mio::poll::Poll::poll (poll.rs:439)").is_ok());
     assert!(check_counter_name("syscall recvfrom @ ngx_unix_recv").is_ok());
     assert!(check_counter_name("syscall recv from @ f").is_err());
     assert!(check_counter_name("malloc stack calls @ level5 (c.c:6) < level4 < level3").is_ok());
@@ -135,6 +136,26 @@ fn instruction_counters_use_the_stated_tolerance() {
 
 /// `rare_events_per_req` makes near-integer event counts comparable;
 /// bytes stay exact, and a change on every request still breaches.
+#[test]
+fn counters_listed_as_exact_get_no_rare_events_tolerance() {
+    let text =
+        "target=\"t\"\nmatrix=\"m\"\nsuite=\"s\"\nrepeats=3\nrequests=1\nprobes=\"syscalls\"\n\
+                rare_events_per_req=0.1\nexact = [\"syscall recvfrom @*\"]\n";
+    let b = Baseline::parse(Path::new("b.toml"), text).unwrap();
+    assert_eq!(
+        b.tol("syscall recvfrom @ mio::…::TcpStream::read", None)
+            .abs,
+        0.0
+    );
+    assert_eq!(b.tol("h1 /plain c1: syscall recvfrom @ f", None).abs, 0.0);
+    assert_eq!(
+        b.tol("syscall epoll_wait @ mio::poll::Poll::poll", None)
+            .abs,
+        0.1
+    );
+    assert!(b.to_toml().contains("exact = [\"syscall recvfrom @*\"]"));
+}
+
 #[test]
 fn rare_events_tolerance_applies_to_event_counts_only() {
     let text = "target=\"t\"\nmatrix=\"m\"\nsuite=\"s\"\nrepeats=3\nrequests=1\nprobes=\"alloc\"\n\

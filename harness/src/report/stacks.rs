@@ -124,9 +124,16 @@ impl Wrappers {
             .trim_start_matches('&')
             .trim_start_matches("mut ")
             .trim_start_matches("dyn ");
+        // `<T as core::iter::IntoIterator>::into_iter`: a generic type
+        // parameter implementing a standard trait is the standard library's
+        // code (a named type implementing one, `<MyType as Display>::fmt`,
+        // is the user's).
+        let via_trait = bare
+            .split_once(" as ")
+            .and_then(|(ty, tr)| (!ty.contains("::") && ty.len() <= 2).then_some(tr));
         self.patterns
             .iter()
-            .any(|p| matches(p, f) || matches(p, bare))
+            .any(|p| matches(p, f) || matches(p, bare) || via_trait.is_some_and(|t| matches(p, t)))
     }
 }
 
@@ -454,6 +461,11 @@ mod tests {
         )));
         assert!(w.is_wrapper(&site("/srv/app", "malloc")));
         assert!(!w.is_wrapper(&site("/srv/app", "freeaddrinfo_wrapper")));
+        assert!(w.is_wrapper(&site(
+            "/srv/app",
+            "<T as alloc::slice::<impl [T]>::to_vec_in::ConvertVec>::to_vec"
+        )));
+        assert!(!w.is_wrapper(&site("/srv/app", "<app::Body as core::fmt::Display>::fmt")));
         assert!(!w.is_wrapper(&site("/srv/app", "hyper::proto::h1::role::encode_headers")));
         assert!(!w.is_wrapper(&site("/usr/sbin/nginx", "ngx_alloc")));
         let w = Wrappers::with_extra(&["ngx_alloc".into(), "ngx_p*".into(), "*pool*".into()]);
