@@ -1003,31 +1003,44 @@ fn moved(p: &Placement, entry: u64) -> String {
 }
 
 fn attach_faults(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
-    let family = Family::Faults;
-    let cpus = aya::util::online_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
     for (program, event) in [
         ("rig_fault_minor", SoftwareEvent::PageFaultsMin),
         ("rig_fault_major", SoftwareEvent::PageFaultsMaj),
     ] {
-        let p: &mut PerfEvent = ebpf
-            .program_mut(program)
-            .ok_or_else(|| missing_program(family, program))?
-            .try_into()
-            .map_err(program_err(family, format!("program {program}")))?;
-        p.load()
-            .map_err(program_err(family, format!("loading {program}")))?;
-        for &cpu in &cpus {
-            p.attach(
-                PerfEventConfig::Software(event),
-                PerfEventScope::AllProcessesOneCpu { cpu },
-                SamplePolicy::Period(1),
-                false,
-            )
-            .map_err(program_err(
-                family,
-                format!("attaching {program} on cpu {cpu}"),
-            ))?;
-        }
+        per_cpu_event(ebpf, Family::Faults, program, event, 1)?;
+    }
+    Ok(())
+}
+
+/// Load `program` and attach it to the software perf event `event` on
+/// every online CPU (all processes: the program filters by tgid), firing
+/// every `period` events.
+fn per_cpu_event(
+    ebpf: &mut Ebpf,
+    family: Family,
+    program: &str,
+    event: SoftwareEvent,
+    period: u64,
+) -> Result<(), ProbeError> {
+    let cpus = aya::util::online_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
+    let p: &mut PerfEvent = ebpf
+        .program_mut(program)
+        .ok_or_else(|| missing_program(family, program))?
+        .try_into()
+        .map_err(program_err(family, format!("program {program}")))?;
+    p.load()
+        .map_err(program_err(family, format!("loading {program}")))?;
+    for &cpu in &cpus {
+        p.attach(
+            PerfEventConfig::Software(event),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Period(period),
+            false,
+        )
+        .map_err(program_err(
+            family,
+            format!("attaching {program} on cpu {cpu}"),
+        ))?;
     }
     Ok(())
 }
@@ -1040,29 +1053,13 @@ pub const CPU_SAMPLE_PERIOD_NS: u64 = 250_000;
 /// `CPU_SAMPLE_PERIOD_NS` of CPU time; the program keeps the followed
 /// processes' samples.
 fn attach_cpu(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
-    let family = Family::Cpu;
-    let program = "rig_cpu_sample";
-    let cpus = aya::util::online_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
-    let p: &mut PerfEvent = ebpf
-        .program_mut(program)
-        .ok_or_else(|| missing_program(family, program))?
-        .try_into()
-        .map_err(program_err(family, format!("program {program}")))?;
-    p.load()
-        .map_err(program_err(family, format!("loading {program}")))?;
-    for &cpu in &cpus {
-        p.attach(
-            PerfEventConfig::Software(SoftwareEvent::CpuClock),
-            PerfEventScope::AllProcessesOneCpu { cpu },
-            SamplePolicy::Period(CPU_SAMPLE_PERIOD_NS),
-            false,
-        )
-        .map_err(program_err(
-            family,
-            format!("attaching {program} on cpu {cpu}"),
-        ))?;
-    }
-    Ok(())
+    per_cpu_event(
+        ebpf,
+        Family::Cpu,
+        "rig_cpu_sample",
+        SoftwareEvent::CpuClock,
+        CPU_SAMPLE_PERIOD_NS,
+    )
 }
 
 fn libc_path(maps: &ProcMaps, pid: u32, family: Family) -> Result<PathBuf, ProbeError> {
