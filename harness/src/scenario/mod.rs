@@ -221,6 +221,33 @@ pub struct Case {
     pub settle_ms: u64,
 }
 
+impl Case {
+    /// The id as one file name (`http_peer_h1_plain_r1000_16x1_ka_1`): every
+    /// character other than a letter, digit, `-` or `_` becomes `_` (so no
+    /// slug is `..` or hidden), runs of `_` collapse. Per-case files of an output directory (e.g.
+    /// `flame/<slug>/alloc.svg`) are named by it.
+    pub fn slug(&self) -> String {
+        slug(&self.id)
+    }
+}
+
+/// [`Case::slug`] of an id read back from `cases.jsonl`.
+pub fn slug(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for ch in id.chars() {
+        let c = if ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_') {
+            ch
+        } else {
+            '_'
+        };
+        if c == '_' && out.ends_with('_') {
+            continue;
+        }
+        out.push(c);
+    }
+    out.trim_matches('_').to_string()
+}
+
 impl Matrix {
     pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
         let p = path.display().to_string();
@@ -614,6 +641,16 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slug_is_one_file_name() {
+        assert_eq!(
+            slug("http/peer/h1/plain/r1000/16x1/ka/#1"),
+            "http_peer_h1_plain_r1000_16x1_ka_1"
+        );
+        assert_eq!(slug("memory/a b/#2"), "memory_a_b_2");
+        assert_eq!(slug("../x"), "x");
+    }
 
     const M: &str = r#"
 [defaults]
