@@ -6,7 +6,7 @@ use crate::launch::spec::TargetSpec;
 use crate::launch::start::{ExitInfo, Launched, ObjectFact};
 use crate::load::{Client, LoadReport};
 use crate::sample::{ProcSnapshot, Sampler, Samples};
-use crate::scenario::Case;
+use crate::scenario::{Case, HttpCase};
 
 use super::*;
 
@@ -55,16 +55,17 @@ pub(super) struct CleanMeasure {
 pub(super) fn clean_measure(
     rs: &RunSettings,
     case: &Case,
+    http: &HttpCase,
     spec: &TargetSpec,
     l: &Launched,
 ) -> Result<CleanMeasure, Fail> {
-    let ls = load_spec(rs, case, spec, l.port)?;
+    let ls = load_spec(rs, http, spec, l.port)?;
     let mut client = Client::connect(&ls)?;
     let handshake_check = handshake_mismatch(&ls, client.handshakes());
     let threads = client.threads();
-    let warm = client.run(&shape_mode(case, Duration::from_millis(case.warmup_ms)));
+    let warm = client.run(&shape_mode(http, Duration::from_millis(case.warmup_ms)));
     let before = ProcSnapshot::read_tree(l.pid)?;
-    let report = client.run(&shape_mode(case, Duration::from_millis(case.duration_ms)));
+    let report = client.run(&shape_mode(http, Duration::from_millis(case.duration_ms)));
     let after = ProcSnapshot::read_tree(l.pid)?;
     Ok(CleanMeasure {
         handshake_check,
@@ -79,13 +80,14 @@ pub(super) fn clean_measure(
 pub(super) fn clean_pass(
     rs: &RunSettings,
     case: &Case,
+    http: &HttpCase,
     spec: &TargetSpec,
     objs: &mut Option<Vec<ObjectFact>>,
 ) -> Result<(CleanPass, Vec<String>), Fail> {
     let (l, arm_proof) = launch_pass(rs, case, spec, "clean")?;
     record_objects(&l, objs);
     let sampler = Sampler::start(l.pid, l.cgroup_handle(), Duration::from_millis(50));
-    let measured = clean_measure(rs, case, spec, &l);
+    let measured = clean_measure(rs, case, http, spec, &l);
     let samples = sampler.stop();
     let mut info = LaunchInfo::of(&l);
     info.arm_proof = arm_proof;

@@ -8,7 +8,7 @@ use crate::launch::start::{Launched, ObjectFact};
 use crate::load::{Client, LoadReport};
 use crate::probe::{ProbeSet, Scope};
 use crate::report::Attribution;
-use crate::scenario::Case;
+use crate::scenario::{Case, HttpCase};
 use crate::symbolize::Symbolizer;
 
 use super::*;
@@ -24,11 +24,12 @@ pub(super) struct CountedMeasure {
 pub(super) fn counted_measure(
     rs: &RunSettings,
     case: &Case,
+    http: &HttpCase,
     spec: &TargetSpec,
     l: &Launched,
     sym: &mut Symbolizer,
 ) -> Result<CountedMeasure, Fail> {
-    let mut ls = load_spec(rs, case, spec, l.port)?;
+    let mut ls = load_spec(rs, http, spec, l.port)?;
     // Exact per-request counts want a closed, fixed-count window: the
     // open-loop schedule belongs to the clean pass.
     ls.threads = Some(1);
@@ -85,13 +86,14 @@ pub(super) fn counted_measure(
 pub(super) fn counted_pass(
     rs: &RunSettings,
     case: &Case,
+    http: &HttpCase,
     spec: &TargetSpec,
     sym: &mut Symbolizer,
     objs: &mut Option<Vec<ObjectFact>>,
 ) -> Result<(CountedPass, Vec<String>), Fail> {
     let (l, arm_proof) = launch_pass(rs, case, spec, "counted")?;
     record_objects(&l, objs);
-    let measured = counted_measure(rs, case, spec, &l, sym);
+    let measured = counted_measure(rs, case, http, spec, &l, sym);
     let mut info = LaunchInfo::of(&l);
     info.arm_proof = arm_proof;
     let died = exited_reason("counted", &l);

@@ -31,7 +31,7 @@ use crate::launch::start::{ExitInfo, Launched, ObjectFact};
 use crate::load::LoadReport;
 use crate::report::Attribution;
 use crate::sample::{CgroupSnapshot, ProcSnapshot};
-use crate::scenario::{Case, Proto, SuiteKind};
+use crate::scenario::{Case, CaseKind, Proto};
 use crate::symbolize::Symbolizer;
 
 use crate::probe::Family;
@@ -178,7 +178,8 @@ pub fn spec_for<'a>(
     spec: &'a TargetSpec,
     tls: Option<&'a TargetSpec>,
 ) -> Result<&'a TargetSpec, String> {
-    let needs_tls = case.protocol == Some(Proto::H2Tls);
+    let protocol = case.what.listener_protocol();
+    let needs_tls = protocol == Some(Proto::H2Tls);
     let s = if needs_tls && spec.protocols.h2_tls.is_none() {
         tls.ok_or_else(|| {
             format!(
@@ -189,7 +190,7 @@ pub fn spec_for<'a>(
     } else {
         spec
     };
-    let offered = match case.protocol {
+    let offered = match protocol {
         None => true,
         Some(Proto::H1) => s.protocols.h1,
         Some(Proto::H2c) => s.protocols.h2c,
@@ -199,10 +200,10 @@ pub fn spec_for<'a>(
         return Err(format!(
             "target {} does not offer {}",
             s.name,
-            case.protocol.map_or("-", Proto::name)
+            protocol.map_or("-", Proto::name)
         ));
     }
-    if let Some(p) = &case.path {
+    if let Some(p) = case.http().map(|h| &h.path) {
         if !s.endpoints.iter().any(|e| &e.path == p) {
             return Err(format!("target {} has no endpoint {p}", s.name));
         }
@@ -234,17 +235,17 @@ pub fn run_case(
         Ok(s) => s,
         Err(why) => return CaseResult::skipped(case, why),
     };
-    match case.kind {
-        SuiteKind::Memory => match memory_pass(rs, case, spec, &mut res.objects) {
+    match &case.what {
+        CaseKind::Memory { .. } => match memory_pass(rs, case, spec, &mut res.objects) {
             Ok((m, reasons)) => {
                 res.memory = Some(m);
                 res.reasons.extend(reasons);
             }
             Err(Fail(why)) => res.reasons.push(format!("memory: {why}")),
         },
-        SuiteKind::Http => {
+        CaseKind::Http(http) => {
             if rs.passes.clean {
-                match clean_pass(rs, case, spec, &mut res.objects) {
+                match clean_pass(rs, case, http, spec, &mut res.objects) {
                     Ok((p, reasons)) => {
                         res.clean = Some(p);
                         res.reasons.extend(reasons);
@@ -253,7 +254,7 @@ pub fn run_case(
                 }
             }
             if rs.passes.counted && !rs.families.is_empty() {
-                match counted_pass(rs, case, spec, sym, &mut res.objects) {
+                match counted_pass(rs, case, http, spec, sym, &mut res.objects) {
                     Ok((p, reasons)) => {
                         res.counted = Some(p);
                         res.reasons.extend(reasons);

@@ -8,20 +8,17 @@ use crate::launch::spec::{Body, TargetSpec};
 use crate::load::{
     Endpoint as LoadEndpoint, Expect, ExpectBody, LoadReport, LoadSpec, Mode, Protocol,
 };
-use crate::scenario::{Case, LoadShape, Proto};
+use crate::scenario::{HttpCase, LoadShape, Proto};
 
 use super::*;
 
 pub(super) fn load_spec(
     rs: &RunSettings,
-    case: &Case,
+    case: &HttpCase,
     spec: &TargetSpec,
     port: u16,
 ) -> Result<LoadSpec, Fail> {
-    let path = case
-        .path
-        .clone()
-        .ok_or_else(|| Fail("http case without a path".into()))?;
+    let path = case.path.clone();
     let ep = spec
         .endpoints
         .iter()
@@ -45,22 +42,19 @@ pub(super) fn load_spec(
         }
     };
     let protocol = match case.protocol {
-        Some(Proto::H1) => Protocol::H1 {
+        Proto::H1 => Protocol::H1 {
             keepalive: case.keepalive,
         },
-        Some(Proto::H2c) => Protocol::H2c,
-        Some(Proto::H2Tls) => {
+        Proto::H2c => Protocol::H2c,
+        Proto::H2Tls => {
             let t = spec.protocols.h2_tls.as_ref().expect("checked by spec_for");
             Protocol::H2Tls {
                 ca_pem: t.ca.clone(),
                 server_name: t.server_name.clone(),
             }
         }
-        None => return Err(Fail("http case without a protocol".into())),
     };
-    let topo = case
-        .topology
-        .ok_or_else(|| Fail("http case without a topology".into()))?;
+    let topo = case.topology;
     Ok(LoadSpec {
         addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
         protocol,
@@ -125,10 +119,10 @@ pub(super) fn check_load(pass: &str, r: &LoadReport) -> Vec<String> {
     reasons
 }
 
-pub(super) fn shape_mode(case: &Case, d: Duration) -> Mode {
+pub(super) fn shape_mode(case: &HttpCase, d: Duration) -> Mode {
     match case.load {
-        Some(LoadShape::Open { rate }) => Mode::Open { rate, duration: d },
-        _ => Mode::Closed { duration: d },
+        LoadShape::Open { rate } => Mode::Open { rate, duration: d },
+        LoadShape::Closed => Mode::Closed { duration: d },
     }
 }
 

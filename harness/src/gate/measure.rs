@@ -374,7 +374,10 @@ fn instructions_backend(
         }
     }
     for (id, _, c) in distinct {
-        if c.protocol != Some(Proto::H1) || !c.keepalive || c.path.is_none() {
+        let h1_keepalive = c
+            .http()
+            .is_some_and(|h| h.protocol == Proto::H1 && h.keepalive);
+        if !h1_keepalive {
             bail!(
                 "case {id}: instruction windows speak HTTP/1.1 on one keep-alive connection; \
                  measure instructions in an h1 keep-alive suite"
@@ -442,7 +445,7 @@ impl InstrWindows<'_> {
         let b = self.b;
         let mut note = String::new();
         for (id, key, c) in distinct {
-            let path = c.path.as_deref().unwrap_or("/");
+            let path = c.http().map_or("/", |h| h.path.as_str());
             let mut windows = Vec::new();
             for i in 0..b.repeats {
                 if stop.load(Ordering::Relaxed) {

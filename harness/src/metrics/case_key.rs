@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::scenario::{Case, LoadShape, Proto, SuiteKind, Topology};
+use crate::scenario::{Case, CaseKind, LoadShape, Proto};
 
 /// What makes two cases the same case: everything but the target (so an
 /// A/B arm, or a `rig gate --target` build under test, keys like the
@@ -10,53 +10,41 @@ use crate::scenario::{Case, LoadShape, Proto, SuiteKind, Topology};
 #[derive(Clone, Debug, PartialEq)]
 pub struct CaseKey {
     pub suite: String,
-    pub kind: SuiteKind,
-    pub protocol: Option<Proto>,
-    pub path: Option<String>,
-    pub load: Option<LoadShape>,
-    pub topology: Option<Topology>,
-    pub keepalive: bool,
+    pub what: CaseKind,
 }
 
 impl CaseKey {
     pub fn of(c: &Case) -> CaseKey {
         CaseKey {
             suite: c.suite.clone(),
-            kind: c.kind,
-            protocol: c.protocol,
-            path: c.path.clone(),
-            load: c.load,
-            topology: c.topology,
-            keepalive: c.keepalive,
+            what: c.what.clone(),
         }
     }
 
     /// The case's id without its target and repeat, as `rig ab` lists
     /// cases: `http/h1/plain/r2000/16x1/ka`, `memory/tls`.
     pub fn path_form(&self) -> String {
-        match self.kind {
-            SuiteKind::Memory => {
-                let listener = match self.protocol {
+        match &self.what {
+            CaseKind::Memory { .. } => {
+                let listener = match self.what.listener_protocol() {
                     Some(Proto::H2Tls) => "tls",
                     _ => "plain",
                 };
                 format!("{}/{listener}", self.suite)
             }
-            SuiteKind::Http => {
-                let load = match self.load {
-                    Some(LoadShape::Open { rate }) => format!("r{rate}"),
-                    _ => "closed".into(),
+            CaseKind::Http(h) => {
+                let load = match h.load {
+                    LoadShape::Open { rate } => format!("r{rate}"),
+                    LoadShape::Closed => "closed".into(),
                 };
-                let topo = self
-                    .topology
-                    .map(|t| format!("{}x{}", t.connections, t.streams))
-                    .unwrap_or_default();
                 format!(
-                    "{}/{}/{}/{load}/{topo}/{}",
+                    "{}/{}/{}/{load}/{}x{}/{}",
                     self.suite,
-                    self.protocol.map_or("-", Proto::name),
-                    self.path.as_deref().unwrap_or("-").trim_start_matches('/'),
-                    if self.keepalive { "ka" } else { "new" },
+                    h.protocol.name(),
+                    h.path.trim_start_matches('/'),
+                    h.topology.connections,
+                    h.topology.streams,
+                    if h.keepalive { "ka" } else { "new" },
                 )
             }
         }
@@ -64,26 +52,32 @@ impl CaseKey {
 }
 
 /// The key in counter names (`rig gate`): protocol, path, connections
-/// (× streams), `close` without keep-alive: `h1 /calib c1`.
+/// (× streams), `close` without keep-alive: `h1 /calib c1`; a memory case
+/// is `memory`, or `h2-tls` for its TLS listener.
 impl fmt::Display for CaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.protocol {
-            Some(p) => write!(f, "{}", p.name())?,
-            None => write!(f, "{}", format!("{:?}", self.kind).to_lowercase())?,
-        }
-        if let Some(p) = &self.path {
-            write!(f, " {p}")?;
-        }
-        if let Some(t) = self.topology {
-            write!(f, " c{}", t.connections)?;
-            if t.streams > 1 {
-                write!(f, "x{}", t.streams)?;
+        match &self.what {
+            CaseKind::Memory { .. } => match self.what.listener_protocol() {
+                Some(p) => write!(f, "{}", p.name()),
+                None => write!(f, "memory"),
+            },
+            CaseKind::Http(h) => {
+                write!(
+                    f,
+                    "{} {} c{}",
+                    h.protocol.name(),
+                    h.path,
+                    h.topology.connections
+                )?;
+                if h.topology.streams > 1 {
+                    write!(f, "x{}", h.topology.streams)?;
+                }
+                if !h.keepalive {
+                    write!(f, " close")?;
+                }
+                Ok(())
             }
         }
-        if !self.keepalive {
-            write!(f, " close")?;
-        }
-        Ok(())
     }
 }
 

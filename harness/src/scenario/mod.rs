@@ -200,28 +200,131 @@ impl Topology {
 }
 
 /// One measured case: everything the runner needs, no references back.
+///
+/// Serialized flat (`kind`, `protocol`, `path`, `load`, `topology`,
+/// `keepalive` beside the id), the shape `cases.jsonl` has always had.
 #[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(into = "FlatCase")]
 pub struct Case {
     /// Stable, readable id: `http/peer/h1/plain/r1000/16x1/ka/#1`.
     pub id: String,
     pub suite: String,
-    pub kind: SuiteKind,
+    /// What the case measures, with only the settings that kind has.
+    pub what: CaseKind,
     /// Index into the run's targets.
     pub target: usize,
     pub target_name: String,
     pub repeat: u32,
-    pub protocol: Option<Proto>,
-    pub path: Option<String>,
-    pub load: Option<LoadShape>,
-    pub topology: Option<Topology>,
-    pub keepalive: bool,
     pub warmup_ms: u64,
     pub duration_ms: u64,
     pub counted_requests: u64,
     pub settle_ms: u64,
 }
 
+/// The kinds of case, each with exactly the settings it needs: an HTTP
+/// case always has a protocol, a path, a load and a topology; a memory case
+/// has none of them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CaseKind {
+    /// The idle server after READY, with this listener.
+    Memory { listener: Listener },
+    /// Request load.
+    Http(HttpCase),
+}
+
+/// One protocol × path × load × topology (× keep-alive for h1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpCase {
+    pub protocol: Proto,
+    pub path: String,
+    pub load: LoadShape,
+    pub topology: Topology,
+    /// h1: one connection for many requests (true) or one per request.
+    pub keepalive: bool,
+}
+
+impl CaseKind {
+    pub fn suite_kind(&self) -> SuiteKind {
+        match self {
+            CaseKind::Memory { .. } => SuiteKind::Memory,
+            CaseKind::Http(_) => SuiteKind::Http,
+        }
+    }
+
+    /// The protocol whose listener the server is launched with: an HTTP
+    /// case's protocol; for a memory case, h2 over TLS for the `tls`
+    /// listener (what h2-tls cases launch), none for `plain`.
+    pub fn listener_protocol(&self) -> Option<Proto> {
+        match self {
+            CaseKind::Memory {
+                listener: Listener::Tls,
+            } => Some(Proto::H2Tls),
+            CaseKind::Memory {
+                listener: Listener::Plain,
+            } => None,
+            CaseKind::Http(h) => Some(h.protocol),
+        }
+    }
+}
+
+/// The flat JSON form of a [`Case`]: fields a kind does not have are
+/// null (`keepalive` is true for memory cases, as it always was).
+#[derive(Serialize)]
+struct FlatCase {
+    id: String,
+    suite: String,
+    kind: SuiteKind,
+    target: usize,
+    target_name: String,
+    repeat: u32,
+    protocol: Option<Proto>,
+    path: Option<String>,
+    load: Option<LoadShape>,
+    topology: Option<Topology>,
+    keepalive: bool,
+    warmup_ms: u64,
+    duration_ms: u64,
+    counted_requests: u64,
+    settle_ms: u64,
+}
+
+impl From<Case> for FlatCase {
+    fn from(c: Case) -> FlatCase {
+        let protocol = c.what.listener_protocol();
+        let kind = c.what.suite_kind();
+        let (path, load, topology, keepalive) = match c.what {
+            CaseKind::Memory { .. } => (None, None, None, true),
+            CaseKind::Http(h) => (Some(h.path), Some(h.load), Some(h.topology), h.keepalive),
+        };
+        FlatCase {
+            id: c.id,
+            suite: c.suite,
+            kind,
+            target: c.target,
+            target_name: c.target_name,
+            repeat: c.repeat,
+            protocol,
+            path,
+            load,
+            topology,
+            keepalive,
+            warmup_ms: c.warmup_ms,
+            duration_ms: c.duration_ms,
+            counted_requests: c.counted_requests,
+            settle_ms: c.settle_ms,
+        }
+    }
+}
+
 impl Case {
+    /// The HTTP settings of a load case; `None` for a memory case.
+    pub fn http(&self) -> Option<&HttpCase> {
+        match &self.what {
+            CaseKind::Http(h) => Some(h),
+            CaseKind::Memory { .. } => None,
+        }
+    }
+
     /// The id as one file name (`http_peer_h1_plain_r1000_16x1_ka_1`): every
     /// character other than a letter, digit, `-` or `_` becomes `_` (so no
     /// slug is `..` or hidden), runs of `_` collapse. Per-case files of an output directory (e.g.
@@ -309,18 +412,13 @@ impl Matrix {
             {
                 let warmup_ms = s.warmup_ms.unwrap_or(d.warmup_ms);
                 let duration_ms = s.duration_ms.unwrap_or(d.duration_ms);
-                let base = |t: usize| Case {
+                let base = |t: usize, what: CaseKind| Case {
                     id: String::new(),
                     suite: s.name.clone(),
-                    kind: s.kind,
+                    what,
                     target: t,
                     target_name: targets[t].clone(),
                     repeat: round,
-                    protocol: None,
-                    path: None,
-                    load: None,
-                    topology: None,
-                    keepalive: true,
                     warmup_ms,
                     duration_ms,
                     counted_requests: d.counted_requests,
@@ -330,14 +428,10 @@ impl Matrix {
                     SuiteKind::Memory => {
                         for &listener in &s.listeners {
                             for &t in &order {
-                                let mut c = base(t);
+                                let mut c = base(t, CaseKind::Memory { listener });
                                 let name = match listener {
                                     Listener::Plain => "plain",
-                                    Listener::Tls => {
-                                        // The TLS listener is what h2-tls cases launch.
-                                        c.protocol = Some(Proto::H2Tls);
-                                        "tls"
-                                    }
+                                    Listener::Tls => "tls",
                                 };
                                 c.id = format!("{}/{}/{name}/#{round}", s.name, targets[t]);
                                 cases.push(c);
@@ -365,12 +459,14 @@ impl Matrix {
                                         let topo = Topology::parse(topo).expect("validated");
                                         for &ka in keepalives {
                                             for &t in &order {
-                                                let mut c = base(t);
-                                                c.protocol = Some(proto);
-                                                c.path = Some(path.clone());
-                                                c.load = Some(*load);
-                                                c.topology = Some(topo);
-                                                c.keepalive = ka;
+                                                let h = HttpCase {
+                                                    protocol: proto,
+                                                    path: path.clone(),
+                                                    load: *load,
+                                                    topology: topo,
+                                                    keepalive: ka,
+                                                };
+                                                let mut c = base(t, CaseKind::Http(h));
                                                 c.id = case_id(&c);
                                                 cases.push(c);
                                             }
@@ -388,23 +484,21 @@ impl Matrix {
 }
 
 fn case_id(c: &Case) -> String {
-    let load = match c.load {
-        Some(LoadShape::Open { rate }) => format!("r{rate}"),
-        _ => "closed".into(),
+    let h = c.http().expect("only HTTP cases are numbered this way");
+    let load = match h.load {
+        LoadShape::Open { rate } => format!("r{rate}"),
+        LoadShape::Closed => "closed".into(),
     };
-    let topo = c
-        .topology
-        .map(|t| format!("{}x{}", t.connections, t.streams))
-        .unwrap_or_default();
     format!(
-        "{}/{}/{}/{}/{}/{}/{}/#{}",
+        "{}/{}/{}/{}/{}/{}x{}/{}/#{}",
         c.suite,
         c.target_name,
-        c.protocol.map_or("-", Proto::name),
-        c.path.as_deref().unwrap_or("-").trim_start_matches('/'),
+        h.protocol.name(),
+        h.path.trim_start_matches('/'),
         load,
-        topo,
-        if c.keepalive { "ka" } else { "new" },
+        h.topology.connections,
+        h.topology.streams,
+        if h.keepalive { "ka" } else { "new" },
         c.repeat
     )
 }
@@ -641,6 +735,42 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `cases.jsonl` keeps its flat shape: a kind's missing settings are
+    /// null, a memory case's TLS listener is protocol h2-tls.
+    #[test]
+    fn a_case_serializes_flat() {
+        let text = M.replace(
+            "kind = \"memory\"",
+            "kind = \"memory\"\nlisteners = [\"plain\", \"tls\"]",
+        );
+        let m = Matrix::parse("t.toml", &text).unwrap();
+        let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
+        let json = |id_part: &str| {
+            let c = cases.iter().find(|c| c.id.contains(id_part)).unwrap();
+            serde_json::to_value(c).unwrap()
+        };
+        let tls = json("/tls/");
+        assert_eq!(tls["kind"], "memory");
+        assert_eq!(tls["protocol"], "h2-tls");
+        assert!(tls["path"].is_null() && tls["topology"].is_null() && tls["load"].is_null());
+        assert_eq!(tls["keepalive"], true);
+        let h = json("/h1/");
+        assert_eq!(h["kind"], "http");
+        assert_eq!(h["protocol"], "h1");
+        assert!(h["path"].is_string(), "{h}");
+        assert!(h["topology"]["connections"].is_u64(), "{h}");
+        for key in [
+            "id",
+            "suite",
+            "target",
+            "target_name",
+            "repeat",
+            "warmup_ms",
+        ] {
+            assert!(!h[key].is_null(), "{key}: {h}");
+        }
+    }
 
     #[test]
     fn a_slug_is_one_file_name() {
