@@ -8,8 +8,13 @@
 
 pub mod cgroup;
 pub mod cgroup_stats;
+mod child;
+mod facts;
 pub mod identity;
+mod launched;
+mod output;
 pub mod port;
+mod ready;
 pub mod spec;
 pub mod start;
 pub mod user;

@@ -78,7 +78,8 @@ fn launches_the_calibration_server_and_proves_it_holds_its_port() {
     let pid = t.pid;
     assert_eq!(t.pgid, pid, "the target leads its own process group");
 
-    // Lesson 1: the listener is the launched pid's, by socket inode.
+    // The listener is the launched pid's, by socket inode (a stale server
+    // on the port would otherwise be measured).
     assert_eq!(t.proof.holders, vec![pid]);
     assert!(!t.proof.via_descendant);
     let holders = port_holders(t.port);
@@ -87,7 +88,7 @@ fn launches_the_calibration_server_and_proves_it_holds_its_port() {
         .iter()
         .all(|(p, inode)| *p == pid && t.proof.inodes.contains(inode)));
 
-    // Lesson 2: what runs is what was built.
+    // What runs is what was built (hash and build-id of the executable).
     let exe = rig_fixtures::calib_server();
     assert_eq!(t.exe.path, exe.display().to_string());
     assert_eq!(t.exe.sha256, sha256_hex(exe));

@@ -1,0 +1,166 @@
+//! Waiting for a launched target: until its readiness check passes (TCP
+//! connect, a stdout line, or an HTTP answer), then until its listener is
+//! proven to be its own.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::port::{self, HolderCheck, PortProof};
+use super::spec::{Ready, TargetSpec};
+use super::start::{LaunchError, LaunchOptions, Launched};
+
+/// Poll the spec's readiness check until it passes; a target that exits or
+/// outlasts the timeout is stopped and the error says why (its exit, an
+/// OOM kill, or another process holding the port).
+#[allow(clippy::result_large_err)] // see start::mapped_objects
+pub(super) fn wait_ready(
+    l: &mut Launched,
+    spec: &TargetSpec,
+    opts: &LaunchOptions,
+    started: Instant,
+) -> Result<(), LaunchError> {
+    let (pid, port) = (l.pid, l.port);
+    let timeout = opts.ready_timeout.unwrap_or(spec.ready_timeout);
+    let ready_desc = match &spec.ready {
+        Ready::Tcp => format!("a TCP connect to port {port}"),
+        Ready::Stdout(p) => format!("a stdout line containing {p:?}"),
+        Ready::Http(p) => format!("GET {p} on port {port} to answer < 500"),
+    };
+    loop {
+        let ready = match &spec.ready {
+            Ready::Tcp => connect_any(port, Duration::from_millis(100)).is_some(),
+            Ready::Stdout(_) => l.stdout.matched.load(Ordering::Acquire),
+            Ready::Http(p) => http_ready(port, p),
+        };
+        if ready {
+            return Ok(());
+        }
+        let exited = super::launched::exited_nowait(pid);
+        if exited || started.elapsed() >= timeout {
+            let waited = started.elapsed();
+            // A target that lost its bind to someone else: name the holder.
+            let other = port::port_holders(port)
+                .into_iter()
+                .find(|(p, _)| *p != pid && !port::descendants(pid).contains(p));
+            let info = l.shutdown(Duration::from_millis(200));
+            if let Some((holder, _)) = other {
+                return Err(LaunchError::PortHeldByOther {
+                    port,
+                    holder_pid: holder,
+                    holder_cmdline: super::cmdline(holder),
+                    target_pid: Some(pid),
+                });
+            }
+            return Err(LaunchError::NotReady {
+                name: spec.name.clone(),
+                pid,
+                waited,
+                ready: ready_desc,
+                exit: exited.then(|| {
+                    let oom = info.cgroup.and_then(|c| c.oom_kills).unwrap_or(0);
+                    if oom > 0 {
+                        format!(
+                            "{}; its cgroup recorded {oom} OOM kill(s): the memory limit ({} MiB) is below what it needs to start",
+                            info.describe(),
+                            opts.memory_limit_mib.unwrap_or(0)
+                        )
+                    } else {
+                        info.describe()
+                    }
+                }),
+                stderr_tail: info.stderr_tail,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The listener on the port must be the target's own, whatever answered
+/// the readiness check (a stale server on the port would be measured
+/// instead). A stdout-ready target gets a moment to reach listen().
+#[allow(clippy::result_large_err)] // see start::mapped_objects
+pub(super) fn prove_port(l: &Launched, spec: &TargetSpec) -> Result<PortProof, LaunchError> {
+    let (pid, port) = (l.pid, l.port);
+    let t0 = Instant::now();
+    loop {
+        match port::check_holder(port, pid) {
+            HolderCheck::Proven(p) => return Ok(p),
+            HolderCheck::Other {
+                pid: holder,
+                cmdline,
+            } => {
+                return Err(LaunchError::PortHeldByOther {
+                    port,
+                    holder_pid: holder,
+                    holder_cmdline: cmdline,
+                    target_pid: Some(pid),
+                })
+            }
+            HolderCheck::NoListener if t0.elapsed() < Duration::from_secs(1) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            HolderCheck::NoListener => {
+                return Err(LaunchError::NoListener {
+                    name: spec.name.clone(),
+                    pid,
+                    port,
+                })
+            }
+        }
+    }
+}
+
+fn connect_any(port: u16, t: Duration) -> Option<TcpStream> {
+    let addrs: [SocketAddr; 2] = [
+        ([127, 0, 0, 1], port).into(),
+        (std::net::Ipv6Addr::LOCALHOST, port).into(),
+    ];
+    addrs
+        .iter()
+        .find_map(|a| TcpStream::connect_timeout(a, t).ok())
+}
+
+/// `GET path` answers with a status below 500.
+fn http_ready(port: u16, path: &str) -> bool {
+    let Some(mut s) = connect_any(port, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    let mut got = 0;
+    while got < 12 {
+        match s.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    parse_status_line(&buf[..got]).is_some_and(|c| c < 500)
+}
+
+/// Status code of an HTTP/1.x status line.
+pub fn parse_status_line(b: &[u8]) -> Option<u16> {
+    let s = std::str::from_utf8(b.get(..12)?).ok()?;
+    if !s.starts_with("HTTP/1.") {
+        return None;
+    }
+    s[9..12].parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(parse_status_line(b"HTTP/1.1 200 OK\r\n"), Some(200));
+        assert_eq!(parse_status_line(b"HTTP/1.0 503 x"), Some(503));
+        assert_eq!(parse_status_line(b"SSH-2.0-OpenSSH"), None);
+        assert_eq!(parse_status_line(b"HTTP/1.1"), None);
+    }
+}
