@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, ContentArrangement, Table};
 
+use super::stacks::StackSection;
 use super::Attribution;
+use crate::probe::Family;
 
 /// `v / per` with up to three decimals, or the raw count when `per` is unknown.
 pub fn per(v: u64, per: Option<u64>) -> String {
@@ -54,8 +56,63 @@ fn size_class(c: Option<u32>) -> String {
 /// Render the whole attribution, at most `top` rows per table.
 pub fn render(a: &Attribution, top: usize) -> String {
     let n = a.window.requests;
-    let mut out = String::new();
     let unit = if n.is_some() { "/req" } else { "" };
+    let mut out = String::new();
+    header(&mut out, a, n);
+    if !a.syscalls.is_empty() {
+        syscalls(&mut out, a, top, n);
+    }
+    let families: [(Family, Section); 4] = [
+        (Family::Alloc, allocations),
+        (Family::Copy, copies),
+        (Family::Locks, mutexes),
+        (Family::Faults, faults),
+    ];
+    for (family, section) in families {
+        if a.families.contains(&family) {
+            section(&mut out, a, top, n);
+        }
+    }
+    if a.families.contains(&crate::probe::Family::Sched) {
+        let s = &a.sched;
+        let _ = writeln!(
+            out,
+            "\ncontext switches: {} voluntary{unit}, {} involuntary{unit}, off-CPU {:.1} µs{unit} (summed over {} threads)",
+            per(s.voluntary, n),
+            per(s.involuntary, n),
+            s.off_cpu_ns as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64,
+            s.threads.len()
+        );
+    }
+    if a.families.contains(&crate::probe::Family::Cpu) {
+        let c = &a.cpu;
+        let _ = writeln!(
+            out,
+            "\non-CPU (sampled every {} µs of CPU time): {} samples in user code, {} in the kernel \
+             (≈ {:.1} µs{unit} of CPU; statistics, not exact counts)",
+            c.period_ns / 1000,
+            c.user,
+            c.kernel,
+            (c.user + c.kernel) as f64 * c.period_ns as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64
+        );
+    }
+    out.push_str(&stacks(a, top.min(8), n));
+    if !a.pmu.instructions {
+        let _ = writeln!(
+            out,
+            "instructions: not counted ({}); this is not zero",
+            a.pmu.detail
+        );
+    }
+    for d in &a.distortions {
+        let _ = writeln!(out, "note: {d}");
+    }
+    out
+}
+
+/// The window line, the load, and what makes the numbers below less than
+/// exact (no quiet, lost events); the process tree when there is one.
+fn header(out: &mut String, a: &Attribution, n: Option<u64>) {
     let _ = writeln!(
         out,
         "rig attach: pid {} ({}), {:.2} s window, {}{}",
@@ -101,180 +158,162 @@ pub fn render(a: &Attribution, top: usize) -> String {
             processes(a, n)
         );
     }
+}
 
-    if !a.syscalls.is_empty() {
-        let mut t = table(&["syscall", &format!("calls{unit}"), "µs/call"]);
-        let mut rows = a.syscalls.clone();
-        rows.sort_by_key(|r| std::cmp::Reverse(r.count));
-        for r in rows.iter().take(top) {
-            t.add_row(vec![
-                r.name.clone(),
-                per(r.count, n),
-                micros(r.ns, r.returns),
-            ]);
-        }
-        let total: u64 = a.syscalls.iter().map(|r| r.count).sum();
-        let _ = writeln!(
-            out,
-            "\nsyscalls: {} {unit} in total ({} uretprobe trampoline calls of rig's excluded)\n{t}",
-            per(total, n),
-            a.probe_syscalls_excluded
-        );
-    }
-    if a.families.contains(&crate::probe::Family::Alloc) {
-        let t_ = &a.alloc_totals;
-        let mut t = table(&[
-            "call site",
-            "api",
-            "size",
-            &format!("calls{unit}"),
-            &format!("bytes{unit}"),
+/// One family's table: appended to the output.
+type Section = fn(&mut String, &Attribution, usize, Option<u64>);
+
+/// Syscalls by count, with the mean time per call.
+fn syscalls(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
+    let unit = if n.is_some() { "/req" } else { "" };
+    let mut t = table(&["syscall", &format!("calls{unit}"), "µs/call"]);
+    let mut rows = a.syscalls.clone();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.count));
+    for r in rows.iter().take(top) {
+        t.add_row(vec![
+            r.name.clone(),
+            per(r.count, n),
+            micros(r.ns, r.returns),
         ]);
-        for r in a.alloc.iter().take(top) {
-            let kind = if r.inner {
-                format!("{} (inner)", r.kind)
-            } else {
-                r.kind.to_string()
-            };
-            // A free has no size; a free(NULL) frees nothing.
-            let size = match (
-                r.kind.contains("free") || r.kind.contains("delete"),
-                r.size_class,
-            ) {
-                (true, None) => "NULL".to_string(),
-                (true, Some(_)) => "-".to_string(),
-                (false, c) => size_class(c),
-            };
-            t.add_row(vec![
-                r.site.label(),
-                kind,
-                size,
-                per(r.calls, n),
-                per(r.bytes, n),
-            ]);
-        }
-        let _ = writeln!(
-            out,
-            "\nallocations: {} allocs{unit}, {} bytes{unit}, {} frees{unit}\n{t}",
-            per(t_.allocations, n),
-            per(t_.bytes, n),
-            per(t_.frees, n)
-        );
     }
-    if a.families.contains(&crate::probe::Family::Copy) {
-        let mut t = table(&[
-            "call site",
-            "api",
-            "size",
-            &format!("calls{unit}"),
-            &format!("bytes{unit}"),
+    let total: u64 = a.syscalls.iter().map(|r| r.count).sum();
+    let _ = writeln!(
+        out,
+        "\nsyscalls: {} {unit} in total ({} uretprobe trampoline calls of rig's excluded)\n{t}",
+        per(total, n),
+        a.probe_syscalls_excluded
+    );
+}
+
+/// Allocation calls and bytes by call site, api and size class.
+fn allocations(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
+    let unit = if n.is_some() { "/req" } else { "" };
+    let t_ = &a.alloc_totals;
+    let mut t = table(&[
+        "call site",
+        "api",
+        "size",
+        &format!("calls{unit}"),
+        &format!("bytes{unit}"),
+    ]);
+    for r in a.alloc.iter().take(top) {
+        let kind = if r.inner {
+            format!("{} (inner)", r.kind)
+        } else {
+            r.kind.to_string()
+        };
+        // A free has no size; a free(NULL) frees nothing.
+        let size = match (
+            r.kind.contains("free") || r.kind.contains("delete"),
+            r.size_class,
+        ) {
+            (true, None) => "NULL".to_string(),
+            (true, Some(_)) => "-".to_string(),
+            (false, c) => size_class(c),
+        };
+        t.add_row(vec![
+            r.site.label(),
+            kind,
+            size,
+            per(r.calls, n),
+            per(r.bytes, n),
         ]);
-        for r in a.copy.iter().take(top) {
-            t.add_row(vec![
-                r.site.label(),
-                r.kind.clone(),
-                r.bucket.to_string(),
-                per(r.calls, n),
-                per(r.bytes, n),
-            ]);
-        }
-        let total: u64 = a.copy.iter().map(|r| r.bytes).sum();
-        let impls = a
-            .copy_impls
-            .iter()
-            .map(|i| {
-                format!(
-                    "{} -> {}",
-                    i.apis.join("/"),
-                    i.impl_name.as_deref().unwrap_or("[unnamed]")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let _ = writeln!(
-            out,
-            "\ncopies: {} bytes{unit} ({impls})\n{t}",
-            per(total, n)
-        );
     }
-    if a.families.contains(&crate::probe::Family::Locks) {
-        let mut t = table(&[
-            "call site",
-            "op",
-            &format!("calls{unit}"),
-            &format!("contended{unit}"),
-            "futex wait µs/acq",
-            "hold µs/acq*",
+    let _ = writeln!(
+        out,
+        "\nallocations: {} allocs{unit}, {} bytes{unit}, {} frees{unit}\n{t}",
+        per(t_.allocations, n),
+        per(t_.bytes, n),
+        per(t_.frees, n)
+    );
+}
+
+/// memcpy/memmove/memset bytes by call site, with the implementations the probes sit on.
+fn copies(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
+    let unit = if n.is_some() { "/req" } else { "" };
+    let mut t = table(&[
+        "call site",
+        "api",
+        "size",
+        &format!("calls{unit}"),
+        &format!("bytes{unit}"),
+    ]);
+    for r in a.copy.iter().take(top) {
+        t.add_row(vec![
+            r.site.label(),
+            r.kind.clone(),
+            r.bucket.to_string(),
+            per(r.calls, n),
+            per(r.bytes, n),
         ]);
-        for r in a.locks.iter().take(top) {
-            let (wait, hold) = if r.op == "unlock" {
-                ("-".into(), "-".into())
-            } else {
-                (
-                    micros(r.futex_wait_ns, r.acquired),
-                    micros(r.hold_ns, r.holds),
-                )
-            };
-            t.add_row(vec![
-                r.site.label(),
-                r.op.to_string(),
-                per(r.calls, n),
-                per(r.contended, n),
-                wait,
-                hold,
-            ]);
-        }
-        let _ = writeln!(out, "\nmutexes (* inflated by probe cost, see below)\n{t}");
     }
-    if a.families.contains(&crate::probe::Family::Faults) {
-        let mut t = table(&["site", "kind", &format!("faults{unit}")]);
-        for r in a.faults.iter().take(top) {
-            let kind = match (r.major, r.in_kernel) {
-                (false, false) => "minor",
-                (true, false) => "major",
-                (false, true) => "minor, in syscall",
-                (true, true) => "major, in syscall",
-            };
-            t.add_row(vec![r.site.label(), kind.to_string(), per(r.count, n)]);
-        }
-        let total: u64 = a.faults.iter().map(|r| r.count).sum();
-        let _ = writeln!(out, "\npage faults: {}{unit}\n{t}", per(total, n));
+    let total: u64 = a.copy.iter().map(|r| r.bytes).sum();
+    let impls = a
+        .copy_impls
+        .iter()
+        .map(|i| {
+            format!(
+                "{} -> {}",
+                i.apis.join("/"),
+                i.impl_name.as_deref().unwrap_or("[unnamed]")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(
+        out,
+        "\ncopies: {} bytes{unit} ({impls})\n{t}",
+        per(total, n)
+    );
+}
+
+/// Mutex calls, contention, futex wait and hold time by call site.
+fn mutexes(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
+    let unit = if n.is_some() { "/req" } else { "" };
+    let mut t = table(&[
+        "call site",
+        "op",
+        &format!("calls{unit}"),
+        &format!("contended{unit}"),
+        "futex wait µs/acq",
+        "hold µs/acq*",
+    ]);
+    for r in a.locks.iter().take(top) {
+        let (wait, hold) = if r.op == "unlock" {
+            ("-".into(), "-".into())
+        } else {
+            (
+                micros(r.futex_wait_ns, r.acquired),
+                micros(r.hold_ns, r.holds),
+            )
+        };
+        t.add_row(vec![
+            r.site.label(),
+            r.op.to_string(),
+            per(r.calls, n),
+            per(r.contended, n),
+            wait,
+            hold,
+        ]);
     }
-    if a.families.contains(&crate::probe::Family::Sched) {
-        let s = &a.sched;
-        let _ = writeln!(
-            out,
-            "\ncontext switches: {} voluntary{unit}, {} involuntary{unit}, off-CPU {:.1} µs{unit} (summed over {} threads)",
-            per(s.voluntary, n),
-            per(s.involuntary, n),
-            s.off_cpu_ns as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64,
-            s.threads.len()
-        );
+    let _ = writeln!(out, "\nmutexes (* inflated by probe cost, see below)\n{t}");
+}
+
+/// Page faults by site and kind.
+fn faults(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
+    let unit = if n.is_some() { "/req" } else { "" };
+    let mut t = table(&["site", "kind", &format!("faults{unit}")]);
+    for r in a.faults.iter().take(top) {
+        let kind = match (r.major, r.in_kernel) {
+            (false, false) => "minor",
+            (true, false) => "major",
+            (false, true) => "minor, in syscall",
+            (true, true) => "major, in syscall",
+        };
+        t.add_row(vec![r.site.label(), kind.to_string(), per(r.count, n)]);
     }
-    if a.families.contains(&crate::probe::Family::Cpu) {
-        let c = &a.cpu;
-        let _ = writeln!(
-            out,
-            "\non-CPU (sampled every {} µs of CPU time): {} samples in user code, {} in the kernel \
-             (≈ {:.1} µs{unit} of CPU; statistics, not exact counts)",
-            c.period_ns / 1000,
-            c.user,
-            c.kernel,
-            (c.user + c.kernel) as f64 * c.period_ns as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64
-        );
-    }
-    out.push_str(&stacks(a, top.min(8), n));
-    if !a.pmu.instructions {
-        let _ = writeln!(
-            out,
-            "instructions: not counted ({}); this is not zero",
-            a.pmu.detail
-        );
-    }
-    for d in &a.distortions {
-        let _ = writeln!(out, "note: {d}");
-    }
-    out
+    let total: u64 = a.faults.iter().map(|r| r.count).sum();
+    let _ = writeln!(out, "\npage faults: {}{unit}\n{t}", per(total, n));
 }
 
 /// The top stacks of each family: the user site (first frame outside the
@@ -287,40 +326,10 @@ pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
     }
     let unit = if n.is_some() { "/req" } else { "" };
     for family in crate::probe::Family::ALL {
-        // Rows of one family merged over processes, size classes and the
-        // frames inside the wrappers: one line per (event, user site, the
-        // frames above it).
-        let mut merged: Vec<(String, Option<String>, u64, u64)> = Vec::new();
-        let shown = |stack: &Option<String>| -> Vec<String> {
-            match stack.as_ref().and_then(|s| st.stacks.get(s)) {
-                Some(f) => f.frames[f.user_site.min(f.frames.len())..]
-                    .iter()
-                    .take(4)
-                    .map(|s| s.label())
-                    .chain(f.incomplete.iter().map(|s| s.to_string()))
-                    .collect(),
-                None => Vec::new(),
-            }
-        };
-        let mut at: std::collections::HashMap<(String, Vec<String>), usize> =
-            std::collections::HashMap::new();
-        for r in st.rows.iter().filter(|r| r.family == family) {
-            let key = (r.event.clone(), shown(&r.stack));
-            match at.get(&key) {
-                Some(&i) => {
-                    merged[i].2 += r.count;
-                    merged[i].3 += r.amount;
-                }
-                None => {
-                    at.insert(key, merged.len());
-                    merged.push((r.event.clone(), r.stack.clone(), r.count, r.amount));
-                }
-            }
-        }
+        let merged = merged_rows(st, family);
         if merged.is_empty() {
             continue;
         }
-        merged.sort_by(|a, b| b.2.cmp(&a.2).then(b.3.cmp(&a.3)));
         let amount = match family {
             crate::probe::Family::Alloc | crate::probe::Family::Copy => Some("bytes"),
             crate::probe::Family::Locks | crate::probe::Family::Sched => Some("µs"),
@@ -333,34 +342,7 @@ pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
         header.extend(["event".into(), "user site".into(), "called from".into()]);
         let mut t = table(&header.iter().map(String::as_str).collect::<Vec<_>>());
         for (event, stack, count, amt) in merged.iter().take(top) {
-            let frames = stack.as_ref().and_then(|s| st.stacks.get(s));
-            let (site, callers, incomplete) = match frames {
-                Some(f) => {
-                    let site = f
-                        .frames
-                        .get(f.user_site)
-                        .map(|s| match (&s.function, s.file_line()) {
-                            (Some(func), Some(fl)) => format!("{} ({fl})", short_name(func)),
-                            (Some(func), None) => short_name(func),
-                            _ => s.label(),
-                        })
-                        .unwrap_or_default();
-                    let callers: Vec<String> = f
-                        .frames
-                        .iter()
-                        .skip(f.user_site + 1)
-                        .take(2)
-                        .map(|s| {
-                            s.function
-                                .as_deref()
-                                .map(short_name)
-                                .unwrap_or_else(|| s.label())
-                        })
-                        .collect();
-                    (site, callers.join(" ← "), !f.incomplete.is_empty())
-                }
-                None => ("(no stack)".to_string(), String::new(), true),
-            };
+            let (site, callers, incomplete) = stack_cells(st, stack);
             let mut row = vec![per(*count, n)];
             if let Some(a) = amount {
                 row.push(if a == "µs" {
@@ -401,6 +383,74 @@ pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
         );
     }
     out
+}
+
+/// Rows of one family merged over processes, size classes and the frames
+/// inside the wrappers: one line per (event, user site, the frames above
+/// it), as (event, stack id, count, amount), most frequent first.
+fn merged_rows(st: &StackSection, family: Family) -> Vec<(String, Option<String>, u64, u64)> {
+    let mut merged: Vec<(String, Option<String>, u64, u64)> = Vec::new();
+    let shown = |stack: &Option<String>| -> Vec<String> {
+        match stack.as_ref().and_then(|s| st.stacks.get(s)) {
+            Some(f) => f.frames[f.user_site.min(f.frames.len())..]
+                .iter()
+                .take(4)
+                .map(|s| s.label())
+                .chain(f.incomplete.iter().map(|s| s.to_string()))
+                .collect(),
+            None => Vec::new(),
+        }
+    };
+    let mut at: std::collections::HashMap<(String, Vec<String>), usize> =
+        std::collections::HashMap::new();
+    for r in st.rows.iter().filter(|r| r.family == family) {
+        let key = (r.event.clone(), shown(&r.stack));
+        match at.get(&key) {
+            Some(&i) => {
+                merged[i].2 += r.count;
+                merged[i].3 += r.amount;
+            }
+            None => {
+                at.insert(key, merged.len());
+                merged.push((r.event.clone(), r.stack.clone(), r.count, r.amount));
+            }
+        }
+    }
+    merged.sort_by(|a, b| b.2.cmp(&a.2).then(b.3.cmp(&a.3)));
+    merged
+}
+
+/// A stack's user site (with file:line), its next two callers, and whether
+/// the walk was incomplete.
+fn stack_cells(st: &StackSection, stack: &Option<String>) -> (String, String, bool) {
+    let frames = stack.as_ref().and_then(|s| st.stacks.get(s));
+    match frames {
+        Some(f) => {
+            let site = f
+                .frames
+                .get(f.user_site)
+                .map(|s| match (&s.function, s.file_line()) {
+                    (Some(func), Some(fl)) => format!("{} ({fl})", short_name(func)),
+                    (Some(func), None) => short_name(func),
+                    _ => s.label(),
+                })
+                .unwrap_or_default();
+            let callers: Vec<String> = f
+                .frames
+                .iter()
+                .skip(f.user_site + 1)
+                .take(2)
+                .map(|s| {
+                    s.function
+                        .as_deref()
+                        .map(short_name)
+                        .unwrap_or_else(|| s.label())
+                })
+                .collect();
+            (site, callers.join(" ← "), !f.incomplete.is_empty())
+        }
+        None => ("(no stack)".to_string(), String::new(), true),
+    }
 }
 
 /// A function name short enough for a table: generic arguments dropped,
