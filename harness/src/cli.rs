@@ -596,95 +596,107 @@ pub fn run() -> Result<i32> {
             let attribution = session::run_attach(&s, &stop)?;
             output(&attribution, &a.common)
         }
-        Cmd::ProbeCost(p) => {
-            crate::probe::require_root()?;
-            new_output_file("--json", &p.json)?;
-            let rows = crate::probe::cost::measure(p.iterations, p.rounds)?;
-            println!("{}", crate::probe::cost::render(&rows));
-            if let Some(path) = &p.json {
-                crate::fsutil::write_new(path, &serde_json::to_vec_pretty(&rows)?)
-                    .context("--json")?;
-            }
-            Ok(exit::OK)
-        }
-        Cmd::Run(a) => {
-            let s = run_settings(&a)?;
-            if !s.families.is_empty() && s.passes.counted {
-                crate::probe::require_root()?;
-            }
-            let stop = stop_flag()?;
-            let results = crate::run::run(&s, &stop)?;
-            println!("{}", crate::run::table::render(&results));
-            println!("results: {}", s.out.display());
-            let failed = results
-                .iter()
-                .any(|r| r.status == crate::run::Status::Failed);
-            let measured = results.iter().any(|r| r.status == crate::run::Status::Ok);
-            if !measured && !failed {
-                eprintln!(
-                    "rig: nothing was measured: all {} case(s) were skipped (see the reasons above                      and in {}/report.json)",
-                    results.len(),
-                    s.out.display()
-                );
-            }
-            Ok(if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                exit::INTERRUPTED
-            } else if failed || !measured {
-                exit::CASE_FAILED
-            } else {
-                exit::OK
-            })
-        }
+        Cmd::ProbeCost(p) => probe_cost(&p),
+        Cmd::Run(a) => run_matrix(&a),
         Cmd::CheckConfig(c) => check_config(&c.file),
         Cmd::Instructions(a) => instructions(&a),
-        Cmd::Ab(a) => {
-            let s = ab_settings(&a)?;
-            if !s.families.is_empty() && s.passes.counted {
-                crate::probe::require_root()?;
-            }
-            let stop = stop_flag()?;
-            let report = crate::ab::run(&s, &stop)?;
-            print!("{}", crate::ab::render(&report));
-            println!("results: {}", s.out.display());
-            Ok(if report.interrupted {
-                exit::INTERRUPTED
-            } else if !report.failed_runs.is_empty() {
-                exit::CASE_FAILED
-            } else {
-                exit::OK
-            })
-        }
+        Cmd::Ab(a) => ab(&a),
         Cmd::Gate(g) => crate::gate::command(&gate_settings(&g)?, &*stop_flag()?),
-        Cmd::Demo(d) => {
-            new_output_file("--json", &d.common.json)?;
-            let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
-            cmd.args(["--port", "0", "--threads", "2", "--contend"]);
-            let target = session::Child::spawn_ready(cmd)?;
-            eprintln!(
-                "rig demo: calibration server pid {} on 127.0.0.1:{} (costs per request: fixtures/calib/COSTS.md)",
-                target.pid(),
-                target.port
-            );
-            let s = AttachSettings {
-                pid: target.pid(),
-                families: Family::parse_list(&d.common.probes)?,
-                duration: Duration::ZERO,
-                per: None,
-                drive: Some(Drive {
-                    target: H1Target::parse(&format!("http://127.0.0.1:{}/calib", target.port))?,
-                    connections: d.connections,
-                    warmup: crate::window::WarmUp::ATTACH_DEFAULT,
-                    requests: d.requests,
-                }),
-                tree: None,
-                wrappers: d.common.wrappers.clone(),
-            };
-            let stop = stop_flag()?;
-            let attribution = session::run_attach(&s, &stop)?;
-            drop(target);
-            output(&attribution, &d.common)
-        }
+        Cmd::Demo(d) => demo(&d),
     }
+}
+
+/// `rig probe-cost`.
+fn probe_cost(p: &ProbeCostArgs) -> Result<i32> {
+    crate::probe::require_root()?;
+    new_output_file("--json", &p.json)?;
+    let rows = crate::probe::cost::measure(p.iterations, p.rounds)?;
+    println!("{}", crate::probe::cost::render(&rows));
+    if let Some(path) = &p.json {
+        crate::fsutil::write_new(path, &serde_json::to_vec_pretty(&rows)?).context("--json")?;
+    }
+    Ok(exit::OK)
+}
+
+/// `rig run`: exit 130 when interrupted, 6 when a case failed or nothing
+/// was measured.
+fn run_matrix(a: &RunArgs) -> Result<i32> {
+    let s = run_settings(a)?;
+    if !s.families.is_empty() && s.passes.counted {
+        crate::probe::require_root()?;
+    }
+    let stop = stop_flag()?;
+    let results = crate::run::run(&s, &stop)?;
+    println!("{}", crate::run::table::render(&results));
+    println!("results: {}", s.out.display());
+    let failed = results
+        .iter()
+        .any(|r| r.status == crate::run::Status::Failed);
+    let measured = results.iter().any(|r| r.status == crate::run::Status::Ok);
+    if !measured && !failed {
+        eprintln!(
+            "rig: nothing was measured: all {} case(s) were skipped (see the reasons above                      and in {}/report.json)",
+            results.len(),
+            s.out.display()
+        );
+    }
+    Ok(if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        exit::INTERRUPTED
+    } else if failed || !measured {
+        exit::CASE_FAILED
+    } else {
+        exit::OK
+    })
+}
+
+/// `rig ab`.
+fn ab(a: &AbArgs) -> Result<i32> {
+    let s = ab_settings(a)?;
+    if !s.families.is_empty() && s.passes.counted {
+        crate::probe::require_root()?;
+    }
+    let stop = stop_flag()?;
+    let report = crate::ab::run(&s, &stop)?;
+    print!("{}", crate::ab::render(&report));
+    println!("results: {}", s.out.display());
+    Ok(if report.interrupted {
+        exit::INTERRUPTED
+    } else if !report.failed_runs.is_empty() {
+        exit::CASE_FAILED
+    } else {
+        exit::OK
+    })
+}
+
+/// `rig demo`: the calibration server, driven and attributed.
+fn demo(d: &DemoArgs) -> Result<i32> {
+    new_output_file("--json", &d.common.json)?;
+    let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
+    cmd.args(["--port", "0", "--threads", "2", "--contend"]);
+    let target = session::Child::spawn_ready(cmd)?;
+    eprintln!(
+        "rig demo: calibration server pid {} on 127.0.0.1:{} (costs per request: fixtures/calib/COSTS.md)",
+        target.pid(),
+        target.port
+    );
+    let s = AttachSettings {
+        pid: target.pid(),
+        families: Family::parse_list(&d.common.probes)?,
+        duration: Duration::ZERO,
+        per: None,
+        drive: Some(Drive {
+            target: H1Target::parse(&format!("http://127.0.0.1:{}/calib", target.port))?,
+            connections: d.connections,
+            warmup: crate::window::WarmUp::ATTACH_DEFAULT,
+            requests: d.requests,
+        }),
+        tree: None,
+        wrappers: d.common.wrappers.clone(),
+    };
+    let stop = stop_flag()?;
+    let attribution = session::run_attach(&s, &stop)?;
+    drop(target);
+    output(&attribution, &d.common)
 }
 
 /// Map an error to its documented exit code.
