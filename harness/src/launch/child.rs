@@ -22,6 +22,10 @@ pub(super) struct ChildSetup {
 
 /// Spawn `rc` as the leader of a new process group with piped stdout and
 /// stderr and a null stdin.
+// Long by design: the pre-exec closure is one unit that may only make
+// async-signal-safe calls on data prepared before the fork; its steps are
+// ordered (death signal, cgroup, CPUs, then the drop of privileges, then the
+// death signal again) and read best in one place.
 pub(super) fn spawn(rc: &ResolvedCommand, setup: &ChildSetup) -> std::io::Result<Child> {
     let run_as = setup.run_as;
     let mut cmd = Command::new(&rc.program);

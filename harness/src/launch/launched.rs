@@ -94,13 +94,11 @@ impl Launched {
         self.shutdown(grace)
     }
 
-    pub(super) fn shutdown(&mut self, grace: Duration) -> ExitInfo {
-        if let Some(info) = &self.stopped {
-            return info.clone();
-        }
-        let pgid = self.pgid as i32;
-        let exited_on_its_own = exited_nowait(self.pid);
-        // Everything that may become an orphan once the leader dies.
+    /// Everything that may become an orphan once the leader dies (its
+    /// descendants, its group, its cgroup), and who they are (pid and start
+    /// time): a pid freed during the grace period and reused by another
+    /// process is never signalled.
+    fn tree(&self) -> (Vec<u32>, Vec<ProcessId>) {
         let mut family: Vec<u32> = port::descendants(self.pid);
         family.extend(group_members(self.pgid));
         if let Some(cg) = &self.cgroup {
@@ -109,33 +107,44 @@ impl Launched {
         family.retain(|&p| p != self.pid);
         family.sort_unstable();
         family.dedup();
-        // Who they are (pid and start time): a pid freed during the grace
-        // period and reused by another process is never signalled.
-        let members: Vec<ProcessId> = family
+        let members = family
             .iter()
             .filter_map(|&p| ProcessId::of(p).ok())
             .collect();
-        let still_running = |id: &ProcessId| ProcessId::of(id.pid).is_ok_and(|now| now == *id);
-        // SAFETY (all killpg below): the group leader is our unreaped child,
-        // so the pgid still names the group rig created.
+        (family, members)
+    }
+
+    /// SIGTERM to the group, `grace` to exit, then SIGKILL (and up to 5 s
+    /// for it to take). True when SIGKILL was needed.
+    fn terminate_group(&self, grace: Duration) -> bool {
+        let pgid = self.pgid as i32;
+        let gone = || exited_nowait(self.pid) && group_members(self.pgid).is_empty();
+        // SAFETY (both killpg): the group leader is our unreaped child, so
+        // the pgid still names the group rig created.
         unsafe { libc::killpg(pgid, libc::SIGTERM) };
         let t0 = Instant::now();
-        while t0.elapsed() < grace
-            && !(exited_nowait(self.pid) && group_members(self.pgid).is_empty())
-        {
+        while t0.elapsed() < grace && !gone() {
             std::thread::sleep(Duration::from_millis(5));
         }
-        let mut killed_after_grace = false;
-        if !exited_nowait(self.pid) || !group_members(self.pgid).is_empty() {
-            killed_after_grace = true;
-            unsafe { libc::killpg(pgid, libc::SIGKILL) };
-            let t1 = Instant::now();
-            while t1.elapsed() < Duration::from_secs(5)
-                && !(exited_nowait(self.pid) && group_members(self.pgid).is_empty())
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        if gone() {
+            return false;
         }
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+        let t1 = Instant::now();
+        while t1.elapsed() < Duration::from_secs(5) && !gone() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    pub(super) fn shutdown(&mut self, grace: Duration) -> ExitInfo {
+        if let Some(info) = &self.stopped {
+            return info.clone();
+        }
+        let exited_on_its_own = exited_nowait(self.pid);
+        let (family, members) = self.tree();
+        let still_running = |id: &ProcessId| ProcessId::of(id.pid).is_ok_and(|now| now == *id);
+        let killed_after_grace = self.terminate_group(grace);
         // Tree members that left the group (setsid) die too: rig started
         // them, through the target.
         for id in members.iter().filter(|id| still_running(id)) {

@@ -313,6 +313,10 @@ fn stat_state(stat: &str) -> Option<char> {
 
 /// Start the target described by `spec`, wait until it is ready, prove it
 /// holds its port, and record what it maps.
+// Long by design: the order of the steps is the clean-up contract. Before
+// `l` exists each failure removes what was made so far (run dir, cgroup);
+// from `l` on, dropping it kills and removes everything. Split further,
+// which side of that line a step is on would be hidden.
 #[allow(clippy::result_large_err)] // see mapped_objects
 pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
     let interrupted = || LaunchError::Interrupted {
@@ -338,34 +342,9 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
     let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
     remove_stale_run_dirs();
     let (run_dir, rc, run_as) = prepare_run_dir(spec, port, key)?;
-    let label = if opts.label.is_empty() {
-        spec.name.as_str()
-    } else {
-        opts.label.as_str()
-    };
-    let cg = Cgroup::create(
-        label,
-        Limits {
-            memory_mib: opts.memory_limit_mib,
-            cpu_quota: opts.cpu_quota,
-        },
-    )
-    .inspect_err(|_| {
+    let (cg, watchdog, notes) = contain(spec, opts, &run_dir).inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&run_dir);
     })?;
-    let watchdog = super::watchdog::Watchdog::start(
-        &run_dir,
-        &cg.as_ref().map(|c| c.handle().dirs).unwrap_or_default(),
-    );
-    let mut notes = Vec::new();
-    match &cg {
-        Some(c) => notes.extend(c.notes.iter().cloned()),
-        None => notes.push(
-            "no writable cgroup: memory peak and OOM kills are not accounted, and a SIGKILLed rig \
-             would leave this target running"
-                .into(),
-        ),
-    }
     let setup = ChildSetup {
         cgroup_procs: cg
             .as_ref()
@@ -453,26 +432,83 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
         l.shutdown(Duration::from_millis(200));
         return Err(interrupted());
     }
-    super::ready::wait_ready(&mut l, spec, opts, started)?;
+    finish(&mut l, spec, opts, started)?;
+    Ok(l)
+}
+
+/// The target's cgroup (with its memory and CPU limits), the watchdog that
+/// removes it and the run directory should rig be SIGKILLed, and notes on
+/// what is not contained.
+#[allow(clippy::result_large_err)] // see mapped_objects
+fn contain(
+    spec: &TargetSpec,
+    opts: &LaunchOptions,
+    run_dir: &std::path::Path,
+) -> Result<
+    (
+        Option<Cgroup>,
+        Option<super::watchdog::Watchdog>,
+        Vec<String>,
+    ),
+    LaunchError,
+> {
+    let label = if opts.label.is_empty() {
+        spec.name.as_str()
+    } else {
+        opts.label.as_str()
+    };
+    let cg = Cgroup::create(
+        label,
+        Limits {
+            memory_mib: opts.memory_limit_mib,
+            cpu_quota: opts.cpu_quota,
+        },
+    )?;
+    let watchdog = super::watchdog::Watchdog::start(
+        run_dir,
+        &cg.as_ref().map(|c| c.handle().dirs).unwrap_or_default(),
+    );
+    let mut notes = Vec::new();
+    match &cg {
+        Some(c) => notes.extend(c.notes.iter().cloned()),
+        None => notes.push(
+            "no writable cgroup: memory peak and OOM kills are not accounted, and a SIGKILLed rig \
+             would leave this target running"
+                .into(),
+        ),
+    }
+    Ok((cg, watchdog, notes))
+}
+
+/// After the spawn: ready, the port proven to be the target's, pinned as
+/// asked, and what it maps recorded.
+#[allow(clippy::result_large_err)] // see mapped_objects
+fn finish(
+    l: &mut Launched,
+    spec: &TargetSpec,
+    opts: &LaunchOptions,
+    started: Instant,
+) -> Result<(), LaunchError> {
+    super::ready::wait_ready(l, spec, opts, started)?;
     l.ready_after = started.elapsed();
-    l.proof = super::ready::prove_port(&l, spec)?;
-    l.affinity = affinity_of(pid).unwrap_or_default();
+    l.proof = super::ready::prove_port(l, spec)?;
+    l.affinity = affinity_of(l.pid).unwrap_or_default();
     if let Some(req) = &opts.server_cpus {
         let mut want = req.clone();
         want.sort_unstable();
         want.dedup();
         if l.affinity != want {
             return Err(LaunchError::Affinity {
-                pid,
+                pid: l.pid,
                 requested: want,
                 effective: l.affinity.clone(),
             });
         }
     }
-    let (exe, objects) = mapped_objects(pid)?;
+    let (exe, objects) = mapped_objects(l.pid)?;
     l.exe = exe;
     l.objects = objects;
-    Ok(l)
+    Ok(())
 }
 
 /// The port the target will listen on: its fixed one (refused when someone
