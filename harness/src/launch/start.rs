@@ -436,6 +436,13 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
     Ok(l)
 }
 
+/// A target's cgroup, its watchdog, and notes on what is not contained.
+type Containment = (
+    Option<Cgroup>,
+    Option<super::watchdog::Watchdog>,
+    Vec<String>,
+);
+
 /// The target's cgroup (with its memory and CPU limits), the watchdog that
 /// removes it and the run directory should rig be SIGKILLed, and notes on
 /// what is not contained.
@@ -444,14 +451,7 @@ fn contain(
     spec: &TargetSpec,
     opts: &LaunchOptions,
     run_dir: &std::path::Path,
-) -> Result<
-    (
-        Option<Cgroup>,
-        Option<super::watchdog::Watchdog>,
-        Vec<String>,
-    ),
-    LaunchError,
-> {
+) -> Result<Containment, LaunchError> {
     let label = if opts.label.is_empty() {
         spec.name.as_str()
     } else {
