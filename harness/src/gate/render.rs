@@ -8,7 +8,6 @@ pub(crate) fn num(v: Option<f64>) -> String {
 
 /// The terminal table and the verdict lines.
 pub fn render(r: &GateReport) -> String {
-    use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
     let cases = match r.cases.as_slice() {
         [(id, _)] => format!("case {id}"),
         many => format!(
@@ -48,6 +47,33 @@ pub fn render(r: &GateReport) -> String {
             "event counts (calls, syscalls, faults) within {r}/req of each other are equal, bytes within {r} events' worth (rare_events_per_req)\n"
         );
     }
+    o += &format!("{}\n", counter_table(r));
+    let det = r.observed.iter().filter(|x| x.deterministic).count();
+    o += &format!(
+        "{det} of {} observed counters deterministic over {} runs (spread within each counter's tolerance)\n",
+        r.observed.len(),
+        r.repeats
+    );
+    if let Some(i) = &r.instructions {
+        o += &format!("note: {}\n", i.note);
+    }
+    for row in r.rows.iter().filter(|x| x.verdict == Verdict::New) {
+        o += &format!("new: {}\n", row.note);
+    }
+    if r.breaches.is_empty() {
+        o += "gate: PASS\n";
+    } else {
+        for b in &r.breaches {
+            o += &format!("BREACH {b}\n");
+        }
+        o += &format!("gate: FAIL ({} breaches)\n", r.breaches.len());
+    }
+    o
+}
+
+/// One row per counter: baseline, now, delta, limit, verdict.
+fn counter_table(r: &GateReport) -> comfy_table::Table {
+    use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "counter", "baseline", "now", "delta", "limit", "verdict",
@@ -73,26 +99,5 @@ pub fn render(r: &GateReport) -> String {
             verdict,
         ]);
     }
-    o += &format!("{t}\n");
-    let det = r.observed.iter().filter(|x| x.deterministic).count();
-    o += &format!(
-        "{det} of {} observed counters deterministic over {} runs (spread within each counter's tolerance)\n",
-        r.observed.len(),
-        r.repeats
-    );
-    if let Some(i) = &r.instructions {
-        o += &format!("note: {}\n", i.note);
-    }
-    for row in r.rows.iter().filter(|x| x.verdict == Verdict::New) {
-        o += &format!("new: {}\n", row.note);
-    }
-    if r.breaches.is_empty() {
-        o += "gate: PASS\n";
-    } else {
-        for b in &r.breaches {
-            o += &format!("BREACH {b}\n");
-        }
-        o += &format!("gate: FAIL ({} breaches)\n", r.breaches.len());
-    }
-    o
+    t
 }
