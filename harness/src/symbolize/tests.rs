@@ -132,7 +132,7 @@ fn rust_symbols_are_demangled_and_c_abi_names_kept() {
         "no hash: {f}"
     );
     assert_eq!(sites[0].function_offset, 0);
-    assert_eq!(sites[0].file.as_deref().map(basename), Some("mod.rs"));
+    assert_eq!(sites[0].file.as_deref().map(basename), Some("tests.rs"));
     assert_eq!(sites[1].function, sites[0].function);
     assert_eq!(sites[1].function_offset, 1);
     assert_eq!(
