@@ -112,6 +112,9 @@ pub struct AbReport {
     pub rounds: u32,
     pub order: Vec<String>,
     pub interrupted: bool,
+    /// At least one run of some arm was measured (false: every case was
+    /// skipped, e.g. a path no arm serves).
+    pub measured: bool,
     pub failed_runs: Vec<String>,
     pub equality: Option<EqualityReport>,
     pub code_differences: Vec<CodeDifference>,
@@ -310,7 +313,7 @@ pub fn exact_verdict(a: &[f64], b: &[f64], lower_is_better: bool) -> Option<(Ver
     Some((
         if better { Verdict::Better } else { Verdict::Worse },
         format!(
-            "exact counter: {x} in every run of the first arm ({} runs), {y} in every run of this              arm ({} runs): a deterministic difference, decided without a test",
+            "exact counter: {x} in every run of the first arm ({} runs), {y} in every run of this arm ({} runs): a deterministic difference, decided without a test",
             a.len(),
             b.len()
         ),
@@ -553,12 +556,20 @@ fn analyse(
             results.len()
         );
     }
+    let measured = results.iter().any(|(_, _, r)| r.status == Status::Ok);
+    if !measured {
+        verdict = format!(
+            "nothing was measured: all {} run(s) were skipped (cases.jsonl says why)",
+            results.len()
+        );
+    }
     AbReport {
         schema_version: 1,
         arms: names.to_vec(),
         rounds: s.rounds,
         order,
         interrupted,
+        measured,
         failed_runs,
         equality: Some(equality),
         code_differences,

@@ -93,13 +93,15 @@ impl Case {
         )
     }
 
-    /// A matrix of `paths` (each `/calib`-like) whose passes run long.
-    fn long_matrix(&self) -> PathBuf {
+    /// A one-case matrix on `path` whose passes run long.
+    fn long_matrix(&self, path: &str) -> PathBuf {
         self.s.write(
             "m.toml",
-            "[defaults]\nwarmup_ms = 100\nduration_ms = 30000\ncounted_requests = 2000000\n\
-             [[suite]]\nname = \"long\"\nkind = \"http\"\nprotocols = [\"h1\"]\n\
-             paths = [\"/calib\"]\ntopologies = [\"1\"]\n",
+            &format!(
+                "[defaults]\nwarmup_ms = 100\nduration_ms = 30000\ncounted_requests = 2000000\n\
+                 [[suite]]\nname = \"long\"\nkind = \"http\"\nprotocols = [\"h1\"]\n\
+                 paths = [\"{path}\"]\ntopologies = [\"1\"]\n"
+            ),
         )
     }
 
@@ -118,7 +120,7 @@ impl Case {
 
     fn run(&self, t: Target, passes: &str) -> std::process::Child {
         let spec = self.spec(t);
-        let m = self.long_matrix();
+        let m = self.long_matrix("/calib");
         self.rig(&[
             "run",
             "--target",
@@ -625,7 +627,7 @@ fn ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing() {
     let c = Case::new("ab-int");
     let a = tagged_arm(&c, "a.toml", "calib-dyn-a.toml");
     let b = tagged_arm(&c, "b.toml", "calib-dyn-b.toml");
-    let m = c.long_matrix();
+    let m = c.long_matrix("/work");
     let ab = c.rig(&[
         "ab",
         "--arm",
@@ -647,7 +649,7 @@ fn ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing() {
     // gate: a baseline with no counters, its runs long.
     let c = Case::new("gate-term");
     let spec = c.spec(Target::Plain);
-    let m = c.long_matrix();
+    let m = c.long_matrix("/calib");
     let baseline = c.s.write(
         "b.toml",
         &format!(
