@@ -635,7 +635,7 @@ fn run_matrix(a: &RunArgs) -> Result<i32> {
     let measured = results.iter().any(|r| r.status == crate::run::Status::Ok);
     if !measured && !failed {
         eprintln!(
-            "rig: nothing was measured: all {} case(s) were skipped (see the reasons above                      and in {}/report.json)",
+            "rig: nothing was measured: all {} case(s) were skipped (see the reasons above and in {}/report.json)",
             results.len(),
             s.out.display()
         );
@@ -659,9 +659,12 @@ fn ab(a: &AbArgs) -> Result<i32> {
     let report = crate::ab::run(&s, &stop)?;
     print!("{}", crate::ab::render(&report));
     println!("results: {}", s.out.display());
+    if !report.measured && !report.interrupted {
+        eprintln!("rig ab: {}", report.verdict);
+    }
     Ok(if report.interrupted {
         exit::INTERRUPTED
-    } else if !report.failed_runs.is_empty() {
+    } else if !report.failed_runs.is_empty() || !report.measured {
         exit::CASE_FAILED
     } else {
         exit::OK

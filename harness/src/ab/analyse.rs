@@ -51,7 +51,7 @@ pub fn exact_verdict(a: &[f64], b: &[f64], lower_is_better: bool) -> Option<(Ver
     Some((
         if better { Verdict::Better } else { Verdict::Worse },
         format!(
-            "exact counter: {x} in every run of the first arm ({} runs), {y} in every run of this              arm ({} runs): a deterministic difference, decided without a test",
+            "exact counter: {x} in every run of the first arm ({} runs), {y} in every run of this arm ({} runs): a deterministic difference, decided without a test",
             a.len(),
             b.len()
         ),
@@ -96,12 +96,20 @@ pub(super) fn analyse(
             results.len()
         );
     }
+    let measured = results.iter().any(|(_, _, r)| r.status == Status::Ok);
+    if !measured {
+        verdict = format!(
+            "nothing was measured: all {} run(s) were skipped (cases.jsonl says why)",
+            results.len()
+        );
+    }
     AbReport {
         schema_version: 1,
         arms: names.to_vec(),
         rounds: s.rounds,
         order,
         interrupted,
+        measured,
         failed_runs,
         equality: Some(equality),
         code_differences,

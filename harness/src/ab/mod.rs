@@ -116,6 +116,9 @@ pub struct AbReport {
     pub rounds: u32,
     pub order: Vec<String>,
     pub interrupted: bool,
+    /// At least one run of some arm was measured (false: every case was
+    /// skipped, e.g. a path no arm serves).
+    pub measured: bool,
     pub failed_runs: Vec<String>,
     pub equality: Option<EqualityReport>,
     pub code_differences: Vec<CodeDifference>,

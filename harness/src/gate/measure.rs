@@ -405,9 +405,22 @@ fn counted_runs(
             crate::launch::start::cleanup_all();
             bail!("interrupted");
         }
-        let r = run_case(rs, c, spec, tls, &mut sym);
+        let mut r = run_case(rs, c, spec, tls, &mut sym);
+        let interrupted = stop.load(Ordering::Relaxed);
+        if interrupted {
+            // rig stopped the target under this case: not a failure of the
+            // target, and its part-counted pass is not data.
+            r = crate::case::CaseResult::skipped(
+                c,
+                "interrupted by SIGINT/SIGTERM during this case: rig stopped its target".into(),
+            );
+        }
         if let Some(o) = out.as_deref_mut() {
             o.append_case(&r)?;
+        }
+        if interrupted {
+            crate::launch::start::cleanup_all();
+            bail!("interrupted");
         }
         if r.status != Status::Ok || r.counted.is_none() {
             failed.push(format!("{}: {}", c.id, r.reasons.join("; ")));

@@ -121,10 +121,38 @@ pub fn run(s: &GateSettings, stop: &AtomicBool) -> Result<GateReport> {
 /// breach; errors (bad baseline: 1, failed runs: 6, not root: 3) come back
 /// as `Err`.
 pub fn command(s: &GateSettings, stop: &AtomicBool) -> Result<i32> {
-    if s.blessing {
-        return bless(s, stop);
+    let r = if s.blessing {
+        bless(s, stop)
+    } else {
+        run(s, stop).map(|r| {
+            print!("{}", render(&r));
+            if r.passed() {
+                0
+            } else {
+                EXIT_BREACH
+            }
+        })
+    };
+    if r.is_err() && stop.load(std::sync::atomic::Ordering::Relaxed) {
+        write_interrupted(s)?;
     }
-    let r = run(s, stop)?;
-    print!("{}", render(&r));
-    Ok(if r.passed() { 0 } else { EXIT_BREACH })
+    r
+}
+
+/// A SIGINT/SIGTERM ended the gate before its verdict: `gate.json` (when
+/// `--out` is given) says so, beside the cases that finished.
+fn write_interrupted(s: &GateSettings) -> Result<()> {
+    let Some(d) = s.out.as_ref().filter(|d| d.is_dir()) else {
+        return Ok(());
+    };
+    let p = d.join("gate.json");
+    let v = serde_json::json!({
+        "baseline": s.baseline_path,
+        "interrupted": true,
+        "passed": null,
+        "note": "interrupted by SIGINT/SIGTERM before every run finished: no verdict; \
+                 cases.jsonl has the runs that finished",
+    });
+    crate::fsutil::write_new(&p, &serde_json::to_vec_pretty(&v)?)
+        .with_context(|| format!("writing {}", p.display()))
 }

@@ -73,11 +73,17 @@ impl OutDir {
         let _ = std::fs::remove_file(&tmp);
         let mut f = crate::fsutil::create_new(&tmp)
             .with_context(|| format!("creating {}", tmp.display()))?;
-        serde_json::to_writer_pretty(&mut f, value)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+        let written = (|| -> std::io::Result<()> {
+            serde_json::to_writer_pretty(&mut f, value)?;
+            f.write_all(b"\n")?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if let Err(e) = written {
+            // A full disk: the previous version stays, no half file is left.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e).with_context(|| format!("writing {}", path.display()));
+        }
         Ok(())
     }
 
@@ -102,8 +108,18 @@ impl OutDir {
     pub fn append_case<T: Serialize>(&mut self, case: &T) -> Result<()> {
         let mut line = serde_json::to_vec(case)?;
         line.push(b'\n');
-        self.cases.write_all(&line)?;
-        self.cases.sync_data()?;
+        let before = self.cases.metadata()?.len();
+        if let Err(e) = self
+            .cases
+            .write_all(&line)
+            .and_then(|()| self.cases.sync_data())
+        {
+            // A line that did not fit (a full disk) is taken back whole:
+            // every line of cases.jsonl stays one complete JSON value.
+            let _ = self.cases.set_len(before);
+            return Err(e)
+                .with_context(|| format!("appending to {}/cases.jsonl", self.dir.display()));
+        }
         Ok(())
     }
 }

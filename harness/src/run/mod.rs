@@ -13,7 +13,7 @@ pub mod table;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 use crate::launch::spec::TargetSpec;
@@ -219,7 +219,8 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                     interrupted = true;
                     r = CaseResult::skipped(
                         case,
-                        "interrupted by SIGINT/SIGTERM during this case: rig stopped its target;                          nothing of this case is reported"
+                        "interrupted by SIGINT/SIGTERM during this case: rig stopped its target; \
+                         nothing of this case is reported"
                             .into(),
                     );
                 }
@@ -231,7 +232,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                         r.reasons.join("; ")
                     ));
                 }
-                out.append_case(&r).context("appending to cases.jsonl")?;
+                out.append_case(&r)?;
                 // The first launch of a target records what it mapped, hashed.
                 if targets[case.target].objects.is_none() && r.objects.is_some() {
                     targets[case.target].objects = r.objects.clone();

@@ -678,50 +678,47 @@ enum Section {
     Suite(usize),
 }
 
-/// Line and column of `key` in `section` (of the section's header when the
-/// key is not there or not given; 1:1 when the section is not written).
+/// Line and column of `key` in `section`, from the TOML parser's spans
+/// (so quoted keys, `[ defaults ]`, inline tables and arrays of inline
+/// tables are found too): the key's position, the section's when the key
+/// is not there or not given, 1:1 when the section is not written.
 fn locate(text: &str, section: Section, key: Option<&str>) -> (usize, usize) {
-    key.and_then(|k| locate_key(text, section, k))
-        .or_else(|| {
-            section_lines(text, section)
-                .next()
-                .map(|(n, l)| (n, indent(l) + 1))
-        })
-        .unwrap_or((1, 1))
+    span_of(text, section, key).map_or((1, 1), |at| line_col(text, at))
 }
 
-fn locate_key(text: &str, section: Section, key: &str) -> Option<(usize, usize)> {
-    section_lines(text, section).skip(1).find_map(|(n, l)| {
-        let t = l.trim_start();
-        let rest = t.strip_prefix(key)?;
-        rest.trim_start()
-            .starts_with('=')
-            .then(|| (n, indent(l) + 1))
-    })
+/// Whether `key` is written in `section`.
+fn locate_key(text: &str, section: Section, key: &str) -> Option<usize> {
+    let (table, _) = section_table(text, section)?;
+    table_key(&table, key)
 }
 
-fn indent(l: &str) -> usize {
-    l.chars().take_while(|c| c.is_whitespace()).count()
+fn span_of(text: &str, section: Section, key: Option<&str>) -> Option<usize> {
+    let (table, start) = section_table(text, section)?;
+    Some(key.and_then(|k| table_key(&table, k)).unwrap_or(start))
 }
 
-/// The lines (1-based number, text) of `section`, header first.
-fn section_lines(text: &str, section: Section) -> impl Iterator<Item = (usize, &str)> {
-    let mut current: Option<Section> = None;
-    let mut suites = 0;
-    text.lines().enumerate().filter_map(move |(i, l)| {
-        let t = l.trim();
-        if t.starts_with('[') {
-            current = if t.starts_with("[[suite]]") {
-                suites += 1;
-                Some(Section::Suite(suites - 1))
-            } else if t.starts_with("[defaults]") {
-                Some(Section::Defaults)
-            } else {
-                None
-            };
-        }
-        (current == Some(section)).then_some((i + 1, l))
-    })
+/// The table of `section` and where it starts (its header, or its inline
+/// table).
+fn section_table(text: &str, section: Section) -> Option<(toml::de::DeTable<'_>, usize)> {
+    let doc = toml::de::DeTable::parse(text).ok()?.into_inner();
+    let find = |name: &str| {
+        doc.iter()
+            .find(|(k, _)| k.get_ref() == name)
+            .map(|(_, v)| v.clone())
+    };
+    let v = match section {
+        Section::Defaults => find("defaults")?,
+        Section::Suite(i) => find("suite")?.get_ref().as_array()?.get(i)?.clone(),
+    };
+    Some((v.get_ref().as_table()?.clone(), v.span().start))
+}
+
+/// Byte offset of `key` in `table`.
+fn table_key(table: &toml::de::DeTable<'_>, key: &str) -> Option<usize> {
+    table
+        .iter()
+        .find(|(k, _)| k.get_ref() == key)
+        .map(|(k, _)| k.span().start)
 }
 
 /// 1-based line and column of a byte offset.
@@ -834,6 +831,36 @@ keepalive = [true, false]
         assert_eq!(
             e.to_string(),
             "--suite nope: no such suite in the matrix (have: memory, http)"
+        );
+    }
+
+    /// Valid TOML a line-by-line reader misplaces: spaces in headers,
+    /// quoted keys, suites as an inline array, a value on a later line.
+    #[test]
+    fn suite_level_errors_carry_the_position_the_parser_gives() {
+        let pos = |text: &str| {
+            let e = Matrix::parse("m.toml", text).unwrap_err().to_string();
+            e.split(':').skip(1).take(2).collect::<Vec<_>>().join(":")
+        };
+        let suite = "name = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/\"]\n";
+        assert_eq!(
+            pos(&format!("[ defaults ]\n# x\n  \"duration_ms\" = 0\n[[ suite ]]\n{suite}topologies = [\"1\"]\n")),
+            "3:3"
+        );
+        assert_eq!(
+            pos(&format!(
+                "[[suite]]\n{suite}topologies = [\"1\"]\n[[ suite ]]\n{}\n  rates = []\ntopologies = [\"1\"]\n",
+                suite.replace("\"a\"", "\"b\"")
+            )),
+            "13:3"
+        );
+        assert_eq!(
+            pos("suite = [\n  { name = \"a\", kind = \"http\", protocols = [\"h1\"], paths = [\"/\"], topologies = [\"1\"], rates = [1e12] },\n]\n"),
+            "2:87"
+        );
+        assert_eq!(
+            pos(&format!("[[suite]]\n{suite}topologies = [\"1\"]\n\n[[suite]]\n{suite}topologies = [\"1\"]\n")),
+            "9:1"
         );
     }
 

@@ -18,16 +18,16 @@ use serde_json::Value;
 use super::{calib, probes_shared, rig_bin, root_or_skip};
 
 /// A scratch directory for one test, removed when dropped.
-struct Scratch(PathBuf);
+pub(super) struct Scratch(pub(super) PathBuf);
 
 impl Scratch {
-    fn new(name: &str) -> Scratch {
+    pub(super) fn new(name: &str) -> Scratch {
         let d = std::env::temp_dir().join(format!("rig-hostile-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         Scratch(d)
     }
-    fn write(&self, name: &str, text: &str) -> PathBuf {
+    pub(super) fn write(&self, name: &str, text: &str) -> PathBuf {
         let p = self.0.join(name);
         std::fs::write(&p, text).unwrap();
         p
@@ -47,7 +47,7 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-fn alive(pid: u32) -> bool {
+pub(super) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit_once(')')
             .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
@@ -55,7 +55,7 @@ fn alive(pid: u32) -> bool {
 }
 
 /// Live processes whose parent is `pid`.
-fn children_of(pid: u32) -> Vec<u32> {
+pub(super) fn children_of(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
@@ -77,7 +77,7 @@ fn children_of(pid: u32) -> Vec<u32> {
     out
 }
 
-fn is_calib(pid: u32) -> bool {
+pub(super) fn is_calib(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
         .is_ok_and(|c| c.contains("calib_server"))
 }
@@ -95,7 +95,7 @@ fn wait_for_target(rig: u32, within: Duration) -> u32 {
 }
 
 /// Every cgroup directory whose name carries rig pid `rig_pid`.
-fn cgroups_of(rig_pid: u32) -> Vec<PathBuf> {
+pub(super) fn cgroups_of(rig_pid: u32) -> Vec<PathBuf> {
     fn walk(d: &Path, tag: &str, out: &mut Vec<PathBuf>, depth: usize) {
         let Ok(rd) = std::fs::read_dir(d) else { return };
         for e in rd.flatten() {
@@ -122,7 +122,7 @@ fn cgroups_of(rig_pid: u32) -> Vec<PathBuf> {
 }
 
 /// `rig-launch-<rig_pid>-*` directories in the temp dir.
-fn launch_dirs_of(rig_pid: u32) -> Vec<PathBuf> {
+pub(super) fn launch_dirs_of(rig_pid: u32) -> Vec<PathBuf> {
     let tag = format!("rig-launch-{rig_pid}-");
     std::fs::read_dir(std::env::temp_dir())
         .unwrap()
@@ -133,7 +133,7 @@ fn launch_dirs_of(rig_pid: u32) -> Vec<PathBuf> {
 }
 
 /// Every file rig wrote into `out` parses as JSON (JSON lines for .jsonl).
-fn assert_all_json(out: &Path) {
+pub(super) fn assert_all_json(out: &Path) {
     for e in std::fs::read_dir(out).unwrap().flatten() {
         let p = e.path();
         let text = std::fs::read_to_string(&p).unwrap();
@@ -153,7 +153,7 @@ fn assert_all_json(out: &Path) {
     }
 }
 
-fn signal(pid: u32, sig: i32) {
+pub(super) fn signal(pid: u32, sig: i32) {
     // SAFETY: plain syscall; callers only signal the rig they started.
     unsafe { libc::kill(pid as i32, sig) };
 }
@@ -161,7 +161,7 @@ fn signal(pid: u32, sig: i32) {
 /// Wait for the rig this test started, for at most a minute: a rig that
 /// ignores the signal is killed (with its targets) and reported as -1, so
 /// the test fails instead of hanging.
-fn finish(mut child: std::process::Child) -> (i32, String, String) {
+pub(super) fn finish(mut child: std::process::Child) -> (i32, String, String) {
     let t0 = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if t0.elapsed() > Duration::from_secs(60) {

@@ -27,6 +27,7 @@ macro_rules! root_or_skip {
 mod ab;
 mod attach_calib;
 mod callgrind;
+mod chaos;
 mod cleanup;
 mod cost;
 mod cxx;

@@ -208,6 +208,7 @@ fn ab_report() -> AbReport {
             .map(String::from)
             .to_vec(),
         interrupted: false,
+        measured: true,
         failed_runs: Vec::new(),
         equality: Some(EqualityReport {
             masks: vec!["date".into()],

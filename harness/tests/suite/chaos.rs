@@ -1,0 +1,850 @@
+//! Chaos: rig interrupted (SIGINT, SIGTERM) or killed (SIGKILL) at chosen
+//! phases of each command, its target killed during launch, a target that
+//! forks a detached grandchild or ignores SIGTERM, and a full disk under
+//! `--out`. After every case one audit ([`audit`]) checks that nothing of
+//! that run is left:
+//! - no process: every process of the target's tree carries a tag in its
+//!   environment (set by the spec, inherited by anything it forks), and
+//!   rig's clean-up watchdogs name the run directory on their command line;
+//! - no cgroup and no run directory named after that rig's pid;
+//! - no BPF program that rig held (ids read from its fdinfo while it ran)
+//!   still loaded, and no legacy tracefs uprobe/kprobe of that rig
+//!   (`aya_<pid>_...`; aya attaches through the uprobe PMU with
+//!   perf_event_open, so its uprobes and perf events are fds that die with
+//!   rig, unless a target inherited one: the audit also checks that no
+//!   process of the target ever held a perf-event or BPF fd);
+//! - every JSON and JSON-lines file rig wrote still parses.
+//!
+//! Phases are chosen where rig holds the most: during a launch (the target
+//! sleeps before it execs the server, so rig is waiting for readiness) and
+//! during a counted pass (probes attached, load running). Matrices are long
+//! so that the signal lands mid-phase; a case that would run its course is
+//! cut short by the signal, which keeps the suite at a few seconds a case.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::hostile::{alive, cgroups_of, children_of, finish, launch_dirs_of, signal, Scratch};
+use super::{probes_shared, program_ids_of, repo, rig_bin, root_or_skip, still_loaded};
+
+const TAG_VAR: &str = "RIG_CHAOS_TAG";
+
+/// How the target's shell starts the calibration server.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    /// `exec` at once.
+    Plain,
+    /// Sleeps 3 s first: rig waits in the launch (readiness) phase.
+    SlowStart,
+    /// Ignores SIGTERM (inherited across exec): only SIGKILL stops it.
+    IgnoresTerm,
+    /// Forks a grandchild in its own session (outside the process group)
+    /// that would outlive the server.
+    Forks,
+}
+
+impl Target {
+    fn script(self) -> &'static str {
+        match self {
+            Target::Plain => "exec {calib_server} --port {port} --threads 2",
+            Target::SlowStart => "sleep 3; exec {calib_server} --port {port} --threads 2",
+            Target::IgnoresTerm => "trap '' TERM; exec {calib_server} --port {port} --threads 2",
+            Target::Forks => {
+                "setsid sleep 600 </dev/null >/dev/null 2>&1 & exec {calib_server} --port {port} --threads 2"
+            }
+        }
+    }
+}
+
+/// One chaos case's scratch directory and tag.
+struct Case {
+    s: Scratch,
+    tag: String,
+}
+
+impl Case {
+    fn new(name: &str) -> Case {
+        Case {
+            s: Scratch::new(&format!("chaos-{name}")),
+            tag: format!("{name}-{}", std::process::id()),
+        }
+    }
+
+    /// A target spec: the calibration server behind `sh -c`, tagged.
+    fn spec(&self, t: Target) -> PathBuf {
+        self.s.write(
+            "t.toml",
+            &format!(
+                "name = \"chaos\"\nargv = [\"/bin/sh\", \"-c\", \"{}\"]\nport = \"argv\"\n\
+                 env = {{ {TAG_VAR} = \"{}\" }}\nready = {{ stdout = \"READY\" }}\n\
+                 ready_timeout_ms = 10000\n[protocols]\nh1 = true\n\
+                 [[endpoints]]\npath = \"/calib\"\nstatus = 200\ncontent_type = \"text/plain\"\n\
+                 body = {{ literal = \"calib\\n\" }}\n",
+                t.script(),
+                self.tag
+            ),
+        )
+    }
+
+    /// A one-case matrix on `path` whose passes run long.
+    fn long_matrix(&self, path: &str) -> PathBuf {
+        self.s.write(
+            "m.toml",
+            &format!(
+                "[defaults]\nwarmup_ms = 100\nduration_ms = 30000\ncounted_requests = 2000000\n\
+                 [[suite]]\nname = \"long\"\nkind = \"http\"\nprotocols = [\"h1\"]\n\
+                 paths = [\"{path}\"]\ntopologies = [\"1\"]\n"
+            ),
+        )
+    }
+
+    fn out(&self) -> PathBuf {
+        self.s.0.join("out")
+    }
+
+    fn rig(&self, args: &[&str]) -> std::process::Child {
+        Command::new(rig_bin())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn run(&self, t: Target, passes: &str) -> std::process::Child {
+        let spec = self.spec(t);
+        let m = self.long_matrix("/calib");
+        self.rig(&[
+            "run",
+            "--target",
+            spec.to_str().unwrap(),
+            "--matrix",
+            m.to_str().unwrap(),
+            "--out",
+            self.out().to_str().unwrap(),
+            "--passes",
+            passes,
+            "--probes",
+            "syscalls",
+        ])
+    }
+}
+
+/// Pids whose environment carries `TAG_VAR=tag`.
+fn tagged(tag: &str) -> Vec<u32> {
+    let want = format!("{TAG_VAR}={tag}");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{p}/environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) && alive(p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// rig's clean-up watchdogs of rig `rig_pid` (their argv names the run
+/// directory `rig-launch-<pid>-...`).
+fn watchdogs_of(rig_pid: u32) -> Vec<u32> {
+    let want = format!("rig-launch-{rig_pid}-");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if std::fs::read(format!("/proc/{p}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&want))
+            && alive(p)
+        {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// perf-event and BPF fds of process `pid`.
+fn kernel_object_fds(pid: u32) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|l| l.display().to_string())
+        .filter(|l| l.contains("perf_event") || l.contains("bpf"))
+        .collect()
+}
+
+/// What a watcher saw while one rig ran.
+#[derive(Default, Debug)]
+struct Seen {
+    /// BPF programs the rig process held.
+    programs: Vec<u32>,
+    /// Every tagged process (the target tree), in order of first sight.
+    tagged: Vec<u32>,
+    /// perf-event or BPF fds found in a tagged process.
+    leaked_fds: Vec<String>,
+}
+
+/// Polls rig and its target tree every 10 ms until stopped.
+struct Watcher {
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    fn start(rig_pid: u32, tag: &str) -> Watcher {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st, tag) = (Arc::clone(&seen), Arc::clone(&stop), tag.to_string());
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                let progs = program_ids_of(rig_pid);
+                let tree = tagged(&tag);
+                let mut fds = Vec::new();
+                for &p in &tree {
+                    fds.extend(
+                        kernel_object_fds(p)
+                            .into_iter()
+                            .map(|f| format!("{p}: {f}")),
+                    );
+                }
+                let mut g = s.lock().unwrap();
+                for id in progs {
+                    if !g.programs.contains(&id) {
+                        g.programs.push(id);
+                    }
+                }
+                for p in tree {
+                    if !g.tagged.contains(&p) {
+                        g.tagged.push(p);
+                    }
+                }
+                g.leaked_fds.extend(fds);
+                drop(g);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Watcher {
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn programs(&self) -> usize {
+        self.seen.lock().unwrap().programs.len()
+    }
+
+    fn finish(mut self) -> Seen {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap();
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+/// Wait (at most `within`) for `cond`; false if it never held.
+fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while !cond() {
+        if t0.elapsed() > within {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// Lines of the legacy tracefs probe lists that name rig `rig_pid`.
+fn legacy_probes_of(rig_pid: u32) -> Vec<String> {
+    let want = format!("aya_{rig_pid}_");
+    let mut out = Vec::new();
+    for dir in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        for f in ["uprobe_events", "kprobe_events"] {
+            if let Ok(t) = std::fs::read_to_string(Path::new(dir).join(f)) {
+                out.extend(t.lines().filter(|l| l.contains(&want)).map(String::from));
+            }
+        }
+    }
+    out
+}
+
+/// Every `.json`/`.jsonl` file under `dir` parses (rig's own temp files,
+/// dot-names, are not results).
+fn all_json_valid(dir: &Path) -> Vec<String> {
+    let mut bad = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return bad;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            bad.extend(all_json_valid(&p));
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let ok = match p.extension().and_then(|x| x.to_str()) {
+            Some("json") => serde_json::from_str::<Value>(&text).is_ok(),
+            Some("jsonl") => text
+                .lines()
+                .all(|l| serde_json::from_str::<Value>(l).is_ok()),
+            _ => true,
+        };
+        if !ok {
+            bad.push(p.display().to_string());
+        }
+    }
+    bad
+}
+
+/// After rig `rig_pid` has exited: nothing of its run is left. Kills what
+/// it finds (only processes of this test's tag) so a failure does not
+/// leak into later tests, then panics with the list.
+fn audit(case: &str, rig_pid: u32, tag: &str, seen: &Seen, out: &Path) {
+    // Teardown after a SIGKILL is a watchdog's work: allow it a moment.
+    wait_until(Duration::from_secs(10), || {
+        tagged(tag).is_empty()
+            && watchdogs_of(rig_pid).is_empty()
+            && cgroups_of(rig_pid).is_empty()
+            && launch_dirs_of(rig_pid).is_empty()
+            && still_loaded(&seen.programs).is_empty()
+    });
+    let mut left = Vec::new();
+    for p in tagged(tag) {
+        left.push(format!("process {p} of the target tree"));
+        signal(p, libc::SIGKILL);
+    }
+    for p in watchdogs_of(rig_pid) {
+        left.push(format!("watchdog {p}"));
+    }
+    for c in cgroups_of(rig_pid) {
+        left.push(format!("cgroup {}", c.display()));
+    }
+    for d in launch_dirs_of(rig_pid) {
+        left.push(format!("run directory {}", d.display()));
+    }
+    for id in still_loaded(&seen.programs) {
+        left.push(format!("BPF program {id}"));
+    }
+    for l in legacy_probes_of(rig_pid) {
+        left.push(format!("tracefs probe {l}"));
+    }
+    for f in &seen.leaked_fds {
+        left.push(format!("a target held rig's kernel object: {f}"));
+    }
+    for f in all_json_valid(out) {
+        left.push(format!("{f} is not valid JSON"));
+    }
+    eprintln!(
+        "{case}: audit of rig {rig_pid}: {} BPF programs held, {} target processes seen, {} left",
+        seen.programs.len(),
+        seen.tagged.len(),
+        left.len()
+    );
+    assert!(left.is_empty(), "{case}: left behind: {left:#?}");
+}
+
+/// Where in a command's life the signal lands.
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    /// rig waits for a (slow-starting) target to become ready.
+    Launch,
+    /// Probes attached, the counted load running.
+    Counted,
+}
+
+/// Wait until `rig` reaches `phase`; true when it did.
+fn reach(phase: Phase, rig_pid: u32, tag: &str, w: &Watcher) -> bool {
+    let ok = match phase {
+        // The shell is up and still sleeping (not yet the server).
+        Phase::Launch => wait_until(Duration::from_secs(30), || {
+            let t = tagged(tag);
+            !t.is_empty() && !t.iter().any(|&p| is_server(p))
+        }),
+        Phase::Counted => wait_until(Duration::from_secs(60), || w.programs() > 0),
+    };
+    // Into the middle of the phase.
+    std::thread::sleep(Duration::from_millis(match phase {
+        Phase::Launch => 500,
+        _ => 1000,
+    }));
+    ok && alive(rig_pid)
+}
+
+/// The calibration server itself (not the shell whose script names it).
+fn is_server(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|c| c.trim_end() == "calib_server")
+}
+
+/// Direct children of rig that belong to the target tree and started
+/// after boot-time tick `since` (rig is a child subreaper: an orphaned
+/// grandchild of an older target also becomes its child, but is no launch).
+fn launched(rig_pid: u32, tag: &str, since: u64) -> Vec<u32> {
+    let t = tagged(tag);
+    children_of(rig_pid)
+        .into_iter()
+        .filter(|c| t.contains(c) && start_tick(*c).is_some_and(|s| s > since))
+        .collect()
+}
+
+/// A process's start time in clock ticks since boot (/proc/PID/stat field 22).
+fn start_tick(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// Now, in the clock ticks of [`start_tick`].
+fn now_tick() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    // SAFETY: no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    ts.tv_sec as u64 * hz + ts.tv_nsec as u64 * hz / 1_000_000_000
+}
+
+/// Targets rig launches from boot-time tick `since` until it exits (at
+/// most 30 s).
+fn launches_until_exit(rig_pid: u32, tag: &str, since: u64) -> Vec<u32> {
+    let t0 = Instant::now();
+    let mut after: Vec<u32> = Vec::new();
+    while alive(rig_pid) && t0.elapsed() < Duration::from_secs(30) {
+        for p in launched(rig_pid, tag, since) {
+            if !after.contains(&p) {
+                after.push(p);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    after
+}
+
+/// `rig run` interrupted or killed: exit, time taken, report, audit.
+fn run_case(name: &str, t: Target, passes: &str, phase: Phase, sig: i32) -> (i32, Value) {
+    let c = Case::new(name);
+    let rig = c.run(t, passes);
+    let rig_pid = rig.id();
+    let w = Watcher::start(rig_pid, &c.tag);
+    assert!(
+        reach(phase, rig_pid, &c.tag, &w),
+        "{name}: never reached {phase:?}"
+    );
+    let since = now_tick();
+    let t0 = Instant::now();
+    signal(rig_pid, sig);
+    let after = launches_until_exit(rig_pid, &c.tag, since);
+    let (code, stdout, stderr) = finish(rig);
+    let took = t0.elapsed();
+    let seen = w.finish();
+    eprintln!("{name}: {t:?} target, signal {sig} in {phase:?}: exit {code} after {took:?}");
+    audit(name, rig_pid, &c.tag, &seen, &c.out());
+    assert_eq!(
+        after,
+        Vec::<u32>::new(),
+        "{name}: a target started after the signal"
+    );
+    if sig == libc::SIGKILL {
+        return (code, Value::Null);
+    }
+    assert_eq!(code, 130, "{name}: {stdout}\n{stderr}");
+    // Far below the 30 s pass; the exact time is printed above.
+    assert!(took < Duration::from_secs(10), "{name}: {took:?}");
+    let r: Value = serde_json::from_slice(&std::fs::read(c.out().join("report.json")).unwrap())
+        .unwrap_or_else(|e| panic!("{name}: report.json: {e}\n{stderr}"));
+    assert_eq!(r["interrupted"], true, "{name}: {r:#}");
+    (code, r)
+}
+
+/// SIGINT while rig waits for a slow target to become ready, SIGTERM while
+/// probes are attached and the counted load runs, SIGINT while the target
+/// ignores SIGTERM: exit 130 at once, report marked interrupted, no target
+/// after the signal, nothing left.
+#[test]
+fn run_obeys_signals_in_launch_and_counted_phases_and_leaves_nothing() {
+    if !root_or_skip("run_obeys_signals_in_launch_and_counted_phases_and_leaves_nothing") {
+        return;
+    }
+    let _g = probes_shared();
+    let (_, r) = run_case(
+        "run-int-launch",
+        Target::SlowStart,
+        "clean,counted",
+        Phase::Launch,
+        libc::SIGINT,
+    );
+    assert_eq!(r["cases"][0]["status"], "skipped", "{r:#}");
+    let (_, r) = run_case(
+        "run-term-counted",
+        Target::Plain,
+        "counted",
+        Phase::Counted,
+        libc::SIGTERM,
+    );
+    assert!(r["cases"][0]["counted"].is_null(), "not data: {r:#}");
+    run_case(
+        "run-int-ignores-term",
+        Target::IgnoresTerm,
+        "counted",
+        Phase::Counted,
+        libc::SIGINT,
+    );
+}
+
+/// SIGKILL of rig while it waits for readiness and while its probes are
+/// attached; the target forks a detached grandchild: the watchdog and the
+/// cgroup take all of it, the kernel drops the probes.
+#[test]
+fn sigkill_of_rig_in_launch_and_counted_phases_leaves_nothing() {
+    if !root_or_skip("sigkill_of_rig_in_launch_and_counted_phases_leaves_nothing") {
+        return;
+    }
+    let _g = probes_shared();
+    run_case(
+        "kill-launch",
+        Target::SlowStart,
+        "clean",
+        Phase::Launch,
+        libc::SIGKILL,
+    );
+    run_case(
+        "kill-counted-forks",
+        Target::Forks,
+        "counted",
+        Phase::Counted,
+        libc::SIGKILL,
+    );
+}
+
+/// A target that forks a detached grandchild: a normal run removes it
+/// with the target (its cgroup), and the run still succeeds.
+#[test]
+fn a_forking_target_leaves_no_grandchild_after_a_normal_run() {
+    if !root_or_skip("a_forking_target_leaves_no_grandchild_after_a_normal_run") {
+        return;
+    }
+    let c = Case::new("forks-normal");
+    let spec = c.spec(Target::Forks);
+    let m = c.s.write(
+        "m.toml",
+        "[defaults]\nwarmup_ms = 50\nduration_ms = 200\ncounted_requests = 200\n\
+         [[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\n\
+         topologies = [\"1\"]\n",
+    );
+    let rig = c.rig(&[
+        "run",
+        "--target",
+        spec.to_str().unwrap(),
+        "--matrix",
+        m.to_str().unwrap(),
+        "--out",
+        c.out().to_str().unwrap(),
+        "--passes",
+        "clean",
+    ]);
+    let rig_pid = rig.id();
+    let w = Watcher::start(rig_pid, &c.tag);
+    let (code, stdout, stderr) = finish(rig);
+    let seen = w.finish();
+    audit("forks-normal", rig_pid, &c.tag, &seen, &c.out());
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    // The watcher saw the grandchild (sh became the server; sleep forked).
+    assert!(seen.tagged.len() >= 2, "{seen:?}");
+}
+
+/// The target killed while rig waits for it to become ready: that case
+/// fails saying so (exit 6), rig goes on, nothing is left (the shell's
+/// orphaned `sleep` included).
+#[test]
+fn a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing() {
+    if !root_or_skip("a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing") {
+        return;
+    }
+    let c = Case::new("target-killed-launch");
+    let spec = c.spec(Target::SlowStart);
+    let m = c.s.write(
+        "m.toml",
+        "[defaults]\nwarmup_ms = 50\nduration_ms = 200\n\
+         [[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\n\
+         topologies = [\"1\"]\n",
+    );
+    let rig = c.rig(&[
+        "run",
+        "--target",
+        spec.to_str().unwrap(),
+        "--matrix",
+        m.to_str().unwrap(),
+        "--out",
+        c.out().to_str().unwrap(),
+        "--passes",
+        "clean",
+    ]);
+    let rig_pid = rig.id();
+    let w = Watcher::start(rig_pid, &c.tag);
+    assert!(reach(Phase::Launch, rig_pid, &c.tag, &w));
+    for p in launched(rig_pid, &c.tag, 0) {
+        signal(p, libc::SIGKILL);
+    }
+    let (code, stdout, stderr) = finish(rig);
+    let seen = w.finish();
+    audit("target-killed-launch", rig_pid, &c.tag, &seen, &c.out());
+    assert_eq!(code, 6, "{stdout}\n{stderr}");
+    let line = std::fs::read_to_string(c.out().join("cases.jsonl")).unwrap();
+    let case: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    assert_eq!(case["status"], "failed", "{case:#}");
+    assert!(
+        case["reasons"].to_string().contains("not ready")
+            && case["reasons"].to_string().contains("killed by signal 9"),
+        "{:#}",
+        case["reasons"]
+    );
+}
+
+/// An arm spec: `base` (a spec of config/targets) with the tag in its env.
+fn tagged_arm(c: &Case, file: &str, base: &str) -> PathBuf {
+    c.s.write(
+        file,
+        &format!(
+            "extends = \"{}\"\nenv = {{ {TAG_VAR} = \"{}\" }}\n",
+            repo().join("config/targets").join(base).display(),
+            c.tag
+        ),
+    )
+}
+
+/// `rig ab` (SIGINT) and `rig gate` (SIGTERM) while probes are attached:
+/// exit 130 at once, no new target (no arm B after the signal), what was
+/// written is valid and says interrupted, nothing left.
+#[test]
+fn ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing() {
+    if !root_or_skip("ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing") {
+        return;
+    }
+    let _g = probes_shared();
+    // ab: arms A and B of the dynamic calibration server.
+    let c = Case::new("ab-int");
+    let a = tagged_arm(&c, "a.toml", "calib-dyn-a.toml");
+    let b = tagged_arm(&c, "b.toml", "calib-dyn-b.toml");
+    let m = c.long_matrix("/work");
+    let ab = c.rig(&[
+        "ab",
+        "--arm",
+        &format!("A={}", a.display()),
+        "--arm",
+        &format!("B={}", b.display()),
+        "--matrix",
+        m.to_str().unwrap(),
+        "--suite",
+        "long",
+        "--out",
+        c.out().to_str().unwrap(),
+        "--passes",
+        "counted",
+        "--probes",
+        "syscalls",
+    ]);
+    signal_mid_counted(&c, ab, libc::SIGINT, "ab.json");
+    // gate: a baseline with no counters, its runs long.
+    let c = Case::new("gate-term");
+    let spec = c.spec(Target::Plain);
+    let m = c.long_matrix("/calib");
+    let baseline = c.s.write(
+        "b.toml",
+        &format!(
+            "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"long\"\nrepeats = 3\n\
+             requests = 2000000\nprobes = \"syscalls\"\n",
+            spec.display(),
+            m.display()
+        ),
+    );
+    let gate = c.rig(&[
+        "gate",
+        "--baseline",
+        baseline.to_str().unwrap(),
+        "--out",
+        c.out().to_str().unwrap(),
+    ]);
+    signal_mid_counted(&c, gate, libc::SIGTERM, "gate.json");
+}
+
+/// Signal `rig` once its probes are attached; check exit 130, no target
+/// after the signal, `report` in --out marked interrupted, the audit.
+fn signal_mid_counted(c: &Case, rig: std::process::Child, sig: i32, report: &str) {
+    let rig_pid = rig.id();
+    let w = Watcher::start(rig_pid, &c.tag);
+    assert!(
+        reach(Phase::Counted, rig_pid, &c.tag, &w),
+        "{report}: no counted pass"
+    );
+    let since = now_tick();
+    let t0 = Instant::now();
+    signal(rig_pid, sig);
+    let after = launches_until_exit(rig_pid, &c.tag, since);
+    let (code, stdout, stderr) = finish(rig);
+    let took = t0.elapsed();
+    let seen = w.finish();
+    eprintln!("{report}: signal {sig} while counting: exit {code} after {took:?}");
+    audit(report, rig_pid, &c.tag, &seen, &c.out());
+    assert_eq!(
+        after,
+        Vec::<u32>::new(),
+        "{report}: a target after the signal"
+    );
+    assert_eq!(code, 130, "{stdout}\n{stderr}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let r: Value = serde_json::from_slice(&std::fs::read(c.out().join(report)).unwrap())
+        .unwrap_or_else(|e| panic!("{report}: {e}\n{stderr}"));
+    assert_eq!(r["interrupted"], true, "{r:#}");
+}
+
+/// `rig demo` (its own calibration server) obeys SIGINT mid-window and
+/// stops the server it started.
+#[test]
+fn demo_obeys_sigint_and_stops_its_server() {
+    if !root_or_skip("demo_obeys_sigint_and_stops_its_server") {
+        return;
+    }
+    let _g = probes_shared();
+    let rig = Command::new(rig_bin())
+        .args(["demo", "--requests", "5000000", "--probes", "syscalls"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rig_pid = rig.id();
+    assert!(wait_until(Duration::from_secs(60), || !program_ids_of(
+        rig_pid
+    )
+    .is_empty()));
+    std::thread::sleep(Duration::from_millis(1000));
+    let server: Vec<u32> = children_of(rig_pid)
+        .into_iter()
+        .filter(|&p| is_server(p))
+        .collect();
+    let progs = program_ids_of(rig_pid);
+    let t0 = Instant::now();
+    signal(rig_pid, libc::SIGINT);
+    let (code, stdout, stderr) = finish(rig);
+    let took = t0.elapsed();
+    eprintln!("demo: exit {code} after {took:?}");
+    assert_eq!(code, 130, "{stdout}\n{stderr}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(server.len(), 1, "demo's server");
+    assert!(wait_until(Duration::from_secs(5), || !alive(server[0])
+        && still_loaded(&progs).is_empty()));
+}
+
+/// The tmpfs of one test, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: PathBuf, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(&at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "rig-chaos"])
+            .arg(&at)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount tmpfs at {}", at.display());
+        Tmpfs(at)
+    }
+
+    /// Fill it until the kernel says ENOSPC.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        loop {
+            if let Err(e) = f.write_all(&block) {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                break;
+            }
+        }
+        // Small writes until not even a byte fits.
+        while f.write_all(&[0u8; 512]).is_ok() {}
+        let _ = f.sync_all();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `--out` on a disk that fills before the first case and one that fills
+/// mid-run: rig exits 1 naming the cause, no target left, and each file
+/// it had written is still whole JSON (an append that did not fit is
+/// taken back, a report that did not fit leaves the previous one).
+#[test]
+fn a_full_disk_under_out_fails_cleanly_and_keeps_written_files_valid() {
+    if !root_or_skip("a_full_disk_under_out_fails_cleanly_and_keeps_written_files_valid") {
+        return;
+    }
+    for when in ["before", "mid-run"] {
+        let c = Case::new(&format!("disk-full-{when}"));
+        let fs = Tmpfs::mount(c.s.0.join("mnt"), "1m");
+        let out = fs.0.join("out");
+        if when == "before" {
+            fs.fill();
+        }
+        let spec = c.spec(Target::Plain);
+        let m = c.s.write(
+            "m.toml",
+            "[defaults]\nwarmup_ms = 50\nduration_ms = 400\n\
+             [[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\n\
+             paths = [\"/calib\"]\ntopologies = [\"1\", \"2\", \"3\", \"4\", \"5\", \"6\"]\n",
+        );
+        let rig = c.rig(&[
+            "run",
+            "--target",
+            spec.to_str().unwrap(),
+            "--matrix",
+            m.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--passes",
+            "clean",
+        ]);
+        let rig_pid = rig.id();
+        let w = Watcher::start(rig_pid, &c.tag);
+        if when == "mid-run" {
+            // After the first case and its report are on disk.
+            assert!(wait_until(Duration::from_secs(60), || {
+                out.join("report.json").exists()
+            }));
+            fs.fill();
+        }
+        let (code, stdout, stderr) = finish(rig);
+        let seen = w.finish();
+        eprintln!("disk full {when}: exit {code}: {}", stderr.trim_end());
+        audit(&format!("disk-full-{when}"), rig_pid, &c.tag, &seen, &out);
+        assert_eq!(code, 1, "{stdout}\n{stderr}");
+        assert!(stderr.contains("No space left on device"), "{stderr}");
+        if when == "mid-run" {
+            let lines = std::fs::read_to_string(out.join("cases.jsonl")).unwrap();
+            assert!(lines.lines().count() >= 1, "the first case is kept");
+            assert!(out.join("report.json").exists());
+        }
+    }
+}
