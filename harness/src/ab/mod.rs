@@ -220,6 +220,7 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
         repeats: Some(1),
         server_cpus: s.server_cpus.clone(),
         client_cpus: s.client_cpus.clone(),
+        spin: None,
         memory_mib: s.memory_mib,
         cpu_quota: s.cpu_quota,
         argv: s.argv.clone(),
@@ -355,7 +356,7 @@ fn analyse(
             results
                 .iter()
                 .filter(|(a, _, r)| {
-                    *a == arm && CaseKey::of(&r.case).path_form() == *key && r.status == Status::Ok
+                    *a == arm && CaseKey::of(&r.case).path_form() == *key && r.status.measured()
                 })
                 .map(|(_, _, r)| r)
                 .collect()
