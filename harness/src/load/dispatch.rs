@@ -32,7 +32,7 @@ use tokio::io::unix::AsyncFd;
 const FINE: Duration = Duration::from_micros(4);
 /// Bounds of a calibrated spin window.
 const MIN_SPIN: Duration = Duration::from_micros(20);
-const MAX_SPIN: Duration = Duration::from_millis(2);
+const MAX_SPIN: Duration = Duration::from_micros(200);
 /// Calibration: this many sleeps of `CALIBRATION_SLEEP` each.
 const CALIBRATION_SAMPLES: usize = 200;
 const CALIBRATION_SLEEP: Duration = Duration::from_micros(200);
