@@ -208,6 +208,7 @@ fn main() -> Result<()> {
                         streams,
                         client_cpus: Some(vec![args.client_cpu]),
                         threads: Some(1),
+                        spin: None,
                     };
                     let mut client = Client::connect(&spec)?;
                     let warm = client.run(&Mode::FixedCount { requests: 5000 });
@@ -230,16 +231,18 @@ fn main() -> Result<()> {
                         }
                         .print();
                         println!(
-                            "       scheduled {} sent {} dropped_capacity {} expired {}; latency p50/p99 {:.1}/{:.1} µs, request p99 {:.1} µs, dispatch lag p50/p99 {:.1}/{:.1} µs",
+                            "       scheduled {} on time {} late {} expired {}; latency p50/p99 {:.1}/{:.1} µs, request p99 {:.1} µs, dispatch lag p50/p99 {:.1}/{:.1} µs, spin {:.1} ms of {:.1} ms client CPU",
                             o.scheduled,
-                            o.sent,
-                            o.dropped_capacity,
+                            o.on_time,
+                            o.late,
                             o.expired,
                             o.latency.p50_ns as f64 / 1e3,
                             o.latency.p99_ns as f64 / 1e3,
                             o.request_latency.p99_ns as f64 / 1e3,
                             o.dispatch_lag.p50_ns as f64 / 1e3,
                             o.dispatch_lag.p99_ns as f64 / 1e3,
+                            o.client_spin_ns as f64 / 1e6,
+                            o.client_cpu_ns as f64 / 1e6,
                         );
                     }
                 }

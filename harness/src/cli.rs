@@ -166,6 +166,11 @@ pub struct Budget {
     /// Pin the load generator to these CPUs (disjoint from --server-cpu).
     #[arg(long)]
     pub client_cpus: Option<String>,
+    /// Open loop: the generator sleeps until this many µs before each send
+    /// time and spins the rest (default: calibrated from the measured
+    /// wake-up lateness at start, shown in the manifest).
+    #[arg(long, value_parser = spin_us)]
+    pub spin_us: Option<f64>,
     /// Memory limit of the server's cgroup, swap 0.
     #[arg(long)]
     pub memory_mib: Option<u64>,
@@ -469,6 +474,10 @@ fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
         repeats: a.repeats,
         server_cpus,
         client_cpus,
+        spin: a
+            .budget
+            .spin_us
+            .map(|us| std::time::Duration::from_nanos((us * 1e3) as u64)),
         memory_mib: a.budget.memory_mib,
         cpu_quota: a.budget.cpu_quota,
         argv: std::env::args().collect(),
@@ -632,7 +641,7 @@ fn run_matrix(a: &RunArgs) -> Result<i32> {
     let failed = results
         .iter()
         .any(|r| r.status == crate::run::Status::Failed);
-    let measured = results.iter().any(|r| r.status == crate::run::Status::Ok);
+    let measured = results.iter().any(|r| r.status.measured());
     if !measured && !failed {
         eprintln!(
             "rig: nothing was measured: all {} case(s) were skipped (see the reasons above and in {}/report.json)",
@@ -724,5 +733,14 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         }
         _ if err.downcast_ref::<crate::gate::RunsFailed>().is_some() => exit::CASE_FAILED,
         _ => exit::ERROR,
+    }
+}
+
+fn spin_us(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(us) if us.is_finite() && (0.0..=100_000.0).contains(&us) => Ok(us),
+        _ => Err(format!(
+            "`{v}` is not a spin window; give µs from 0 to 100000 (e.g. 60)"
+        )),
     }
 }

@@ -96,7 +96,7 @@ pub(super) fn analyse(
             results.len()
         );
     }
-    let measured = results.iter().any(|(_, _, r)| r.status == Status::Ok);
+    let measured = results.iter().any(|(_, _, r)| r.status.measured());
     if !measured {
         verdict = format!(
             "nothing was measured: all {} run(s) were skipped (cases.jsonl says why)",
@@ -144,7 +144,7 @@ fn collect(
             results
                 .iter()
                 .filter(|(a, _, r)| {
-                    *a == arm && CaseKey::of(&r.case).path_form() == *key && r.status == Status::Ok
+                    *a == arm && CaseKey::of(&r.case).path_form() == *key && r.status.measured()
                 })
                 .map(|(_, _, r)| r)
                 .collect()

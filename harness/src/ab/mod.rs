@@ -203,6 +203,7 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
         repeats: Some(1),
         server_cpus: s.server_cpus.clone(),
         client_cpus: s.client_cpus.clone(),
+        spin: None,
         memory_mib: s.memory_mib,
         cpu_quota: s.cpu_quota,
         argv: s.argv.clone(),

@@ -128,8 +128,19 @@ pub struct MemoryPass {
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Ok,
+    /// Measured, but more than 1% of the scheduled requests were late
+    /// because of the load generator (not the server): its latency is
+    /// partly the generator's. The reason says how many.
+    Limited,
     Failed,
     Skipped,
+}
+
+impl Status {
+    /// The case produced measurements (possibly generator-limited).
+    pub fn measured(self) -> bool {
+        matches!(self, Status::Ok | Status::Limited)
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -266,6 +277,9 @@ pub fn run_case(
     }
     if !res.reasons.is_empty() {
         res.status = Status::Failed;
+    } else if let Some(why) = res.clean.as_ref().and_then(|c| limited(&c.load)) {
+        res.status = Status::Limited;
+        res.reasons.push(why);
     }
     res.elapsed_ms = t0.elapsed().as_millis() as u64;
     res
@@ -316,4 +330,6 @@ pub struct RunSettings {
     pub argv: Vec<String>,
     /// `rig ab`: prove every launch maps the arm's own binary and libraries.
     pub verify_arms: bool,
+    /// Open loop: the generator's spin window; `None`: calibrated.
+    pub spin: Option<std::time::Duration>,
 }

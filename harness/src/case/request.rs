@@ -70,6 +70,7 @@ pub(super) fn load_spec(
         streams: topo.streams,
         client_cpus: rs.client_cpus.clone(),
         threads: None,
+        spin: rs.spin,
     })
 }
 
@@ -110,6 +111,14 @@ pub(super) fn check_load(pass: &str, r: &LoadReport) -> Vec<String> {
             r.sent
         ));
     }
+    if r.expired > 0 {
+        reasons.push(format!(
+            "{pass} pass: {} of {} scheduled requests expired (queued longer than {} s without a free connection/stream)",
+            r.expired,
+            r.scheduled,
+            crate::load::EXPIRE_AFTER.as_secs_f64()
+        ));
+    }
     if let Err(e) = r.check_invariants() {
         reasons.push(format!("{pass} pass: load accounting does not add up: {e}"));
     }
@@ -129,16 +138,18 @@ pub(super) fn shape_mode(case: &HttpCase, d: Duration) -> Mode {
 /// Signs that the load generator, not the server, set the pace.
 pub(super) fn saturation(r: &LoadReport, threads: usize) -> Option<String> {
     let mut why = Vec::new();
-    if r.dropped_capacity > 0 {
+    if r.generator_late > 0 {
         why.push(format!(
-            "{} send slots dropped for lack of a free connection/stream",
-            r.dropped_capacity
+            "{} of {} scheduled requests sent more than {} µs after they could go",
+            r.generator_late,
+            r.scheduled,
+            crate::load::LATE_AFTER.as_micros()
         ));
     }
-    if r.expired > 0 {
-        why.push(format!("{} requests expired before dispatch", r.expired));
-    }
-    let busy = r.client_cpu_ns as f64 / (r.elapsed_ns.max(1) as f64 * threads.max(1) as f64);
+    // Spinning toward send times keeps a thread busy by design: only work
+    // counts here.
+    let work = r.client_cpu_ns.saturating_sub(r.client_spin_ns);
+    let busy = work as f64 / (r.elapsed_ns.max(1) as f64 * threads.max(1) as f64);
     if busy > 0.9 {
         why.push(format!("generator threads {:.0}% busy", busy * 100.0));
     }
@@ -149,4 +160,19 @@ pub(super) fn saturation(r: &LoadReport, threads: usize) -> Option<String> {
         ));
     }
     (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// `Some(why)` when more than 1% of the scheduled requests were late because
+/// of the generator: the case is `limited`, not `ok`.
+pub(super) fn limited(r: &LoadReport) -> Option<String> {
+    r.generator_limited().then(|| {
+        format!(
+            "limited: {} of {} scheduled requests ({:.1}%) were sent more than {} µs after they could go (dispatch lag p99 {:.0} µs): the generator, not the server, added that latency",
+            r.generator_late,
+            r.scheduled,
+            100.0 * r.generator_late as f64 / r.scheduled as f64,
+            crate::load::LATE_AFTER.as_micros(),
+            r.dispatch_lag.p99_ns as f64 / 1e3
+        )
+    })
 }

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::*;
-use crate::case::{run_case, Status};
+use crate::case::run_case;
 use crate::case::{Passes, RunSettings};
 use crate::launch::spec::TargetSpec;
 use crate::metrics::CaseKey;
@@ -173,6 +173,7 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
         repeats: Some(b.repeats),
         server_cpus: None,
         client_cpus: None,
+        spin: None,
         memory_mib: None,
         cpu_quota: None,
         argv: s.argv.clone(),
@@ -422,7 +423,7 @@ fn counted_runs(
             crate::launch::start::cleanup_all();
             bail!("interrupted");
         }
-        if r.status != Status::Ok || r.counted.is_none() {
+        if !r.status.measured() || r.counted.is_none() {
             failed.push(format!("{}: {}", c.id, r.reasons.join("; ")));
             continue;
         }

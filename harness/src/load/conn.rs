@@ -199,13 +199,44 @@ pub(crate) struct Stats {
 pub(crate) struct RunStats {
     pub scheduled: u64,
     pub sent: u64,
+    /// Open loop: sent on a stream that was free at the send time.
+    pub on_time: u64,
+    /// Open loop: waited in the queue for a stream to free up.
+    pub late: u64,
+    /// Open loop: sent requests whose generator lag exceeded `LATE_AFTER`.
+    pub generator_late: u64,
     pub succeeded: u64,
     pub errors: BTreeMap<String, u64>,
-    pub dropped_capacity: u64,
     pub expired: u64,
+    /// Wall time the dispatcher spent spinning toward send times, less the
+    /// request work it ran while spinning.
+    pub spin_ns: u64,
     pub hists: Option<hist::Hists>,
     /// Completion time of the last request.
     pub last: Option<Instant>,
+}
+
+/// When one request was due, could go, and went.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    /// Open loop: its scheduled send time.
+    pub due: Option<Instant>,
+    /// Open loop, queued: when a stream freed up for it.
+    pub freed: Option<Instant>,
+    /// When its bytes were handed to the socket (or its connection was
+    /// opened, for a request that needed one).
+    pub sent: Instant,
+}
+
+impl Timing {
+    /// Closed loop and fixed count: no schedule.
+    pub fn closed(sent: Instant) -> Timing {
+        Timing {
+            due: None,
+            freed: None,
+            sent,
+        }
+    }
 }
 
 impl Stats {
@@ -219,35 +250,66 @@ impl Stats {
         }
     }
 
-    /// One request finished. `scheduled` is its open-loop send time.
-    pub fn done(&self, scheduled: Option<Instant>, sent_at: Instant, r: Result<(), String>) {
+    /// One request finished.
+    pub fn done(&self, t: Timing, r: Result<(), String>) {
         let now = Instant::now();
         let mut s = self.run.borrow_mut();
         s.sent += 1;
         s.last = Some(now);
+        let mut generator_late = false;
         let h = s.hists.as_mut().expect("histograms present during a run");
-        if let Some(t) = scheduled {
-            h.dispatch_lag.saturating_record(nanos(sent_at - t));
+        if let Some(due) = t.due {
+            // The generator's own lag runs from the moment the request could
+            // go: its send time, or when a stream freed up for it.
+            let ready = t.freed.map_or(due, |f| f.max(due));
+            let lag = t.sent.saturating_duration_since(ready);
+            h.dispatch_lag.saturating_record(nanos(lag));
+            generator_late = lag > super::LATE_AFTER;
+            if t.freed.is_some() {
+                h.queue_delay.saturating_record(nanos(ready - due));
+            }
         }
         match r {
             Ok(()) => {
-                let rl = nanos(now - sent_at);
+                let rl = nanos(now.saturating_duration_since(t.sent));
                 h.request_latency.saturating_record(rl);
-                let l = scheduled.map_or(rl, |t| nanos(now - t));
+                let l = t.due.map_or(rl, |d| nanos(now - d));
                 h.latency.saturating_record(l);
                 s.succeeded += 1;
             }
             Err(kind) => *s.errors.entry(kind).or_default() += 1,
         }
+        if t.due.is_some() {
+            if t.freed.is_some() {
+                s.late += 1;
+            } else {
+                s.on_time += 1;
+            }
+        }
+        s.generator_late += u64::from(generator_late);
+    }
+
+    /// Open loop: a queued request was not sent within `EXPIRE_AFTER`. Its
+    /// latency is at least that, and is recorded as such.
+    pub fn expired(&self, due: Instant) {
+        let now = Instant::now();
+        let mut s = self.run.borrow_mut();
+        s.expired += 1;
+        let h = s.hists.as_mut().expect("histograms present during a run");
+        h.latency.saturating_record(nanos(now - due));
     }
 
     /// `n` requests that were attempted on a slot already given up.
-    pub fn lost(&self, n: u64) {
+    /// `queued`: they were open-loop requests waiting in the queue.
+    pub fn lost(&self, n: u64, queued: bool) {
         if n == 0 {
             return;
         }
         let mut s = self.run.borrow_mut();
         s.sent += n;
+        if queued {
+            s.late += n;
+        }
         *s.errors.entry(LOST.to_string()).or_default() += n;
     }
 

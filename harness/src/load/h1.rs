@@ -6,6 +6,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -366,6 +367,8 @@ pub(crate) struct H1Slot {
     setup: Arc<Setup>,
     conn: Option<H1Conn>,
     fails: u32,
+    /// When the last request was handed to the socket (see `request`).
+    pub sent_at: Instant,
 }
 
 impl H1Slot {
@@ -374,6 +377,7 @@ impl H1Slot {
             setup,
             conn,
             fails: 0,
+            sent_at: Instant::now(),
         }
     }
 
@@ -393,6 +397,10 @@ impl H1Slot {
     }
 
     pub async fn request(&mut self, stats: &Stats) -> Result<(), String> {
+        // The request's bytes go to the socket next (its `write` is the first
+        // thing `exchange` does), or its connection is opened first: either
+        // way the request starts now. A retry is the same request.
+        self.sent_at = Instant::now();
         for attempt in 0..2 {
             if self.dead() {
                 return Err(LOST.into());

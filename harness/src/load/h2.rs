@@ -7,6 +7,7 @@ use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
@@ -32,10 +33,11 @@ pub(crate) async fn handshake(
         .await
         .map_err(|e| kind("h2", &e))?;
     stats.handshakes.borrow_mut().h2 += 1;
-    let driver = tokio::task::spawn_local(async move {
+    // Its poll time is request work, not dispatcher spin.
+    let driver = tokio::task::spawn_local(super::dispatch::Timed(Box::pin(async move {
         // The error surfaces again on the streams that use the connection.
         let _ = conn.await;
-    });
+    })));
     Ok((send, driver))
 }
 
@@ -138,6 +140,9 @@ pub(crate) struct H2Stream {
     /// This stream's handle on the connection, and its generation.
     send: Option<(u64, SendRequest<Bytes>)>,
     body: BytesMut,
+    /// When the last request's HEADERS went to the connection (see
+    /// `request`).
+    pub sent_at: Instant,
 }
 
 impl H2Stream {
@@ -146,6 +151,7 @@ impl H2Stream {
             conn,
             send: None,
             body: BytesMut::new(),
+            sent_at: Instant::now(),
         }
     }
 
@@ -164,6 +170,7 @@ impl H2Stream {
     pub async fn request(&mut self, stats: &Stats) -> Result<(), String> {
         // Retry once when the request never left (the connection had gone
         // away while idle); after it left, a failure is the request's.
+        let mut stamped = false;
         for attempt in 0..2 {
             let current = self.conn.generation.get();
             if !matches!(&self.send, Some((g, _)) if *g == current)
@@ -183,6 +190,13 @@ impl H2Stream {
             }
             let mut req = http::Request::new(());
             *req.uri_mut() = self.conn.setup.uri.clone();
+            if !stamped {
+                // The frames are queued for the connection task, which
+                // writes them to the socket as soon as this task yields. A
+                // retry is the same request.
+                self.sent_at = Instant::now();
+                stamped = true;
+            }
             let response = match send.send_request(req, true) {
                 Ok((response, _)) => response,
                 Err(e) => {

@@ -14,11 +14,12 @@ pub fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIGHEST_NS, 3).expect("valid HDR bounds")
 }
 
-/// The three histograms of a run.
+/// The histograms of a run.
 pub(crate) struct Hists {
     pub latency: Histogram<u64>,
     pub request_latency: Histogram<u64>,
     pub dispatch_lag: Histogram<u64>,
+    pub queue_delay: Histogram<u64>,
 }
 
 impl Hists {
@@ -27,6 +28,7 @@ impl Hists {
             latency: new_hist(),
             request_latency: new_hist(),
             dispatch_lag: new_hist(),
+            queue_delay: new_hist(),
         }
     }
 
@@ -37,6 +39,7 @@ impl Hists {
             .add(&o.request_latency)
             .expect("same bounds");
         self.dispatch_lag.add(&o.dispatch_lag).expect("same bounds");
+        self.queue_delay.add(&o.queue_delay).expect("same bounds");
     }
 
     pub fn encode(&self) -> EncodedHists {
@@ -44,6 +47,7 @@ impl Hists {
             latency: encode(&self.latency),
             request_latency: encode(&self.request_latency),
             dispatch_lag: encode(&self.dispatch_lag),
+            queue_delay: encode(&self.queue_delay),
         }
     }
 }
@@ -55,6 +59,9 @@ pub struct EncodedHists {
     pub latency: String,
     pub request_latency: String,
     pub dispatch_lag: String,
+    /// Absent in runs written before queueing existed.
+    #[serde(default)]
+    pub queue_delay: String,
 }
 
 /// Percentiles of one histogram, in nanoseconds.

@@ -3,10 +3,15 @@
 //! In: a `LoadSpec` (loopback address, protocol, endpoint with the expected
 //! response, connections × streams, client CPUs) and a `Mode` (fixed count,
 //! closed loop for a duration, open loop at a rate). Out: a `LoadReport`:
-//! counts that always add up (`scheduled = sent + dropped_capacity +
-//! expired`, `sent = succeeded + errors`), errors by kind, HDR latency
-//! histograms (summaries plus the serialized histograms, so repeats can be
-//! merged), handshakes made and the generator's own CPU time.
+//! counts that always add up (`scheduled = on_time + late + expired`,
+//! `sent = on_time + late = succeeded + errors`), errors by kind, HDR
+//! histograms of latency, request latency, dispatch lag and queueing delay
+//! (summaries plus the serialized histograms, so repeats can be merged),
+//! handshakes made and the generator's own CPU time, spin apart from work.
+//!
+//! The open loop never drops a request: one that finds every stream busy
+//! waits in a FIFO queue (`open`), and the dispatcher sleeps and then spins
+//! to each send time so that it sends on time to the µs (`dispatch`).
 //!
 //! `Client` keeps its connections between runs: the runner connects once,
 //! warms up with `run(FixedCount)`, then measures. Every response is
@@ -18,9 +23,11 @@
 
 mod blocking;
 mod conn;
+pub mod dispatch;
 mod h1;
 mod h2;
 pub mod hist;
+mod open;
 pub mod schedule;
 mod tls;
 mod validate;
@@ -37,13 +44,22 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use blocking::{connect, fixed_count, Conn, H1Target, LoadResult};
+pub use dispatch::{calibrate_on, DispatchFacts, SpinSource};
 pub use hist::{EncodedHists, HistSummary};
 
 /// A request that has not completed after this long counts as `timeout`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Open loop: a send slot whose dispatch lags its scheduled time by more
-/// than this is `expired` (not sent): the generator itself has fallen behind.
+/// Open loop: a queued request not sent within this long of its scheduled
+/// time is `expired` (not sent; its latency, at least this, is recorded).
 pub const EXPIRE_AFTER: Duration = Duration::from_secs(1);
+/// Open loop: a request the generator sent more than this after it could
+/// have gone (its send time, or when a stream freed up for it) was late
+/// because of the generator.
+pub const LATE_AFTER: Duration = Duration::from_micros(100);
+/// A case in which more than this share of the scheduled requests were late
+/// because of the generator is `limited`: its latency is partly the
+/// generator's.
+pub const LIMITED_SHARE: f64 = 0.01;
 /// A slot whose connection fails this many times in a row (breaks, or cannot
 /// be re-established) with no successful request in between is given up:
 /// its further requests count as `connection lost`.
@@ -148,6 +164,9 @@ pub struct LoadSpec {
     /// Generator threads; default: one per client CPU, else
     /// min(connections, available CPUs).
     pub threads: Option<usize>,
+    /// Open loop: spin this long before each send time; `None`: calibrate
+    /// each generator thread's wake-up lateness at connect and choose.
+    pub spin: Option<Duration>,
 }
 
 /// Successful handshakes, counted per layer.
@@ -179,31 +198,49 @@ pub struct LoadReport {
     pub mode: Mode,
     /// From the common start to the last completed request.
     pub elapsed_ns: u64,
-    /// Open loop: send slots on the schedule. Otherwise equal to `sent`.
+    /// Open loop: requests on the schedule. Otherwise equal to `sent`.
     pub scheduled: u64,
+    /// `on_time + late`.
     pub sent: u64,
+    /// Open loop: sent on a stream that was free at the scheduled time.
+    /// Otherwise equal to `sent`.
+    pub on_time: u64,
+    /// Open loop: every stream was busy at the scheduled time; waited in the
+    /// queue (`queue_delay`) and was sent when one freed up.
+    pub late: u64,
+    /// Open loop: queued and not sent within `EXPIRE_AFTER`; counted in
+    /// `latency` at the time it was given up.
+    pub expired: u64,
+    /// Open loop: sent more than `LATE_AFTER` after it could have gone
+    /// (late because of the generator, not the server).
+    pub generator_late: u64,
     pub succeeded: u64,
     /// Failed requests by kind: `status 500`, `content-type`, `body
     /// mismatch`, `io: ConnectionReset`, `timeout`, `tls: ...`, ...
     pub errors: BTreeMap<String, u64>,
-    /// Open loop: a send slot came and every stream of its thread was busy.
-    pub dropped_capacity: u64,
-    /// Open loop: the slot was dispatched more than `EXPIRE_AFTER` late.
-    pub expired: u64,
-    /// Successful requests. Open loop: from the scheduled send time
-    /// (coordinated omission corrected); otherwise from the actual send.
+    /// Successful requests and expired ones. Open loop: from the scheduled
+    /// send time (coordinated omission corrected); otherwise from the
+    /// actual send.
     pub latency: HistSummary,
     /// Successful requests, from the actual send.
     pub request_latency: HistSummary,
-    /// Open loop: actual send − scheduled send, every sent request.
+    /// Open loop, every sent request: the generator's own lag, from when
+    /// the request could go (its scheduled time, or when a stream freed up
+    /// for it) to when its bytes were handed to the socket.
     pub dispatch_lag: HistSummary,
-    /// The three histograms, serialized: merge these across repeats.
+    /// Open loop, `late` requests: scheduled time to when a stream freed up.
+    pub queue_delay: HistSummary,
+    /// The histograms, serialized: merge these across repeats.
     pub histogram: EncodedHists,
     /// Handshakes made during this run (re-established connections, or one
     /// per request without keep-alive).
     pub handshakes: Handshakes,
-    /// CPU time of the generator's threads over the run.
+    /// CPU time of the generator's threads over the run, spin included.
     pub client_cpu_ns: u64,
+    /// Of that, the open-loop dispatcher spinning toward send times.
+    pub client_spin_ns: u64,
+    /// How the dispatcher waited for send times (spin window, calibration).
+    pub dispatch: DispatchFacts,
     /// `succeeded` per second of `elapsed_ns`.
     pub rps: f64,
 }
@@ -216,10 +253,16 @@ impl LoadReport {
     /// The invariants every report must satisfy; `Err` names the one that
     /// does not hold.
     pub fn check_invariants(&self) -> Result<(), String> {
-        if self.scheduled != self.sent + self.dropped_capacity + self.expired {
+        if self.scheduled != self.on_time + self.late + self.expired {
             return Err(format!(
-                "scheduled {} != sent {} + dropped_capacity {} + expired {}",
-                self.scheduled, self.sent, self.dropped_capacity, self.expired
+                "scheduled {} != on time {} + late {} + expired {}",
+                self.scheduled, self.on_time, self.late, self.expired
+            ));
+        }
+        if self.sent != self.on_time + self.late {
+            return Err(format!(
+                "sent {} != on time {} + late {}",
+                self.sent, self.on_time, self.late
             ));
         }
         if self.sent != self.succeeded + self.errors_total() {
@@ -230,6 +273,12 @@ impl LoadReport {
                 self.errors_total()
             ));
         }
+        if self.latency.count != self.succeeded + self.expired {
+            return Err(format!(
+                "latency histogram holds {} != succeeded {} + expired {}",
+                self.latency.count, self.succeeded, self.expired
+            ));
+        }
         if let Mode::FixedCount { requests } = self.mode {
             if self.sent != requests {
                 return Err(format!("sent {} != requests {requests}", self.sent));
@@ -238,12 +287,19 @@ impl LoadReport {
         Ok(())
     }
 
-    /// Client CPU per successful request, in µs.
+    /// More than `LIMITED_SHARE` of the scheduled requests were late because
+    /// of the generator: the case's latency is partly the generator's.
+    pub fn generator_limited(&self) -> bool {
+        self.scheduled > 0 && self.generator_late as f64 > LIMITED_SHARE * self.scheduled as f64
+    }
+
+    /// Client work CPU (spin excluded) per successful request, in µs.
     pub fn client_us_per_request(&self) -> f64 {
         if self.succeeded == 0 {
             return f64::NAN;
         }
-        self.client_cpu_ns as f64 / 1e3 / self.succeeded as f64
+        let work = self.client_cpu_ns.saturating_sub(self.client_spin_ns);
+        work as f64 / 1e3 / self.succeeded as f64
     }
 }
 
@@ -253,6 +309,7 @@ pub struct Client {
     /// Slots (connection × stream) per worker, in global slot order.
     slots_per_worker: Vec<usize>,
     handshakes: Handshakes,
+    dispatch: Vec<DispatchFacts>,
 }
 
 impl Client {
@@ -270,34 +327,42 @@ impl Client {
         let mut workers = Vec::with_capacity(threads);
         let mut slots_per_worker = Vec::with_capacity(threads);
         let mut handshakes = Handshakes::default();
+        let mut dispatch = Vec::with_capacity(threads);
         let starting: Vec<_> = per_thread
             .into_iter()
             .enumerate()
             .map(|(i, conns)| {
                 let cpu = spec.client_cpus.as_ref().map(|c| c[i % c.len()]);
                 slots_per_worker.push(conns.len() * setup.streams);
-                worker::Worker::start(i, cpu, setup.clone(), conns)
+                worker::Worker::start(i, cpu, setup.clone(), conns, spec.spin)
             })
             .collect::<Result<_, _>>()?;
         // Each thread connects its own connections, concurrently.
         for w in starting {
-            let (w, hs) = w.ready()?;
+            let (w, hs, d) = w.ready()?;
             handshakes.add(hs);
+            dispatch.push(d);
             workers.push(w);
         }
         Ok(Client {
             workers,
             slots_per_worker,
             handshakes,
+            dispatch,
         })
     }
 
-    /// Handshakes made so far (connect plus every run).
+    /// Each generator thread's spin window and wake-up calibration.
+    pub fn dispatch(&self) -> &[DispatchFacts] {
+        &self.dispatch
+    }
+
     /// Generator threads (one tokio runtime each).
     pub fn threads(&self) -> usize {
         self.workers.len()
     }
 
+    /// Handshakes made so far (connect plus every run).
     pub fn handshakes(&self) -> Handshakes {
         self.handshakes
     }

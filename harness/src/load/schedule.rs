@@ -6,18 +6,19 @@
 //!   spaced times `start + phase_i + k / rate_i` for every `k` with a time
 //!   before `start + duration`; each such time is one **scheduled** request.
 //!   Phases spread the threads' first sends over one total-rate period.
-//! - When a send time comes (a timerfd wakes the thread at that time), the
-//!   thread decides, in this order: if it is more than `EXPIRE_AFTER` late,
-//!   the request is **expired** (not sent: the generator itself fell
-//!   behind); else if none of the thread's own streams is idle, it is
-//!   **dropped_capacity** (not sent, not queued: a queue would hide the
-//!   server's slowness in the generator); else it is **sent** on an idle
-//!   stream. Streams of other threads are not borrowed.
+//! - When a send time comes (the thread sleeps until shortly before it and
+//!   spins the rest, see `dispatch`), the request is sent on an idle stream
+//!   of the thread (**on time**), or, when every stream is busy, queued
+//!   (FIFO) and sent on the next stream that frees up (**late**). A queued
+//!   request not sent within `EXPIRE_AFTER` of its time is **expired**.
+//!   Streams of other threads are not borrowed. Nothing is dropped: a
+//!   dropped request would be exactly one that met a slow server.
 //! - Latency runs from the scheduled time (coordinated omission corrected);
-//!   request latency from the actual send; dispatch lag is actual send −
-//!   scheduled.
+//!   request latency from the actual send; dispatch lag from when the
+//!   request could go (its time, or when a stream freed up) to the send;
+//!   queueing delay from its time to when a stream freed up.
 //!
-//! So `scheduled = sent + dropped_capacity + expired` always holds.
+//! So `scheduled = on_time + late + expired` always holds.
 
 use std::time::{Duration, Instant};
 
@@ -84,25 +85,6 @@ impl Schedule {
     }
 }
 
-/// What happens to a send slot that came due.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Send,
-    DroppedCapacity,
-    Expired,
-}
-
-/// The policy above, for one due slot.
-pub fn decide(lag: Duration, expire_after: Duration, idle_stream: bool) -> Decision {
-    if lag > expire_after {
-        Decision::Expired
-    } else if !idle_stream {
-        Decision::DroppedCapacity
-    } else {
-        Decision::Send
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,19 +121,6 @@ mod tests {
             })
             .sum();
         assert_eq!(total, 300);
-    }
-
-    #[test]
-    fn late_beats_busy_beats_send() {
-        let bound = Duration::from_secs(1);
-        let late = Duration::from_millis(1500);
-        assert_eq!(decide(late, bound, true), Decision::Expired);
-        assert_eq!(decide(late, bound, false), Decision::Expired);
-        assert_eq!(
-            decide(Duration::ZERO, bound, false),
-            Decision::DroppedCapacity
-        );
-        assert_eq!(decide(Duration::ZERO, bound, true), Decision::Send);
     }
 
     #[test]

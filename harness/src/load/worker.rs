@@ -2,20 +2,19 @@
 //! `LocalSet`, its share of the connections (kept across runs), and a loop
 //! that runs jobs from the `Client` and hands back a `ThreadReport`.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc as tmpsc;
 
-use super::conn::{RunStats, Setup, Stats};
+use super::conn::{RunStats, Setup, Stats, Timing};
+use super::dispatch::{calibrate, prepare_thread, thread_cpu_ns, DispatchFacts, Ticker};
 use super::h1::{H1Conn, H1Slot};
 use super::h2::{handshake, H2Conn, H2Stream};
 use super::hist::{summarize, Hists};
-use super::schedule::{decide, Decision, Schedule};
-use super::{conn, Handshakes, LoadError, LoadReport, Mode, EXPIRE_AFTER, REQUEST_TIMEOUT};
+use super::schedule::Schedule;
+use super::{conn, Handshakes, LoadError, LoadReport, Mode, REQUEST_TIMEOUT};
 
 pub(crate) enum Plan {
     /// Requests per slot of this thread.
@@ -36,6 +35,7 @@ pub(crate) struct ThreadReport {
     pub run: RunStats,
     pub handshakes: Handshakes,
     pub cpu_ns: u64,
+    pub dispatch: DispatchFacts,
 }
 
 impl ThreadReport {
@@ -43,11 +43,14 @@ impl ThreadReport {
         let (a, b) = (&mut self.run, o.run);
         a.scheduled += b.scheduled;
         a.sent += b.sent;
+        a.on_time += b.on_time;
+        a.late += b.late;
+        a.generator_late += b.generator_late;
+        a.spin_ns += b.spin_ns;
         a.succeeded += b.succeeded;
         for (k, v) in b.errors {
             *a.errors.entry(k).or_default() += v;
         }
-        a.dropped_capacity += b.dropped_capacity;
         a.expired += b.expired;
         match (&mut a.hists, &b.hists) {
             (Some(x), Some(y)) => x.merge(y),
@@ -57,6 +60,10 @@ impl ThreadReport {
         a.last = a.last.max(b.last);
         self.handshakes.add(o.handshakes);
         self.cpu_ns += o.cpu_ns;
+        // The widest window of any thread stands for the run.
+        if o.dispatch.spin_window_ns >= self.dispatch.spin_window_ns {
+            self.dispatch = o.dispatch;
+        }
     }
 
     pub fn into_report(self, mode: Mode, start: Instant) -> LoadReport {
@@ -81,16 +88,21 @@ impl ThreadReport {
             elapsed_ns,
             scheduled: r.scheduled,
             sent: r.sent,
+            on_time: r.on_time,
+            late: r.late,
+            expired: r.expired,
+            generator_late: r.generator_late,
             succeeded: r.succeeded,
             errors: r.errors,
-            dropped_capacity: r.dropped_capacity,
-            expired: r.expired,
             latency: summarize(&hists.latency),
             request_latency: summarize(&hists.request_latency),
             dispatch_lag: summarize(&hists.dispatch_lag),
+            queue_delay: summarize(&hists.queue_delay),
             histogram: hists.encode(),
             handshakes: self.handshakes,
             client_cpu_ns: self.cpu_ns,
+            client_spin_ns: r.spin_ns.min(self.cpu_ns),
+            dispatch: self.dispatch,
             rps,
         }
     }
@@ -106,14 +118,14 @@ pub(crate) struct Worker {
 /// A worker whose connections are being made.
 pub(crate) struct Starting {
     worker: Worker,
-    ready: mpsc::Receiver<Result<Handshakes, LoadError>>,
+    ready: mpsc::Receiver<Result<(Handshakes, DispatchFacts), LoadError>>,
 }
 
 impl Starting {
-    pub fn ready(self) -> Result<(Worker, Handshakes), LoadError> {
+    pub fn ready(self) -> Result<(Worker, Handshakes, DispatchFacts), LoadError> {
         let index = self.worker.index;
         match self.ready.recv() {
-            Ok(Ok(h)) => Ok((self.worker, h)),
+            Ok(Ok((h, d))) => Ok((self.worker, h, d)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(LoadError::Thread {
                 index,
@@ -129,6 +141,7 @@ impl Worker {
         cpu: Option<usize>,
         setup: Arc<Setup>,
         connections: Vec<usize>,
+        spin: Option<Duration>,
     ) -> Result<Starting, LoadError> {
         let (jobs, mut job_rx) = tmpsc::unbounded_channel::<Job>();
         let (report_tx, reports) = mpsc::channel();
@@ -162,10 +175,19 @@ impl Worker {
                             return;
                         }
                     };
-                    let _ = ready_tx.send(Ok(*stats.handshakes.borrow()));
                     let mut ticker = Ticker::new().ok();
+                    let dispatch = match (spin, ticker.as_mut()) {
+                        (Some(d), _) => DispatchFacts::given(d),
+                        (None, Some(t)) => calibrate(t).await,
+                        // No timerfd: tokio's timer, which rounds to whole
+                        // milliseconds; spin through the last of them.
+                        (None, None) => DispatchFacts::given(Duration::from_millis(1)),
+                    };
+                    let _ = ready_tx.send(Ok((*stats.handshakes.borrow(), dispatch)));
                     while let Some(job) = job_rx.recv().await {
-                        let r = run_job(&mut slots, job, &stats, ticker.as_mut()).await;
+                        let mut r =
+                            run_job(&mut slots, job, &stats, ticker.as_mut(), dispatch).await;
+                        r.dispatch = dispatch;
                         if report_tx.send(r).is_err() {
                             break;
                         }
@@ -209,40 +231,23 @@ impl Drop for Worker {
     }
 }
 
-fn prepare_thread(cpu: Option<usize>) -> Result<(), String> {
-    if let Some(cpu) = cpu {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(format!("CPU {cpu} is out of range"));
-        }
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays in
-        // bounds (checked above); sched_setaffinity reads the set we own.
-        let rc = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-        };
-        if rc != 0 {
-            return Err(format!(
-                "pinning to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    // Sleeps of this thread (the runtime's epoll timeouts) end on time
-    // instead of up to 50 µs late.
-    // SAFETY: PR_SET_TIMERSLACK takes an integer argument.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-    Ok(())
-}
-
 /// One request stream of this thread.
-enum Slot {
+pub(crate) enum Slot {
     H1(H1Slot),
     H2(H2Stream),
 }
 
 impl Slot {
-    fn dead(&self) -> bool {
+    /// When the last request's bytes were handed to the socket (or its
+    /// connection was opened, when it needed one).
+    pub fn sent_at(&self) -> Instant {
+        match self {
+            Slot::H1(s) => s.sent_at,
+            Slot::H2(s) => s.sent_at,
+        }
+    }
+
+    pub fn dead(&self) -> bool {
         match self {
             Slot::H1(s) => s.dead(),
             Slot::H2(s) => s.dead(),
@@ -257,7 +262,7 @@ impl Slot {
     }
 
     /// One request, validated, bounded by `REQUEST_TIMEOUT`.
-    async fn request(&mut self, stats: &Stats) -> Result<(), String> {
+    pub async fn request(&mut self, stats: &Stats) -> Result<(), String> {
         let r = match self {
             Slot::H1(s) => tokio::time::timeout(REQUEST_TIMEOUT, s.request(stats)).await,
             Slot::H2(s) => tokio::time::timeout(REQUEST_TIMEOUT, s.request(stats)).await,
@@ -325,6 +330,7 @@ async fn run_job(
     job: Job,
     stats: &Rc<Stats>,
     ticker: Option<&mut Ticker>,
+    dispatch: DispatchFacts,
 ) -> ThreadReport {
     let hs0 = *stats.handshakes.borrow();
     stats.take_run();
@@ -342,12 +348,11 @@ async fn run_job(
                 async move {
                     for done in 0..share {
                         if slot.dead() || crate::interrupt::requested() {
-                            stats.lost(share - done);
+                            stats.lost(share - done, false);
                             break;
                         }
-                        let t0 = Instant::now();
                         let r = slot.request(&stats).await;
-                        stats.done(None, t0, r);
+                        stats.done(Timing::closed(slot.sent_at()), r);
                     }
                     slot
                 }
@@ -362,22 +367,28 @@ async fn run_job(
                         break;
                     }
                     let r = slot.request(&stats).await;
-                    stats.done(None, t0, r);
+                    stats.done(Timing::closed(slot.sent_at()), r);
                 }
                 slot
             })
             .await
         }
-        Plan::Open(schedule) => open_loop(slots, stats, schedule, ticker).await,
+        Plan::Open(schedule) => {
+            let spin = super::open::run(slots, stats, schedule, ticker, dispatch.spin_window());
+            stats.run.borrow_mut().spin_ns += spin.await;
+        }
     }
     let mut run = stats.take_run();
     if !open {
+        // Without a schedule every request is due when it is sent.
         run.scheduled = run.sent;
+        run.on_time = run.sent;
     }
     ThreadReport {
         run,
         handshakes: stats.handshakes.borrow().minus(hs0),
         cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
+        dispatch,
     }
 }
 
@@ -394,171 +405,5 @@ where
         .collect();
     for t in tasks {
         slots.push(t.await.expect("load task panicked"));
-    }
-}
-
-async fn open_loop(
-    slots: &mut Vec<Slot>,
-    stats: &Rc<Stats>,
-    schedule: Schedule,
-    mut ticker: Option<&mut Ticker>,
-) {
-    let total = slots.len();
-    let idle: Rc<std::cell::RefCell<Vec<Slot>>> =
-        Rc::new(std::cell::RefCell::new(std::mem::take(slots)));
-    let in_flight = Rc::new(std::cell::Cell::new(0usize));
-    let all_back = Rc::new(tokio::sync::Notify::new());
-    let mut dead = Vec::new();
-    let mut k = 0;
-    while let Some(due) = schedule.at(k) {
-        k += 1;
-        if Instant::now() >= due && k % 16 == 0 {
-            // Behind schedule: let the requests in flight make progress.
-            tokio::task::yield_now().await;
-        }
-        if Instant::now() < due {
-            match ticker.as_deref_mut() {
-                Some(t) => t.sleep_until(due).await,
-                None => tokio::time::sleep_until(due.into()).await,
-            }
-        }
-        let lag = Instant::now().saturating_duration_since(due);
-        let free = {
-            let mut idle = idle.borrow_mut();
-            // Given-up slots are never handed out again.
-            while idle.last().is_some_and(Slot::dead) {
-                dead.extend(idle.pop());
-            }
-            idle.pop()
-        };
-        // Every connection given up (the target is gone) or rig was
-        // interrupted: stop scheduling rather than count the rest of the
-        // window as dropped against a target that no longer exists.
-        if dead.len() == total || crate::interrupt::requested() {
-            if let Some(s) = free {
-                idle.borrow_mut().push(s);
-            }
-            break;
-        }
-        let decision = decide(lag, EXPIRE_AFTER, free.is_some());
-        let mut run = stats.run.borrow_mut();
-        run.scheduled += 1;
-        match decision {
-            Decision::Expired => run.expired += 1,
-            Decision::DroppedCapacity => run.dropped_capacity += 1,
-            Decision::Send => {}
-        }
-        drop(run);
-        let Some(mut slot) = free else { continue };
-        if decision != Decision::Send {
-            idle.borrow_mut().push(slot);
-            continue;
-        }
-        in_flight.set(in_flight.get() + 1);
-        let (stats, idle, in_flight, all_back) = (
-            stats.clone(),
-            idle.clone(),
-            in_flight.clone(),
-            all_back.clone(),
-        );
-        tokio::task::spawn_local(async move {
-            let sent_at = Instant::now();
-            let r = slot.request(&stats).await;
-            stats.done(Some(due), sent_at, r);
-            idle.borrow_mut().push(slot);
-            in_flight.set(in_flight.get() - 1);
-            if in_flight.get() == 0 {
-                all_back.notify_one();
-            }
-        });
-    }
-    while in_flight.get() > 0 {
-        all_back.notified().await;
-    }
-    let mut back = std::mem::take(&mut *idle.borrow_mut());
-    slots.append(&mut back);
-    slots.append(&mut dead);
-    debug_assert_eq!(slots.len(), total);
-}
-
-/// CPU time of the calling thread.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Nanosecond-precise sleeps for the open-loop schedule (tokio's timer
-/// rounds up to whole milliseconds): a timerfd in the runtime's epoll set.
-struct Ticker {
-    fd: AsyncFd<OwnedFd>,
-}
-
-impl Ticker {
-    fn new() -> std::io::Result<Ticker> {
-        // SAFETY: plain syscall; the fd is owned below.
-        let fd = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: the OwnedFd stays open and is the same descriptor for as
-        // long as the AsyncFd owns it.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok(Ticker { fd })
-    }
-
-    async fn sleep_until(&mut self, t: Instant) {
-        let d = t.saturating_duration_since(Instant::now());
-        if d.is_zero() {
-            return;
-        }
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: d.as_secs() as libc::time_t,
-                tv_nsec: d.subsec_nanos() as libc::c_long,
-            },
-        };
-        let fd = self.fd.get_ref().as_raw_fd();
-        // SAFETY: valid fd and itimerspec; old value not requested.
-        if unsafe { libc::timerfd_settime(fd, 0, &spec, std::ptr::null_mut()) } != 0 {
-            tokio::time::sleep_until(t.into()).await;
-            return;
-        }
-        loop {
-            let Ok(mut guard) = self.fd.readable().await else {
-                tokio::time::sleep_until(t.into()).await;
-                return;
-            };
-            let mut expirations = 0u64;
-            // SAFETY: reading 8 bytes into a u64 we own.
-            let n = unsafe {
-                libc::read(
-                    fd,
-                    (&mut expirations as *mut u64).cast(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
-            // Drained (or spurious): wait for the next edge either way.
-            guard.clear_ready();
-            if n == 8 {
-                return;
-            }
-        }
     }
 }

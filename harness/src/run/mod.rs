@@ -54,6 +54,17 @@ struct Manifest<'a> {
     cpu_quota: Option<f64>,
     targets: Vec<TargetManifest>,
     cases: Vec<String>,
+    /// The open-loop dispatcher's spin window and the wake-up calibration it
+    /// came from, measured at start on the first client CPU (each case's
+    /// generator threads calibrate again: `clean.load.dispatch`).
+    dispatch: Dispatch,
+}
+
+#[derive(Clone, Serialize)]
+#[serde(untagged)]
+enum Dispatch {
+    Facts(crate::load::DispatchFacts),
+    Failed { calibration_error: String },
 }
 
 /// Cases that differ only by repeat, merged: medians of per-run values and
@@ -76,6 +87,9 @@ pub struct Report<'a> {
     pub complete: bool,
     pub interrupted: bool,
     pub ok: usize,
+    /// Measured, but the load generator was late for more than 1% of the
+    /// scheduled requests.
+    pub limited: usize,
     pub failed: usize,
     pub skipped: usize,
     pub cases: &'a [CaseResult],
@@ -148,6 +162,15 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
     let names: Vec<String> = rs.targets.iter().map(|(t, _)| t.name.clone()).collect();
     let cases: Vec<Case> = rs.matrix.expand(&rs.suites, &names, rs.repeats)?;
     let mut out = OutDir::create(&rs.out)?;
+    let first_cpu = rs.client_cpus.as_ref().and_then(|c| c.first().copied());
+    let dispatch = match rs.spin {
+        Some(d) => Dispatch::Facts(crate::load::DispatchFacts::given(d)),
+        None => match crate::load::calibrate_on(first_cpu) {
+            Ok(f) => Dispatch::Facts(f),
+            Err(calibration_error) => Dispatch::Failed { calibration_error },
+        },
+    };
+    let dispatch = &dispatch;
     let mut targets: Vec<TargetManifest> = rs
         .targets
         .iter()
@@ -173,6 +196,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                 cpu_quota: rs.cpu_quota,
                 targets,
                 cases: cases.iter().map(|c| c.id.clone()).collect(),
+                dispatch: dispatch.clone(),
             };
             out.write_manifest(&rs.argv, &m)?;
             Ok(m.targets)
@@ -272,6 +296,7 @@ fn write_report(
         complete: results.len() == total && !interrupted,
         interrupted,
         ok: count(Status::Ok),
+        limited: count(Status::Limited),
         failed: count(Status::Failed),
         skipped: count(Status::Skipped),
         cases: results,

@@ -38,6 +38,7 @@ pub fn render(results: &[CaseResult]) -> String {
     for r in results {
         let status = match r.status {
             Status::Ok => "ok".to_string(),
+            Status::Limited => "limited".to_string(),
             Status::Failed => "FAILED".to_string(),
             Status::Skipped => "skipped".to_string(),
         };
@@ -93,6 +94,7 @@ pub fn render(results: &[CaseResult]) -> String {
     for r in results.iter().filter(|r| r.status != Status::Ok) {
         out.push_str(&format!("\n{}: {}", r.case.id, r.reasons.join("; ")));
     }
+    out.push_str(&open_loop_lines(results));
     for r in results {
         if let Some(s) = r
             .clean
@@ -104,6 +106,37 @@ pub fn render(results: &[CaseResult]) -> String {
                 r.case.id
             ));
         }
+    }
+    out
+}
+
+/// One line per open-loop case: the schedule's ledger and the generator's
+/// own lag, so that every case says how much of its latency is the
+/// generator's.
+fn open_loop_lines(results: &[CaseResult]) -> String {
+    let us = |ns: u64| ns as f64 / 1e3;
+    let mut out = String::new();
+    for r in results {
+        let Some(l) = r.clean.as_ref().map(|c| &c.load) else {
+            continue;
+        };
+        if !matches!(l.mode, crate::load::Mode::Open { .. }) {
+            continue;
+        }
+        out.push_str(&format!(
+            "\n{}: scheduled {}, on time {}, late {} (queued p50/p99 {:.1}/{:.1} µs), expired {}, errors {}; dispatch lag p50/p99 {:.1}/{:.1} µs (spin window {:.0} µs)",
+            r.case.id,
+            l.scheduled,
+            l.on_time,
+            l.late,
+            us(l.queue_delay.p50_ns),
+            us(l.queue_delay.p99_ns),
+            l.expired,
+            l.errors_total(),
+            us(l.dispatch_lag.p50_ns),
+            us(l.dispatch_lag.p99_ns),
+            us(l.dispatch.spin_window_ns),
+        ));
     }
     out
 }

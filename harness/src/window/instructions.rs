@@ -306,6 +306,7 @@ pub fn load_spec(spec: &TargetSpec, path: &str) -> Result<LoadSpec> {
         streams: 1,
         client_cpus: None,
         threads: Some(1),
+        spin: None,
     })
 }
 

@@ -272,6 +272,7 @@ fn spec(addr: SocketAddr, protocol: Protocol, connections: usize, streams: usize
         streams,
         client_cpus: None,
         threads: Some(2),
+        spin: None,
     }
 }
 
@@ -497,17 +498,64 @@ fn open_loop_counts_add_up_and_schedule_rate_times_duration() {
 }
 
 #[test]
-fn open_loop_drops_slots_when_every_stream_is_busy() {
+fn open_loop_queues_requests_when_every_stream_is_busy_and_sends_them_all() {
     let mut b = Behaviour::ok();
-    b.delay = Duration::from_millis(50);
+    b.delay = Duration::from_millis(10);
     let s = serve(Wire::H1, b, None);
     let mut c = Client::connect(&spec(s.addr, Protocol::H1 { keepalive: true }, 1, 1)).unwrap();
-    let r = run(&mut c, open(200.0, 500));
-    assert_eq!(r.scheduled, 100);
-    // One stream, each answer takes 50 ms: at most 11 of 100 go out.
-    assert!(r.sent <= 11, "{r:?}");
-    assert!(r.dropped_capacity >= 89, "{r:?}");
-    assert_eq!(r.expired, 0);
+    // 20 requests 5 ms apart on one stream whose every answer takes at least
+    // 10 ms: the first finds the stream free, each later one finds it busy
+    // with the one before (which started at least 10 ms after it was due
+    // minus 5), so it queues. None is dropped.
+    let r = run(&mut c, open(200.0, 100));
+    assert_eq!(r.scheduled, 20);
+    assert_eq!((r.on_time, r.late, r.expired), (1, 19, 0), "{r:?}");
+    assert_eq!(r.succeeded, 20, "{:?}", r.errors);
+    assert_eq!(r.queue_delay.count, 19);
+    assert_eq!(r.dispatch_lag.count, 20);
+    // From the scheduled time: the last is due at 95 ms and cannot finish
+    // before 20 answers of 10 ms each, at 200 ms.
+    assert!(r.latency.max_ns >= 105_000_000, "{:?}", r.latency);
+    assert!(r.latency.min_ns >= 10_000_000, "{:?}", r.latency);
+}
+
+#[test]
+fn a_queued_request_not_sent_within_the_expiry_is_expired_and_counted_at_its_wait() {
+    let mut b = Behaviour::ok();
+    b.delay = Duration::from_millis(1500);
+    let s = serve(Wire::H1, b, None);
+    let mut c = Client::connect(&spec(s.addr, Protocol::H1 { keepalive: true }, 1, 1)).unwrap();
+    // Due at 0, 100 and 200 ms; the one stream is busy until 1500 ms, so
+    // the second and third wait past the 1 s expiry.
+    let r = run(&mut c, open(10.0, 300));
+    assert_eq!(r.scheduled, 3);
+    assert_eq!((r.on_time, r.late, r.expired), (1, 0, 2), "{r:?}");
+    assert_eq!(r.succeeded, 1);
+    assert_eq!(r.latency.count, 3);
+    let lat = hist::decode(&r.histogram.latency).unwrap();
+    assert_eq!(lat.count_between(0, 999_999_999), 0, "{:?}", r.latency);
+}
+
+#[test]
+fn the_ledger_must_add_up_exactly() {
+    let s = serve(Wire::H1, Behaviour::ok(), None);
+    let mut c = Client::connect(&spec(s.addr, Protocol::H1 { keepalive: true }, 1, 1)).unwrap();
+    let good = run(&mut c, open(1000.0, 50));
+    assert_eq!(good.scheduled, 50);
+    let mut bad = good.clone();
+    bad.on_time -= 1;
+    assert!(bad.check_invariants().unwrap_err().contains("scheduled 50"));
+    let mut bad = good.clone();
+    bad.late += 1;
+    bad.scheduled += 1;
+    assert!(bad.check_invariants().unwrap_err().contains("sent 50"));
+    let mut bad = good.clone();
+    bad.expired += 1;
+    bad.scheduled += 1;
+    assert!(bad
+        .check_invariants()
+        .unwrap_err()
+        .contains("latency histogram"));
 }
 
 #[test]

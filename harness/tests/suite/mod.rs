@@ -41,6 +41,7 @@ mod load;
 mod render;
 mod run;
 mod stacks;
+mod stall;
 mod symbols;
 mod tree;
 

@@ -359,16 +359,31 @@ fn load_report(succeeded: u64, p50_us: u64, p99_us: u64) -> LoadReport {
         elapsed_ns: 1_000_000_000,
         scheduled: succeeded,
         sent: succeeded,
+        on_time: succeeded - 5,
+        late: 5,
+        expired: 0,
+        generator_late: 0,
         succeeded,
         errors: BTreeMap::new(),
-        dropped_capacity: 0,
-        expired: 0,
         latency,
         request_latency: latency,
-        dispatch_lag: HistSummary::default(),
+        dispatch_lag: HistSummary {
+            count: succeeded,
+            p50_ns: 1_200,
+            p99_ns: 9_800,
+            ..HistSummary::default()
+        },
+        queue_delay: HistSummary {
+            count: 5,
+            p50_ns: 31_000,
+            p99_ns: 52_000,
+            ..HistSummary::default()
+        },
         histogram: EncodedHists::default(),
         handshakes: Handshakes::default(),
         client_cpu_ns: 20_000_000,
+        client_spin_ns: 4_000_000,
+        dispatch: rig::load::DispatchFacts::given(std::time::Duration::from_micros(60)),
         rps: succeeded as f64,
     }
 }
@@ -410,4 +425,15 @@ fn the_run_table_has_a_row_per_case_and_says_why_a_case_failed() {
     failed.status = Status::Failed;
     failed.reasons = vec!["clean pass: the target exited (status 1)".into()];
     insta::assert_snapshot!(rig::run::table::render(&[ok, failed]));
+}
+
+#[test]
+fn a_case_is_generator_limited_above_one_percent_of_scheduled_requests_late() {
+    let mut r = load_report(2000, 122, 242);
+    r.generator_late = 20;
+    assert!(!r.generator_limited(), "exactly 1% is not more than 1%");
+    r.generator_late = 21;
+    assert!(r.generator_limited());
+    // Work CPU per request leaves the spin out: (20 − 4) ms / 2000.
+    assert_eq!(r.client_us_per_request(), 8.0);
 }

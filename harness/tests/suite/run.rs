@@ -626,10 +626,13 @@ fn open_loop_accounting_adds_up_in_every_case_of_the_default_matrix() {
     let c = cases(&out);
     assert!(c.len() >= 15, "{}", c.len());
     for case in &c {
-        assert_eq!(
-            case["status"], "ok",
+        // `limited` is a measured case whose generator was late (a shared
+        // machine can do that); the ledger must add up either way.
+        assert!(
+            case["status"] == "ok" || case["status"] == "limited",
             "{}: {:#}",
-            case["id"], case["reasons"]
+            case["id"],
+            case["reasons"]
         );
         if case["kind"] != "http" {
             continue;
@@ -644,10 +647,11 @@ fn open_loop_accounting_adds_up_in_every_case_of_the_default_matrix() {
             .sum();
         assert_eq!(
             n("scheduled"),
-            n("sent") + n("dropped_capacity") + n("expired"),
+            n("on_time") + n("late") + n("expired"),
             "{}",
             case["id"]
         );
+        assert_eq!(n("sent"), n("on_time") + n("late"), "{}", case["id"]);
         assert_eq!(n("sent"), n("succeeded") + errors, "{}", case["id"]);
     }
 }

@@ -263,6 +263,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "calibwork_c",
     "calibwork_d",
     "calibwork_e",
+    "stall_server",
 ];
 
 /// The A/B calibration fixtures of `rig-fixtures` (fixtures/calib/COSTS.md,
@@ -277,6 +278,7 @@ pub fn fixture_placeholder(name: &str) -> Option<PathBuf> {
         "calibwork_c" => rig_fixtures::calibwork_dir('c'),
         "calibwork_d" => rig_fixtures::calibwork_dir('d'),
         "calibwork_e" => rig_fixtures::calibwork_dir('e'),
+        "stall_server" => rig_fixtures::stall_server(),
         _ => return None,
     };
     Some(p.to_path_buf())
