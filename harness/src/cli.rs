@@ -45,6 +45,22 @@ pub enum Cmd {
     Instructions(InstructionsArgs),
     /// Counter-only CI gate: deterministic per-request counters against a checked-in baseline (exit 7 on a breach).
     Gate(GateArgs),
+    /// (Re)build report.html of an output directory of rig run, rig ab or rig gate.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// The output directory (it has cases.jsonl); report.html is written into it.
+    pub dir: PathBuf,
+}
+
+/// The path of report.html, when the command wrote one.
+fn print_report_path(dir: &std::path::Path) {
+    let p = dir.join(crate::html::FILE);
+    if p.exists() {
+        println!("report: {}", p.display());
+    }
 }
 
 #[derive(Args, Debug)]
@@ -616,6 +632,7 @@ pub fn run() -> Result<i32> {
             let results = crate::run::run(&s, &stop)?;
             println!("{}", crate::run::table::render(&results));
             println!("results: {}", s.out.display());
+            print_report_path(&s.out);
             let failed = results
                 .iter()
                 .any(|r| r.status == crate::run::Status::Failed);
@@ -646,6 +663,7 @@ pub fn run() -> Result<i32> {
             let report = crate::ab::run(&s, &stop)?;
             print!("{}", crate::ab::render(&report));
             println!("results: {}", s.out.display());
+            print_report_path(&s.out);
             Ok(if report.interrupted {
                 exit::INTERRUPTED
             } else if !report.failed_runs.is_empty() {
@@ -654,7 +672,19 @@ pub fn run() -> Result<i32> {
                 exit::OK
             })
         }
-        Cmd::Gate(g) => crate::gate::command(&gate_settings(&g)?, &*stop_flag()?),
+        Cmd::Gate(g) => {
+            let s = gate_settings(&g)?;
+            let code = crate::gate::command(&s, &*stop_flag()?)?;
+            if let Some(d) = &s.out {
+                print_report_path(d);
+            }
+            Ok(code)
+        }
+        Cmd::Report(r) => {
+            let p = crate::html::write(&r.dir)?;
+            println!("report: {}", p.display());
+            Ok(exit::OK)
+        }
         Cmd::Demo(d) => {
             new_output_file("--json", &d.common.json)?;
             let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
