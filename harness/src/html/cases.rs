@@ -286,7 +286,13 @@ pub fn top_sites(counted: &Value, top: usize) -> Vec<Value> {
     // family → site → (events, amount)
     let mut by: BTreeMap<String, BTreeMap<String, (f64, f64)>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r["inner"] != true) {
-        let fam = r["family"].as_str().unwrap_or_default().to_string();
+        let fam = r["family"].as_str().unwrap_or_default();
+        // Frees are events of the alloc family, but no allocations.
+        let is_free = matches!(
+            r["event"].as_str(),
+            Some("free" | "operator delete" | "operator delete[]")
+        );
+        let fam = if fam == "alloc" && is_free { "frees" } else { fam }.to_string();
         let label = match r["stack"].as_str() {
             Some(k) => {
                 let s = &st["stacks"][k];
@@ -309,8 +315,15 @@ pub fn top_sites(counted: &Value, top: usize) -> Vec<Value> {
     }
     let per = n as f64;
     let mut out = Vec::new();
-    for fam in FAMILIES {
-        let Some(sites) = by.get(*fam) else { continue };
+    let shown = FAMILIES.iter().flat_map(|f| {
+        if *f == "alloc" {
+            vec!["alloc", "frees"]
+        } else {
+            vec![*f]
+        }
+    });
+    for fam in shown {
+        let Some(sites) = by.get(fam) else { continue };
         let mut v: Vec<(&String, &(f64, f64))> = sites.iter().collect();
         let unit = amount_unit(fam);
         v.sort_by(|a, b| {

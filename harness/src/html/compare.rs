@@ -129,6 +129,12 @@ pub fn ab(inp: &Inputs) -> Value {
 }
 
 pub fn gate(g: &Value) -> Value {
+    let breaches: Vec<&str> = g["breaches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
     let observed = |name: &str| {
         g["observed"]
             .as_array()
@@ -146,7 +152,8 @@ pub fn gate(g: &Value) -> Value {
             let name = r["counter"].as_str().unwrap_or_default();
             let o = observed(name);
             let verdict = r["verdict"].as_str().unwrap_or_default();
-            let breach = verdict.ends_with("breach");
+            // A breach, or a new site the baseline's `max_new_sites` refused.
+            let breach = verdict.ends_with("breach") || breaches.iter().any(|b| b.contains(&format!("{name}: ")));
             json!({
                 "counter": name,
                 // A counter that names a call site: a breach there is the

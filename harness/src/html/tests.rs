@@ -60,6 +60,7 @@ fn http_case(id: &str, conns: u64) -> Value {
                         {"family": "alloc", "event": "malloc", "count": 3000, "amount": 96000, "stack": "00000000000000aa", "kernel_stack": null, "inner": false, "pid": 1},
                         {"family": "alloc", "event": "malloc", "count": 5000, "amount": 5908000, "stack": "00000000000000bb", "kernel_stack": null, "inner": false, "pid": 1},
                         {"family": "alloc", "event": "malloc", "count": 7000, "amount": 7000, "stack": "00000000000000bb", "kernel_stack": null, "inner": true, "pid": 1},
+                        {"family": "alloc", "event": "free", "count": 7000, "amount": 0, "stack": "00000000000000bb", "kernel_stack": null, "inner": false, "pid": 1},
                     ],
                 },
             },
@@ -127,6 +128,7 @@ fn the_page_holds_every_case_its_plots_sites_and_flamegraphs() {
     assert!(html.contains("<td>calib_alloc_2 (calib.c:7)</td><td class=\"n\">5</td><td class=\"n\">5908</td>"), "{html}");
     assert!(html.contains("<td>Vec&lt;u8&gt;::push (calib.c:42)</td><td class=\"n\">3</td><td class=\"n\">96</td>"));
     assert!(html.contains("alloc: 8 events/req, 6004 bytes/req at 2 user sites"));
+    assert!(html.contains("frees: 7 events/req at 1 user site<"));
     // The flamegraphs of case a, switchable; none recorded for case b.
     let b64 = base64::engine::general_purpose::STANDARD;
     use base64::Engine;

@@ -34,6 +34,7 @@ mod errors;
 mod fuzz;
 mod gate;
 mod hostile;
+mod html;
 mod integrity;
 mod launch;
 mod load;
