@@ -126,7 +126,11 @@ pub fn matrix(cases: &[Value]) -> Value {
                 text(c["path"].as_str().unwrap_or("—")),
                 text(load_text(c)),
                 text(topology_text(c)),
-                text(if c["keepalive"] == true { "ka" } else { "new" }),
+                text(match (c["kind"].as_str(), c["keepalive"].as_bool()) {
+                    (Some("http"), Some(true)) => "ka",
+                    (Some("http"), Some(false)) => "new",
+                    _ => "—",
+                }),
                 text(c["status"].as_str().unwrap_or_default()),
                 cell(clean["load"]["rps"].as_f64()),
                 cell(us(&lat["p50_ns"])),

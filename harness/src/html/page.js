@@ -27,7 +27,7 @@
     if (a >= 1e6) return (v / 1e6).toPrecision(3) + "M";
     if (a >= 1e4) return (v / 1e3).toPrecision(3) + "k";
     if (a >= 100 || v === Math.round(v)) return String(Math.round(v));
-    return v.toPrecision(3);
+    return String(parseFloat(v.toPrecision(3)));
   }
   function pctLabel(x) {
     if (x === 0) return "0%";
@@ -46,7 +46,7 @@
 
   // One chart: see harness/src/html/chart.rs for the data's shape.
   function draw(fig, c) {
-    var W = 460, H = 260, L = 58, R = 12, T = 24, B = 40;
+    var W = c.small ? 320 : 460, H = c.small ? 190 : 260, L = 58, R = 12, T = 38, B = 40;
     var pts = [];
     c.series.forEach(function (s) {
       s.points.forEach(function (p) { pts.push(p); });
@@ -70,7 +70,13 @@
     var g = el("g", { "class": "axes" }, svg);
     // y ticks
     var yt = ylog ? [] : ticksLin(y0, y1, 5);
-    if (ylog) for (var e = Math.floor(y0); e <= Math.ceil(y1); e++) if (e >= y0 - 1e-9 && e <= y1 + 1e-9) yt.push(e);
+    // Log axes: powers of ten, and 2 and 5 times them when the range
+    // spans less than three decades.
+    var mults = y1 - y0 < 3 ? [1, 2, 5] : [1];
+    if (ylog) for (var e = Math.floor(y0); e <= Math.ceil(y1); e++) mults.forEach(function (m) {
+      var t = e + Math.log10(m);
+      if (t >= y0 - 1e-9 && t <= y1 + 1e-9) yt.push(t);
+    });
     if (ylog && yt.length < 2) yt = [y0, y1];
     yt.forEach(function (t) {
       var v = ylog ? Math.pow(10, t) : t, y = sy(v);
@@ -87,6 +93,7 @@
     el("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", "class": "al" }, g, c.xlabel);
     el("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle", "class": "al",
       transform: "rotate(-90 12 " + (T + H - B) / 2 + ")" }, g, c.ylabel);
+    var legend = [];
     c.series.forEach(function (s, i) {
       var col = COLORS[i % COLORS.length];
       if (s.band && s.band.length) {
@@ -100,7 +107,14 @@
       if (s.points.length < 12) s.points.forEach(function (p) {
         el("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 2.5, fill: col }, svg);
       });
-      el("text", { x: W - R - 4, y: T + 12 + 13 * i, "text-anchor": "end", fill: col, "class": "lg" }, svg, s.name);
+      legend.push([s.name, col]);
+    });
+    // The legend: one row under the title, each name in its line's colour.
+    var lx = L;
+    legend.forEach(function (l) {
+      var t = el("text", { x: lx, y: 29, style: "fill: " + l[1], "class": "lg" }, svg, "— " + l[0]);
+      lx += 14 + 6 * (l[0].length + 2);
+      return t;
     });
   }
 

@@ -121,6 +121,8 @@ pub fn sweeps(cases: &[Value], charts: &mut Map<String, Value>) -> Vec<Value> {
             );
             let mut ids = Vec::new();
             let mut add = |name: String, ylabel: &str, ylog: bool, series: Vec<Value>| {
+                // Counters are small multiples; rps and latency full size.
+                let small = !matches!(ylabel, "req/s" | "µs (log)");
                 if series.is_empty() {
                     return;
                 }
@@ -128,7 +130,7 @@ pub fn sweeps(cases: &[Value], charts: &mut Map<String, Value>) -> Vec<Value> {
                 charts.insert(
                     id.clone(),
                     json!({"title": name, "xlabel": label, "ylabel": ylabel, "x": "lin",
-                           "ylog": ylog, "xticks": xs, "series": series}),
+                           "ylog": ylog, "xticks": xs, "series": series, "small": small}),
                 );
                 ids.push(id);
             };
