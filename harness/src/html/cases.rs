@@ -81,6 +81,23 @@ fn us(ns: &Value) -> Option<f64> {
     ns.as_f64().map(|x| x / 1e3)
 }
 
+/// A case as the page needs it. A counted pass's attribution holds every
+/// stack of the window (tens of MB per case for a real server): its top
+/// sites are taken here, one case at a time, and the rest of it dropped, so
+/// the page of a long run is built in bounded memory.
+pub fn slim(mut c: Value) -> Value {
+    if c["counted"].is_object() {
+        let sites = top_sites(&c["counted"], 10);
+        let a = c["counted"]["attribution"].take();
+        c["counted"]["top_sites"] = Value::Array(sites);
+        c["counted"]["attribution"] = json!({
+            "complete": a["complete"], "window": a["window"], "losses": a["losses"],
+            "processes": a["processes"],
+        });
+    }
+    c
+}
+
 /// The matrix: columns, and a row per case.
 pub fn matrix(cases: &[Value]) -> Value {
     let counters: Vec<&(&str, &str)> = COUNTERS
@@ -217,7 +234,7 @@ pub fn views(cases: &[Value], flames: &Flames, charts: &mut Map<String, Value>) 
                 "requests": requests(counted),
                 "complete": counted["attribution"]["complete"],
                 "losses": counted["attribution"]["losses"],
-                "sites": top_sites(counted, 10),
+                "sites": counted["top_sites"],
                 "processes": counted["attribution"]["processes"],
                 "flames": flames.of(&slug, false),
             })

@@ -21,6 +21,7 @@ mod cases;
 mod chart;
 mod compare;
 mod flames;
+mod lite;
 mod sweep;
 
 use std::path::{Path, PathBuf};
@@ -66,27 +67,53 @@ fn read_json(p: &Path) -> Result<Option<Value>> {
     }
 }
 
+/// The counts of `report.json`, which also repeats every case (hundreds of
+/// MB for a long run): only the counts are parsed.
+fn run_summary(p: &Path) -> Result<Value> {
+    #[derive(serde::Deserialize, Serialize)]
+    struct Counts {
+        complete: Option<bool>,
+        interrupted: Option<bool>,
+        ok: Option<u64>,
+        failed: Option<u64>,
+        skipped: Option<u64>,
+    }
+    let bytes = match std::fs::read(p) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Value::Null),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", p.display())),
+    };
+    // From a slice, not a reader: the skipped cases are scanned, not copied.
+    let c: Counts =
+        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))?;
+    Ok(serde_json::to_value(c)?)
+}
+
 impl Inputs {
     pub fn read(dir: &Path) -> Result<Inputs> {
+        use std::io::BufRead;
         let jsonl = dir.join("cases.jsonl");
-        let text = std::fs::read_to_string(&jsonl).with_context(|| {
+        let file = std::fs::File::open(&jsonl).with_context(|| {
             format!(
                 "{}: not an output directory of rig run, rig ab or rig gate (no cases.jsonl)",
                 dir.display()
             )
         })?;
-        // A line cut short by a crash is skipped, not fatal: the cases
-        // before it are the results that survived.
-        let cases = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .collect();
+        let mut cases = Vec::new();
+        for line in std::io::BufReader::new(file).lines() {
+            let line = line.with_context(|| format!("reading {}", jsonl.display()))?;
+            // A line cut short by a crash is skipped, not fatal: the cases
+            // before it are the results that survived.
+            if let Ok(v) = lite::parse(&line) {
+                cases.push(cases::slim(v));
+            }
+        }
         let (kind, summary) = if let Some(v) = read_json(&dir.join("ab.json"))? {
             (Kind::Ab, v)
         } else if let Some(v) = read_json(&dir.join("gate.json"))? {
             (Kind::Gate, v)
         } else {
-            (Kind::Run, read_json(&dir.join("report.json"))?.unwrap_or(Value::Null))
+            (Kind::Run, run_summary(&dir.join("report.json"))?)
         };
         Ok(Inputs {
             dir: dir.to_path_buf(),
