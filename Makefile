@@ -11,10 +11,13 @@ build: deps
 
 # rig's main job on the bundled default target: a short scenario matrix
 # against rig-peer (h1, h2c, h2 over TLS), clean and counted passes, into a
-# new directory under target/rig-demo/.
+# new directory under target/rig-demo/; it ends with the path of the run's
+# report.html (open it in a browser).
 demo: build
+	@out=target/rig-demo/$$(date +%Y%m%d-%H%M%S); \
 	./target/release/rig run --target config/targets/peer.toml --matrix config/demo.toml \
-		--out target/rig-demo/$$(date +%Y%m%d-%H%M%S)
+		--out $$out; rc=$$?; \
+	echo "report.html: $$(pwd)/$$out/report.html"; exit $$rc
 
 lint: deps
 	$(CARGO) fmt --all --check

@@ -45,6 +45,22 @@ pub enum Cmd {
     Instructions(InstructionsArgs),
     /// Counter-only CI gate: deterministic per-request counters against a checked-in baseline (exit 7 on a breach).
     Gate(GateArgs),
+    /// (Re)build report.html of an output directory of rig run, rig ab or rig gate.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// The output directory (it has cases.jsonl); report.html is written into it.
+    pub dir: PathBuf,
+}
+
+/// The path of report.html, when the command wrote one.
+fn print_report_path(dir: &std::path::Path) {
+    let p = dir.join(crate::html::FILE);
+    if p.exists() {
+        println!("report: {}", p.display());
+    }
 }
 
 #[derive(Args, Debug)]
@@ -610,7 +626,19 @@ pub fn run() -> Result<i32> {
         Cmd::CheckConfig(c) => check_config(&c.file),
         Cmd::Instructions(a) => instructions(&a),
         Cmd::Ab(a) => ab(&a),
-        Cmd::Gate(g) => crate::gate::command(&gate_settings(&g)?, &*stop_flag()?),
+        Cmd::Gate(g) => {
+            let s = gate_settings(&g)?;
+            let code = crate::gate::command(&s, &*stop_flag()?)?;
+            if let Some(d) = &s.out {
+                print_report_path(d);
+            }
+            Ok(code)
+        }
+        Cmd::Report(r) => {
+            let p = crate::html::write(&r.dir)?;
+            println!("report: {}", p.display());
+            Ok(exit::OK)
+        }
         Cmd::Demo(d) => demo(&d),
     }
 }
@@ -638,6 +666,7 @@ fn run_matrix(a: &RunArgs) -> Result<i32> {
     let results = crate::run::run(&s, &stop)?;
     println!("{}", crate::run::table::render(&results));
     println!("results: {}", s.out.display());
+    print_report_path(&s.out);
     let failed = results
         .iter()
         .any(|r| r.status == crate::run::Status::Failed);
@@ -668,6 +697,7 @@ fn ab(a: &AbArgs) -> Result<i32> {
     let report = crate::ab::run(&s, &stop)?;
     print!("{}", crate::ab::render(&report));
     println!("results: {}", s.out.display());
+    print_report_path(&s.out);
     if !report.measured && !report.interrupted {
         eprintln!("rig ab: {}", report.verdict);
     }

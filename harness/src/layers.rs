@@ -33,6 +33,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["fsutil", "host", "load", "probe", "process", "symbolize"],
     ),
     ("metrics", &["probe", "report", "scenario", "symbolize"]),
+    // report.html of an output directory, from its files.
+    ("html", &["fsutil", "load", "scenario"]),
     // The fixed-count window.
     ("window", &["fsutil", "launch", "load", "probe", "process"]),
     // The case runner (`rig run`, `rig ab`, `rig gate`).
@@ -67,6 +69,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "run",
         &[
             "case",
+            "html",
             "launch",
             "load",
             "probe",
@@ -80,6 +83,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "case",
             "fsutil",
+            "html",
             "launch",
             "metrics",
             "probe",
@@ -96,6 +100,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "exit",
             "fsutil",
             "host",
+            "html",
             "launch",
             "metrics",
             "probe",
@@ -115,6 +120,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fsutil",
             "gate",
             "host",
+            "html",
             "interrupt",
             "launch",
             "load",

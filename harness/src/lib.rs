@@ -7,7 +7,8 @@
 //! - `case`: one case on fresh servers (clean, counted, memory passes).
 //! - `window`: the fixed-count window, once (warm-up, counters, N requests).
 //! - `report` (attribution, tables, output directory) and `metrics`
-//!   (per-request values, counter names, case keys).
+//!   (per-request values, counter names, case keys); `html` (report.html
+//!   of an output directory).
 //! - stages, plain data between them: `launch` (spec, start, pin, cgroup,
 //!   port-holder proof, arm identity), `load` (generators), `sample` (/proc
 //!   and cgroup, by pid), `probe` (eBPF, perf counter, callgrind control).
@@ -21,6 +22,7 @@ pub mod exit;
 pub mod fsutil;
 pub mod gate;
 pub mod host;
+pub mod html;
 pub mod interrupt;
 pub mod launch;
 #[cfg(test)]

@@ -234,6 +234,7 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
     let report = analyse(s, &names, results, equality, order_names, interrupted);
     out.write_json("ab.json", &report)?;
     crate::fsutil::write_new(&s.out.join("ab.md"), markdown(&report).as_bytes())?;
+    crate::html::write_or_warn(&s.out);
     Ok(report)
 }
 

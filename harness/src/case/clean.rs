@@ -109,6 +109,7 @@ pub(super) fn clean_pass(
             load: m.report,
             server,
             exit,
+            series: samples.points,
         },
         reasons,
     ))

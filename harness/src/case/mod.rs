@@ -104,6 +104,9 @@ pub struct CleanPass {
     /// Why the generator, not the server, may have limited this pass.
     pub generator_saturated: Option<String>,
     pub exit: ExitInfo,
+    /// The 50 ms samples of the pass (warm-up included, `t_ms` from the
+    /// sampler's start): memory and CPU over time for report.html.
+    pub series: Vec<crate::sample::Point>,
 }
 
 #[derive(Clone, Debug, Serialize)]

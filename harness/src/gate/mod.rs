@@ -113,6 +113,7 @@ pub fn run(s: &GateSettings, stop: &AtomicBool) -> Result<GateReport> {
         let p = d.join("gate.json");
         crate::fsutil::write_new(&p, &serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", p.display()))?;
+        crate::html::write_or_warn(d);
     }
     Ok(report)
 }

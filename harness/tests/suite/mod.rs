@@ -35,6 +35,7 @@ mod errors;
 mod fuzz;
 mod gate;
 mod hostile;
+mod html;
 mod integrity;
 mod launch;
 mod load;

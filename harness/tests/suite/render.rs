@@ -410,6 +410,7 @@ fn the_run_table_has_a_row_per_case_and_says_why_a_case_failed() {
             client_us_per_request: 10.0,
             generator_saturated: None,
             exit: exit(),
+            series: Vec::new(),
         }),
         counted: Some(CountedPass {
             launch: launch_info(),

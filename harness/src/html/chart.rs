@@ -1,0 +1,119 @@
+//! Chart data for `page.js`: a chart is `{title, xlabel, ylabel, x, ylog,
+//! series: [{name, points: [[x, y], …], band?: [[x, lo, hi], …]}]}`, where
+//! `x` is `pct` (the x values are −log10(1 − quantile), drawn as 50%, 90%,
+//! 99%, 99.9% …) or `lin`.
+
+use serde_json::{json, Value};
+
+use crate::load::hist;
+
+/// Quantile steps per decade of the percentile axis.
+const STEPS_PER_DECADE: f64 = 20.0;
+
+/// The percentile curve of one serialized HDR histogram, in µs: points at
+/// −log10(1 − q) from q = 0 up to the last quantile the count resolves,
+/// then the maximum. `None` when the histogram is missing or empty.
+pub fn percentile_points(encoded: &Value) -> Option<Vec<[f64; 2]>> {
+    let h = hist::decode(encoded.as_str()?).ok()?;
+    if h.is_empty() {
+        return None;
+    }
+    let n = h.len() as f64;
+    // The largest resolvable step: one sample beyond it is the maximum.
+    let top = n.log10().min(6.0);
+    let mut pts = Vec::new();
+    let mut k = 0.0;
+    while k / STEPS_PER_DECADE < top {
+        let x = k / STEPS_PER_DECADE;
+        let q = 1.0 - 10f64.powf(-x);
+        pts.push([x, h.value_at_quantile(q) as f64 / 1e3]);
+        k += 1.0;
+    }
+    pts.push([top, h.max() as f64 / 1e3]);
+    Some(pts)
+}
+
+/// A percentile chart of the named histograms that have data.
+pub fn percentile_chart(title: &str, hists: &[(&str, &Value)]) -> Option<Value> {
+    let series: Vec<Value> = hists
+        .iter()
+        .filter_map(|(name, h)| percentile_points(h).map(|p| json!({"name": name, "points": p})))
+        .collect();
+    (!series.is_empty()).then(|| {
+        json!({
+            "title": title, "xlabel": "percentile", "ylabel": "µs (log)",
+            "x": "pct", "ylog": true, "series": series,
+        })
+    })
+}
+
+/// Memory (RSS, PSS, cgroup) and CPU (cores busy between two samples)
+/// over time, from the clean pass's 50 ms samples.
+pub fn series_charts(points: &[Value]) -> (Value, Value) {
+    let t = |p: &Value| p["t_ms"].as_f64().unwrap_or(0.0) / 1e3;
+    let mib = |k: &str, scale: f64| -> Vec<[f64; 2]> {
+        points
+            .iter()
+            .filter_map(|p| p[k].as_f64().map(|v| [t(p), v / scale]))
+            .collect()
+    };
+    let mut mem = vec![
+        json!({"name": "RSS", "points": mib("rss_kib", 1024.0)}),
+        json!({"name": "PSS", "points": mib("pss_kib", 1024.0)}),
+    ];
+    let cg = mib("cg_mem_bytes", 1024.0 * 1024.0);
+    if !cg.is_empty() {
+        mem.push(json!({"name": "cgroup memory", "points": cg}));
+    }
+    let cpu: Vec<[f64; 2]> = points
+        .windows(2)
+        .filter_map(|w| {
+            let dt = t(&w[1]) - t(&w[0]);
+            let dc = w[1]["cpu_ns"].as_f64()? - w[0]["cpu_ns"].as_f64()?;
+            (dt > 0.0).then(|| [t(&w[1]), dc / 1e9 / dt])
+        })
+        .collect();
+    (
+        json!({"title": "memory (server tree)", "xlabel": "s since launch sampling began",
+               "ylabel": "MiB", "x": "lin", "ylog": false, "series": mem}),
+        json!({"title": "CPU (server tree)", "xlabel": "s since launch sampling began",
+               "ylabel": "cores busy", "x": "lin", "ylog": false,
+               "series": [{"name": "CPU", "points": cpu}]}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_percentile_curve_follows_the_histogram_to_its_maximum() {
+        let mut h = hist::new_hist();
+        // 1000 samples: 1..=1000 µs.
+        for v in 1..=1000u64 {
+            h.record(v * 1000).unwrap();
+        }
+        let p = percentile_points(&json!(hist::encode(&h))).unwrap();
+        // q = 0 is the minimum, x = 1 (90%) is 900 µs, x = 2 (99%) 990 µs,
+        // the last point (x = log10 1000 = 3) is the maximum.
+        assert_eq!(p[0], [0.0, 1.0]);
+        let at = |x: f64| p.iter().find(|q| (q[0] - x).abs() < 1e-9).unwrap()[1];
+        assert!((at(1.0) - 900.0).abs() <= 1.0, "{}", at(1.0));
+        assert!((at(2.0) - 990.0).abs() <= 1.0, "{}", at(2.0));
+        assert_eq!(p.last().unwrap()[0], 3.0);
+        assert!((p.last().unwrap()[1] - 1000.0).abs() <= 1.0);
+        assert_eq!(p.len(), 61);
+        assert!(percentile_points(&json!(hist::encode(&hist::new_hist()))).is_none());
+    }
+
+    #[test]
+    fn cpu_over_time_is_cores_busy_between_samples() {
+        let pts = vec![
+            json!({"t_ms": 0, "cpu_ns": 0, "rss_kib": 1024, "pss_kib": 512}),
+            json!({"t_ms": 50, "cpu_ns": 25_000_000, "rss_kib": 2048, "pss_kib": 1024}),
+        ];
+        let (mem, cpu) = series_charts(&pts);
+        assert_eq!(cpu["series"][0]["points"], json!([[0.05, 0.5]]));
+        assert_eq!(mem["series"][0]["points"], json!([[0.0, 1.0], [0.05, 2.0]]));
+    }
+}

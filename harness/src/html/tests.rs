@@ -1,0 +1,165 @@
+//! The page from a hand-made output directory: what it holds, exactly.
+
+use serde_json::json;
+
+use super::*;
+use crate::load::hist;
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn site(function: &str, line: u32) -> Value {
+    json!({"addr": 4096, "module": "/usr/bin/calib", "module_offset": 16, "build_id": null,
+           "function": function, "function_offset": 0, "file": "/src/calib.c", "line": line,
+           "inlined": [], "naming": "symbol"})
+}
+
+fn http_case(id: &str, conns: u64) -> Value {
+    let mut h = hist::new_hist();
+    for v in 1..=1000u64 {
+        h.record(v * 1000).unwrap();
+    }
+    let enc = hist::encode(&h);
+    let empty = hist::encode(&hist::new_hist());
+    json!({
+        "id": id, "suite": "calib", "kind": "http", "target": 0, "target_name": "calib",
+        "repeat": 1, "protocol": "h1", "path": "/calib", "load": {"kind": "closed"},
+        "topology": {"connections": conns, "streams": 1}, "keepalive": true, "status": "ok",
+        "reasons": [],
+        "clean": {
+            "load": {"succeeded": 1000, "errors": {}, "rps": 2500.0, "dropped_capacity": 0,
+                     "expired": 0,
+                     "latency": {"p50_ns": 500_000, "p99_ns": 990_000, "p999_ns": 999_000},
+                     "histogram": {"latency": enc, "request_latency": enc, "dispatch_lag": empty}},
+            "server": {"cpu_us_per_request": 28.5, "rss_max_kib": 5017},
+            "client_us_per_request": 10.0, "generator_saturated": null,
+            "series": [
+                {"t_ms": 0, "cpu_ns": 0, "rss_kib": 1024, "pss_kib": 512},
+                {"t_ms": 50, "cpu_ns": 25_000_000, "rss_kib": 2048, "pss_kib": 1024}],
+        },
+        "counted": {
+            "load": {"succeeded": 1000},
+            "per_request": {"allocations": 8.0, "alloc_bytes": 6004.0, "syscalls": 9.0,
+                            "locks": null},
+            "attribution": {
+                "complete": true, "window": {"requests": 1000},
+                "processes": [{"pid": 1}],
+                "stacks": {
+                    "enabled": true,
+                    "stacks": {
+                        "00000000000000aa": {"frames": [site("malloc", 1), site("Vec<u8>::push", 42)], "user_site": 1, "incomplete": []},
+                        "00000000000000bb": {"frames": [site("calib_alloc_2", 7)], "user_site": 0, "incomplete": []},
+                    },
+                    "kernel": {},
+                    "rows": [
+                        {"family": "alloc", "event": "malloc", "count": 3000, "amount": 96000, "stack": "00000000000000aa", "kernel_stack": null, "inner": false, "pid": 1},
+                        {"family": "alloc", "event": "malloc", "count": 5000, "amount": 5908000, "stack": "00000000000000bb", "kernel_stack": null, "inner": false, "pid": 1},
+                        {"family": "alloc", "event": "malloc", "count": 7000, "amount": 7000, "stack": "00000000000000bb", "kernel_stack": null, "inner": true, "pid": 1},
+                        {"family": "alloc", "event": "free", "count": 7000, "amount": 0, "stack": "00000000000000bb", "kernel_stack": null, "inner": false, "pid": 1},
+                    ],
+                },
+            },
+        },
+    })
+}
+
+fn out_dir(name: &str, cases: &[Value]) -> Dir {
+    let d = std::env::temp_dir().join(format!("rig-html-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let lines: String = cases.iter().map(|c| format!("{c}\n")).collect();
+    std::fs::write(d.join("cases.jsonl"), lines + "{\"id\": \"cut sh").unwrap();
+    std::fs::write(
+        d.join("manifest.json"),
+        json!({"rig_version": "9.9", "argv": ["rig", "run"], "host": {"cpu_model": "x"}})
+            .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("report.json"),
+        json!({"complete": true, "interrupted": false, "ok": 2, "failed": 0, "skipped": 0})
+            .to_string(),
+    )
+    .unwrap();
+    Dir(d)
+}
+
+#[test]
+fn the_page_holds_every_case_its_plots_sites_and_flamegraphs() {
+    let a = "calib/calib/h1/calib/closed/1x1/ka/#1";
+    let b = "calib/calib/h1/calib/closed/4x1/ka/#1";
+    let d = out_dir("page", &[http_case(a, 1), http_case(b, 4)]);
+    let flame = d.0.join("flame").join(crate::scenario::slug(a));
+    std::fs::create_dir_all(&flame).unwrap();
+    let svg = r#"<svg xmlns="http://www.w3.org/2000/svg" width="1200" height="150"><g><title>calib_alloc_2 (8 per request)</title></g></svg>"#;
+    std::fs::write(flame.join("alloc.svg"), svg).unwrap();
+    std::fs::write(flame.join("copy.svg"), svg).unwrap();
+
+    let path = write(&d.0).unwrap();
+    assert_eq!(path, d.0.join("report.html"));
+    let html = std::fs::read_to_string(&path).unwrap();
+    std::fs::write("/tmp/html-unit.html", &html).unwrap();
+    // A matrix row per case, with its filters' data.
+    for id in [a, b] {
+        assert!(
+            html.contains(&format!(
+                "<tr class=\"case-row status-ok\" data-case=\"{id}\" data-suite=\"calib\" data-protocol=\"h1\" data-target=\"calib\">"
+            )),
+            "{id}"
+        );
+    }
+    assert!(html.contains(r#"<td class="n" data-sort="8.0">8</td>"#));
+    // A latency and a memory chart per case; no dispatch lag in closed loop.
+    for id in [a, b] {
+        let slug = crate::scenario::slug(id);
+        assert!(html.contains(&format!(
+            "<figure class=\"chart latency\" data-chart=\"latency-{slug}\" data-case=\"{id}\">"
+        )));
+        assert!(html.contains(&format!("\"memory-{slug}\":")));
+    }
+    assert_eq!(html.matches("no dispatch lag recorded").count(), 2);
+    // Top user sites per request: 5 at calib_alloc_2 (the inner 7 left out),
+    // 3 at the first frame outside malloc, its name escaped.
+    assert!(
+        html.contains(
+            "<td>calib_alloc_2 (calib.c:7)</td><td class=\"n\">5</td><td class=\"n\">5908</td>"
+        ),
+        "{html}"
+    );
+    assert!(html.contains(
+        "<td>Vec&lt;u8&gt;::push (calib.c:42)</td><td class=\"n\">3</td><td class=\"n\">96</td>"
+    ));
+    assert!(html.contains("alloc: 8 events/req, 6004 bytes/req at 2 user sites"));
+    assert!(html.contains("frees: 7 events/req at 1 user site<"));
+    // The flamegraphs of case a, switchable; none recorded for case b.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    let src = format!("data:image/svg+xml;base64,{}", b64.encode(svg));
+    assert_eq!(html.matches(&src).count(), 2);
+    assert!(html.contains(r#"<iframe class="flame" data-family="alloc" title="flamegraph: alloc" style="height: 150px""#));
+    assert!(html.contains(r#"<button type="button" class="tab" data-family="copy">copy</button>"#));
+    assert_eq!(html.matches("no flamegraph recorded").count(), 1);
+    // The two cases differ in connections only: one sweep.
+    assert!(html.contains("calib · calib · h1 /calib · keep-alive against connections"));
+    // Self-contained: nothing is loaded from anywhere.
+    for bad in ["http://", "https://", "src=\"/", "<link"] {
+        let hits: Vec<_> = html.match_indices(bad).collect();
+        assert!(
+            hits.iter().all(|(i, _)| html[..*i].ends_with("xmlns=\"")
+                || html[*i..].starts_with("http://www.w3.org/")),
+            "{bad} in the page"
+        );
+    }
+}
+
+#[test]
+fn a_directory_without_cases_is_refused_by_name() {
+    let d = std::env::temp_dir().join(format!("rig-html-none-{}", std::process::id()));
+    let err = write(&d).unwrap_err().to_string();
+    assert!(err.contains("no cases.jsonl"), "{err}");
+}

@@ -1,0 +1,369 @@
+//! report.html in a real browser: Debian's chromium, headless, loads the
+//! page from the file system (no network: the page's own
+//! Content-Security-Policy forbids every fetch) and the tests read the DOM
+//! it built (`--dump-dom`, after the page's script ran) and the console
+//! messages it logged (`--enable-logging=stderr`). Outputs of real runs of
+//! `rig run`, `rig ab` and `rig gate` on the calibration fixtures
+//! (fixtures/calib/COSTS.md), whose per-request costs are known exactly.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{probes_shared, repo, rig_bin, spec};
+use rig::exit;
+
+/// Debian's chromium, or `None` when it is missing outside CI (in CI a
+/// missing browser fails the test: scripts/deps.sh installs it).
+fn chromium(test: &str) -> Option<PathBuf> {
+    for name in ["chromium", "chromium-browser"] {
+        for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+            let p = Path::new(dir).join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: chromium is not installed, and CI is set: run scripts/deps.sh");
+    }
+    eprintln!("SKIPPED {test}: chromium is not installed (CI unset, so skipping is allowed)");
+    None
+}
+
+struct Page {
+    dom: String,
+    /// Console messages (errors, warnings, logs) and CSP violations.
+    console: Vec<String>,
+}
+
+fn browser(chrome: &Path, profile: &Path, extra: &[String], page: &Path) -> std::process::Output {
+    Command::new(chrome)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap()
+}
+
+/// Load `page` in a fresh profile; also save a screenshot to `shot`.
+fn load(chrome: &Path, page: &Path, shot: &Path) -> Page {
+    let profile = tempfile::tempdir().unwrap();
+    let out = browser(chrome, profile.path(), &["--dump-dom".into()], page);
+    assert!(out.status.success(), "chromium failed: {out:?}");
+    let console = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE") || l.contains("Content Security Policy"))
+        .map(String::from)
+        .collect();
+    let profile2 = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
+    let s = browser(
+        chrome,
+        profile2.path(),
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1400,1800".into(),
+            "--hide-scrollbars".into(),
+        ],
+        page,
+    );
+    assert!(s.status.success() && shot.is_file(), "screenshot: {s:?}");
+    Page {
+        dom: String::from_utf8_lossy(&out.stdout).into_owned(),
+        console,
+    }
+}
+
+/// The checks every page passes: it loaded, its script ran to the end and
+/// logged nothing, and no error reached the page.
+fn assert_clean(p: &Page) {
+    assert!(p.console.is_empty(), "console messages: {:#?}", p.console);
+    assert!(
+        p.dom.contains("data-ready=\"1\""),
+        "the script did not finish"
+    );
+    assert!(
+        p.dom.contains("<div id=\"js-errors\" hidden=\"\"></div>"),
+        "errors in the page"
+    );
+}
+
+fn cases(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("cases.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn shot(name: &str) -> PathBuf {
+    repo().join("target").join(format!("rig-report-{name}.png"))
+}
+
+/// The `<article>` of one case in the DOM.
+fn article<'a>(dom: &'a str, id: &str) -> &'a str {
+    let start = dom
+        .find(&format!(
+            "<article class=\"case status-ok\" id=\"case-{}\"",
+            rig::scenario::slug(id)
+        ))
+        .unwrap_or_else(|| panic!("no section for {id}"));
+    let end = dom[start..].find("</article>").unwrap() + start;
+    &dom[start..end]
+}
+
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("rig-html-{name}-"))
+        .tempdir()
+        .unwrap()
+}
+
+const RUN_MATRIX: &str = r#"
+[defaults]
+warmup_ms = 200
+duration_ms = 400
+counted_requests = 1000
+
+[[suite]]
+name = "calib"
+kind = "http"
+protocols = ["h1"]
+paths = ["/calib"]
+topologies = ["1", "2"]
+"#;
+
+/// A flamegraph as the page receives it (when rig itself wrote none for
+/// this case): one frame, the case's top allocation site.
+fn flame_svg(site: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" standalone="no"?><svg version="1.1" width="1200" height="120" xmlns="http://www.w3.org/2000/svg"><text x="600" y="24">allocations per request</text><g><title>{site} (8 allocations per request, 100%)</title><rect x="10" y="60" width="1180" height="15" fill="rgb(230,120,40)"/></g></svg>"#
+    )
+}
+
+#[test]
+fn run_report_shows_every_case_its_latency_plot_sites_and_flamegraph_in_chromium() {
+    root_or_skip!();
+    let Some(chrome) = chromium(test_name!()) else {
+        return;
+    };
+    let _g = probes_shared();
+    let d = scratch("run");
+    let matrix = d.path().join("m.toml");
+    std::fs::write(&matrix, RUN_MATRIX).unwrap();
+    let out = d.path().join("out");
+    let o = Command::new(rig_bin())
+        .arg("run")
+        .arg("--target")
+        .arg(spec("calib.toml"))
+        .arg("--matrix")
+        .arg(&matrix)
+        .arg("--out")
+        .arg(&out)
+        .args(["--probes", "syscalls,alloc,copy,faults"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(exit::OK), "{stdout}\n{o:?}");
+    let page = out.join("report.html");
+    assert!(
+        stdout.contains(&format!("report: {}", page.display())),
+        "{stdout}"
+    );
+    let cs = cases(&out);
+    assert_eq!(cs.len(), 2);
+    // Every counted case gets a flamegraph: rig's own if it wrote one, else
+    // one made here; `rig report` rebuilds the page with them.
+    for c in &cs {
+        let dir = out
+            .join("flame")
+            .join(rig::scenario::slug(c["id"].as_str().unwrap()));
+        if !dir.join("alloc.svg").exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("alloc.svg"), flame_svg("calib_handle")).unwrap();
+        }
+    }
+    let r = Command::new(rig_bin())
+        .arg("report")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{r:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        format!("report: {}", page.display())
+    );
+
+    let p = load(&chrome, &page, &shot("run"));
+    assert_clean(&p);
+    for c in &cs {
+        let id = c["id"].as_str().unwrap();
+        assert_eq!(c["status"], "ok", "{c:#}");
+        // Its row in the matrix, with the exact counters of the calibration
+        // server (COSTS.md: 8 allocations of 6004 B, 9 syscalls per request).
+        let row = format!("<tr class=\"case-row status-ok\" data-case=\"{id}\" data-suite=\"calib\" data-protocol=\"h1\" data-target=\"calib\">");
+        let at = p
+            .dom
+            .find(&row)
+            .unwrap_or_else(|| panic!("no row for {id}"));
+        let row_html = &p.dom[at..at + p.dom[at..].find("</tr>").unwrap()];
+        for v in [
+            "<td class=\"n\" data-sort=\"8.0\">8</td>",
+            "<td class=\"n\" data-sort=\"6004.0\">6004</td>",
+            "<td class=\"n\" data-sort=\"9.0\">9</td>",
+        ] {
+            assert!(row_html.contains(v), "{v} not in {row_html}");
+        }
+        let a = article(&p.dom, id);
+        // The latency percentile curve, drawn by the page's script.
+        assert!(
+            a.contains(&format!("<svg class=\"plot\" data-kind=\"latency\" viewBox=\"0 0 460 260\" width=\"460\" height=\"260\" role=\"img\" data-case=\"{id}\">")),
+            "no latency plot for {id}"
+        );
+        assert!(a.contains("data-series=\"latency\""));
+        assert!(a.contains("data-kind=\"memory\"") && a.contains("data-kind=\"cpu\""));
+        // Top user sites per request: exactly COSTS.md's totals.
+        assert!(a.contains("alloc: 8 events/req, 6004 bytes/req at"), "{a}");
+        // The flamegraph, embedded as the SVG file itself.
+        assert!(
+            a.contains("<iframe class=\"flame\" data-family=\"alloc\""),
+            "no flamegraph for {id}"
+        );
+        assert!(!a.contains("no flamegraph recorded"));
+    }
+    // The two cases differ in connections only: a sweep.
+    assert!(p.dom.contains("against connections"));
+    assert!(p.dom.contains("<svg class=\"plot\" data-kind=\"sweep\""));
+}
+
+#[test]
+fn ab_report_shows_the_proof_order_verdicts_and_the_changed_site_in_chromium() {
+    root_or_skip!();
+    let Some(chrome) = chromium(test_name!()) else {
+        return;
+    };
+    let _g = probes_shared();
+    let d = scratch("ab");
+    let matrix = d.path().join("m.toml");
+    std::fs::write(
+        &matrix,
+        RUN_MATRIX
+            .replace("\"1\", \"2\"", "\"1\"")
+            .replace("/calib\"]", "/work\"]")
+            .replace("counted_requests = 1000", "counted_requests = 500")
+            .replace("name = \"calib\"", "name = \"work\""),
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let o = Command::new(rig_bin())
+        .arg("ab")
+        .arg("--arm")
+        .arg(format!("A={}", spec("calib-dyn-a.toml")))
+        .arg("--arm")
+        .arg(format!("B={}", spec("calib-dyn-b.toml")))
+        .arg("--matrix")
+        .arg(&matrix)
+        .args([
+            "--suite",
+            "work",
+            "--rounds",
+            "1",
+            "--probes",
+            "syscalls,alloc,copy",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(exit::OK), "{o:?}");
+    let p = load(&chrome, &out.join("report.html"), &shot("ab"));
+    assert_clean(&p);
+    assert!(p.dom.contains("<h2>A/B: A vs B</h2>"));
+    // The run order, and every launch's proof of its arm.
+    assert!(p
+        .dom
+        .contains("<span>A1</span> <span>B1</span> <span>B2</span> <span>A2</span>"));
+    assert!(p.dom.contains("libcalibwork.so sha256 "));
+    // allocs/req: 3 in every A run, 2 in every B run (COSTS.md, "A/B fixtures").
+    let row = p
+        .dom
+        .find("<td>allocs/req <small>exact</small></td>")
+        .expect("allocs/req row");
+    let tr = &p.dom[p.dom[..row].rfind("<tr").unwrap()..row + p.dom[row..].find("</tr>").unwrap()];
+    assert!(tr.contains("class=\"verdict-better\""), "{tr}");
+    assert!(tr.contains("A: 3 3<br>B: 2 2<br>"), "{tr}");
+    assert!(tr.contains("<td class=\"n\">3 → 2</td>"), "{tr}");
+    // The changed call site, named.
+    let line = rig_fixtures::calibwork_site_line("ab_alloc_3");
+    assert!(
+        p.dom.contains(&format!("calibwork.c:{line}")),
+        "ab_alloc_3's line {line} not named"
+    );
+    for c in cases(&out) {
+        let a = article(&p.dom, c["id"].as_str().unwrap());
+        assert!(a.contains("data-kind=\"latency\""));
+    }
+}
+
+#[test]
+fn gate_report_highlights_the_breaching_site_in_chromium() {
+    root_or_skip!();
+    let Some(chrome) = chromium(test_name!()) else {
+        return;
+    };
+    let _g = probes_shared();
+    let d = scratch("gate");
+    let b = d.path().join("baseline.toml");
+    std::fs::write(
+        &b,
+        format!(
+            "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"work\"\nrepeats = 2\nrequests = 500\nprobes = \"syscalls,alloc,copy\"\nmax_new_sites = 0\n",
+            spec("calib-dyn-a.toml"),
+            repo().join("config/gate-matrix.toml").display()
+        ),
+    )
+    .unwrap();
+    let bless = Command::new(rig_bin())
+        .args(["gate", "--bless", "--baseline"])
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(bless.status.success(), "{bless:?}");
+    let out = d.path().join("out");
+    let o = Command::new(rig_bin())
+        .args(["gate", "--baseline"])
+        .arg(&b)
+        .arg("--target")
+        .arg(spec("calib-dyn-c.toml"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(exit::GATE_BREACH), "{o:?}");
+    let p = load(&chrome, &out.join("report.html"), &shot("gate"));
+    assert_clean(&p);
+    assert!(p.dom.contains("gate: <span class=\"bad\">breach</span>"));
+    // Variant C's one extra malloc per request, at its own site.
+    let line = rig_fixtures::calibwork_site_line("ab_alloc_extra");
+    let site = format!("malloc calls @ calibwork_alloc (calibwork.c:{line})");
+    assert!(
+        p.dom
+            .contains(&format!("<mark class=\"site\">{site}</mark>")),
+        "{site} not highlighted"
+    );
+    // One row per counted run in the matrix.
+    assert_eq!(p.dom.matches("<tr class=\"case-row status-ok\"").count(), 2);
+}
