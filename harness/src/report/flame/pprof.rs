@@ -351,3 +351,90 @@ pub fn decode(bytes: &[u8]) -> Result<Profile, std::io::Error> {
     Profile::decode(raw.as_slice())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{alloc_profile, N};
+    use super::*;
+
+    fn s(p: &Profile, i: i64) -> &str {
+        &p.string_table[i as usize]
+    }
+
+    /// (function, file, line) of each line of a location, innermost first.
+    fn lines_of(p: &Profile, loc: u64) -> Vec<(String, String, i64)> {
+        let l = &p.location[loc as usize - 1];
+        l.line
+            .iter()
+            .map(|ln| {
+                let f = &p.function[ln.function_id as usize - 1];
+                (s(p, f.name).to_string(), s(p, f.filename).to_string(), ln.line)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn encodes_sample_types_values_per_request_functions_lines_and_mappings() {
+        let bytes = encode(&alloc_profile()).unwrap();
+        assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzip");
+        let p = decode(&bytes).unwrap();
+        assert_eq!(s(&p, 0), "");
+        let types: Vec<(&str, &str)> = p
+            .sample_type
+            .iter()
+            .map(|t| (s(&p, t.r#type), s(&p, t.unit)))
+            .collect();
+        assert_eq!(types, vec![("alloc_objects", "count"), ("alloc_space", "bytes")]);
+        assert_eq!(s(&p, p.default_sample_type), "alloc_objects");
+        assert_eq!(
+            s(&p, p.comment[0]),
+            "rig flame: case-x: 500 requests, allocations per request"
+        );
+        let values: Vec<&[i64]> = p.sample.iter().map(|x| x.value.as_slice()).collect();
+        assert_eq!(values, vec![&[3, 72][..], &[1, 100][..]]);
+        // Leaf first; the inlined helper is the first line of parse's
+        // location, the physical function (with its own line) the last.
+        let second = &p.sample[1];
+        assert_eq!(
+            lines_of(&p, second.location_id[1]),
+            vec![
+                ("inlined_helper".into(), "/src/app.h".into(), 5),
+                ("parse".into(), "/src/app.c".into(), 30),
+            ]
+        );
+        let leaf: Vec<String> = p
+            .sample
+            .iter()
+            .map(|x| lines_of(&p, x.location_id[0])[0].0.clone())
+            .collect();
+        assert_eq!(leaf, vec!["malloc", "operator new(unsigned long)"]);
+        // One mapping per module and load base, covering every address,
+        // with its build-id; each location's address lies in its mapping.
+        let files: Vec<&str> = p.mapping.iter().map(|m| s(&p, m.filename)).collect();
+        assert_eq!(files, vec!["/lib/libc.so.6", "/srv/app", "/lib/libstdc++.so.6"]);
+        for l in &p.location {
+            let m = &p.mapping[l.mapping_id as usize - 1];
+            assert!(m.memory_start <= l.address && l.address < m.memory_limit, "{l:?} {m:?}");
+            assert_eq!(s(&p, m.build_id), "ab12cd");
+        }
+        let labels: Vec<(&str, &str)> = p
+            .sample
+            .iter()
+            .map(|x| (s(&p, x.label[0].key), s(&p, x.label[0].str)))
+            .collect();
+        assert_eq!(labels, vec![("event", "malloc"), ("event", "operator new")]);
+        assert_eq!(p.sample[0].label[1].num, 7, "pid");
+        assert_eq!(p.duration_nanos, 1_000_000);
+    }
+
+    #[test]
+    fn a_value_that_is_not_whole_per_request_says_its_request_count_in_the_unit() {
+        let mut st = alloc_profile();
+        st.samples[0].values = vec![N / 2, 12 * N];
+        let p = decode(&encode(&st).unwrap()).unwrap();
+        assert_eq!(s(&p, p.sample_type[0].unit), "count/10req");
+        assert_eq!(s(&p, p.sample_type[1].unit), "bytes");
+        assert_eq!(p.sample[0].value, vec![5, 12]);
+        assert_eq!(p.sample[1].value, vec![10, 100]);
+    }
+}

@@ -94,3 +94,82 @@ pub fn render_diff(
     ));
     draw(o, &lines, &title(a, i, scale))
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::super::tests::alloc_profile;
+    use super::super::scale_of;
+    use super::*;
+
+    /// Every frame of an inferno SVG: (title, width in %, `fg:w`).
+    pub fn frames(svg: &str) -> Vec<(String, f64, u64)> {
+        let mut out = Vec::new();
+        for g in svg.split("<g>").skip(1) {
+            let Some(title) = g
+                .split_once("<title>")
+                .and_then(|(_, t)| t.split_once("</title>"))
+                .map(|(t, _)| t)
+            else {
+                continue;
+            };
+            let attr = |name: &str| {
+                g.split_once(&format!(" {name}=\""))
+                    .and_then(|(_, v)| v.split_once('"'))
+                    .map(|(v, _)| v.to_string())
+            };
+            let (Some(w), Some(fw)) = (attr("width"), attr("fg:w")) else {
+                continue;
+            };
+            out.push((
+                title.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"),
+                w.trim_end_matches('%').parse().unwrap(),
+                fw.parse().unwrap(),
+            ));
+        }
+        out
+    }
+
+    #[test]
+    fn draws_each_frame_with_its_per_request_value_and_width() {
+        let p = alloc_profile();
+        let scale = scale_of(&[&p], 0);
+        let svg = String::from_utf8(render(&p, 0, &scale).unwrap()).unwrap();
+        assert!(svg.contains("case-x: 500 requests, allocations per request"), "title");
+        assert!(svg.contains("Search"), "searchable");
+        let got = frames(&svg);
+        let want = [
+            ("all (4 allocations per request, 100%)", 4),
+            ("main (4 allocations per request, 100.00%)", 4),
+            ("serve (4 allocations per request, 100.00%)", 4),
+            ("build_reply (3 allocations per request, 75.00%)", 3),
+            ("malloc (3 allocations per request, 75.00%)", 3),
+            ("parse (1 allocations per request, 25.00%)", 1),
+            ("inlined_helper (1 allocations per request, 25.00%)", 1),
+            ("operator new(unsigned long) (1 allocations per request, 25.00%)", 1),
+        ];
+        for (title, w) in want {
+            let f = got
+                .iter()
+                .find(|f| f.0 == title)
+                .unwrap_or_else(|| panic!("no frame {title:?} in {got:#?}"));
+            assert_eq!(f.2, w, "{title}");
+            assert!((f.1 - 100.0 * w as f64 / 4.0).abs() < 1e-4, "{f:?}");
+        }
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+    }
+
+    #[test]
+    fn differential_graph_is_drawn_with_b_widths() {
+        let a = alloc_profile();
+        let mut b = alloc_profile();
+        b.samples[0].values = vec![2 * super::super::tests::N, 0];
+        let scale = scale_of(&[&a, &b], 0);
+        let svg = String::from_utf8(render_diff(&a, &b, 0, &scale, ("A", "B")).unwrap()).unwrap();
+        let got = frames(&svg);
+        // malloc under build_reply went from 3 to 2 per request: -1 of B's 3.
+        let malloc = got.iter().find(|f| f.0.starts_with("malloc")).unwrap();
+        assert_eq!(malloc.2, 2);
+        assert!(malloc.0.ends_with("66.67%; -33.33%)"), "{malloc:?}");
+        assert!(svg.contains("A → B"), "title names the arms");
+    }
+}
