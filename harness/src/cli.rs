@@ -45,6 +45,47 @@ pub enum Cmd {
     Instructions(InstructionsArgs),
     /// Counter-only CI gate: deterministic per-request counters against a checked-in baseline (exit 7 on a breach).
     Gate(GateArgs),
+    /// Render a flamegraph (SVG, folded stacks or pprof) from recorded results, without re-running.
+    Flame(FlameArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FlameArgs {
+    /// The JSON of `rig attach --json`, or a cases.jsonl of `rig run`, `rig ab` or `rig gate`.
+    pub file: PathBuf,
+    /// Case id (or its file-name slug) in a cases.jsonl; not needed when it holds one counted case.
+    #[arg(long)]
+    pub case: Option<String>,
+    /// Family, or one of its other weights: alloc, alloc_bytes, copy, copy_calls, locks, lock_wait,
+    /// faults, syscalls, sched (off-CPU ns), sched_switches, cpu (on-CPU ns), cpu_samples.
+    #[arg(long, default_value = "alloc")]
+    pub family: String,
+    /// svg, folded or pprof (gzipped profile.proto with every weight of the family).
+    #[arg(long, default_value = "svg")]
+    pub format: String,
+    /// Write here (a new file) instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn flame(a: &FlameArgs) -> Result<i32> {
+    let format = a
+        .format
+        .parse()
+        .map_err(|e: String| anyhow::Error::new(crate::usage::BadValue(format!("--format {e}"))))?;
+    new_output_file("--out", &a.out)?;
+    let bytes = crate::flamegraph::render(&crate::flamegraph::FlameSettings {
+        file: a.file.clone(),
+        case: a.case.clone(),
+        graph: a.family.clone(),
+        format,
+        out: a.out.clone(),
+    })?;
+    match &a.out {
+        Some(p) => crate::fsutil::write_new(p, &bytes).context("--out")?,
+        None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
+    }
+    Ok(exit::OK)
 }
 
 #[derive(Args, Debug)]
@@ -281,6 +322,9 @@ pub struct Common {
     /// Also write the full attribution as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write flamegraphs of every family (SVG, folded stacks, pprof) into this new directory.
+    #[arg(long, value_name = "DIR")]
+    pub flame: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -388,6 +432,10 @@ fn output(a: &Attribution, common: &Common) -> Result<i32> {
         serde_json::to_writer_pretty(std::io::BufWriter::new(f), a)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(dir) = &common.flame {
+        let files = crate::flamegraph::write_window(dir, a)?;
+        println!("flamegraphs: {} ({} files)", dir.display(), files.len());
+    }
     Ok(if a.complete {
         exit::OK
     } else {
@@ -412,6 +460,16 @@ fn new_output_file(flag: &str, path: &Option<PathBuf>) -> Result<()> {
             .map_err(|m| anyhow::Error::new(crate::usage::BadValue(m)))?;
     }
     Ok(())
+}
+
+/// An output directory flag, refused now (exit 2) when it exists.
+fn new_output_dir(flag: &str, path: &Option<PathBuf>) -> Result<()> {
+    match path {
+        Some(p) if std::fs::symlink_metadata(p).is_ok() => Err(anyhow::Error::new(
+            crate::usage::BadValue(format!("{flag} {}: already exists; give a new directory", p.display())),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn stop_flag() -> Result<Arc<AtomicBool>> {
@@ -592,6 +650,7 @@ pub fn run() -> Result<i32> {
         Cmd::Attach(a) => {
             let s = settings(&a)?;
             new_output_file("--json", &a.common.json)?;
+            new_output_dir("--flame", &a.common.flame)?;
             let stop = stop_flag()?;
             let attribution = session::run_attach(&s, &stop)?;
             output(&attribution, &a.common)
@@ -615,6 +674,12 @@ pub fn run() -> Result<i32> {
             let stop = stop_flag()?;
             let results = crate::run::run(&s, &stop)?;
             println!("{}", crate::run::table::render(&results));
+            let counted = results
+                .iter()
+                .filter_map(|r| Some((r.case.id.as_str(), &r.counted.as_ref()?.attribution)));
+            print!("{}", crate::flamegraph::top_sites(counted, 3));
+            let flames = crate::flamegraph::write_cases(&s.out)?;
+            print!("{}", crate::flamegraph::where_written(&s.out, &flames));
             println!("results: {}", s.out.display());
             let failed = results
                 .iter()
@@ -645,6 +710,8 @@ pub fn run() -> Result<i32> {
             let stop = stop_flag()?;
             let report = crate::ab::run(&s, &stop)?;
             print!("{}", crate::ab::render(&report));
+            let flames = crate::flamegraph::write_ab(&s.out, &report.arms)?;
+            print!("{}", crate::flamegraph::where_written(&s.out, &flames));
             println!("results: {}", s.out.display());
             Ok(if report.interrupted {
                 exit::INTERRUPTED
@@ -655,8 +722,10 @@ pub fn run() -> Result<i32> {
             })
         }
         Cmd::Gate(g) => crate::gate::command(&gate_settings(&g)?, &*stop_flag()?),
+        Cmd::Flame(a) => flame(&a),
         Cmd::Demo(d) => {
             new_output_file("--json", &d.common.json)?;
+            new_output_dir("--flame", &d.common.flame)?;
             let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
             cmd.args(["--port", "0", "--threads", "2", "--contend"]);
             let target = session::Child::spawn_ready(cmd)?;

@@ -63,6 +63,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "window",
         ],
     ),
+    // `rig flame`, and the flamegraphs of output directories.
+    ("flamegraph", &["report", "scenario"]),
     (
         "run",
         &[
@@ -112,6 +114,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "ab",
             "exit",
+            "flamegraph",
             "fsutil",
             "gate",
             "host",

@@ -12,6 +12,7 @@
 
 pub mod folded;
 pub mod input;
+pub mod outdir;
 pub mod pprof;
 pub mod sites;
 pub mod svg;
