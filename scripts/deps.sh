@@ -2,7 +2,7 @@
 # Installs what rig needs to build and run on a fresh Debian machine (as root):
 # clang + libbpf-dev + kernel UAPI headers to compile the BPF programs, and
 # libc6-dbg so glibc's internal routines get their true names; nginx (not
-# started) for the process-tree tests.
+# started) for the process-tree tests; golang-go for `go tool pprof`.
 set -eu
 need=""
 command -v clang >/dev/null 2>&1 || need="$need clang"
@@ -14,6 +14,8 @@ command -v g++ >/dev/null 2>&1 || need="$need g++"
 # The symbolizer tests check against independent tools.
 command -v gdb >/dev/null 2>&1 || need="$need gdb"
 command -v objdump >/dev/null 2>&1 || need="$need binutils"
+# The pprof tests read rig's profiles with `go tool pprof`.
+command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || need="$need golang-go"
 # The process-tree tests measure Debian's nginx (master + workers).
 [ -x /usr/sbin/nginx ] || need="$need nginx"
 if [ -n "$need" ]; then

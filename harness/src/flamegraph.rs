@@ -59,8 +59,8 @@ pub fn write_window(dir: &Path, a: &Attribution) -> Result<Vec<PathBuf>> {
         );
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating --flame {}", dir.display()))?;
-    let label = format!("pid {} ({})", a.pid, a.command);
-    Ok(write::window(dir, Path::new("."), &input::Recorded::of(a), &label)?)
+    let r = input::Recorded::of(a);
+    Ok(write::window(dir, Path::new("."), &r, &r.label())?)
 }
 
 /// The top `top` user sites per family of each case with stacks, per

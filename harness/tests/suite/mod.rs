@@ -31,6 +31,7 @@ mod cleanup;
 mod cost;
 mod cxx;
 mod errors;
+mod flame;
 mod fuzz;
 mod gate;
 mod hostile;

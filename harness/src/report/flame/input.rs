@@ -78,6 +78,11 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// `pid 4242 (nginx)`: how a window without a case id is named.
+    pub fn label(&self) -> String {
+        format!("pid {} ({})", self.pid, crate::report::role(&self.command))
+    }
+
     /// The window just measured.
     pub fn of(a: &Attribution) -> Recorded {
         let v = serde_json::to_value(a).expect("an attribution serializes");
@@ -141,7 +146,7 @@ pub fn load(path: &Path, case: Option<&str>, slug: fn(&str) -> String) -> Result
                 source,
             })?;
             return Ok(Found {
-                id: format!("pid {}", recorded.pid),
+                id: recorded.label(),
                 recorded,
             });
         }
