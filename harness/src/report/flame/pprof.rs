@@ -291,6 +291,17 @@ pub fn build(p: &Stacks, scales: &[Scale]) -> Profile {
         t.p.period = p.period_ns as i64;
     }
     t.p.duration_nanos = p.elapsed_ns as i64;
+    // pprof names a profile after its first mapping: the executable's
+    // (a module that is not a shared object), not libc's.
+    for loc in p.samples.iter().flat_map(|s| &s.locs) {
+        let exe = loc.module.as_deref().is_some_and(|m| {
+            let b = crate::process::maps::basename(m);
+            !b.contains(".so") && !m.starts_with('[')
+        });
+        if exe {
+            t.mapping(loc);
+        }
+    }
     let (event, pid) = (t.s("event"), t.s("pid"));
     // Stacks that differ only by pid or call-site offset stay separate
     // samples: pprof sums them per function.
@@ -411,7 +422,8 @@ mod tests {
         // One mapping per module and load base, covering every address,
         // with its build-id; each location's address lies in its mapping.
         let files: Vec<&str> = p.mapping.iter().map(|m| s(&p, m.filename)).collect();
-        assert_eq!(files, vec!["/lib/libc.so.6", "/srv/app", "/lib/libstdc++.so.6"]);
+        // The executable first: pprof names the profile after it.
+        assert_eq!(files, vec!["/srv/app", "/lib/libc.so.6", "/lib/libstdc++.so.6"]);
         for l in &p.location {
             let m = &p.mapping[l.mapping_id as usize - 1];
             assert!(m.memory_start <= l.address && l.address < m.memory_limit, "{l:?} {m:?}");

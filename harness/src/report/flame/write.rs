@@ -153,8 +153,12 @@ pub fn diff(
             }
             let scale = scale_of(&[&pa, &pb], i);
             let mut text = format!(
-                "# rig flame A→B: {} = {}, {} = {}; columns: stack, {} per {} request(s) in {}, in {}\n",
-                "A", a.0, "B", b.0, m.what, scale.per, a.0, b.0
+                "# rig flame {} → {}: {label}; columns: stack, {} in {}, in {}\n",
+                a.0,
+                b.0,
+                scale.unit_text(m.what),
+                a.0,
+                b.0
             );
             for l in folded::diff_lines(&pa, &pb, i, &scale) {
                 text.push_str(&l);
