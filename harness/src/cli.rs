@@ -465,9 +465,12 @@ fn new_output_file(flag: &str, path: &Option<PathBuf>) -> Result<()> {
 /// An output directory flag, refused now (exit 2) when it exists.
 fn new_output_dir(flag: &str, path: &Option<PathBuf>) -> Result<()> {
     match path {
-        Some(p) if std::fs::symlink_metadata(p).is_ok() => Err(anyhow::Error::new(
-            crate::usage::BadValue(format!("{flag} {}: already exists; give a new directory", p.display())),
-        )),
+        Some(p) if std::fs::symlink_metadata(p).is_ok() => {
+            Err(anyhow::Error::new(crate::usage::BadValue(format!(
+                "{flag} {}: already exists; give a new directory",
+                p.display()
+            ))))
+        }
         _ => Ok(()),
     }
 }

@@ -44,8 +44,12 @@ pub fn write_cases(dir: &Path) -> Result<Vec<PathBuf>> {
 pub fn write_ab(dir: &Path, arms: &[String]) -> Result<Vec<PathBuf>> {
     let mut all = write_cases(dir)?;
     all.extend(
-        outdir::ab(dir, arms, crate::scenario::slug)
-            .with_context(|| format!("writing differential flamegraphs in {}/flame", dir.display()))?,
+        outdir::ab(dir, arms, crate::scenario::slug).with_context(|| {
+            format!(
+                "writing differential flamegraphs in {}/flame",
+                dir.display()
+            )
+        })?,
     );
     Ok(all)
 }
@@ -65,7 +69,10 @@ pub fn write_window(dir: &Path, a: &Attribution) -> Result<Vec<PathBuf>> {
 
 /// The top `top` user sites per family of each case with stacks, per
 /// request: `(case id, lines)`.
-pub fn top_sites<'a>(cases: impl IntoIterator<Item = (&'a str, &'a Attribution)>, top: usize) -> String {
+pub fn top_sites<'a>(
+    cases: impl IntoIterator<Item = (&'a str, &'a Attribution)>,
+    top: usize,
+) -> String {
     let mut out = String::new();
     for (id, a) in cases {
         let t = sites::top(&input::Recorded::of(a), top);
@@ -75,7 +82,10 @@ pub fn top_sites<'a>(cases: impl IntoIterator<Item = (&'a str, &'a Attribution)>
         }
     }
     if !out.is_empty() {
-        out.insert_str(0, &format!("top {top} user sites per family (first frame outside allocators and std):\n"));
+        out.insert_str(
+            0,
+            &format!("top {top} user sites per family (first frame outside allocators and std):\n"),
+        );
     }
     out
 }
@@ -85,7 +95,10 @@ pub fn where_written(dir: &Path, files: &[PathBuf]) -> String {
     if files.is_empty() {
         return String::new();
     }
-    let svgs = files.iter().filter(|f| f.extension().is_some_and(|e| e == "svg")).count();
+    let svgs = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "svg"))
+        .count();
     format!(
         "flamegraphs: {}/flame/<case>/ ({} SVG, folded stacks and pprof .pb.gz; `rig flame` renders one)\n",
         dir.display(),

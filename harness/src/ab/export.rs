@@ -20,10 +20,12 @@ pub fn bmf(r: &AbReport) -> Value {
             };
             let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            out.entry(format!("{} [{arm}]", v.case)).or_default().insert(
-                v.metric.clone(),
-                json!({"value": median, "lower_value": lo, "upper_value": hi}),
-            );
+            out.entry(format!("{} [{arm}]", v.case))
+                .or_default()
+                .insert(
+                    v.metric.clone(),
+                    json!({"value": median, "lower_value": lo, "upper_value": hi}),
+                );
         }
     }
     json!(out)

@@ -14,7 +14,10 @@ use super::*;
 fn split<'a>(r: &'a GateReport, counter: &'a str) -> (&'a str, &'a str) {
     match counter.split_once(": ") {
         Some((case, c)) if r.cases.len() > 1 => (case, c),
-        _ => (r.cases.first().map_or("gate", |(id, _)| id.as_str()), counter),
+        _ => (
+            r.cases.first().map_or("gate", |(id, _)| id.as_str()),
+            counter,
+        ),
     }
 }
 
@@ -24,7 +27,11 @@ fn split<'a>(r: &'a GateReport, counter: &'a str) -> (&'a str, &'a str) {
 /// trend line should use.
 pub fn bmf(r: &GateReport) -> Value {
     let mut out: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
-    for o in r.observed.iter().filter(|o| o.deterministic && !o.values.is_empty()) {
+    for o in r
+        .observed
+        .iter()
+        .filter(|o| o.deterministic && !o.values.is_empty())
+    {
         let (bench, measure) = split(r, &o.name);
         let lo = o.values.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = o.values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -60,7 +67,9 @@ pub fn markdown(r: &GateReport) -> String {
     if !r.breaches.is_empty() {
         md.push('\n');
     }
-    md.push_str("| counter | baseline | now | delta | limit | verdict |\n|---|---:|---:|---:|---|---|\n");
+    md.push_str(
+        "| counter | baseline | now | delta | limit | verdict |\n|---|---:|---:|---:|---|---|\n",
+    );
     for row in &r.rows {
         let delta = match (row.baseline, row.now) {
             (Some(b), Some(n)) => format!("{:+.3}", n - b),
@@ -108,8 +117,16 @@ fn failure(r: &GateReport, row: &Row) -> Option<String> {
 pub fn junit(r: &GateReport) -> String {
     let fails: Vec<Option<String>> = r.rows.iter().map(|row| failure(r, row)).collect();
     let failures = fails.iter().filter(|f| f.is_some()).count();
-    let skipped = r.rows.iter().filter(|x| x.verdict == Verdict::Skipped).count();
-    let name = xml(&format!("rig gate {} on {}", r.baseline.display(), r.target));
+    let skipped = r
+        .rows
+        .iter()
+        .filter(|x| x.verdict == Verdict::Skipped)
+        .count();
+    let name = xml(&format!(
+        "rig gate {} on {}",
+        r.baseline.display(),
+        r.target
+    ));
     let mut x = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"rig gate\" tests=\"{n}\" failures=\"{failures}\" skipped=\"{skipped}\">\n  <testsuite name=\"{name}\" tests=\"{n}\" failures=\"{failures}\" skipped=\"{skipped}\" errors=\"0\">\n",
         n = r.rows.len()
@@ -135,9 +152,15 @@ pub fn junit(r: &GateReport) -> String {
                 xml(&text)
             ));
         } else if row.verdict == Verdict::Skipped {
-            x.push_str(&format!("      <skipped message=\"{}\"/>\n", xml(&row.note)));
+            x.push_str(&format!(
+                "      <skipped message=\"{}\"/>\n",
+                xml(&row.note)
+            ));
         }
-        x.push_str(&format!("      <system-out>{}</system-out>\n    </testcase>\n", xml(&text)));
+        x.push_str(&format!(
+            "      <system-out>{}</system-out>\n    </testcase>\n",
+            xml(&text)
+        ));
     }
     x.push_str("  </testsuite>\n</testsuites>\n");
     x

@@ -84,8 +84,10 @@ fn is_chain(lang: Lang, chain: &Chain, frames: &[String]) -> bool {
         })
 }
 
-/// (graph, the chains it draws, a chain's value per request).
-fn graphs() -> Vec<(&'static str, fn(&Chain) -> bool, fn(&Chain) -> u64)> {
+/// A graph, the chains it draws, and a chain's value per request in it.
+type Graph = (&'static str, fn(&Chain) -> bool, fn(&Chain) -> u64);
+
+fn graphs() -> Vec<Graph> {
     let alloc = |c: &Chain| ["malloc", "operator new"].contains(&c.event) && !c.inner;
     vec![
         ("alloc", alloc, |c| c.per_request),
@@ -106,7 +108,10 @@ fn folded_equals_truth(lang: Lang) {
     for (graph, draws, value) in graphs() {
         let text = String::from_utf8(render(&r, graph, Format::Folded)).unwrap();
         assert!(
-            text.lines().next().unwrap().contains(&format!("{N} requests, ")),
+            text.lines()
+                .next()
+                .unwrap()
+                .contains(&format!("{N} requests, ")),
             "{lang:?} {graph}: the header says per request:\n{text}"
         );
         let mut got = folded(&text);
@@ -114,16 +119,33 @@ fn folded_equals_truth(lang: Lang) {
             let at = got
                 .iter()
                 .position(|(f, _)| is_chain(lang, c, f))
-                .unwrap_or_else(|| panic!("{lang:?} {graph}: no line for {} at {}:\n{text}", c.event, c.frames[0].0));
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{lang:?} {graph}: no line for {} at {}:\n{text}",
+                        c.event, c.frames[0].0
+                    )
+                });
             let (_, v) = got.remove(at);
-            assert_eq!(v, value(c), "{lang:?} {graph}: {} at {}", c.event, c.frames[0].0);
+            assert_eq!(
+                v,
+                value(c),
+                "{lang:?} {graph}: {} at {}",
+                c.event,
+                c.frames[0].0
+            );
         }
-        assert!(got.is_empty(), "{lang:?} {graph}: lines of no chain: {got:?}");
+        assert!(
+            got.is_empty(),
+            "{lang:?} {graph}: lines of no chain: {got:?}"
+        );
         if lang == Lang::Cxx && graph == "alloc" {
             // std::string's constructor, inlined into string_level5, is a
             // frame of its own right above it.
             let line = text.lines().find(|l| l.contains("string_level5")).unwrap();
-            let after = line.split(';').skip_while(|f| !f.starts_with("string_level5")).nth(1);
+            let after = line
+                .split(';')
+                .skip_while(|f| !f.starts_with("string_level5"))
+                .nth(1);
             assert!(
                 after.is_some_and(|f| f.starts_with("std::__cxx11::basic_string<")),
                 "{line}"
@@ -191,14 +213,23 @@ fn pprof_top(go: &Path, file: &Path, sample_index: &str) -> BTreeMap<String, (St
     let home = std::env::temp_dir().join("rig-flame-gohome");
     std::fs::create_dir_all(&home).unwrap();
     let out = Command::new(go)
-        .args(["tool", "pprof", "-top", &format!("-sample_index={sample_index}")])
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            &format!("-sample_index={sample_index}"),
+        ])
         .arg(file)
         .env("HOME", &home)
         .env("GOCACHE", home.join("cache"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("{text}");
     let mut rows = BTreeMap::new();
     let mut table = false;
@@ -226,10 +257,18 @@ fn go_tool_pprof_reads_the_calibration_functions_with_exact_allocations_per_requ
     let rows = pprof_top(&go, &file, "alloc_objects");
     let (by_fn, by_entry) = calib_allocations();
     for (f, n) in &by_fn {
-        assert_eq!(rows.get(*f).map(|r| r.1.as_str()), Some(n.to_string().as_str()), "cum of {f}: {rows:#?}");
+        assert_eq!(
+            rows.get(*f).map(|r| r.1.as_str()),
+            Some(n.to_string().as_str()),
+            "cum of {f}: {rows:#?}"
+        );
     }
     for (f, n) in &by_entry {
-        assert_eq!(rows.get(*f).map(|r| r.0.as_str()), Some(n.to_string().as_str()), "flat of {f}: {rows:#?}");
+        assert_eq!(
+            rows.get(*f).map(|r| r.0.as_str()),
+            Some(n.to_string().as_str()),
+            "flat of {f}: {rows:#?}"
+        );
     }
     let total: u64 = by_fn.values().sum();
     assert_eq!(rows["calib_request"].1, total.to_string());
@@ -244,7 +283,9 @@ fn go_tool_pprof_reads_the_calibration_functions_with_exact_allocations_per_requ
 fn svg_frames(svg: &str) -> BTreeMap<String, (f64, u64)> {
     let mut out = BTreeMap::new();
     for g in svg.split("<g>").skip(1) {
-        let title = g.split_once("<title>").and_then(|(_, t)| t.split_once("</title>"));
+        let title = g
+            .split_once("<title>")
+            .and_then(|(_, t)| t.split_once("</title>"));
         let attr = |name: &str| {
             g.split_once(&format!(" {name}=\""))
                 .and_then(|(_, v)| v.split_once('"'))
@@ -253,7 +294,10 @@ fn svg_frames(svg: &str) -> BTreeMap<String, (f64, u64)> {
         if let (Some((t, _)), Some(w), Some(fw)) = (title, attr("width"), attr("fg:w")) {
             out.insert(
                 t.to_string(),
-                (w.trim_end_matches('%').parse().unwrap(), fw.parse().unwrap()),
+                (
+                    w.trim_end_matches('%').parse().unwrap(),
+                    fw.parse().unwrap(),
+                ),
             );
         }
     }
@@ -269,7 +313,11 @@ fn svg_flamegraph_of_the_calibration_server_draws_each_function_with_its_width_p
     let frames = svg_frames(&svg);
     let (by_fn, _) = calib_allocations();
     let total: u64 = by_fn.values().sum();
-    for (f, n) in by_fn.iter().map(|(f, n)| (*f, *n)).chain([("calib_request", total)]) {
+    for (f, n) in by_fn
+        .iter()
+        .map(|(f, n)| (*f, *n))
+        .chain([("calib_request", total)])
+    {
         let pct = 100.0 * n as f64 / total as f64;
         let title = format!("{f} ({n} allocations per request, {pct:.2}%)");
         let (width, w) = frames
@@ -295,8 +343,18 @@ fn rig_flame_renders_from_the_attach_json_what_attach_flame_wrote() {
         .arg(&dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for f in ["alloc.folded", "alloc.svg", "alloc_bytes.folded", "alloc_bytes.svg", "alloc.pb.gz"] {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "alloc.folded",
+        "alloc.svg",
+        "alloc_bytes.folded",
+        "alloc_bytes.svg",
+        "alloc.pb.gz",
+    ] {
         assert!(dir.join(f).is_file(), "{f}");
     }
     let again = Command::new(rig_bin())
@@ -305,13 +363,21 @@ fn rig_flame_renders_from_the_attach_json_what_attach_flame_wrote() {
         .args(["--family", "alloc", "--format", "folded"])
         .output()
         .unwrap();
-    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
     let written = std::fs::read_to_string(dir.join("alloc.folded")).unwrap();
     assert_eq!(String::from_utf8(again.stdout).unwrap(), written);
     // Per request, by function: the calibration costs.
     let mut by_fn: BTreeMap<String, u64> = BTreeMap::new();
     for (frames, v) in folded(&written) {
-        let f = frames.iter().rev().find(|f| f.starts_with("calib_alloc")).unwrap();
+        let f = frames
+            .iter()
+            .rev()
+            .find(|f| f.starts_with("calib_alloc"))
+            .unwrap();
         *by_fn.entry(f.clone()).or_default() += v;
     }
     let want: BTreeMap<String, u64> = calib_allocations()
@@ -364,7 +430,11 @@ fn rig_run_prints_the_top_sites_per_request_and_writes_flamegraphs_per_case() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The three largest copies per request (fixtures/calib/COSTS.md).
     let at = super::at;
     let copy = format!(
@@ -374,12 +444,22 @@ fn rig_run_prints_the_top_sites_per_request_and_writes_flamegraphs_per_case() {
         at("memset_a")
     );
     assert!(stdout.contains(&copy), "{copy}\nnot in:\n{stdout}");
-    assert!(stdout.contains(&format!("flamegraphs: {}/flame/", out_dir.display())), "{stdout}");
+    assert!(
+        stdout.contains(&format!("flamegraphs: {}/flame/", out_dir.display())),
+        "{stdout}"
+    );
     let case = out_dir.join("flame/calib_calib_h1_calib_closed_1x1_ka_1");
     let folded_alloc = std::fs::read_to_string(case.join("alloc.folded")).unwrap();
     let total: u64 = folded(&folded_alloc).iter().map(|(_, v)| v).sum();
     assert_eq!(total, calib_allocations().0.values().sum::<u64>());
-    for f in ["alloc.svg", "alloc_bytes.svg", "copy.svg", "copy_calls.svg", "alloc.pb.gz", "copy.pb.gz"] {
+    for f in [
+        "alloc.svg",
+        "alloc_bytes.svg",
+        "copy.svg",
+        "copy_calls.svg",
+        "alloc.pb.gz",
+        "copy.pb.gz",
+    ] {
         assert!(case.join(f).is_file(), "{f} in {}", case.display());
     }
 }
@@ -389,7 +469,13 @@ fn rig_ab_writes_a_differential_flamegraph_of_allocations_per_request() {
     root_or_skip!();
     let _g = probes_shared();
     let s = Scratch::new("ab");
-    std::fs::write(s.0.join("m.toml"), CALIB_MATRIX.replace("/calib", "/work").replace("1000", "300")).unwrap();
+    std::fs::write(
+        s.0.join("m.toml"),
+        CALIB_MATRIX
+            .replace("/calib", "/work")
+            .replace("1000", "300"),
+    )
+    .unwrap();
     let out_dir = s.0.join("out");
     let out = Command::new(rig_bin())
         .arg("ab")
@@ -399,16 +485,27 @@ fn rig_ab_writes_a_differential_flamegraph_of_allocations_per_request() {
         .arg(format!("B={}", spec("calib-dyn-b.toml")))
         .arg("--matrix")
         .arg(s.0.join("m.toml"))
-        .args(["--suite", "calib", "--rounds", "1", "--probes", "alloc", "--passes", "counted"])
+        .args([
+            "--suite", "calib", "--rounds", "1", "--probes", "alloc", "--passes", "counted",
+        ])
         .arg("--out")
         .arg(&out_dir)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dir = out_dir.join("flame/calib_h1_work_closed_1x1_ka");
-    let diff = std::fs::read_to_string(dir.join("alloc.diff.folded"))
-        .unwrap_or_else(|e| panic!("{e}: {:?}", std::fs::read_dir(out_dir.join("flame")).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())));
+    let diff = std::fs::read_to_string(dir.join("alloc.diff.folded")).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {:?}",
+            std::fs::read_dir(out_dir.join("flame"))
+                .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+        )
+    });
     // Variant b drops one malloc(32) per request in calibwork_alloc.
     let a = rig_fixtures::ab::A.mallocs as u64;
     let b = rig_fixtures::ab::B.mallocs as u64;

@@ -490,7 +490,12 @@ fn gate_output_directory_holds_junit_bencher_markdown_and_flamegraphs_of_the_bre
     let out = d.0.join("out");
     let (code, text) = gate(
         &b,
-        &["--target", &spec("calib-dyn-c.toml"), "--out", out.to_str().unwrap()],
+        &[
+            "--target",
+            &spec("calib-dyn-c.toml"),
+            "--out",
+            out.to_str().unwrap(),
+        ],
     );
     assert_eq!(code, exit::GATE_BREACH, "{text}");
     let line = rig_fixtures::calibwork_site_line("ab_alloc_extra");
@@ -502,9 +507,14 @@ fn gate_output_directory_holds_junit_bencher_markdown_and_flamegraphs_of_the_bre
         serde_json::from_slice(&std::fs::read(out.join("gate.json")).unwrap()).unwrap();
     let breaches = report["breaches"].as_array().unwrap().len();
     assert!(breaches >= 2, "{report:#}");
-    assert!(junit.contains(&format!("failures=\"{breaches}\"")), "{junit}");
     assert!(
-        junit.contains("name=\"allocs/req\">\n      <failure message=\"allocs/req: 4.000/req &gt; 3.300"),
+        junit.contains(&format!("failures=\"{breaches}\"")),
+        "{junit}"
+    );
+    assert!(
+        junit.contains(
+            "name=\"allocs/req\">\n      <failure message=\"allocs/req: 4.000/req &gt; 3.300"
+        ),
         "{junit}"
     );
     assert!(
@@ -524,7 +534,10 @@ fn gate_output_directory_holds_junit_bencher_markdown_and_flamegraphs_of_the_bre
     );
     // Per-case flamegraphs of the counted runs: 4 mallocs per request in
     // calibwork_alloc.
-    let flames: Vec<_> = std::fs::read_dir(out.join("flame")).unwrap().flatten().collect();
+    let flames: Vec<_> = std::fs::read_dir(out.join("flame"))
+        .unwrap()
+        .flatten()
+        .collect();
     assert_eq!(flames.len(), 2, "one directory per run");
     let folded = std::fs::read_to_string(flames[0].path().join("alloc.folded")).unwrap();
     assert!(folded.contains(";calibwork_alloc;malloc 4\n"), "{folded}");

@@ -91,7 +91,13 @@ mod tests {
     fn folds_outermost_first_with_inlined_and_kernel_frames_and_per_request_values() {
         let p = alloc_profile();
         let scale = super::super::scale_of(&[&p], 0);
-        assert_eq!(scale, Scale { requests: Some(N), per: 1 });
+        assert_eq!(
+            scale,
+            Scale {
+                requests: Some(N),
+                per: 1
+            }
+        );
         assert_eq!(
             lines(&p, 0, &scale),
             vec![
@@ -122,10 +128,7 @@ mod tests {
         p.samples[0].values = vec![N * 3 / 2, N * 3 / 2 * 24];
         let scale = super::super::scale_of(&[&p], 0);
         assert_eq!(scale.per, 10);
-        assert_eq!(
-            lines(&p, 0, &scale)[0],
-            "main;serve;build_reply;malloc 15"
-        );
+        assert_eq!(lines(&p, 0, &scale)[0], "main;serve;build_reply;malloc 15");
         assert_eq!(
             scale.unit_text("allocations"),
             "allocations per 10 requests"

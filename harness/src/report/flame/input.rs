@@ -130,7 +130,11 @@ pub struct Found {
 /// --json` (one window; `case` may be omitted), or a `cases.jsonl` of `rig
 /// run`, `rig ab` or `rig gate` (a case id, or its `Case::slug`, computed
 /// by `slug`).
-pub fn load(path: &Path, case: Option<&str>, slug: fn(&str) -> String) -> Result<Found, InputError> {
+pub fn load(
+    path: &Path,
+    case: Option<&str>,
+    slug: fn(&str) -> String,
+) -> Result<Found, InputError> {
     let p = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| InputError::Read {
         path: p.clone(),
@@ -140,11 +144,12 @@ pub fn load(path: &Path, case: Option<&str>, slug: fn(&str) -> String) -> Result
     // object per line).
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
         if v.get("stacks").is_some() {
-            let recorded: Recorded = serde_json::from_value(v).map_err(|source| InputError::Json {
-                path: p.clone(),
-                line: 1,
-                source,
-            })?;
+            let recorded: Recorded =
+                serde_json::from_value(v).map_err(|source| InputError::Json {
+                    path: p.clone(),
+                    line: 1,
+                    source,
+                })?;
             return Ok(Found {
                 id: recorded.label(),
                 recorded,
@@ -156,12 +161,17 @@ pub fn load(path: &Path, case: Option<&str>, slug: fn(&str) -> String) -> Result
         if line.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|source| InputError::Json {
-            path: p.clone(),
-            line: i + 1,
-            source,
-        })?;
-        let id = v.get("id").and_then(|x| x.as_str()).unwrap_or("?").to_string();
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|source| InputError::Json {
+                path: p.clone(),
+                line: i + 1,
+                source,
+            })?;
+        let id = v
+            .get("id")
+            .and_then(|x| x.as_str())
+            .unwrap_or("?")
+            .to_string();
         cases.push((id, v));
     }
     let counted = |v: &serde_json::Value| v.pointer("/counted/attribution").is_some();

@@ -57,7 +57,12 @@ pub struct Measure {
     pub what: &'static str,
 }
 
-const fn m(graph: &'static str, sample_type: &'static str, unit: Unit, what: &'static str) -> Measure {
+const fn m(
+    graph: &'static str,
+    sample_type: &'static str,
+    unit: Unit,
+    what: &'static str,
+) -> Measure {
     Measure {
         graph,
         sample_type,
@@ -77,13 +82,23 @@ const COPY: &[Measure] = &[
 ];
 const LOCKS: &[Measure] = &[
     m("locks", "lock_acquisitions", Count, "lock acquisitions"),
-    m("lock_wait", "lock_wait", Nanoseconds, "ns waiting for locks"),
+    m(
+        "lock_wait",
+        "lock_wait",
+        Nanoseconds,
+        "ns waiting for locks",
+    ),
 ];
 const FAULTS: &[Measure] = &[m("faults", "page_faults", Count, "page faults")];
 const SYSCALLS: &[Measure] = &[m("syscalls", "syscalls", Count, "syscalls")];
 const SCHED: &[Measure] = &[
     m("sched", "off_cpu", Nanoseconds, "ns off-CPU"),
-    m("sched_switches", "context_switches", Count, "context switches"),
+    m(
+        "sched_switches",
+        "context_switches",
+        Count,
+        "context switches",
+    ),
 ];
 const CPU: &[Measure] = &[
     m("cpu", "cpu", Nanoseconds, "ns on-CPU (sampled)"),
@@ -241,7 +256,12 @@ pub fn profile(r: &Recorded, family: Family, label: &str) -> Option<Profile> {
         requests: r.window.requests.filter(|n| *n > 0),
         elapsed_ns: r.window.elapsed_ns,
         samples,
-        incomplete_events: r.stacks.incomplete_events.get(&family).copied().unwrap_or(0),
+        incomplete_events: r
+            .stacks
+            .incomplete_events
+            .get(&family)
+            .copied()
+            .unwrap_or(0),
         missing_stacks: r.stacks.stack_failures.get(&family).copied().unwrap_or(0),
         period_ns: r.cpu.period_ns,
     })
@@ -256,7 +276,11 @@ fn event_frame(f: Family) -> bool {
 /// A row's stack, innermost first: kernel frames, the event, user frames.
 fn locs_of(r: &Recorded, row: &Row) -> Vec<Loc> {
     let mut locs = Vec::new();
-    if let Some(k) = row.kernel_stack.as_ref().and_then(|k| r.stacks.kernel.get(k)) {
+    if let Some(k) = row
+        .kernel_stack
+        .as_ref()
+        .and_then(|k| r.stacks.kernel.get(k))
+    {
         locs.extend(k.iter().map(|name| kernel_loc(name)));
     }
     if event_frame(row.family) {
@@ -344,7 +368,11 @@ impl Scale {
     /// `totals` a whole number, else the window's own count (exact, as
     /// totals). Nanoseconds are sampled or timed, never exact: per request,
     /// rounded.
-    pub fn choose(requests: Option<u64>, unit: Unit, totals: impl IntoIterator<Item = u64> + Clone) -> Scale {
+    pub fn choose(
+        requests: Option<u64>,
+        unit: Unit,
+        totals: impl IntoIterator<Item = u64> + Clone,
+    ) -> Scale {
         let Some(n) = requests else {
             return Scale { requests, per: 1 };
         };
@@ -353,7 +381,12 @@ impl Scale {
         }
         let per = [1, 10, 100, 1000]
             .into_iter()
-            .find(|s| totals.clone().into_iter().all(|t| (t as u128 * *s as u128) % n as u128 == 0))
+            .find(|s| {
+                totals
+                    .clone()
+                    .into_iter()
+                    .all(|t| (t as u128 * *s as u128).is_multiple_of(n as u128))
+            })
             .unwrap_or(n);
         Scale { requests, per }
     }
@@ -481,7 +514,12 @@ pub(crate) mod tests {
                 Stack {
                     frames: vec![
                         site(libc, 0x5000, "malloc", None),
-                        site("/lib/libstdc++.so.6", 0x9000, "operator new(unsigned long)", None),
+                        site(
+                            "/lib/libstdc++.so.6",
+                            0x9000,
+                            "operator new(unsigned long)",
+                            None,
+                        ),
                         parse.clone(),
                         site(app, 0x1108, "serve", Some(11)),
                         site(app, 0x1010, "main", Some(3)),
@@ -494,7 +532,12 @@ pub(crate) mod tests {
                 "c".to_string(),
                 Stack {
                     frames: vec![
-                        site("/lib/libstdc++.so.6", 0x9000, "operator new(unsigned long)", None),
+                        site(
+                            "/lib/libstdc++.so.6",
+                            0x9000,
+                            "operator new(unsigned long)",
+                            None,
+                        ),
                         parse,
                         site(app, 0x1108, "serve", Some(11)),
                         site(app, 0x1010, "main", Some(3)),
@@ -571,7 +614,10 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(
             events,
-            vec![("malloc", &[3 * N, 72 * N][..]), ("operator new", &[N, 100 * N][..])]
+            vec![
+                ("malloc", &[3 * N, 72 * N][..]),
+                ("operator new", &[N, 100 * N][..])
+            ]
         );
         assert_eq!((p.total(0), p.total(1)), (4 * N, 172 * N));
     }
@@ -602,7 +648,11 @@ pub(crate) mod tests {
     fn top_sites_are_user_sites_per_request() {
         let t = sites::top(&alloc_recorded(), 3);
         assert_eq!(t.len(), 1);
-        let got: Vec<(String, f64)> = t[0].sites.iter().map(|s| (s.site.clone(), s.value)).collect();
+        let got: Vec<(String, f64)> = t[0]
+            .sites
+            .iter()
+            .map(|s| (s.site.clone(), s.value))
+            .collect();
         assert_eq!(
             got,
             vec![

@@ -27,7 +27,10 @@ fn read_cases(dir: &Path) -> Result<Vec<Counted>, FlameError> {
         let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
-        let Some(a) = v.pointer_mut("/counted/attribution").map(serde_json::Value::take) else {
+        let Some(a) = v
+            .pointer_mut("/counted/attribution")
+            .map(serde_json::Value::take)
+        else {
             continue;
         };
         let Ok(recorded) = serde_json::from_value::<Recorded>(a) else {
@@ -66,7 +69,11 @@ pub fn case_key(id: &str, arm: &str) -> String {
 /// `rig ab`: for every case, arm i ≥ 1 against arm 0 (`arms[0]`), each
 /// summed over its runs. With two arms the directory is the case key's
 /// slug; with more, the key and arm i.
-pub fn ab(dir: &Path, arms: &[String], slug: fn(&str) -> String) -> Result<Vec<PathBuf>, FlameError> {
+pub fn ab(
+    dir: &Path,
+    arms: &[String],
+    slug: fn(&str) -> String,
+) -> Result<Vec<PathBuf>, FlameError> {
     let cases = read_cases(dir)?;
     // case key → arm → windows
     let mut by: BTreeMap<String, BTreeMap<&str, Vec<&Recorded>>> = BTreeMap::new();
@@ -95,13 +102,7 @@ pub fn ab(dir: &Path, arms: &[String], slug: fn(&str) -> String) -> Result<Vec<P
                 slug(&format!("{key}/{b_name}"))
             };
             let rel = Path::new("flame").join(name);
-            written.extend(write::diff(
-                dir,
-                &rel,
-                (first, a),
-                (b_name, b),
-                key,
-            )?);
+            written.extend(write::diff(dir, &rel, (first, a), (b_name, b), key)?);
         }
     }
     Ok(written)

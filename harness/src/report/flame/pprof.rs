@@ -206,7 +206,10 @@ impl Tables {
         let i = match self.mappings.get(&key) {
             Some(i) => *i,
             None => {
-                let (f, b) = (self.s(module), self.s(loc.build_id.as_deref().unwrap_or("")));
+                let (f, b) = (
+                    self.s(module),
+                    self.s(loc.build_id.as_deref().unwrap_or("")),
+                );
                 self.p.mapping.push(Mapping {
                     id: self.p.mapping.len() as u64 + 1,
                     memory_start: base,
@@ -379,7 +382,11 @@ mod tests {
             .iter()
             .map(|ln| {
                 let f = &p.function[ln.function_id as usize - 1];
-                (s(p, f.name).to_string(), s(p, f.filename).to_string(), ln.line)
+                (
+                    s(p, f.name).to_string(),
+                    s(p, f.filename).to_string(),
+                    ln.line,
+                )
             })
             .collect()
     }
@@ -395,7 +402,10 @@ mod tests {
             .iter()
             .map(|t| (s(&p, t.r#type), s(&p, t.unit)))
             .collect();
-        assert_eq!(types, vec![("alloc_objects", "count"), ("alloc_space", "bytes")]);
+        assert_eq!(
+            types,
+            vec![("alloc_objects", "count"), ("alloc_space", "bytes")]
+        );
         assert_eq!(s(&p, p.default_sample_type), "alloc_objects");
         assert_eq!(
             s(&p, p.comment[0]),
@@ -423,10 +433,16 @@ mod tests {
         // with its build-id; each location's address lies in its mapping.
         let files: Vec<&str> = p.mapping.iter().map(|m| s(&p, m.filename)).collect();
         // The executable first: pprof names the profile after it.
-        assert_eq!(files, vec!["/srv/app", "/lib/libc.so.6", "/lib/libstdc++.so.6"]);
+        assert_eq!(
+            files,
+            vec!["/srv/app", "/lib/libc.so.6", "/lib/libstdc++.so.6"]
+        );
         for l in &p.location {
             let m = &p.mapping[l.mapping_id as usize - 1];
-            assert!(m.memory_start <= l.address && l.address < m.memory_limit, "{l:?} {m:?}");
+            assert!(
+                m.memory_start <= l.address && l.address < m.memory_limit,
+                "{l:?} {m:?}"
+            );
             assert_eq!(s(&p, m.build_id), "ab12cd");
         }
         let labels: Vec<(&str, &str)> = p

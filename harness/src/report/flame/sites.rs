@@ -90,7 +90,11 @@ pub fn render(all: &[FamilySites]) -> String {
             .iter()
             .map(|s| format!("{} {}", number(s.value), s.site))
             .collect();
-        out.push_str(&format!("  {:<9} {unit}: {}\n", f.family.name(), sites.join(" · ")));
+        out.push_str(&format!(
+            "  {:<9} {unit}: {}\n",
+            f.family.name(),
+            sites.join(" · ")
+        ));
     }
     out
 }

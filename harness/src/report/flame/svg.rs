@@ -32,7 +32,9 @@ fn options<'a>(p: &Profile, i: usize, scale: &Scale, subtitle: Option<String>) -
     o.subtitle = subtitle;
     o.count_name = scale.unit_text(p.measures()[i].what);
     o.name_type = "Function:".into();
-    o.colors = palette(p.family).parse().unwrap_or(Palette::Basic(flamegraph::color::BasicPalette::Hot));
+    o.colors = palette(p.family)
+        .parse()
+        .unwrap_or(Palette::Basic(flamegraph::color::BasicPalette::Hot));
     // Colors from the function's name, so a graph renders the same twice.
     o.hash = true;
     o.deterministic = true;
@@ -97,8 +99,8 @@ pub fn render_diff(
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::super::tests::alloc_profile;
     use super::super::scale_of;
+    use super::super::tests::alloc_profile;
     use super::*;
 
     /// Every frame of an inferno SVG: (title, width in %, `fg:w`).
@@ -121,7 +123,10 @@ pub(crate) mod tests {
                 continue;
             };
             out.push((
-                title.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"),
+                title
+                    .replace("&lt;", "<")
+                    .replace("&gt;", ">")
+                    .replace("&amp;", "&"),
                 w.trim_end_matches('%').parse().unwrap(),
                 fw.parse().unwrap(),
             ));
@@ -134,7 +139,10 @@ pub(crate) mod tests {
         let p = alloc_profile();
         let scale = scale_of(&[&p], 0);
         let svg = String::from_utf8(render(&p, 0, &scale).unwrap()).unwrap();
-        assert!(svg.contains("case-x: 500 requests, allocations per request"), "title");
+        assert!(
+            svg.contains("case-x: 500 requests, allocations per request"),
+            "title"
+        );
         assert!(svg.contains("Search"), "searchable");
         let got = frames(&svg);
         let want = [
@@ -145,7 +153,10 @@ pub(crate) mod tests {
             ("malloc (3 allocations per request, 75.00%)", 3),
             ("parse (1 allocations per request, 25.00%)", 1),
             ("inlined_helper (1 allocations per request, 25.00%)", 1),
-            ("operator new(unsigned long) (1 allocations per request, 25.00%)", 1),
+            (
+                "operator new(unsigned long) (1 allocations per request, 25.00%)",
+                1,
+            ),
         ];
         for (title, w) in want {
             let f = got

@@ -43,7 +43,12 @@ pub enum FlameError {
 /// One graph (`alloc`, `alloc_bytes`, `cpu`, ...; see `super::measures`)
 /// of a recorded window in one format. pprof holds every measure of the
 /// graph's family.
-pub fn render(r: &Recorded, label: &str, graph_name: &str, format: Format) -> Result<Vec<u8>, FlameError> {
+pub fn render(
+    r: &Recorded,
+    label: &str,
+    graph_name: &str,
+    format: Format,
+) -> Result<Vec<u8>, FlameError> {
     let (family, i) = graph(graph_name).ok_or_else(|| {
         FlameError::UnknownGraph(graph_name.to_string(), super::graph_names().join(", "))
     })?;
@@ -65,7 +70,12 @@ fn profiles(r: &Recorded, label: &str) -> Vec<Profile> {
 
 /// Every graph and profile of a window with a value, in `base/rel/`
 /// (directories made below `base`, files new). Returns the files written.
-pub fn window(base: &Path, rel: &Path, r: &Recorded, label: &str) -> Result<Vec<PathBuf>, FlameError> {
+pub fn window(
+    base: &Path,
+    rel: &Path,
+    r: &Recorded,
+    label: &str,
+) -> Result<Vec<PathBuf>, FlameError> {
     let mut written = Vec::new();
     let dir = base.join(rel);
     for p in profiles(r, label) {
@@ -135,7 +145,11 @@ pub fn diff(
 ) -> Result<Vec<PathBuf>, FlameError> {
     let mut written = Vec::new();
     let dir = base.join(rel);
-    let mut families: Vec<Family> = a.1.iter().chain(b.1).flat_map(|r| r.families.clone()).collect();
+    let mut families: Vec<Family> =
+        a.1.iter()
+            .chain(b.1)
+            .flat_map(|r| r.families.clone())
+            .collect();
     families.sort();
     families.dedup();
     for family in families {
@@ -169,7 +183,10 @@ pub fn diff(
             written.push(path);
             if pb.total(i) > 0 {
                 let path = dir.join(format!("{}.diff.svg", m.graph));
-                crate::fsutil::write_new(&path, &svg::render_diff(&pa, &pb, i, &scale, (a.0, b.0))?)?;
+                crate::fsutil::write_new(
+                    &path,
+                    &svg::render_diff(&pa, &pb, i, &scale, (a.0, b.0))?,
+                )?;
                 written.push(path);
             }
         }
@@ -192,6 +209,12 @@ pub fn diff(
 /// An arm's name as part of a file name.
 fn arm_file(arm: &str) -> String {
     arm.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
