@@ -2,7 +2,8 @@
 # Installs what rig needs to build and run on a fresh Debian machine (as root):
 # clang + libbpf-dev + kernel UAPI headers to compile the BPF programs, and
 # libc6-dbg so glibc's internal routines get their true names; nginx (not
-# started) for the process-tree tests; chromium for the report.html tests.
+# started) for the process-tree tests; chromium for the report.html tests;
+# golang-go for `go tool pprof`.
 set -eu
 need=""
 command -v clang >/dev/null 2>&1 || need="$need clang"
@@ -16,6 +17,8 @@ command -v gdb >/dev/null 2>&1 || need="$need gdb"
 command -v objdump >/dev/null 2>&1 || need="$need binutils"
 # report.html is tested in a real browser, headless.
 command -v chromium >/dev/null 2>&1 || need="$need chromium"
+# The pprof tests read rig's profiles with `go tool pprof`.
+command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || need="$need golang-go"
 # The process-tree tests measure Debian's nginx (master + workers).
 [ -x /usr/sbin/nginx ] || need="$need nginx"
 if [ -n "$need" ]; then

@@ -47,6 +47,47 @@ pub enum Cmd {
     Gate(GateArgs),
     /// (Re)build report.html of an output directory of rig run, rig ab or rig gate.
     Report(ReportArgs),
+    /// Render a flamegraph (SVG, folded stacks or pprof) from recorded results, without re-running.
+    Flame(FlameArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FlameArgs {
+    /// The JSON of `rig attach --json`, or a cases.jsonl of `rig run`, `rig ab` or `rig gate`.
+    pub file: PathBuf,
+    /// Case id (or its file-name slug) in a cases.jsonl; not needed when it holds one counted case.
+    #[arg(long)]
+    pub case: Option<String>,
+    /// Family, or one of its other weights: alloc, alloc_bytes, copy, copy_calls, locks, lock_wait,
+    /// faults, syscalls, sched (off-CPU ns), sched_switches, cpu (on-CPU ns), cpu_samples.
+    #[arg(long, default_value = "alloc")]
+    pub family: String,
+    /// svg, folded or pprof (gzipped profile.proto with every weight of the family).
+    #[arg(long, default_value = "svg")]
+    pub format: String,
+    /// Write here (a new file) instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn flame(a: &FlameArgs) -> Result<i32> {
+    let format = a
+        .format
+        .parse()
+        .map_err(|e: String| anyhow::Error::new(crate::usage::BadValue(format!("--format {e}"))))?;
+    new_output_file("--out", &a.out)?;
+    let bytes = crate::flamegraph::render(&crate::flamegraph::FlameSettings {
+        file: a.file.clone(),
+        case: a.case.clone(),
+        graph: a.family.clone(),
+        format,
+        out: a.out.clone(),
+    })?;
+    match &a.out {
+        Some(p) => crate::fsutil::write_new(p, &bytes).context("--out")?,
+        None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
+    }
+    Ok(exit::OK)
 }
 
 #[derive(Args, Debug)]
@@ -302,6 +343,9 @@ pub struct Common {
     /// Also write the full attribution as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write flamegraphs of every family (SVG, folded stacks, pprof) into this new directory.
+    #[arg(long, value_name = "DIR")]
+    pub flame: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -409,6 +453,10 @@ fn output(a: &Attribution, common: &Common) -> Result<i32> {
         serde_json::to_writer_pretty(std::io::BufWriter::new(f), a)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(dir) = &common.flame {
+        let files = crate::flamegraph::write_window(dir, a)?;
+        println!("flamegraphs: {} ({} files)", dir.display(), files.len());
+    }
     Ok(if a.complete {
         exit::OK
     } else {
@@ -433,6 +481,19 @@ fn new_output_file(flag: &str, path: &Option<PathBuf>) -> Result<()> {
             .map_err(|m| anyhow::Error::new(crate::usage::BadValue(m)))?;
     }
     Ok(())
+}
+
+/// An output directory flag, refused now (exit 2) when it exists.
+fn new_output_dir(flag: &str, path: &Option<PathBuf>) -> Result<()> {
+    match path {
+        Some(p) if std::fs::symlink_metadata(p).is_ok() => {
+            Err(anyhow::Error::new(crate::usage::BadValue(format!(
+                "{flag} {}: already exists; give a new directory",
+                p.display()
+            ))))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn stop_flag() -> Result<Arc<AtomicBool>> {
@@ -617,6 +678,7 @@ pub fn run() -> Result<i32> {
         Cmd::Attach(a) => {
             let s = settings(&a)?;
             new_output_file("--json", &a.common.json)?;
+            new_output_dir("--flame", &a.common.flame)?;
             let stop = stop_flag()?;
             let attribution = session::run_attach(&s, &stop)?;
             output(&attribution, &a.common)
@@ -639,6 +701,7 @@ pub fn run() -> Result<i32> {
             println!("report: {}", p.display());
             Ok(exit::OK)
         }
+        Cmd::Flame(a) => flame(&a),
         Cmd::Demo(d) => demo(&d),
     }
 }
@@ -665,6 +728,14 @@ fn run_matrix(a: &RunArgs) -> Result<i32> {
     let stop = stop_flag()?;
     let results = crate::run::run(&s, &stop)?;
     println!("{}", crate::run::table::render(&results));
+    let counted = results
+        .iter()
+        .filter_map(|r| Some((r.case.id.as_str(), &r.counted.as_ref()?.attribution)));
+    print!("{}", crate::flamegraph::top_sites(counted, 3));
+    let flames = crate::flamegraph::write_cases(&s.out)?;
+    print!("{}", crate::flamegraph::where_written(&s.out, &flames));
+    // After the flamegraphs: the page embeds them.
+    crate::html::write_or_warn(&s.out);
     println!("results: {}", s.out.display());
     print_report_path(&s.out);
     let failed = results
@@ -696,6 +767,10 @@ fn ab(a: &AbArgs) -> Result<i32> {
     let stop = stop_flag()?;
     let report = crate::ab::run(&s, &stop)?;
     print!("{}", crate::ab::render(&report));
+    let flames = crate::flamegraph::write_ab(&s.out, &report.arms)?;
+    print!("{}", crate::flamegraph::where_written(&s.out, &flames));
+    // After the flamegraphs: the page embeds them.
+    crate::html::write_or_warn(&s.out);
     println!("results: {}", s.out.display());
     print_report_path(&s.out);
     if !report.measured && !report.interrupted {
@@ -713,6 +788,7 @@ fn ab(a: &AbArgs) -> Result<i32> {
 /// `rig demo`: the calibration server, driven and attributed.
 fn demo(d: &DemoArgs) -> Result<i32> {
     new_output_file("--json", &d.common.json)?;
+    new_output_dir("--flame", &d.common.flame)?;
     let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
     cmd.args(["--port", "0", "--threads", "2", "--contend"]);
     let target = session::Child::spawn_ready(cmd)?;

@@ -65,6 +65,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "window",
         ],
     ),
+    // `rig flame`, and the flamegraphs of output directories.
+    ("flamegraph", &["report", "scenario"]),
     (
         "run",
         &[
@@ -117,6 +119,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "ab",
             "exit",
+            "flamegraph",
             "fsutil",
             "gate",
             "host",

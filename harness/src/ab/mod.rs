@@ -4,7 +4,8 @@
 //! and swaps a binary, an `LD_LIBRARY_PATH` directory or an `LD_PRELOAD`),
 //! the suites to run and negative-control suites, a round count. Out: a new
 //! directory with `manifest.json`, `cases.jsonl` (every case of every run),
-//! `ab.json` and `ab.md`, and a benchstat-like table.
+//! `ab.json`, `ab.md` and `ab.bmf.json` (Bencher Metric Format), and a
+//! benchstat-like table.
 //!
 //! Runs go in palindromic blocks (A B B A, or A B C C B A), a fresh server
 //! for every pass of every case, each launch proven to map its arm's own
@@ -14,6 +15,7 @@
 
 mod analyse;
 pub mod equality;
+pub mod export;
 mod render;
 
 use analyse::analyse;
@@ -234,7 +236,10 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
     let report = analyse(s, &names, results, equality, order_names, interrupted);
     out.write_json("ab.json", &report)?;
     crate::fsutil::write_new(&s.out.join("ab.md"), markdown(&report).as_bytes())?;
-    crate::html::write_or_warn(&s.out);
+    crate::fsutil::write_new(
+        &s.out.join("ab.bmf.json"),
+        &serde_json::to_vec_pretty(&export::bmf(&report))?,
+    )?;
     Ok(report)
 }
 

@@ -9,7 +9,9 @@
 //! `repeats` instruction windows ([`crate::probe::instructions`]: perf when
 //! the host has a PMU, else callgrind), each on a fresh server.
 //!
-//! Out: per counter, the per-run values and their spread (max − min). A
+//! Out: per counter, the per-run values and their spread (max − min), and
+//! with `--out` also `gate.bmf.json`, `gate.md`, `gate.junit.xml`
+//! ([`export`]) and `flame/<case>/` flamegraphs. A
 //! counter is **deterministic** when `spread <= tol × max(1, |max|)`. For
 //! the eBPF counters `tol` is [`DET_REL_TOL`]: per-request counts are
 //! integers divided by a fixed N, so identical runs give bit-identical
@@ -35,6 +37,7 @@
 mod baseline;
 mod bless;
 mod compare;
+mod export;
 mod measure;
 mod render;
 #[cfg(test)]
@@ -44,6 +47,7 @@ pub use crate::metrics::names::*;
 pub use baseline::*;
 pub use bless::*;
 pub use compare::*;
+pub use export::*;
 pub use measure::*;
 pub use render::*;
 
@@ -113,6 +117,9 @@ pub fn run(s: &GateSettings, stop: &AtomicBool) -> Result<GateReport> {
         let p = d.join("gate.json");
         crate::fsutil::write_new(&p, &serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", p.display()))?;
+        write_exports(d, &report)?;
+        crate::report::flame::outdir::cases(d, crate::scenario::slug)
+            .with_context(|| format!("writing flamegraphs in {}/flame", d.display()))?;
         crate::html::write_or_warn(d);
     }
     Ok(report)

@@ -28,7 +28,7 @@ use rig_ebpf::abi::{
     AllocKey, CallsBytes, CopyKey, CpuKey, FaultKey, LockKey, LockVal, SchedVal, StackVal, Stats,
     SysCount, SysKey,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use attach::{
     check_target, require_root, AttachNote, CopyImpl, Followed, Joined, ProbeSet, Scope,
@@ -37,7 +37,7 @@ pub use stacks::{StackSnapshot, Stacks};
 pub use window::{alive, Window, WindowEnd, WindowStart};
 
 /// One family of probes; each is one BPF object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     Syscalls,

@@ -4,6 +4,7 @@
 //! requests it contained, and the session's `Symbolizer`. Out: an
 //! `Attribution` (plain, serializable, versioned) and its terminal table.
 
+pub mod flame;
 pub mod output;
 pub mod stacks;
 pub mod table;

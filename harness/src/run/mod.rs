@@ -280,7 +280,6 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
     bar.finish_and_clear();
     crate::launch::start::cleanup_all();
     write_report(&out, &results, interrupted, cases.len())?;
-    crate::html::write_or_warn(out.path());
     Ok(results)
 }
 

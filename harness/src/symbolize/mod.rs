@@ -15,7 +15,7 @@ use std::rc::Rc;
 
 use blazesym::symbolize::source::{Elf as BzElf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer as BzSymbolizer};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::process::maps::{basename, ProcMaps};
 use elf::ElfFacts;
@@ -31,7 +31,7 @@ pub enum AddrKind {
 }
 
 /// How a site got its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Naming {
     /// Inside a symbol's extent (ELF symbol with size, or DWARF function).
@@ -45,7 +45,7 @@ pub enum Naming {
 }
 
 /// A frame inlined at the site (outermost first, as blazesym reports them).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct InlinedFrame {
     pub function: String,
     pub file: Option<String>,
@@ -53,7 +53,7 @@ pub struct InlinedFrame {
 }
 
 /// A symbolized address.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Site {
     /// The address as given (for return addresses: not decremented).
     pub addr: u64,

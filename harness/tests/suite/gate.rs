@@ -476,3 +476,69 @@ fn gate_refuses_a_rig_peer_of_another_profile() {
         "{text}"
     );
 }
+
+#[test]
+fn gate_output_directory_holds_junit_bencher_markdown_and_flamegraphs_of_the_breach() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let (d, b) = scratch(
+        "exports",
+        2,
+        "max_new_sites = 0\n[counters.\"allocs/req\"]\nvalue = 3.0\nsoft_pct = 10.0\n",
+    );
+    assert_eq!(gate(&b, &["--bless"]).0, 0);
+    let out = d.0.join("out");
+    let (code, text) = gate(
+        &b,
+        &[
+            "--target",
+            &spec("calib-dyn-c.toml"),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, exit::GATE_BREACH, "{text}");
+    let line = rig_fixtures::calibwork_site_line("ab_alloc_extra");
+    let junit = std::fs::read_to_string(out.join("gate.junit.xml")).unwrap();
+    // A failure per breach (the blessed counters have 0% limits, so every
+    // counter variant c moves breaches), among them allocs/req (4 > 3.3)
+    // and the new site beyond max_new_sites = 0.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("gate.json")).unwrap()).unwrap();
+    let breaches = report["breaches"].as_array().unwrap().len();
+    assert!(breaches >= 2, "{report:#}");
+    assert!(
+        junit.contains(&format!("failures=\"{breaches}\"")),
+        "{junit}"
+    );
+    assert!(
+        junit.contains(
+            "name=\"allocs/req\">\n      <failure message=\"allocs/req: 4.000/req &gt; 3.300"
+        ),
+        "{junit}"
+    );
+    assert!(
+        junit.contains(&format!(
+            "name=\"malloc calls @ calibwork_alloc (calibwork.c:{line})\">\n      <failure"
+        )),
+        "{junit}"
+    );
+    let bmf: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("gate.bmf.json")).unwrap()).unwrap();
+    let case = bmf.as_object().unwrap().values().next().unwrap();
+    assert_eq!(case["allocs/req"]["value"], 4.0, "{bmf:#}");
+    let md = std::fs::read_to_string(out.join("gate.md")).unwrap();
+    assert!(
+        md.starts_with(&format!("## rig gate: ❌ FAIL ({breaches} breaches)")),
+        "{md}"
+    );
+    // Per-case flamegraphs of the counted runs: 4 mallocs per request in
+    // calibwork_alloc.
+    let flames: Vec<_> = std::fs::read_dir(out.join("flame"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(flames.len(), 2, "one directory per run");
+    let folded = std::fs::read_to_string(flames[0].path().join("alloc.folded")).unwrap();
+    assert!(folded.contains(";calibwork_alloc;malloc 4\n"), "{folded}");
+}

@@ -32,6 +32,7 @@ mod cleanup;
 mod cost;
 mod cxx;
 mod errors;
+mod flame;
 mod fuzz;
 mod gate;
 mod hostile;

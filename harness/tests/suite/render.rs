@@ -258,8 +258,7 @@ fn the_ab_markdown_carries_the_same_comparisons() {
     insta::assert_snapshot!(rig::ab::markdown(&ab_report()));
 }
 
-#[test]
-fn the_gate_report_lists_every_counter_with_its_verdict() {
+fn gate_report() -> GateReport {
     let obs = |name: &str, v: &[f64]| Observed::new(name.into(), v.to_vec(), Tol::EXACT);
     let row = |counter: &str, baseline, now, limit: &str, verdict, note: &str| Row {
         counter: counter.into(),
@@ -269,7 +268,7 @@ fn the_gate_report_lists_every_counter_with_its_verdict() {
         verdict,
         note: note.into(),
     };
-    let r = GateReport {
+    GateReport {
         baseline: "config/gates/calib.toml".into(),
         target: "config/targets/calib.toml".into(),
         binary: None,
@@ -303,8 +302,34 @@ fn the_gate_report_lists_every_counter_with_its_verdict() {
             ),
         ],
         breaches: vec!["allocs/req: 3 > 2 (+0%)".into()],
-    };
-    insta::assert_snapshot!(rig::gate::render(&r));
+    }
+}
+
+#[test]
+fn the_gate_report_lists_every_counter_with_its_verdict() {
+    insta::assert_snapshot!(rig::gate::render(&gate_report()));
+}
+
+#[test]
+fn the_gate_junit_xml_has_a_test_case_per_counter_and_fails_the_breaches() {
+    insta::assert_snapshot!(rig::gate::junit(&gate_report()));
+}
+
+#[test]
+fn the_gate_markdown_summary_leads_with_the_verdict_and_the_breaches() {
+    insta::assert_snapshot!(rig::gate::markdown(&gate_report()));
+}
+
+#[test]
+fn the_gate_bencher_json_holds_the_deterministic_counters_of_the_case() {
+    insta::assert_snapshot!(serde_json::to_string_pretty(&rig::gate::bmf(&gate_report())).unwrap());
+}
+
+#[test]
+fn the_ab_bencher_json_holds_every_metric_per_arm() {
+    insta::assert_snapshot!(
+        serde_json::to_string_pretty(&rig::ab::export::bmf(&ab_report())).unwrap()
+    );
 }
 
 fn launch_info() -> LaunchInfo {

@@ -20,14 +20,14 @@ use super::{probes_shared, root_or_skip};
 
 /// A stack fixture, started for one test: one request per line on stdin,
 /// one `ok` line back. Killed and reaped on drop.
-struct Fixture {
+pub(super) struct Fixture {
     child: Child,
     input: ChildStdin,
     output: BufReader<ChildStdout>,
 }
 
 impl Fixture {
-    fn start(path: &Path) -> Fixture {
+    pub(super) fn start(path: &Path) -> Fixture {
         let mut child = Command::new(path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -45,7 +45,7 @@ impl Fixture {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -91,7 +91,7 @@ impl Drop for Fixture {
 }
 
 /// A window of exactly `n` requests with `families` probed, stacks on.
-fn measure(fx: &mut Fixture, families: &[Family], n: u64) -> Attribution {
+pub(super) fn measure(fx: &mut Fixture, families: &[Family], n: u64) -> Attribution {
     fx.serve(50); // warm-up: first-touch faults, malloc's tcache
     let probes = ProbeSet::attach(fx.pid(), families).expect("probes attach");
     fx.serve(50);
@@ -122,7 +122,7 @@ fn event_matches(chain: &Chain, row: &StackRow) -> bool {
 
 /// A function name without C++ parameters or the Rust crate path, as the
 /// fixture tables write it.
-fn base_name(f: &str) -> &str {
+pub(super) fn base_name(f: &str) -> &str {
     let f = f.split('(').next().unwrap_or(f);
     f.strip_prefix("stackcalib_rs::").unwrap_or(f)
 }
