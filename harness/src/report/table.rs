@@ -82,6 +82,30 @@ pub fn render(a: &Attribution, top: usize) -> String {
             l.errors
         );
     }
+    if let Some(d) = &a.window.drive {
+        let _ = writeln!(out, "driven: {d}");
+    }
+    if let Some(c) = &a.window.command {
+        let _ = writeln!(out, "load command: {} ({})", c.argv.join(" "), c.status());
+        match (&c.count, &c.count_error) {
+            (Some(n), _) => {
+                let _ = writeln!(
+                    out,
+                    "requests: {} successful, read from {}'s output ({}); --per overrides",
+                    n.requests,
+                    n.tool.name(),
+                    n.evidence.join("; ")
+                );
+            }
+            (None, Some(why)) => {
+                let _ = writeln!(out, "requests: not read from the output: {why}");
+            }
+            (None, None) => {}
+        }
+    }
+    for w in &a.window.warnings {
+        let _ = writeln!(out, "WARNING: {w}");
+    }
     if a.window.quiesced == Some(false) {
         let _ = writeln!(
             out,
