@@ -91,7 +91,7 @@ pub fn render(a: &Attribution, top: usize) -> String {
             (Some(n), _) => {
                 let _ = writeln!(
                     out,
-                    "requests: {} successful, read from {}'s output ({}); --per overrides",
+                    "requests: {} successful, read from {}'s output ({}); --per N overrides it",
                     n.requests,
                     n.tool.name(),
                     n.evidence.join("; ")

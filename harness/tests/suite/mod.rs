@@ -28,6 +28,7 @@ mod ab;
 mod attach_calib;
 mod callgrind;
 mod cleanup;
+mod command;
 mod cost;
 mod cxx;
 mod drive;
