@@ -226,16 +226,20 @@ pub fn render(a: &Attribution, top: usize) -> String {
             "call site",
             "op",
             &format!("calls{unit}"),
+            &format!("acquisitions{unit}"),
             &format!("contended{unit}"),
             "futex wait µs/acq",
+            "futex wait µs/contended",
             "hold µs/acq*",
         ]);
         for r in a.locks.iter().take(top) {
-            let (wait, hold) = if r.op == "unlock" {
-                ("-".into(), "-".into())
+            let (acquired, wait, wait_contended, hold) = if r.op == "unlock" {
+                ("-".into(), "-".into(), "-".into(), "-".into())
             } else {
                 (
+                    per(r.acquired, n),
                     micros(r.futex_wait_ns, r.acquired),
+                    micros(r.futex_wait_ns, r.contended),
                     micros(r.hold_ns, r.holds),
                 )
             };
@@ -243,12 +247,19 @@ pub fn render(a: &Attribution, top: usize) -> String {
                 r.site.label(),
                 r.op.to_string(),
                 per(r.calls, n),
+                acquired,
                 per(r.contended, n),
                 wait,
+                wait_contended,
                 hold,
             ]);
         }
-        let _ = writeln!(out, "\nmutexes (* inflated by probe cost, see below)\n{t}");
+        // The same words as the README's "What the counters mean".
+        let _ = writeln!(
+            out,
+            "\nmutexes: contended = a lock call that waited in the kernel (futex) at least once; \
+             futex wait per acquisition and per contended acquisition; * inflated by probe cost, see below\n{t}"
+        );
     }
     if a.families.contains(&crate::probe::Family::Faults) {
         let mut t = table(&["site", "kind", &format!("faults{unit}")]);
