@@ -21,6 +21,12 @@ command -v chromium >/dev/null 2>&1 || need="$need chromium"
 command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || need="$need golang-go"
 # The process-tree tests measure Debian's nginx (master + workers).
 [ -x /usr/sbin/nginx ] || need="$need nginx"
+# `rig attach -- COMMAND` reads request counts from these load tools'
+# output; its tests run them (redis-server is the redis-benchmark target).
+command -v wrk >/dev/null 2>&1 || need="$need wrk"
+command -v h2load >/dev/null 2>&1 || need="$need nghttp2-client"
+command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
+command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 if [ -n "$need" ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: missing:$need -- run as root, or: apt-get install -y$need" >&2

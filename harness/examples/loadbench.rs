@@ -174,6 +174,7 @@ fn main() -> Result<()> {
                     Protocol::H2Tls {
                         ca_pem: target.ca.clone().unwrap_or_default(),
                         server_name: "localhost".into(),
+                        insecure: false,
                     },
                     "https",
                 ),

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::launch::spec::TargetSpec;
-use crate::load::H1Target;
+use crate::load::url::DriveChoice;
 use crate::probe::{Family, ProbeError};
 use crate::report::{table, Attribution};
 use crate::session::{self, AttachSettings, Drive};
@@ -359,10 +359,29 @@ pub struct AttachArgs {
     /// Divide by this many requests (what your load tool reported for the window).
     #[arg(long)]
     pub per: Option<u64>,
-    /// Drive the load from rig: a loopback http:// URL; the window is then
-    /// exactly --requests requests after a warm-up.
+    /// Drive the load from rig: a loopback http:// or https:// URL; the
+    /// window is then exactly --requests requests after a warm-up.
     #[arg(long)]
     pub drive: Option<String>,
+    /// --drive protocol: h1, h2c or h2 (over TLS). Default: h1 for http://,
+    /// h2 for https://.
+    #[arg(long, requires = "drive")]
+    pub protocol: Option<String>,
+    /// --drive over HTTP/1.1: a new TCP connection for every request.
+    #[arg(long, requires = "drive")]
+    pub new_connection: bool,
+    /// --drive over HTTP/2: concurrent streams per connection.
+    #[arg(long, default_value_t = 1)]
+    pub streams: usize,
+    /// --drive https://: the CA (PEM) that signed the server's certificate.
+    #[arg(long, requires = "drive")]
+    pub ca: Option<PathBuf>,
+    /// --drive https://: the name to verify and send as SNI (default: the URL's host).
+    #[arg(long, requires = "drive")]
+    pub server_name: Option<String>,
+    /// --drive https://: accept any certificate (a self-signed one included); said in the report.
+    #[arg(long, requires = "drive")]
+    pub insecure: bool,
     /// Requests in a driven window.
     #[arg(long, default_value_t = 2000)]
     pub requests: u64,
@@ -382,6 +401,12 @@ pub struct AttachArgs {
     pub no_tree: bool,
     #[command(flatten)]
     pub common: Common,
+    /// `-- COMMAND ARGS...`: the load. The window opens before it starts and
+    /// closes when it exits (--duration is then unused); without --per, the
+    /// request count is read from the output of wrk, h2load, oha and
+    /// redis-benchmark.
+    #[arg(last = true)]
+    pub command: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -419,15 +444,22 @@ fn settings(a: &AttachArgs) -> Result<AttachSettings> {
             if a.per.is_some() {
                 bail!("--per and --drive together: with --drive rig counts the requests itself; drop --per");
             }
-            if a.requests == 0 || a.connections == 0 {
-                bail!("--requests and --connections must be at least 1");
+            if !a.command.is_empty() {
+                bail!("--drive and a load command together: give one load, rig's (--drive) or yours (-- COMMAND)");
             }
-            Some(Drive {
-                target: H1Target::parse(url)?,
+            if a.requests == 0 || a.connections == 0 || a.streams == 0 {
+                bail!("--requests, --connections and --streams must be at least 1");
+            }
+            let choice = DriveChoice {
+                protocol: a.protocol.clone(),
+                new_connection: a.new_connection,
+                ca: a.ca.clone(),
+                server_name: a.server_name.clone(),
+                insecure: a.insecure,
                 connections: a.connections,
-                warmup: a.warmup,
-                requests: a.requests,
-            })
+                streams: a.streams,
+            };
+            Some(Drive::new(url, &choice, a.warmup, a.requests)?)
         }
         None => None,
     };
@@ -437,6 +469,7 @@ fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         duration: a.duration,
         per: a.per,
         drive,
+        command: a.command.clone(),
         tree: match (a.tree, a.no_tree) {
             (true, _) => Some(true),
             (_, true) => Some(false),
@@ -802,12 +835,13 @@ fn demo(d: &DemoArgs) -> Result<i32> {
         families: Family::parse_list(&d.common.probes)?,
         duration: Duration::ZERO,
         per: None,
-        drive: Some(Drive {
-            target: H1Target::parse(&format!("http://127.0.0.1:{}/calib", target.port))?,
-            connections: d.connections,
-            warmup: crate::window::WarmUp::ATTACH_DEFAULT,
-            requests: d.requests,
-        }),
+        drive: Some(Drive::h1(
+            &format!("http://127.0.0.1:{}/calib", target.port),
+            d.connections,
+            crate::window::WarmUp::ATTACH_DEFAULT,
+            d.requests,
+        )?),
+        command: Vec::new(),
         tree: None,
         wrappers: d.common.wrappers.clone(),
     };

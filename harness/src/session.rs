@@ -1,15 +1,21 @@
 //! An attribution session: attach → window → detach → symbolize → report.
 //!
-//! In: validated `AttachSettings`. Out: an `Attribution`. The window is either
-//! a duration of load the user drives, or a fixed-count window of load rig
-//! drives itself (warm-up outside the window, then exactly N requests).
+//! In: validated `AttachSettings`. Out: an `Attribution`. The window is
+//! one of: a duration of load the user drives; the run of a load command
+//! rig starts (`rig attach -- COMMAND`: the window opens before it starts
+//! and closes when it exits); or a fixed-count window of load rig drives
+//! itself (warm-up outside the window, then exactly N requests).
+
+mod activity;
+mod command;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::load::{self, H1Target, LoadResult};
+use crate::load::url::{describe, drive_spec, DriveChoice, Url};
+use crate::load::{self, LoadReport, LoadResult, LoadSpec};
 use crate::probe::{alive, Family, ProbeSet, Scope, Window, WindowEnd};
 use crate::process::ProcessId;
 use crate::report::Attribution;
@@ -20,10 +26,34 @@ use crate::window::{drive, Phase, WarmUp};
 /// Load rig drives itself for a fixed-count window.
 #[derive(Clone, Debug)]
 pub struct Drive {
-    pub target: H1Target,
-    pub connections: usize,
+    pub url: String,
+    /// Protocol, connections and streams: what `rig run`'s generator speaks.
+    pub load: LoadSpec,
     pub warmup: u64,
     pub requests: u64,
+}
+
+impl Drive {
+    /// `--drive URL` with the user's protocol and TLS choices.
+    pub fn new(url: &str, choice: &DriveChoice, warmup: u64, requests: u64) -> Result<Drive> {
+        let u = Url::parse(url)?;
+        Ok(Drive {
+            url: url.to_string(),
+            load: drive_spec(&u, choice)?,
+            warmup,
+            requests,
+        })
+    }
+
+    /// Plain HTTP/1.1 keep-alive on `connections` connections.
+    pub fn h1(url: &str, connections: usize, warmup: u64, requests: u64) -> Result<Drive> {
+        let choice = DriveChoice {
+            connections,
+            streams: 1,
+            ..DriveChoice::default()
+        };
+        Drive::new(url, &choice, warmup, requests)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -35,6 +65,8 @@ pub struct AttachSettings {
     /// Requests the user's load tool reported for the window (`--per`).
     pub per: Option<u64>,
     pub drive: Option<Drive>,
+    /// `rig attach -- COMMAND ARGS...`: the load, run inside the window.
+    pub command: Vec<String>,
     /// Follow the process tree: `Some(true)` always, `Some(false)` never,
     /// `None` when the pid has children.
     pub tree: Option<bool>,
@@ -52,77 +84,137 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
     // listener belongs to the pid or one of its descendants, or we refuse.
     if let Some(d) = &s.drive {
         use crate::launch::port::{check_holder, HolderCheck};
-        let port = d.target.addr.port();
+        let port = d.load.addr.port();
         match check_holder(port, s.pid) {
             HolderCheck::Proven(_) => {}
             HolderCheck::NoListener => bail!(
                 "--drive {}: nothing listens on port {port}; start the server or fix the URL",
-                d.target.url
+                d.url
             ),
             HolderCheck::Other { pid, cmdline } => bail!(
                 "--drive {}: port {port} is held by pid {pid} ({cmdline}), not by --pid {} or its children; \
                  the load would measure another process",
-                d.target.url,
+                d.url,
                 s.pid
             ),
         }
     }
 
-    let (window, load_result, quiesced) = match &s.drive {
-        Some(d) => {
-            // Connections (and their accept) and warm-up happen before the
-            // probes see anything that counts: lazy binding and first touch
-            // stay outside.
-            let mut conns = load::connect(&d.target, d.connections)?;
-            let check = |phase: Phase, warm: &LoadResult| -> Result<()> {
-                if stop.load(Ordering::Relaxed) {
-                    bail!("interrupted by SIGINT/SIGTERM during the warm-up; nothing was measured");
-                }
-                if warm.failed() == 0 {
-                    return Ok(());
-                }
-                match phase {
-                    Phase::Before => bail!(
-                        "warm-up against {} failed: {:?}; not measuring a target that does not answer",
-                        d.target.url,
-                        warm.errors
-                    ),
-                    Phase::Under => bail!("warm-up under probes failed: {:?}", warm.errors),
-                }
-            };
-            let open = || -> Result<ProbeWindow> {
-                let probes = attach(s)?;
-                Ok(ProbeWindow::new(probes, SettleEnd::Always, || alive(&id)))
-            };
-            let driven = drive(
-                &mut conns,
-                WarmUp::driven(d.warmup),
-                d.requests,
-                check,
-                open,
-            )?;
-            drop(conns);
-            let r = driven.reading;
-            let mut window = r.window;
-            if stop.load(Ordering::Relaxed) {
-                window.end = WindowEnd::Interrupted;
-            }
-            (window, Some(driven.report), Some(r.quiesced))
-        }
-        None => (user_window(s, &id, stop)?, None, None),
+    let w = match &s.drive {
+        Some(d) => driven_window(s, d, &id, stop)?,
+        None => user_window(s, &id, stop)?,
     };
-
-    let requests = match (&load_result, s.per) {
-        (_, Some(n)) => Some(n),
-        (Some(r), None) => Some(r.succeeded),
-        (None, None) => None,
+    let command_count = w.command.as_ref().and_then(|c| c.count.as_ref());
+    let requests = match (&w.load, s.per, command_count) {
+        (_, Some(n), _) => Some(n),
+        (Some(r), None, _) => Some(r.succeeded),
+        (None, None, Some(c)) => Some(c.requests),
+        (None, None, None) => None,
     };
     let mut sym = Symbolizer::new();
     let wrappers = crate::report::stacks::Wrappers::with_extra(&s.wrappers);
-    let mut attribution =
-        Attribution::build_with(&window, requests, load_result, &mut sym, &wrappers);
-    attribution.window.quiesced = quiesced;
+    let mut attribution = Attribution::build_with(&w.window, requests, w.load, &mut sym, &wrappers);
+    attribution.window.quiesced = w.quiesced;
+    attribution.window.drive = w.drive;
+    attribution.window.command = w.command;
+    attribution.window.warnings = w.warnings;
     Ok(attribution)
+}
+
+/// A finished window and what is known of its load.
+struct Measured {
+    window: Window,
+    load: Option<LoadResult>,
+    quiesced: Option<bool>,
+    drive: Option<String>,
+    command: Option<crate::load::tools::CommandRun>,
+    warnings: Vec<String>,
+}
+
+/// A fixed-count window of load rig drives (`--drive`). Connections (and
+/// their accept) and the warm-up happen before the probes see anything
+/// that counts: lazy binding and first touch stay outside.
+fn driven_window(
+    s: &AttachSettings,
+    d: &Drive,
+    id: &ProcessId,
+    stop: &AtomicBool,
+) -> Result<Measured> {
+    let mut client = load::Client::connect(&d.load).map_err(|e| {
+        let hint = match e.to_string().contains("CaUsedAsEndEntity") {
+            true => {
+                "; the server's certificate is its own CA (self-signed, CA:TRUE), which \
+                     verification refuses as an end entity: give --insecure to accept it"
+            }
+            false => "",
+        };
+        anyhow::anyhow!("--drive {}: {e}{hint}", d.url)
+    })?;
+    let check = |phase: Phase, warm: &LoadReport| -> Result<()> {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted by SIGINT/SIGTERM during the warm-up; nothing was measured");
+        }
+        if warm.errors_total() == 0 {
+            return Ok(());
+        }
+        match phase {
+            Phase::Before => bail!(
+                "warm-up against {} ({}) failed: {:?}; not measuring a target that does not answer",
+                d.url,
+                describe(&d.load),
+                warm.errors
+            ),
+            Phase::Under => bail!("warm-up under probes failed: {:?}", warm.errors),
+        }
+    };
+    let open = || -> Result<ProbeWindow> {
+        let probes = attach(s)?;
+        Ok(ProbeWindow::new(probes, SettleEnd::Always, || alive(id)))
+    };
+    let driven = drive(
+        &mut client,
+        WarmUp::driven(d.warmup),
+        d.requests,
+        check,
+        open,
+    )?;
+    drop(client);
+    let r = driven.reading;
+    let mut window = r.window;
+    if stop.load(Ordering::Relaxed) {
+        window.end = WindowEnd::Interrupted;
+    }
+    let report = driven.report;
+    let hs = report.handshakes;
+    // A server that closes after every response (HTTP/1.0, `Connection:
+    // close`) makes a keep-alive client reconnect: say so, the accept and
+    // close of each connection are in the counts.
+    let reconnects = match d.load.protocol {
+        load::Protocol::H1 { keepalive: true } if hs.tcp > 0 => format!(
+            "; the server closed the connection {} times (HTTP/1.0 or Connection: close), \
+             so its accept and close are in the counts",
+            hs.tcp
+        ),
+        _ => String::new(),
+    };
+    Ok(Measured {
+        window,
+        load: Some(LoadResult {
+            sent: report.sent,
+            succeeded: report.succeeded,
+            errors: report.errors.clone(),
+        }),
+        quiesced: Some(r.quiesced),
+        drive: Some(format!(
+            "{}; handshakes inside the window: {} TCP, {} TLS, {} h2{reconnects}",
+            describe(&d.load),
+            hs.tcp,
+            hs.tls,
+            hs.h2
+        )),
+        command: None,
+        warnings: Vec::new(),
+    })
 }
 
 /// Attach the probe set to `s.pid` (its whole tree when asked, or when it
@@ -133,7 +225,13 @@ fn attach(s: &AttachSettings) -> Result<ProbeSet> {
         true => Scope::Tree,
         false => Scope::Process,
     };
+    let t0 = Instant::now();
     let probes = ProbeSet::attach_scoped(s.pid, &s.families, scope)?;
+    eprintln!(
+        "rig: probes attached in {:.2} s ({} families)",
+        t0.elapsed().as_secs_f64(),
+        s.families.len()
+    );
     match scope {
         Scope::Tree => eprintln!(
             "rig: following the process tree of pid {}: {} process(es) now ({} descendant(s)); \
@@ -152,32 +250,85 @@ fn attach(s: &AttachSettings) -> Result<ProbeSet> {
     Ok(probes)
 }
 
-/// A window of `s.duration` while the user drives the load (Ctrl-C or the
-/// target's exit ends it early).
-fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<Window> {
+/// A window while the user's load runs: for `s.duration`, or (with a
+/// command) from just before the command starts until it exits. Ctrl-C
+/// or the target's exit end it early.
+fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<Measured> {
     let probes = attach(s)?;
+    let tree = probes.scope() == Scope::Tree;
     let start = probes.start_window()?;
-    eprintln!(
-        "rig: window open on pid {} for {} (Ctrl-C ends it early)",
-        s.pid,
-        humantime::format_duration(s.duration)
-    );
+    let mut activity = activity::Activity::start(s.pid, tree);
+    let mut cmd = match s.command.is_empty() {
+        true => {
+            eprintln!(
+                "rig: window open on pid {} for {} (Ctrl-C ends it early)",
+                s.pid,
+                humantime::format_duration(s.duration)
+            );
+            None
+        }
+        false => {
+            eprintln!(
+                "rig: window open on pid {}; running the load: {}",
+                s.pid,
+                s.command.join(" ")
+            );
+            Some(command::Running::spawn(&s.command)?)
+        }
+    };
     let deadline = Instant::now() + s.duration;
-    let end = loop {
+    let (end, status) = loop {
         if stop.load(Ordering::Relaxed) {
-            break WindowEnd::Interrupted;
+            break (WindowEnd::Interrupted, None);
         }
         if !alive(id) {
-            break WindowEnd::TargetExited;
+            break (WindowEnd::TargetExited, None);
         }
+        activity.tick();
         let now = Instant::now();
-        if now >= deadline {
-            break WindowEnd::Completed;
+        match &mut cmd {
+            Some(c) => {
+                if let Some(st) = c.try_wait()? {
+                    break (WindowEnd::Completed, Some(st));
+                }
+            }
+            None if now >= deadline => break (WindowEnd::Completed, None),
+            None => {}
         }
-        std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
+        let left = deadline.saturating_duration_since(now);
+        std::thread::sleep(match cmd {
+            Some(_) => Duration::from_millis(5),
+            None => left.min(Duration::from_millis(20)),
+        });
     };
     // Detach (drop) before the slow part: symbolizing needs no probes.
-    Ok(probes.end_window(start, end)?)
+    let window = probes.end_window(start, end)?;
+    let mut warnings = activity.finish(cmd.is_some());
+    let command = match cmd {
+        Some(mut c) => {
+            let status = match status {
+                Some(st) => st,
+                None => c.kill()?,
+            };
+            let run = c.finish(status, s.per);
+            if run.exit_code != Some(0) {
+                warnings.push(format!(
+                    "the load command ended with {}: its requests may have failed",
+                    run.status()
+                ));
+            }
+            Some(run)
+        }
+        None => None,
+    };
+    Ok(Measured {
+        window,
+        load: None,
+        quiesced: None,
+        drive: None,
+        command,
+        warnings,
+    })
 }
 
 /// A process rig started (the bundled calibration target for `rig demo`):

@@ -49,8 +49,9 @@ pub(super) fn load_spec(
         Proto::H2Tls => {
             let t = spec.protocols.h2_tls.as_ref().expect("checked by spec_for");
             Protocol::H2Tls {
-                ca_pem: t.ca.clone(),
+                ca_pem: t.ca.clone().unwrap_or_default(),
                 server_name: t.server_name.clone(),
+                insecure: t.insecure,
             }
         }
     };

@@ -52,11 +52,17 @@ impl Setup {
             Protocol::H2Tls {
                 ca_pem,
                 server_name,
-            } => (true, true, Some((ca_pem, server_name, "h2"))),
+                insecure,
+            } => (true, true, Some((ca_pem, server_name, "h2", *insecure))),
             Protocol::H1Tls {
                 ca_pem,
                 server_name,
-            } => (false, true, Some((ca_pem, server_name, "http/1.1"))),
+                insecure,
+            } => (
+                false,
+                true,
+                Some((ca_pem, server_name, "http/1.1", *insecure)),
+            ),
         };
         if !h2 && spec.streams != 1 {
             return Err(LoadError::Spec(format!(
@@ -68,7 +74,9 @@ impl Setup {
             return Err(LoadError::Spec("streams must be at least 1".into()));
         }
         let tls = match tls {
-            Some((ca, name, alpn)) => Some(super::tls::connector(ca, name, alpn)?),
+            Some((ca, name, alpn, insecure)) => {
+                Some(super::tls::connector(ca, name, alpn, insecure)?)
+            }
             None => None,
         };
         let authority = match &tls {

@@ -30,6 +30,8 @@ pub mod hist;
 mod open;
 pub mod schedule;
 mod tls;
+pub mod tools;
+pub mod url;
 mod validate;
 mod worker;
 
@@ -101,15 +103,20 @@ pub enum Protocol {
     H1 { keepalive: bool },
     /// HTTP/2 with prior knowledge over TCP.
     H2c,
-    /// HTTP/2 over TLS (ALPN `h2`), verifying the server against `ca_pem`.
+    /// HTTP/2 over TLS (ALPN `h2`), verifying the server against `ca_pem`
+    /// (`insecure`: accepting any certificate; `ca_pem` is then unused).
     H2Tls {
         ca_pem: PathBuf,
         server_name: String,
+        #[serde(default)]
+        insecure: bool,
     },
     /// HTTP/1.1 keep-alive over TLS (ALPN `http/1.1`).
     H1Tls {
         ca_pem: PathBuf,
         server_name: String,
+        #[serde(default)]
+        insecure: bool,
     },
 }
 

@@ -1,14 +1,20 @@
 //! TLS client configuration: the CA from a PEM file, the server name, one
-//! ALPN protocol. Verification is always on; a server whose certificate does
-//! not chain to that CA fails its handshake (`tls: invalid peer certificate:
-//! UnknownIssuer`).
+//! ALPN protocol. Verification is on unless the user asked for `insecure`:
+//! a server whose certificate does not chain to the CA fails its handshake
+//! (`tls: invalid peer certificate: UnknownIssuer`). With `insecure` any
+//! certificate is accepted — including a self-signed one that is its own CA
+//! (`openssl req -x509` writes `CA:TRUE`, which webpki refuses as an end
+//! entity with `CaUsedAsEndEntity`) — but the handshake signatures are still
+//! checked, so the connection is real TLS to whoever holds the key.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_rustls::TlsConnector;
 
 use super::LoadError;
@@ -17,28 +23,26 @@ pub(crate) fn connector(
     ca_pem: &Path,
     server_name: &str,
     alpn: &str,
+    insecure: bool,
 ) -> Result<(TlsConnector, ServerName<'static>), LoadError> {
     let ca_err = |why: String| LoadError::Ca {
         path: ca_pem.to_path_buf(),
         why,
     };
-    let mut roots = RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(ca_pem)
-        .map_err(|e| ca_err(e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ca_err(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(ca_err("no CERTIFICATE in the file".into()));
-    }
-    for c in certs {
-        roots.add(c).map_err(|e| ca_err(e.to_string()))?;
-    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ClientConfig::builder_with_provider(provider)
+    let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| ca_err(format!("TLS configuration: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .map_err(|e| ca_err(format!("TLS configuration: {e}")))?;
+    let mut config = if insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
+            .with_no_client_auth()
+    } else {
+        builder
+            .with_root_certificates(roots(ca_pem).map_err(ca_err)?)
+            .with_no_client_auth()
+    };
     config.alpn_protocols = vec![alpn.as_bytes().to_vec()];
     let name =
         ServerName::try_from(server_name.to_string()).map_err(|e| LoadError::ServerName {
@@ -46,4 +50,68 @@ pub(crate) fn connector(
             why: e.to_string(),
         })?;
     Ok((TlsConnector::from(Arc::new(config)), name))
+}
+
+fn roots(ca_pem: &Path) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca_pem)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no CERTIFICATE in the file".into());
+    }
+    for c in certs {
+        roots.add(c).map_err(|e| e.to_string())?;
+    }
+    Ok(roots)
+}
+
+/// `insecure`: every certificate is accepted; signatures are verified.
+#[derive(Debug)]
+struct AcceptAny(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAny {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }

@@ -213,8 +213,13 @@ impl ProbeSet {
         // Kernel-side following starts first, so a fork racing with the
         // listing below is caught by one or the other.
         let mut objects = Vec::new();
-        for &family in families {
-            let mut ebpf = load(family, stack_mode, tables.capacity())?;
+        let loaded = super::preload::load_all(
+            families,
+            scope == Scope::Tree,
+            stack_mode == Stacks::On,
+            |family| load(family, stack_mode, tables.capacity()),
+        )?;
+        for (family, mut ebpf) in loaded {
             if scope == Scope::Tree {
                 raw_tp(&mut ebpf, family, "rig_follow_fork", "sched_process_fork")?;
             }
@@ -938,8 +943,10 @@ fn raw_tp(ebpf: &mut Ebpf, family: Family, program: &str, tp: &str) -> Result<()
         .ok_or_else(|| missing_program(family, program))?
         .try_into()
         .map_err(program_err(family, format!("program {program}")))?;
-    p.load()
-        .map_err(program_err(family, format!("loading {program}")))?;
+    if p.fd().is_err() {
+        p.load()
+            .map_err(program_err(family, format!("loading {program}")))?;
+    }
     p.attach(tp).map_err(program_err(
         family,
         format!("attaching {program} to raw tracepoint {tp}"),
@@ -1028,8 +1035,10 @@ fn per_cpu_event(
         .ok_or_else(|| missing_program(family, program))?
         .try_into()
         .map_err(program_err(family, format!("program {program}")))?;
-    p.load()
-        .map_err(program_err(family, format!("loading {program}")))?;
+    if p.fd().is_err() {
+        p.load()
+            .map_err(program_err(family, format!("loading {program}")))?;
+    }
     for &cpu in &cpus {
         p.attach(
             PerfEventConfig::Software(event),

@@ -15,6 +15,7 @@ pub mod ifunc;
 pub mod instructions;
 pub mod perf;
 pub mod placement;
+mod preload;
 mod read;
 pub mod stacks;
 pub mod unwind;

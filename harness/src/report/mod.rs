@@ -84,6 +84,15 @@ pub struct WindowInfo {
     /// at both boundaries. `false` means a background thread kept working,
     /// so counts of what it does are not exact per request.
     pub quiesced: Option<bool>,
+    /// `--drive`: what rig's load spoke (protocol, connections, whether the
+    /// server's certificate was verified) and the handshakes it made.
+    pub drive: Option<String>,
+    /// `rig attach -- COMMAND`: the command rig ran as the load, its exit
+    /// status and the request count read from its output.
+    pub command: Option<crate::load::tools::CommandRun>,
+    /// Evidence that the window and the load were not the same interval
+    /// (an idle target, a load that outlasted the window).
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -657,6 +666,9 @@ impl Attribution {
                 requests,
                 load,
                 quiesced: None,
+                drive: None,
+                command: None,
+                warnings: Vec::new(),
             },
             syscalls,
             alloc,

@@ -139,6 +139,54 @@ fn header(out: &mut String, a: &Attribution, n: Option<u64>) {
             l.errors
         );
     }
+    if let Some(d) = &a.window.drive {
+        let _ = writeln!(out, "driven: {d}");
+    }
+    if let Some(c) = &a.window.command {
+        let _ = writeln!(out, "load command: {} ({})", c.argv.join(" "), c.status());
+        match (&c.count, &c.count_error) {
+            (Some(n), _) => {
+                let _ = writeln!(
+                    out,
+                    "requests: {} successful, read from {}'s output ({}); --per N overrides it",
+                    n.requests,
+                    n.tool.name(),
+                    n.evidence.join("; ")
+                );
+            }
+            (None, Some(why)) => {
+                let _ = writeln!(out, "requests: not read from the output: {why}");
+            }
+            (None, None) => {}
+        }
+    }
+    for w in &a.window.warnings {
+        let _ = writeln!(out, "WARNING: {w}");
+    }
+    if let Some(d) = &a.window.drive {
+        let _ = writeln!(out, "driven: {d}");
+    }
+    if let Some(c) = &a.window.command {
+        let _ = writeln!(out, "load command: {} ({})", c.argv.join(" "), c.status());
+        match (&c.count, &c.count_error) {
+            (Some(n), _) => {
+                let _ = writeln!(
+                    out,
+                    "requests: {} successful, read from {}'s output ({}); --per N overrides it",
+                    n.requests,
+                    n.tool.name(),
+                    n.evidence.join("; ")
+                );
+            }
+            (None, Some(why)) => {
+                let _ = writeln!(out, "requests: not read from the output: {why}");
+            }
+            (None, None) => {}
+        }
+    }
+    for w in &a.window.warnings {
+        let _ = writeln!(out, "WARNING: {w}");
+    }
     if a.window.quiesced == Some(false) {
         let _ = writeln!(
             out,
@@ -274,16 +322,20 @@ fn mutexes(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         "call site",
         "op",
         &format!("calls{unit}"),
+        &format!("acquisitions{unit}"),
         &format!("contended{unit}"),
         "futex wait µs/acq",
+        "futex wait µs/contended",
         "hold µs/acq*",
     ]);
     for r in a.locks.iter().take(top) {
-        let (wait, hold) = if r.op == "unlock" {
-            ("-".into(), "-".into())
+        let (acquired, wait, wait_contended, hold) = if r.op == "unlock" {
+            ("-".into(), "-".into(), "-".into(), "-".into())
         } else {
             (
+                per(r.acquired, n),
                 micros(r.futex_wait_ns, r.acquired),
+                micros(r.futex_wait_ns, r.contended),
                 micros(r.hold_ns, r.holds),
             )
         };
@@ -291,12 +343,19 @@ fn mutexes(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
             r.site.label(),
             r.op.to_string(),
             per(r.calls, n),
+            acquired,
             per(r.contended, n),
             wait,
+            wait_contended,
             hold,
         ]);
     }
-    let _ = writeln!(out, "\nmutexes (* inflated by probe cost, see below)\n{t}");
+    // The same words as the README's "What the counters mean".
+    let _ = writeln!(
+        out,
+        "\nmutexes: contended = a lock call that waited in the kernel (futex) at least once; \
+         futex wait per acquisition and per contended acquisition; * inflated by probe cost, see below\n{t}"
+    );
 }
 
 /// Page faults by site and kind.

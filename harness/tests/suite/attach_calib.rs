@@ -296,8 +296,9 @@ fn context_switches_match_the_kernels_accounting_exactly() {
     root_or_skip!();
     let _g = probes_shared();
     let target = calib(&["--threads", "2"]);
-    let d = super::drive(target.port, "/calib", N, 2);
-    let mut conns = rig::load::connect(&d.target, 2).unwrap();
+    let url = format!("http://127.0.0.1:{}/calib", target.port);
+    let t = rig::load::H1Target::parse(&url).unwrap();
+    let mut conns = rig::load::connect(&t, 2).unwrap();
     rig::load::fixed_count(&mut conns, 200);
     let probes = ProbeSet::attach(target.pid(), &[Family::Sched]).unwrap();
     rig::load::fixed_count(&mut conns, 50);

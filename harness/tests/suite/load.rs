@@ -290,6 +290,7 @@ fn tls_h2(ca: &std::path::Path) -> Protocol {
     Protocol::H2Tls {
         ca_pem: ca.to_path_buf(),
         server_name: "localhost".into(),
+        insecure: false,
     }
 }
 
@@ -419,6 +420,7 @@ fn h1_over_tls_succeeds_exactly() {
     let p = Protocol::H1Tls {
         ca_pem: t.ca.clone(),
         server_name: "localhost".into(),
+        insecure: false,
     };
     let mut c = Client::connect(&spec(s.addr, p, 3, 1)).unwrap();
     let r = run(&mut c, fixed(300));
@@ -444,6 +446,7 @@ fn tls_with_the_wrong_ca_fails_verification() {
     let p = Protocol::H2Tls {
         ca_pem: t.ca.clone(),
         server_name: "example.com".into(),
+        insecure: false,
     };
     let e = Client::connect(&spec(s.addr, p, 1, 1)).err().unwrap();
     assert!(e.to_string().contains("not valid for name"), "{e}");

@@ -29,8 +29,10 @@ mod attach_calib;
 mod callgrind;
 mod chaos;
 mod cleanup;
+mod command;
 mod cost;
 mod cxx;
+mod drive;
 mod errors;
 mod flame;
 mod fuzz;
@@ -51,7 +53,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use rig::load::H1Target;
 use rig::probe::Family;
 use rig::report::Attribution;
 use rig::session::{self, AttachSettings, Child, Drive};
@@ -93,12 +94,13 @@ pub fn calib(args: &[&str]) -> Child {
 }
 
 pub fn drive(port: u16, path: &str, requests: u64, connections: usize) -> Drive {
-    Drive {
-        target: H1Target::parse(&format!("http://127.0.0.1:{port}{path}")).unwrap(),
+    Drive::h1(
+        &format!("http://127.0.0.1:{port}{path}"),
         connections,
-        warmup: 200,
+        200,
         requests,
-    }
+    )
+    .unwrap()
 }
 
 /// A fixed-count attribution session against `target`.
@@ -114,6 +116,7 @@ pub fn attribute(
         duration: std::time::Duration::ZERO,
         per: None,
         drive: Some(drive(target.port, "/calib", requests, connections)),
+        command: Vec::new(),
         tree: None,
         wrappers: Vec::new(),
     };

@@ -83,6 +83,9 @@ fn attribution() -> Attribution {
             requests: Some(1000),
             load: None,
             quiesced: Some(true),
+            drive: None,
+            command: None,
+            warnings: Vec::new(),
         },
         syscalls: vec![
             SyscallRow {

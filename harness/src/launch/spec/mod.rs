@@ -16,6 +16,7 @@
 //! h1 = true
 //! h2c = true
 //! # h2_tls = { ca = "../../fixtures/tls/ca.pem", server_name = "localhost" }
+//! # h2_tls = { server_name = "localhost", insecure = true }  # any certificate
 //!
 //! [[endpoints]]
 //! path = "/plain"
@@ -47,7 +48,9 @@
 //!   always listens on N (rig checks before launch that nobody holds it).
 //! - `[protocols]`: a target speaks on ONE port. `h1`/`h2c` say which
 //!   cleartext protocols the load may use; `h2_tls` says the port is TLS
-//!   (ALPN picks h2 or http/1.1) and gives the CA and server name to verify.
+//!   (ALPN picks h2 or http/1.1) and gives the CA and server name to verify;
+//!   `insecure = true` accepts any certificate (a self-signed one that is its
+//!   own CA included) and is said in every report of a case that used it.
 //! - `tls_variant = "peer-tls.toml"`: the same implementation serving TLS
 //!   (a spec whose `[protocols]` has `h2_tls`); a run's TLS cases launch it,
 //!   so one `--target` covers cleartext and TLS.
@@ -168,9 +171,12 @@ pub enum Ready {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TlsSpec {
-    /// Absolute (resolved against the spec's directory).
-    pub ca: PathBuf,
+    /// Absolute (resolved against the spec's directory). Required unless
+    /// `insecure`.
+    pub ca: Option<PathBuf>,
     pub server_name: String,
+    /// Accept any server certificate (handshake signatures still checked).
+    pub insecure: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -413,7 +419,13 @@ impl TargetSpec {
             protos.push("h2c".to_string());
         }
         if let Some(t) = &self.protocols.h2_tls {
-            protos.push(format!("h2 over TLS ({})", t.server_name));
+            protos.push(match t.insecure {
+                false => format!("h2 over TLS ({})", t.server_name),
+                true => format!(
+                    "h2 over TLS ({}, certificate NOT verified: insecure)",
+                    t.server_name
+                ),
+            });
         }
         format!(
             "{}: {} ({}); ready: {} within {} ms; protocols: {}; {} endpoint(s)",

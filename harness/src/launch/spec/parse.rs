@@ -265,17 +265,29 @@ fn readiness(d: &mut Diag, raw: &RawSpec) -> (Ready, Duration) {
 
 /// `[protocols]` (with the TLS CA) and `tls_variant`.
 fn listeners(d: &mut Diag, raw: &RawSpec, dir: &Path) -> (Protocols, Option<PathBuf>) {
-    let h2_tls = raw.protocols.h2_tls.as_ref().map(|t| {
-        let ca = under(dir, t.ca.get_ref());
-        if !ca.is_file() {
+    let h2_tls = raw.protocols.h2_tls.as_ref().map(|spanned| {
+        let t = spanned.get_ref();
+        let ca = t.ca.as_ref().map(|c| {
+            let ca = under(dir, c.get_ref());
+            if !ca.is_file() {
+                d.error(
+                    c.span(),
+                    format!("h2_tls.ca: {} does not exist (relative paths are relative to the spec's directory {})", ca.display(), dir.display()),
+                );
+            }
+            ca
+        });
+        if ca.is_none() && !t.insecure {
             d.error(
-                t.ca.span(),
-                format!("h2_tls.ca: {} does not exist (relative paths are relative to the spec's directory {})", ca.display(), dir.display()),
+                spanned.span(),
+                "h2_tls: give `ca = \"FILE\"` (the CA that signed the server's certificate), \
+                 or `insecure = true` to accept any certificate",
             );
         }
         TlsSpec {
             ca,
             server_name: t.server_name.clone(),
+            insecure: t.insecure,
         }
     });
     let protocols = Protocols {

@@ -60,14 +60,16 @@ pub(super) struct RawProtocols {
     pub(super) h1: bool,
     #[serde(default)]
     pub(super) h2c: bool,
-    pub(super) h2_tls: Option<RawTls>,
+    pub(super) h2_tls: Option<Spanned<RawTls>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTls {
-    pub(super) ca: Spanned<String>,
+    pub(super) ca: Option<Spanned<String>>,
     pub(super) server_name: String,
+    #[serde(default)]
+    pub(super) insecure: bool,
 }
 
 #[derive(Deserialize)]
