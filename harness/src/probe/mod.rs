@@ -8,6 +8,7 @@
 //! everything (links are file descriptors: the kernel also drops them when rig
 //! dies for any reason).
 
+pub mod allocators;
 pub mod attach;
 pub mod callgrind;
 pub mod cost;
@@ -30,8 +31,10 @@ use rig_ebpf::abi::{
 };
 use serde::Serialize;
 
+pub use allocators::{AllocFamily, Unprobed};
 pub use attach::{
-    check_target, require_root, AttachNote, CopyImpl, Followed, Joined, ProbeSet, Scope,
+    check_target, require_root, AllocEntry, AttachNote, CopyImpl, Followed, Joined, ProbeSet,
+    Scope,
 };
 pub use stacks::{StackSnapshot, Stacks};
 pub use window::{alive, Window, WindowEnd, WindowStart};

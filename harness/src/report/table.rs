@@ -89,6 +89,14 @@ pub fn render(a: &Attribution, top: usize) -> String {
              counts from such threads are not exact per request"
         );
     }
+    for u in &a.alloc_unprobed {
+        let _ = writeln!(
+            out,
+            "WARNING: pid {} allocates through {} ({}), which rig could not probe: {}. \
+             Allocation counts miss its calls.",
+            u.pid, u.allocator, u.module, u.why
+        );
+    }
     if !a.complete {
         let _ = writeln!(out, "INCOMPLETE: the probes lost events: {:?}", a.losses);
     }
@@ -131,14 +139,19 @@ pub fn render(a: &Attribution, top: usize) -> String {
             &format!("bytes{unit}"),
         ]);
         for r in a.alloc.iter().take(top) {
-            let kind = if r.inner {
-                format!("{} (inner)", r.kind)
+            // The C library's malloc is the default; other layers say whose.
+            let mut kind = if r.allocator == "glibc" || r.allocator == "libstdc++" {
+                r.kind.clone()
             } else {
-                r.kind.to_string()
+                format!("{} {}", r.allocator, r.kind)
             };
+            if r.inner {
+                kind.push_str(" (inner)");
+            }
             // A free has no size; a free(NULL) frees nothing.
+            let lower = r.kind.to_lowercase();
             let size = match (
-                r.kind.contains("free") || r.kind.contains("delete"),
+                lower.contains("free") || lower.contains("delete") || lower.contains("dalloc"),
                 r.size_class,
             ) {
                 (true, None) => "NULL".to_string(),
@@ -160,6 +173,7 @@ pub fn render(a: &Attribution, top: usize) -> String {
             per(t_.bytes, n),
             per(t_.frees, n)
         );
+        alloc_layers(&mut out, a, n, unit);
     }
     if a.families.contains(&crate::probe::Family::Copy) {
         let mut t = table(&[
@@ -556,4 +570,32 @@ mod tests {
         assert_eq!(size_class(Some(13)), "<=8K");
         assert_eq!(size_class(None), "NULL");
     }
+}
+
+/// One line per allocator layer when there is more than one (pymalloc over
+/// glibc, a Rust shim over mimalloc): each layer's own calls, of which inner
+/// (made inside another allocator call, not in the totals above).
+fn alloc_layers(out: &mut String, a: &Attribution, n: Option<u64>, unit: &str) {
+    if a.alloc_layers.len() < 2 {
+        return;
+    }
+    let mut t = table(&[
+        "allocator",
+        &format!("allocs{unit}"),
+        &format!("bytes{unit}"),
+        &format!("frees{unit}"),
+        &format!("inner allocs{unit}"),
+        &format!("inner frees{unit}"),
+    ]);
+    for l in &a.alloc_layers {
+        t.add_row(vec![
+            l.allocator.clone(),
+            per(l.totals.allocations, n),
+            per(l.totals.bytes, n),
+            per(l.totals.frees, n),
+            per(l.inner_allocations, n),
+            per(l.inner_frees, n),
+        ]);
+    }
+    let _ = writeln!(out, "\nallocator layers (inner calls are counted once, by the outer layer)\n{t}");
 }
