@@ -25,6 +25,7 @@ macro_rules! root_or_skip {
 }
 
 mod ab;
+mod allocators;
 mod attach_calib;
 mod callgrind;
 mod cleanup;

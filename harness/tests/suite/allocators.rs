@@ -1,0 +1,150 @@
+//! Allocator discovery: the calibration server linked against Debian's
+//! jemalloc, mimalloc and tcmalloc_minimal (the same calls per request as
+//! calib_server: fixtures/calib/COSTS.md), an allocator rig finds but cannot
+//! probe, and the layered allocators of CPython and of Rust's
+//! `#[global_allocator]`.
+
+use std::process::Command;
+
+use rig::exit;
+use rig::probe::Family;
+use rig::report::Attribution;
+use rig::session::Child;
+
+use super::{at, attribute, probes_shared, rig_bin};
+
+const N: u64 = 1000;
+
+/// (calls, bytes) of the outer rows of `allocator`'s `kind` at `function`
+/// and the marker's line.
+fn outer_at(a: &Attribution, allocator: &str, function: &str, marker: &str, kind: &str) -> (u64, u64) {
+    let line = at(marker);
+    a.alloc
+        .iter()
+        .filter(|r| {
+            !r.inner
+                && r.allocator == allocator
+                && r.kind == kind
+                && r.site.function.as_deref() == Some(function)
+                && r.site.file_line().as_deref() == Some(line.as_str())
+        })
+        .fold((0, 0), |(c, b), r| (c + r.calls, b + r.bytes))
+}
+
+/// The calibration server's allocations, served by `allocator` (a library
+/// that interposes glibc's malloc), counted exactly per site; `inner` is
+/// how many allocations and frees per request the library's entry points
+/// make through its other entry points (marked inner, out of the totals).
+fn counts_calib_allocations_through(allocator: &str, library: &str, inner: (u64, u64)) {
+    let _g = probes_shared();
+    let mut cmd = Command::new(rig_fixtures::calib_server_with(allocator));
+    cmd.args(["--port", "0", "--threads", "2"]);
+    let target = Child::spawn_ready(cmd).expect("calibration server starts");
+    let a = attribute(&target, &[Family::Alloc], N, 2);
+    let expected = [
+        ("calib_alloc_small", "alloc_small_a", "malloc", 1, 24),
+        ("calib_alloc_small", "alloc_small_b", "malloc", 1, 24),
+        ("calib_alloc_small", "alloc_small_c", "malloc", 1, 24),
+        ("calib_alloc_small", "free_small_a", "free", 1, 0),
+        ("calib_alloc_small", "free_small_b", "free", 1, 0),
+        ("calib_alloc_small", "free_small_c", "free", 1, 0),
+        ("calib_alloc_calloc", "calloc", "calloc", 1, 64),
+        ("calib_alloc_calloc", "free_calloc", "free", 1, 0),
+        ("calib_alloc_realloc", "realloc_malloc", "malloc", 1, 5000),
+        ("calib_alloc_realloc", "realloc", "realloc", 1, 100),
+        ("calib_alloc_realloc", "free_realloc", "free", 1, 0),
+        ("calib_alloc_aligned", "posix_memalign", "posix_memalign", 1, 256),
+        ("calib_alloc_aligned", "memalign", "memalign", 1, 512),
+        ("calib_alloc_aligned", "free_posix_memalign", "free", 1, 0),
+        ("calib_alloc_aligned", "free_memalign", "free", 1, 0),
+    ];
+    for (function, marker, kind, calls, bytes) in expected {
+        assert_eq!(
+            outer_at(&a, allocator, function, marker, kind),
+            (calls * N, bytes * N),
+            "{allocator} {kind} at {function} ({}): {:#?}",
+            at(marker),
+            a.alloc
+        );
+    }
+    assert_eq!(a.alloc_totals.allocations, 8 * N, "{:#?}", a.alloc);
+    assert_eq!(a.alloc_totals.bytes, (3 * 24 + 64 + 5000 + 100 + 256 + 512) * N);
+    assert_eq!(a.alloc_totals.frees, 7 * N);
+    // glibc's malloc is interposed: not one call reaches it.
+    assert!(
+        a.alloc.iter().all(|r| r.allocator == allocator),
+        "{:#?}",
+        a.alloc
+    );
+    assert_eq!(a.alloc_layers.len(), 1, "{:#?}", a.alloc_layers);
+    let layer = &a.alloc_layers[0];
+    assert_eq!(layer.allocator, allocator);
+    assert_eq!(layer.totals.allocations, (8 + inner.0) * N);
+    assert_eq!(layer.inner_allocations, inner.0 * N, "{:#?}", a.alloc);
+    assert_eq!(layer.totals.frees, (7 + inner.1) * N);
+    assert_eq!(layer.inner_frees, inner.1 * N, "{:#?}", a.alloc);
+    assert!(a.alloc_unprobed.is_empty(), "{:?}", a.alloc_unprobed);
+    let note = a
+        .notes
+        .iter()
+        .find(|n| n.what == format!("{allocator} allocator"))
+        .unwrap_or_else(|| panic!("a note names {allocator}: {:#?}", a.notes));
+    assert!(
+        note.note.contains("serves malloc (libc.so.6's GOT slot for malloc")
+            && note.note.contains(library),
+        "{}",
+        note.note
+    );
+}
+
+#[test]
+fn counts_exact_allocations_served_by_debian_jemalloc() {
+    root_or_skip!();
+    counts_calib_allocations_through("jemalloc", "libjemalloc.so.2", (0, 0));
+}
+
+#[test]
+fn counts_exact_allocations_served_by_debian_mimalloc_with_its_inner_aligned_calls() {
+    root_or_skip!();
+    // mimalloc's posix_memalign and memalign go through mi_malloc_aligned;
+    // its realloc to a smaller size class moves the block and frees the old
+    // one through free.
+    counts_calib_allocations_through("mimalloc", "libmimalloc.so.2", (2, 1));
+}
+
+#[test]
+fn counts_exact_allocations_served_by_debian_tcmalloc_with_its_inner_memalign() {
+    root_or_skip!();
+    // tcmalloc's posix_memalign calls its memalign.
+    counts_calib_allocations_through("tcmalloc", "libtcmalloc_minimal.so.4", (1, 0));
+}
+
+#[test]
+fn an_allocator_rig_cannot_probe_is_named_and_the_run_is_incomplete() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let lib = rig_fixtures::unprobeable_allocator();
+    let mut cmd = Command::new(rig_fixtures::calib_server());
+    cmd.args(["--port", "0", "--threads", "2"])
+        .env("LD_PRELOAD", lib);
+    let target = Child::spawn_ready(cmd).expect("calibration server starts");
+    let out = Command::new(rig_bin())
+        .args(["attach", "--pid", &target.pid().to_string(), "--probes", "alloc"])
+        .args(["--drive", &format!("http://127.0.0.1:{}/calib", target.port)])
+        .args(["--requests", "200", "--warmup", "20"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(exit::INCOMPLETE), "{stdout}\n{stderr}");
+    let warning = format!(
+        "WARNING: pid {} allocates through jemalloc ({}), which rig could not probe: mallocx:",
+        target.pid(),
+        lib.display()
+    );
+    assert!(stdout.contains(&warning), "{warning}\nnot in:\n{stdout}");
+    assert!(stdout.contains("vmovd"), "{stdout}");
+    assert!(stdout.contains("INCOMPLETE"), "{stdout}");
+    // glibc, which serves malloc, is still probed and exact.
+    assert!(stdout.contains("allocations: 8 allocs/req"), "{stdout}");
+}
