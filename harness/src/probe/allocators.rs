@@ -160,7 +160,7 @@ const TCMALLOC_API: &[(&str, &str, u32, bool)] = &[
 ];
 
 const MIMALLOC_API: &[(&str, &str, u32, bool)] = &[
-    ("mi_malloc", "rig_alloc_arg1", k::MALLOC, true),
+    ("mi_malloc", "rig_alloc_arg1", k::MALLOC, false),
     ("mi_calloc", "rig_alloc_calloc", k::CALLOC, false),
     ("mi_realloc", "rig_alloc_arg2", k::REALLOC, false),
     ("mi_free", "rig_alloc_free", k::FREE, true),
@@ -228,21 +228,42 @@ fn owned(table: &[(&str, &'static str, u32, bool)], prefix: &str) -> Vec<Entry> 
 /// in it (`prefix` for jemalloc's prefixed builds).
 fn family_of(facts: &ElfFacts) -> Option<(AllocFamily, Vec<Entry>)> {
     let has = |s: &str| facts.lookup_symbol(s).is_some();
-    for prefix in ["", "je_", "_rjem_"] {
-        if has(&format!("{prefix}mallocx")) && has(&format!("{prefix}sdallocx")) {
-            return Some((AllocFamily::Jemalloc, owned(JEMALLOC_API, prefix)));
-        }
-    }
     if has("tc_malloc") {
         return Some((AllocFamily::Tcmalloc, owned(TCMALLOC_API, "")));
     }
-    if has("mi_malloc") {
+    // A static mimalloc keeps only what its caller uses (mi_malloc_aligned
+    // and mi_free behind the Rust crate), so any of its names will do.
+    if ["mi_malloc", "mi_malloc_aligned", "mi_free"].iter().any(|s| has(s)) {
         return Some((AllocFamily::Mimalloc, owned(MIMALLOC_API, "")));
+    }
+    for prefix in ["", "je_", "_rjem_"] {
+        if has(&format!("{prefix}mallocx")) || has(&format!("{prefix}sdallocx")) {
+            return Some((AllocFamily::Jemalloc, owned(JEMALLOC_API, prefix)));
+        }
     }
     if has("__libc_malloc") {
         return Some((AllocFamily::Glibc, owned(C_API, "")));
     }
     None
+}
+
+/// The raw name of Rust allocator shim `name` (`__rust_alloc`) in `facts`:
+/// plain, or inside the `__rustc` namespace newer toolchains use, mangled
+/// v0 (`_RNvCs..._7___rustc12___rust_alloc`) or legacy
+/// (`_ZN7__rustc12__rust_alloc17h...E`).
+fn rust_shim(facts: &ElfFacts, name: &str) -> Option<String> {
+    if facts.lookup_symbol(name).is_some() {
+        return Some(name.to_string());
+    }
+    let v0 = format!("7___rustc{}_{name}", name.len());
+    let legacy = format!("_ZN7__rustc{}{name}17h", name.len());
+    facts
+        .syms
+        .iter()
+        .filter(|s| s.shndx != 0 && s.vaddr != 0)
+        .map(|s| &s.name)
+        .find(|n| (n.starts_with("_R") && n.ends_with(&v0)) || n.starts_with(&legacy))
+        .cloned()
 }
 
 /// The outer layers a module contains: Rust shims, CPython's APIs.
@@ -253,8 +274,7 @@ fn outer_layers(facts: &ElfFacts) -> Vec<(AllocFamily, Vec<Entry>)> {
         .filter_map(|&(api, program, kind)| {
             ["__rust_", "__rg_", "__rdl_"]
                 .iter()
-                .map(|p| format!("{p}{api}"))
-                .find(|s| facts.lookup_symbol(s).is_some())
+                .find_map(|p| rust_shim(facts, &format!("{p}{api}")))
                 .map(|s| (s, program, kind, false))
         })
         .collect();
@@ -276,11 +296,15 @@ fn outer_layers(facts: &ElfFacts) -> Vec<(AllocFamily, Vec<Entry>)> {
 }
 
 /// Read a GOT slot of `module` for `symbol` in the live process: the
-/// address the dynamic linker bound it to, when that lies outside `module`'s
-/// own PLT (a lazy slot not yet bound points back into it).
+/// address the dynamic linker bound it to. A lazy slot not yet bound points
+/// back into `module`'s own PLT and says nothing; a slot bound to `module`'s
+/// own definition (libc's malloc when nothing interposes) does.
 fn bound_slot(pid: u32, maps: &ProcMaps, module: &str, symbol: &str) -> Option<u64> {
     let facts = ElfFacts::shared(&maps.readable_path(module)).ok()?;
     let base = load_base(maps, module, &facts)?;
+    let own = facts
+        .lookup_symbol(symbol)
+        .map(|s| base.wrapping_add(s.vaddr));
     facts
         .relocs
         .iter()
@@ -291,15 +315,21 @@ fn bound_slot(pid: u32, maps: &ProcMaps, module: &str, symbol: &str) -> Option<u
         .find_map(|r| {
             let v = super::ifunc::read_u64(pid, base.wrapping_add(r.offset)).ok()?;
             let (m, _) = maps.file_offset(v)?;
-            (m.path.as_deref() != Some(module)).then_some(v)
+            (m.path.as_deref() != Some(module) || Some(v) == own).then_some(v)
         })
 }
 
 /// The module that serves `symbol` for the whole process, and how that was
 /// established: the C library's GOT slot (libc calls malloc through it, so
 /// the dynamic linker binds it to the first definition in lookup order),
-/// else the executable's, else the executable's own definition.
-pub fn server_of(pid: u32, maps: &ProcMaps, exe: Option<&str>, symbol: &str) -> Option<(String, String)> {
+/// else the executable's, else the executable's own definition, else the
+/// C library's.
+pub fn server_of(
+    pid: u32,
+    maps: &ProcMaps,
+    exe: Option<&str>,
+    symbol: &str,
+) -> Option<(String, String)> {
     let libc = maps.libc_path();
     for module in [libc.as_deref(), exe].into_iter().flatten() {
         if let Some(v) = bound_slot(pid, maps, module, symbol) {
@@ -307,18 +337,24 @@ pub fn server_of(pid: u32, maps: &ProcMaps, exe: Option<&str>, symbol: &str) -> 
             let path = m.path.clone()?;
             return Some((
                 path.clone(),
-                format!("{}'s GOT slot for {symbol} -> {v:#x} in {}", basename(module), basename(&path)),
+                format!(
+                    "{}'s GOT slot for {symbol} -> {v:#x} in {}",
+                    basename(module),
+                    basename(&path)
+                ),
             ));
         }
     }
-    let exe = exe?;
-    let facts = ElfFacts::shared(&maps.readable_path(exe)).ok()?;
-    facts.lookup_symbol(symbol).map(|_| {
-        (
-            exe.to_string(),
-            format!("defined in the executable {}", basename(exe)),
-        )
-    })
+    for module in [exe, libc.as_deref()].into_iter().flatten() {
+        let facts = ElfFacts::shared(&maps.readable_path(module)).ok()?;
+        if facts.lookup_symbol(symbol).is_some() {
+            return Some((
+                module.to_string(),
+                format!("defined in {} (no bound GOT slot read)", basename(module)),
+            ));
+        }
+    }
+    None
 }
 
 /// The executable's path as it appears in maps.
@@ -384,9 +420,13 @@ pub fn discover(pid: u32, maps: &ProcMaps) -> Discovery {
                 // Rust #[global_allocator]). glibc's malloc, interposed by
                 // another, is simply not called.
                 if family != AllocFamily::Glibc {
+                    // A static copy keeps only the entry points its program
+                    // calls (tikv-jemallocator never calls _rjem_free): none
+                    // is required, but at least one must go in.
                     let own: Vec<Entry> = entries
                         .into_iter()
                         .filter(|e| !C_NAMES.contains(&e.0.as_str()))
+                        .map(|e| (e.0, e.1, e.2, false))
                         .collect();
                     d.layers.push(Layer {
                         family,
@@ -437,6 +477,22 @@ pub fn discover(pid: u32, maps: &ProcMaps) -> Discovery {
         }
     }
     d
+}
+
+/// The name an entry point is shown by: its symbol, except a mangled Rust
+/// shim (`_RNvCs..___rustc12___rust_alloc`), shown by its API name.
+pub fn display_name(symbol: &str, kind: u32) -> String {
+    if !(symbol.starts_with("_R") || symbol.starts_with("_ZN")) {
+        return symbol.to_string();
+    }
+    match kind {
+        k::RUST_ALLOC => "__rust_alloc",
+        k::RUST_ALLOC_ZEROED => "__rust_alloc_zeroed",
+        k::RUST_REALLOC => "__rust_realloc",
+        k::RUST_DEALLOC => "__rust_dealloc",
+        _ => symbol,
+    }
+    .to_string()
 }
 
 /// Whether `path` names a module that is an allocator library (its frames

@@ -669,6 +669,7 @@ impl Attacher<'_> {
         let family = Family::Alloc;
         let lib_name = lib.display().to_string();
         let glibc = layer.family == AllocFamily::Glibc;
+        let mut found = 0;
         for (symbol, program, kind, required) in &layer.entries {
             let (symbol, program, kind, required) = (symbol.as_str(), *program, *kind, *required);
             let info = elf::lookup_symbol(lib, symbol).map_err(|source| ProbeError::Resolve {
@@ -691,6 +692,7 @@ impl Attacher<'_> {
                 }
                 continue;
             };
+            found += 1;
             if let Some((_, _, first)) = done
                 .iter()
                 .find(|(p, off, _)| p == lib && *off == info.file_offset)
@@ -717,7 +719,7 @@ impl Attacher<'_> {
             } else {
                 program
             };
-            let entry = self.entry_index(layer, symbol, info.file_offset);
+            let entry = self.entry_index(layer, symbol, kind, info.file_offset);
             let cookie = kind | (entry << ALLOC_ENTRY_SHIFT);
             let at = match uprobe(
                 ebpf,
@@ -752,12 +754,18 @@ impl Attacher<'_> {
                 ),
             );
         }
+        if found == 0 && !glibc {
+            self.unprobed(
+                layer,
+                format!("none of its entry points was found in {}", basename(&lib_name)),
+            );
+        }
         Ok(())
     }
 
     /// The index of an entry point in the session's table (the high half of
     /// its attach cookie), added on first use.
-    fn entry_index(&mut self, layer: &Layer, symbol: &str, file_offset: u64) -> u32 {
+    fn entry_index(&mut self, layer: &Layer, symbol: &str, kind: u32, file_offset: u64) -> u32 {
         let i = match self.alloc_entries.iter().position(|e| {
             e.module == layer.module && e.file_offset == file_offset && e.symbol == symbol
         }) {
@@ -765,7 +773,7 @@ impl Attacher<'_> {
             None => {
                 self.alloc_entries.push(AllocEntry {
                     allocator: layer.family,
-                    symbol: symbol.to_string(),
+                    symbol: super::allocators::display_name(symbol, kind),
                     module: layer.module.clone(),
                     file_offset,
                 });

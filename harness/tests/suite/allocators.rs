@@ -148,3 +148,83 @@ fn an_allocator_rig_cannot_probe_is_named_and_the_run_is_incomplete() {
     // glibc, which serves malloc, is still probed and exact.
     assert!(stdout.contains("allocations: 8 allocs/req"), "{stdout}");
 }
+
+/// `pycalib.c:LINE` of a `SITE:` marker in the CPython extension.
+fn py_at(marker: &str) -> String {
+    format!("pycalib.c:{}", rig_fixtures::pycalib_line(marker))
+}
+
+#[test]
+fn counts_cpython_allocations_per_layer_with_glibc_inside_pymem_raw_marked_inner() {
+    root_or_skip!();
+    let _g = probes_shared();
+    const N: u64 = 100;
+    let mut cmd = Command::new("python3");
+    cmd.arg(rig_fixtures::pycalib_server())
+        .arg(rig_fixtures::pycalib_dir())
+        .args(["--port", "0"]);
+    let target = Child::spawn_ready(cmd).expect("CPython fixture starts");
+    let a = attribute(&target, &[Family::Alloc], N, 1);
+    let at_work = |marker: &str, allocator: &str, kind: &str, inner: bool| {
+        let line = py_at(marker);
+        a.alloc
+            .iter()
+            .filter(|r| {
+                r.allocator == allocator
+                    && r.kind == kind
+                    && r.inner == inner
+                    && r.site.function.as_deref() == Some("work")
+                    && r.site.file_line().as_deref() == Some(line.as_str())
+            })
+            .fold((0, 0), |(c, b), r| (c + r.calls, b + r.bytes))
+    };
+    // (marker, kind, calls/req, bytes/req): the CPython layer, outer calls.
+    for (marker, kind, bytes) in [
+        ("py_object_malloc", "PyObject_Malloc", 48),
+        ("py_mem_malloc", "PyMem_Malloc", 200),
+        ("py_raw_malloc", "PyMem_RawMalloc", 70000),
+        ("py_object_free", "PyObject_Free", 0),
+        ("py_mem_free", "PyMem_Free", 0),
+        ("py_raw_free", "PyMem_RawFree", 0),
+    ] {
+        assert_eq!(
+            at_work(marker, "cpython", kind, false),
+            (N, bytes * N),
+            "{kind} at work ({}): {:#?}",
+            py_at(marker),
+            a.alloc
+                .iter()
+                .filter(|r| r.site.function.as_deref() == Some("work"))
+                .collect::<Vec<_>>()
+        );
+    }
+    // PyMem_RawMalloc is glibc's malloc underneath: that call is counted in
+    // the glibc layer, marked inner, and found under work by its stack.
+    let inner_mallocs: u64 = a
+        .stacks
+        .rows
+        .iter()
+        .filter(|r| {
+            r.event == "malloc"
+                && r.inner
+                && r.amount == 70000 * r.count
+                && r.stack.as_ref().is_some_and(|s| {
+                    let f = &a.stacks.stacks[s];
+                    f.frames.iter().any(|site| {
+                        site.function.as_deref() == Some("work")
+                            && site.file_line() == Some(py_at("py_raw_malloc"))
+                    })
+                })
+        })
+        .map(|r| r.count)
+        .sum();
+    assert_eq!(inner_mallocs, N, "{:#?}", a.stacks.rows);
+    let layer = |name: &str| {
+        a.alloc_layers
+            .iter()
+            .find(|l| l.allocator == name)
+            .unwrap_or_else(|| panic!("layer {name}: {:#?}", a.alloc_layers))
+    };
+    assert!(layer("glibc").inner_allocations >= N);
+    assert!(layer("cpython").totals.allocations >= 3 * N);
+}
