@@ -228,3 +228,151 @@ fn counts_cpython_allocations_per_layer_with_glibc_inside_pymem_raw_marked_inner
     assert!(layer("glibc").inner_allocations >= N);
     assert!(layer("cpython").totals.allocations >= 3 * N);
 }
+
+/// The Rust fixture `bin` (fixtures/rustalloc), built with cargo on first
+/// use (release, into target/rustalloc; its allocator crates are fixtures
+/// only, outside rig's workspace).
+fn rustalloc(bin: &str) -> std::path::PathBuf {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let target = super::repo().join("target/rustalloc");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--release", "--locked", "--manifest-path"])
+        .arg(super::repo().join("fixtures/rustalloc/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target)
+        .env_remove("RUSTFLAGS")
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "building fixtures/rustalloc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join("release").join(bin)
+}
+
+/// `server.rs:LINE` of a `// SITE:` marker in fixtures/rustalloc.
+fn rs_at(marker: &str) -> String {
+    let src = std::fs::read_to_string(super::repo().join("fixtures/rustalloc/src/server.rs"))
+        .unwrap();
+    let needle = format!("// SITE:{marker}");
+    let lines: Vec<usize> = src
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.ends_with(&needle))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(lines.len(), 1, "marker {marker}");
+    format!("server.rs:{}", lines[0])
+}
+
+/// Whether some stack of `event` rows (`count` calls of `bytes` each) runs
+/// through `work` at `marker`'s line; returns the calls found.
+fn calls_through_work(a: &Attribution, event: &str, inner: bool, bytes: u64, line: &str) -> u64 {
+    a.stacks
+        .rows
+        .iter()
+        .filter(|r| {
+            r.event == event
+                && r.inner == inner
+                && r.amount == bytes * r.count
+                && r.stack.as_ref().is_some_and(|s| {
+                    a.stacks.stacks[s].frames.iter().any(|f| {
+                        f.function.as_deref() == Some("work")
+                            && f.file_line().as_deref() == Some(line)
+                    })
+                })
+        })
+        .map(|r| r.count)
+        .sum()
+}
+
+/// A Rust server whose `#[global_allocator]` is `allocator`, statically
+/// linked: exact calls per site and per layer. `names` are the allocator's
+/// entry points the crate calls for (alloc, alloc_zeroed, realloc, dealloc);
+/// `inner_frees`: frees its realloc makes through its own free.
+fn counts_rust_global_allocator(allocator: &str, names: [&str; 4], inner_frees: u64) {
+    let bin = rustalloc(&format!("rustalloc_{allocator}"));
+    let _g = probes_shared();
+    let mut cmd = Command::new(&bin);
+    cmd.args(["--port", "0"]);
+    let target = Child::spawn_ready(cmd).expect("Rust fixture starts");
+    let a = attribute(&target, &[Family::Alloc], N, 1);
+    let [alloc, zeroed, realloc, dealloc] = names;
+    let at = |kind: &str, marker: &str| {
+        let line = rs_at(marker);
+        a.alloc
+            .iter()
+            .filter(|r| {
+                !r.inner
+                    && r.allocator == allocator
+                    && r.kind == kind
+                    && r.site.function.as_deref() == Some("work")
+                    && r.site.file_line().as_deref() == Some(line.as_str())
+            })
+            .fold((0, 0), |(c, b), r| (c + r.calls, b + r.bytes))
+    };
+    for (kind, marker, bytes) in [
+        (alloc, "rs_box", 100),
+        (alloc, "rs_vec", 32),
+        (zeroed, "rs_zeroed", 3000),
+        (dealloc, "rs_drop_format", 0),
+        (dealloc, "rs_drop_zeroed", 0),
+        (dealloc, "rs_drop_vec", 0),
+        (dealloc, "rs_drop_box", 0),
+    ] {
+        assert_eq!(at(kind, marker), (N, bytes * N), "{kind} at {}: {:#?}", rs_at(marker), a.alloc);
+    }
+    // Vec's growth (32 -> 64 bytes) reallocates in std's finish_grow, called
+    // from work's extend_from_slice.
+    assert_eq!(calls_through_work(&a, realloc, false, 64, &rs_at("rs_grow")), N);
+    // Formatting in the precompiled std reaches the allocator through the
+    // __rust_alloc shim (the rust layer), which calls the allocator: that
+    // call is inner, so the 16 bytes are counted once.
+    assert_eq!(calls_through_work(&a, "__rust_alloc", false, 16, &rs_at("rs_format")), N);
+    assert_eq!(calls_through_work(&a, alloc, true, 16, &rs_at("rs_format")), N);
+    assert_eq!(a.alloc_totals.allocations, 5 * N, "{:#?}", a.alloc);
+    assert_eq!(a.alloc_totals.bytes, (100 + 32 + 64 + 3000 + 16) * N);
+    assert_eq!(a.alloc_totals.frees, 4 * N);
+    let layers: Vec<(&str, u64, u64, u64, u64)> = a
+        .alloc_layers
+        .iter()
+        .map(|l| {
+            (
+                l.allocator.as_str(),
+                l.totals.allocations / N,
+                l.inner_allocations / N,
+                l.totals.frees / N,
+                l.inner_frees / N,
+            )
+        })
+        .collect();
+    assert_eq!(
+        layers,
+        vec![(allocator, 5, 1, 4 + inner_frees, inner_frees), ("rust", 1, 0, 0, 0)]
+    );
+    assert!(a.alloc_unprobed.is_empty(), "{:?}", a.alloc_unprobed);
+}
+
+#[test]
+fn counts_a_static_tikv_jemallocator_and_the_rust_shim_above_it_per_layer() {
+    root_or_skip!();
+    counts_rust_global_allocator(
+        "jemalloc",
+        ["_rjem_malloc", "_rjem_calloc", "_rjem_realloc", "_rjem_sdallocx"],
+        0,
+    );
+}
+
+#[test]
+fn counts_a_static_mimalloc_and_the_rust_shim_above_it_per_layer() {
+    root_or_skip!();
+    // mimalloc's realloc frees the old block through mi_free.
+    counts_rust_global_allocator(
+        "mimalloc",
+        ["mi_malloc_aligned", "mi_zalloc_aligned", "mi_realloc_aligned", "mi_free"],
+        1,
+    );
+}
