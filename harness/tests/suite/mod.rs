@@ -38,6 +38,7 @@ mod hostile;
 mod integrity;
 mod launch;
 mod load;
+mod redis;
 mod render;
 mod run;
 mod stacks;
