@@ -22,11 +22,17 @@ command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || need="$need golang
 # The process-tree tests measure Debian's nginx (master + workers).
 [ -x /usr/sbin/nginx ] || need="$need nginx"
 # `rig attach -- COMMAND` reads request counts from these load tools'
-# output; its tests run them (redis-server is the redis-benchmark target).
+# output; its tests run them (redis-server, below, is the redis-benchmark target).
 command -v wrk >/dev/null 2>&1 || need="$need wrk"
 command -v h2load >/dev/null 2>&1 || need="$need nghttp2-client"
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
-command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
+# The allocator tests: the calibration server linked against Debian's
+# jemalloc, mimalloc and tcmalloc_minimal, a CPython extension (headers),
+# and Debian's redis-server (jemalloc; started by the test itself on a port
+# it chose, never as a service: see policy-rc.d below).
+for p in libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev python3-dev redis-server; do
+	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+done
 if [ -n "$need" ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: missing:$need -- run as root, or: apt-get install -y$need" >&2
@@ -34,7 +40,7 @@ if [ -n "$need" ]; then
 	fi
 	echo "deps: installing$need"
 	apt-get update -qq
-	# Packages must not start services (nginx would take port 80): a
+	# Packages must not start services (nginx would take port 80, redis 6379): a
 	# policy-rc.d that denies every start, unless one exists already.
 	if [ ! -e /usr/sbin/policy-rc.d ]; then
 		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d

@@ -21,6 +21,32 @@ struct {
 	__type(value, struct alloc_fwd);
 } fwds SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct alloc_frame);
+} frames SEC(".maps");
+
+/* Whether this call runs inside an allocator call still in progress on this
+ * thread (struct alloc_frame); if not, it becomes the thread's outermost. */
+static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 cookie)
+{
+	struct alloc_frame *o = bpf_map_lookup_elem(&frames, &tid);
+	if (o) {
+		if (sp == o->sp && ret == o->ret && cookie != o->cookie)
+			return ALLOC_FLAG_INNER;
+		__u64 slot = 0;
+		if (sp < o->sp && !bpf_probe_read_user(&slot, sizeof(slot), (void *)o->sp) &&
+		    slot == o->ret)
+			return ALLOC_FLAG_INNER;
+	}
+	struct alloc_frame f = { .sp = sp, .ret = ret, .cookie = cookie };
+	if (bpf_map_update_elem(&frames, &tid, &f, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+	return 0;
+}
+
 static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 {
 	if (!is_target(current_tgid()))
@@ -41,6 +67,7 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 			k.kind = f->kind;
 		bpf_map_delete_elem(&fwds, &tid);
 	}
+	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller, k.kind);
 	struct alloc_val zero = {};
 	struct alloc_val *v = upsert(&allocs, &k, &zero);
 	if (v) {
@@ -48,7 +75,11 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		v->bytes += bytes;
 	}
 	__u64 ustack = take_ustack(k.tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
-	stack_add(k.tgid, ustack, -1, STACK_ALLOC, k.kind << 8 | (cls & 0xff), bytes);
+	/* arg: inner << 31 | entry << 16 | kind << 8 | size class */
+	__u32 arg = (k.flags & ALLOC_FLAG_INNER) << 31 |
+		    ((k.kind >> ALLOC_ENTRY_SHIFT) & ALLOC_ENTRY_MASK) << 16 |
+		    (k.kind & ALLOC_KIND_MASK) << 8 | (cls & 0xff);
+	stack_add(k.tgid, ustack, -1, STACK_ALLOC, arg, bytes);
 	return 0;
 }
 
@@ -89,7 +120,8 @@ int rig_alloc_calloc(struct pt_regs *ctx)
 	return record(ctx, n, size_class(n));
 }
 
-/* realloc(ptr, size), memalign(align, size), aligned_alloc(align, size) */
+/* realloc(ptr, size), memalign(align, size), aligned_alloc(align, size),
+ * rallocx(ptr, size, flags), mi_realloc_aligned(ptr, size, align) */
 SEC("uprobe")
 int rig_alloc_arg2(struct pt_regs *ctx)
 {
@@ -105,7 +137,15 @@ int rig_alloc_arg3(struct pt_regs *ctx)
 	return record(ctx, n, size_class(n));
 }
 
-/* free(ptr), operator delete(ptr, ...) */
+/* __rust_realloc(ptr, old_size, align, new_size) */
+SEC("uprobe")
+int rig_alloc_arg4(struct pt_regs *ctx)
+{
+	__u64 n = PT_REGS_PARM4(ctx);
+	return record(ctx, n, size_class(n));
+}
+
+/* free(ptr), operator delete(ptr, ...), sdallocx, __rust_dealloc... */
 SEC("uprobe")
 int rig_alloc_free(struct pt_regs *ctx)
 {

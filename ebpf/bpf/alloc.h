@@ -3,7 +3,13 @@
 #define RIG_ALLOC_H
 #include <linux/types.h>
 
-/* Which allocator entry point fired; passed as the uprobe's attach cookie. */
+/* Which allocator entry point fired. The uprobe's attach cookie is
+ * kind | entry << ALLOC_ENTRY_SHIFT: the kind (what the call does: allocate,
+ * reallocate, free...) and the index of the probed entry point in the
+ * harness's table (which allocator, which symbol). */
+#define ALLOC_KIND_MASK 0xffu
+#define ALLOC_ENTRY_SHIFT 16
+#define ALLOC_ENTRY_MASK 0x7fffu
 enum alloc_kind {
 	ALLOC_MALLOC = 1,
 	ALLOC_CALLOC = 2,
@@ -18,17 +24,30 @@ enum alloc_kind {
 	ALLOC_CXX_NEW_ARRAY = 11,
 	ALLOC_CXX_DELETE = 12,
 	ALLOC_CXX_DELETE_ARRAY = 13,
+	/* jemalloc's non-standard API (also `je_`/`_rjem_`-prefixed) */
+	ALLOC_MALLOCX = 14,  /* mallocx(size, flags) */
+	ALLOC_RALLOCX = 15,  /* rallocx(ptr, size, flags) */
+	ALLOC_SDALLOCX = 16, /* sdallocx(ptr, size, flags) */
+	ALLOC_DALLOCX = 17,  /* dallocx(ptr, flags) */
+	/* Rust's allocator shims (__rust_alloc, __rg_alloc, __rdl_alloc...) */
+	ALLOC_RUST_ALLOC = 18,        /* (size, align) */
+	ALLOC_RUST_ALLOC_ZEROED = 19, /* (size, align) */
+	ALLOC_RUST_REALLOC = 20,      /* (ptr, old_size, align, new_size) */
+	ALLOC_RUST_DEALLOC = 21,      /* (ptr, size, align) */
 };
 
 /* size_class for frees of a NULL pointer (counted apart: they free nothing). */
 #define ALLOC_CLASS_NULL_FREE 0xffffffffu
 
+/* alloc_key.flags */
+#define ALLOC_FLAG_INNER 1u /* made inside another allocator call (see alloc_frame) */
+
 struct alloc_key {
 	__u64 caller;     /* return address read at entry */
-	__u32 kind;       /* enum alloc_kind */
+	__u32 kind;       /* the attach cookie: enum alloc_kind | entry << ALLOC_ENTRY_SHIFT */
 	__u32 size_class; /* ceil(log2(size)); 0 for size 0 and 1 */
 	__u32 tgid;       /* the process (caller is an address in its space) */
-	__u32 _pad;
+	__u32 flags;      /* ALLOC_FLAG_* */
 };
 _Static_assert(sizeof(struct alloc_key) == 24, "alloc_key ABI");
 
@@ -48,4 +67,20 @@ struct alloc_fwd {
 	__u32 _pad;
 };
 _Static_assert(sizeof(struct alloc_fwd) == 24, "alloc_fwd ABI");
+/* The outermost allocator call a thread is in: its stack pointer at entry
+ * (where its return address sits) and that return address. A later call
+ * with a lower stack pointer, while the slot still holds that return
+ * address, runs inside it (pymalloc calling malloc, a Rust shim calling
+ * jemalloc, operator new calling malloc): it is marked inner, so no total
+ * counts one request for memory twice. Once the outer call returns, the
+ * next call made at its depth overwrites the slot. A call at the same stack
+ * pointer and return address through a different entry point is a tail
+ * jump from the outer entry (a Rust shim jumping into mimalloc) and inner too. */
+struct alloc_frame {
+	__u64 sp;
+	__u64 ret;
+	__u32 cookie; /* the entry point (a tail jump into another one is inner too) */
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct alloc_frame) == 24, "alloc_frame ABI");
 #endif

@@ -67,7 +67,23 @@ pub mod alloc_kind {
     pub const CXX_NEW_ARRAY: u32 = 11;
     pub const CXX_DELETE: u32 = 12;
     pub const CXX_DELETE_ARRAY: u32 = 13;
+    pub const MALLOCX: u32 = 14;
+    pub const RALLOCX: u32 = 15;
+    pub const SDALLOCX: u32 = 16;
+    pub const DALLOCX: u32 = 17;
+    pub const RUST_ALLOC: u32 = 18;
+    pub const RUST_ALLOC_ZEROED: u32 = 19;
+    pub const RUST_REALLOC: u32 = 20;
+    pub const RUST_DEALLOC: u32 = 21;
 }
+/// `ALLOC_KIND_MASK`, `ALLOC_ENTRY_SHIFT`, `ALLOC_ENTRY_MASK` (alloc.h): the
+/// attach cookie is `kind | entry << ALLOC_ENTRY_SHIFT`.
+pub const ALLOC_KIND_MASK: u32 = 0xff;
+pub const ALLOC_ENTRY_SHIFT: u32 = 16;
+pub const ALLOC_ENTRY_MASK: u32 = 0x7fff;
+/// `ALLOC_FLAG_INNER` (alloc.h): `AllocKey::flags` bit of a call made inside
+/// another allocator call.
+pub const ALLOC_FLAG_INNER: u32 = 1;
 /// `ALLOC_CLASS_NULL_FREE` (alloc.h).
 pub const ALLOC_CLASS_NULL_FREE: u32 = 0xffff_ffff;
 
@@ -80,7 +96,8 @@ pub struct AllocKey {
     pub size_class: u32,
     /// The process; `caller` is an address in its address space.
     pub tgid: u32,
-    pub _pad: u32,
+    /// `ALLOC_FLAG_*`.
+    pub flags: u32,
 }
 const _: () = assert!(size_of::<AllocKey>() == 24);
 

@@ -24,9 +24,10 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::Ebpf;
-use rig_ebpf::abi::{alloc_kind, TARGET_ONE, TARGET_TREE};
+use rig_ebpf::abi::{ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, TARGET_ONE, TARGET_TREE};
 use serde::Serialize;
 
+use super::allocators::{AllocFamily, Layer, Unprobed};
 use super::placement::{safe_probe_offset, Placement};
 use super::read;
 use super::stacks::{self, StackTables, Stacks};
@@ -47,6 +48,18 @@ pub struct CopyImpl {
     pub impl_name: Option<String>,
     /// How the implementation was found (which GOT slot was read).
     pub method: String,
+}
+
+/// An allocator entry point the alloc probes sit on; its index in
+/// `ProbeSet::alloc_entries` is the high half of the attach cookie (and of
+/// `AllocKey::kind`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AllocEntry {
+    pub allocator: AllocFamily,
+    pub symbol: String,
+    /// The module as in maps.
+    pub module: String,
+    pub file_offset: u64,
 }
 
 /// What was attached where, or deliberately not attached and why.
@@ -119,6 +132,8 @@ struct Shared {
     stacks: StackTables,
     procs: BTreeMap<u32, Followed>,
     copy_impls: Vec<CopyImpl>,
+    alloc_entries: Vec<AllocEntry>,
+    alloc_unprobed: Vec<Unprobed>,
     notes: Vec<AttachNote>,
 }
 
@@ -126,6 +141,8 @@ struct Shared {
 struct Attacher<'a> {
     pid: u32,
     copy_impls: &'a mut Vec<CopyImpl>,
+    alloc_entries: &'a mut Vec<AllocEntry>,
+    alloc_unprobed: &'a mut Vec<Unprobed>,
     notes: &'a mut Vec<AttachNote>,
 }
 
@@ -243,6 +260,8 @@ impl ProbeSet {
             stacks: tables,
             procs: BTreeMap::new(),
             copy_impls: Vec::new(),
+            alloc_entries: Vec::new(),
+            alloc_unprobed: Vec::new(),
             notes: Vec::new(),
         };
         for &p in &pids {
@@ -337,6 +356,8 @@ impl ProbeSet {
                 stacks: tables,
                 procs,
                 copy_impls: Vec::new(),
+                alloc_entries: Vec::new(),
+                alloc_unprobed: Vec::new(),
                 notes: Vec::new(),
             })),
             stop: Arc::new(AtomicBool::new(false)),
@@ -411,6 +432,17 @@ impl ProbeSet {
     /// `implementation` indexes this.
     pub fn copy_impls(&self) -> Vec<CopyImpl> {
         self.shared().copy_impls.clone()
+    }
+
+    /// The allocator entry points the alloc probes sit on; an `AllocKey`'s
+    /// `kind >> ALLOC_ENTRY_SHIFT` indexes this.
+    pub fn alloc_entries(&self) -> Vec<AllocEntry> {
+        self.shared().alloc_entries.clone()
+    }
+
+    /// Allocators found in a measured process that rig could not probe.
+    pub fn alloc_unprobed(&self) -> Vec<Unprobed> {
+        self.shared().alloc_unprobed.clone()
     }
 
     /// What was attached where, or deliberately not, and why.
@@ -489,6 +521,8 @@ impl Shared {
         let mut a = Attacher {
             pid,
             copy_impls: &mut self.copy_impls,
+            alloc_entries: &mut self.alloc_entries,
+            alloc_unprobed: &mut self.alloc_unprobed,
             notes: &mut self.notes,
         };
         for (family, ebpf) in &mut self.objects {
@@ -573,120 +607,76 @@ impl Attacher<'_> {
         }
     }
 
+    /// Probe every allocator layer discovery found in this process (the one
+    /// serving malloc, outer layers such as Rust's shims or CPython's APIs,
+    /// a second allocator behind `#[global_allocator]`). A layer other than
+    /// glibc that cannot be probed is recorded as unprobed (the report says
+    /// so and the alloc family is incomplete) and the others still go in.
     fn attach_alloc(&mut self, ebpf: &mut Ebpf, maps: &ProcMaps) -> Result<(), ProbeError> {
         let family = Family::Alloc;
-        let libc = libc_path(maps, self.pid, family)?;
-        // (symbol, program, cookie, required)
-        let c_api: &[(&str, &str, u32, bool)] = &[
-            ("malloc", "rig_alloc_arg1", alloc_kind::MALLOC, true),
-            ("calloc", "rig_alloc_calloc", alloc_kind::CALLOC, true),
-            ("realloc", "rig_alloc_arg2", alloc_kind::REALLOC, true),
-            ("free", "rig_alloc_free", alloc_kind::FREE, true),
-            (
-                "posix_memalign",
-                "rig_alloc_arg3",
-                alloc_kind::POSIX_MEMALIGN,
-                false,
-            ),
-            ("memalign", "rig_alloc_arg2", alloc_kind::MEMALIGN, false),
-            (
-                "aligned_alloc",
-                "rig_alloc_arg2",
-                alloc_kind::ALIGNED_ALLOC,
-                false,
-            ),
-            ("valloc", "rig_alloc_arg1", alloc_kind::VALLOC, false),
-            ("pvalloc", "rig_alloc_arg1", alloc_kind::PVALLOC, false),
-        ];
+        let found = super::allocators::discover(self.pid, maps);
+        if !found
+            .layers
+            .iter()
+            .any(|l| l.family == AllocFamily::Glibc || l.entries.iter().any(|e| e.0 == "malloc"))
+            && found.unprobed.is_empty()
+        {
+            // No C allocator found at all (as before discovery: libc is required).
+            libc_path(maps, self.pid, family)?;
+        }
+        for u in found.unprobed {
+            if !self.alloc_unprobed.contains(&u) {
+                self.alloc_unprobed.push(u);
+            }
+        }
         let mut done: Vec<(PathBuf, u64, String)> = Vec::new();
-        self.attach_table(ebpf, family, &libc, c_api, &mut done)?;
-        // C++ operator new/delete, when the process maps libstdc++.
-        if let Some(cxx) = maps.find_object(|p| basename(p).starts_with("libstdc++.so")) {
-            let cxx_path = maps.open_path(&cxx);
-            let cxx_api: &[(&str, &str, u32, bool)] = &[
-                ("_Znwm", "rig_alloc_arg1", alloc_kind::CXX_NEW, false),
-                (
-                    "_ZnwmRKSt9nothrow_t",
-                    "rig_alloc_arg1",
-                    alloc_kind::CXX_NEW,
-                    false,
-                ),
-                (
-                    "_ZnwmSt11align_val_t",
-                    "rig_alloc_arg1",
-                    alloc_kind::CXX_NEW,
-                    false,
-                ),
-                (
-                    "_ZnwmSt11align_val_tRKSt9nothrow_t",
-                    "rig_alloc_arg1",
-                    alloc_kind::CXX_NEW,
-                    false,
-                ),
-                ("_Znam", "rig_alloc_arg1", alloc_kind::CXX_NEW_ARRAY, false),
-                (
-                    "_ZnamRKSt9nothrow_t",
-                    "rig_alloc_arg1",
-                    alloc_kind::CXX_NEW_ARRAY,
-                    false,
-                ),
-                (
-                    "_ZnamSt11align_val_t",
-                    "rig_alloc_arg1",
-                    alloc_kind::CXX_NEW_ARRAY,
-                    false,
-                ),
-                ("_ZdlPv", "rig_alloc_free", alloc_kind::CXX_DELETE, false),
-                ("_ZdlPvm", "rig_alloc_free", alloc_kind::CXX_DELETE, false),
-                (
-                    "_ZdlPvSt11align_val_t",
-                    "rig_alloc_free",
-                    alloc_kind::CXX_DELETE,
-                    false,
-                ),
-                (
-                    "_ZdlPvmSt11align_val_t",
-                    "rig_alloc_free",
-                    alloc_kind::CXX_DELETE,
-                    false,
-                ),
-                (
-                    "_ZdaPv",
-                    "rig_alloc_free",
-                    alloc_kind::CXX_DELETE_ARRAY,
-                    false,
-                ),
-                (
-                    "_ZdaPvm",
-                    "rig_alloc_free",
-                    alloc_kind::CXX_DELETE_ARRAY,
-                    false,
-                ),
-                (
-                    "_ZdaPvSt11align_val_t",
-                    "rig_alloc_free",
-                    alloc_kind::CXX_DELETE_ARRAY,
-                    false,
-                ),
-            ];
-            self.attach_table(ebpf, family, &cxx_path, cxx_api, &mut done)?;
+        for layer in &found.layers {
+            let lib = maps.open_path(&layer.module);
+            self.note(
+                family,
+                format!("{} allocator", layer.family),
+                format!("{}: {}", layer.module, layer.how),
+            );
+            let r = self.attach_table(ebpf, layer, &lib, &mut done);
+            match r {
+                Ok(()) => {}
+                Err(e) if layer.family == AllocFamily::Glibc => return Err(e),
+                Err(e) => self.unprobed(layer, e.to_string()),
+            }
         }
         Ok(())
     }
 
-    /// Attach each (symbol, program, cookie) of `table` in `lib`, once per
-    /// distinct code address: an alias (aligned_alloc = memalign in glibc
-    /// 2.36) would otherwise fire two probes per call.
+    fn unprobed(&mut self, layer: &Layer, why: String) {
+        let u = Unprobed {
+            pid: self.pid,
+            allocator: layer.family.to_string(),
+            module: layer.module.clone(),
+            why,
+        };
+        if !self.alloc_unprobed.contains(&u) {
+            self.alloc_unprobed.push(u);
+        }
+    }
+
+    /// Attach each entry point of `layer` in `lib`, once per distinct code
+    /// address: an alias (aligned_alloc = memalign in glibc 2.36, malloc =
+    /// mi_malloc in libmimalloc) would otherwise fire two probes per call.
+    /// A failing entry point other than glibc's stops nothing: it is
+    /// recorded as unprobed and the rest are attached.
     fn attach_table(
         &mut self,
         ebpf: &mut Ebpf,
-        family: Family,
+        layer: &Layer,
         lib: &Path,
-        table: &[(&str, &str, u32, bool)],
         done: &mut Vec<(PathBuf, u64, String)>,
     ) -> Result<(), ProbeError> {
+        let family = Family::Alloc;
         let lib_name = lib.display().to_string();
-        for &(symbol, program, cookie, required) in table {
+        let glibc = layer.family == AllocFamily::Glibc;
+        let mut found = 0;
+        for (symbol, program, kind, required) in &layer.entries {
+            let (symbol, program, kind, required) = (symbol.as_str(), *program, *kind, *required);
             let info = elf::lookup_symbol(lib, symbol).map_err(|source| ProbeError::Resolve {
                 pid: self.pid,
                 lib: lib_name.clone(),
@@ -695,14 +685,19 @@ impl Attacher<'_> {
             })?;
             let Some(info) = info else {
                 if required {
-                    return Err(ProbeError::MissingSymbol {
-                        lib: lib_name,
+                    let e = ProbeError::MissingSymbol {
+                        lib: lib_name.clone(),
                         symbol: symbol.to_string(),
                         family,
-                    });
+                    };
+                    if glibc {
+                        return Err(e);
+                    }
+                    self.unprobed(layer, e.to_string());
                 }
                 continue;
             };
+            found += 1;
             if let Some((_, _, first)) = done
                 .iter()
                 .find(|(p, off, _)| p == lib && *off == info.file_offset)
@@ -715,19 +710,24 @@ impl Attacher<'_> {
                 );
                 continue;
             }
-            // An optional entry point (libstdc++'s operator new[], sized and
-            // array deletes) that only jumps on gets the forwarder program:
-            // the probe at the end of the jump chain counts the call once,
-            // under this entry point's name.
-            let forwards_to = (!required)
-                .then(|| tail_jump(lib, info.file_offset))
-                .flatten();
+            // An optional entry point of the C/C++ runtime (libstdc++'s
+            // operator new[], sized and array deletes) that only jumps on
+            // gets the forwarder program: the probe at the end of the jump
+            // chain counts the call once, under this entry point's name.
+            // Outer layers (Rust shims, CPython) keep their own program: the
+            // call they jump into is another layer's, counted there as inner.
+            let forwards_to = (!required
+                && matches!(layer.family, AllocFamily::Glibc | AllocFamily::Cxx))
+            .then(|| tail_jump(lib, info.file_offset))
+            .flatten();
             let program = if forwards_to.is_some() {
                 "rig_alloc_fwd"
             } else {
                 program
             };
-            let at = uprobe(
+            let entry = self.entry_index(layer, symbol, kind, info.file_offset);
+            let cookie = kind | (entry << ALLOC_ENTRY_SHIFT);
+            let at = match uprobe(
                 ebpf,
                 family,
                 program,
@@ -735,7 +735,14 @@ impl Attacher<'_> {
                 info.file_offset,
                 Some(cookie as u64),
                 self.pid,
-            )?;
+            ) {
+                Ok(at) => at,
+                Err(e) if glibc => return Err(e),
+                Err(e) => {
+                    self.unprobed(layer, format!("{symbol}: {e}"));
+                    continue;
+                }
+            };
             done.push((lib.to_path_buf(), info.file_offset, symbol.to_string()));
             let how = match forwards_to {
                 Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
@@ -745,14 +752,44 @@ impl Attacher<'_> {
                 family,
                 symbol,
                 format!(
-                    "uprobe at {}+{:#x}{how}{}",
+                    "uprobe at {}+{:#x} ({}){how}{}",
                     basename(&lib_name),
                     info.file_offset,
+                    layer.family,
                     moved(&at, info.file_offset)
                 ),
             );
         }
+        if found == 0 && !glibc {
+            self.unprobed(
+                layer,
+                format!(
+                    "none of its entry points was found in {}",
+                    basename(&lib_name)
+                ),
+            );
+        }
         Ok(())
+    }
+
+    /// The index of an entry point in the session's table (the high half of
+    /// its attach cookie), added on first use.
+    fn entry_index(&mut self, layer: &Layer, symbol: &str, kind: u32, file_offset: u64) -> u32 {
+        let i = match self.alloc_entries.iter().position(|e| {
+            e.module == layer.module && e.file_offset == file_offset && e.symbol == symbol
+        }) {
+            Some(i) => i,
+            None => {
+                self.alloc_entries.push(AllocEntry {
+                    allocator: layer.family,
+                    symbol: super::allocators::display_name(symbol, kind),
+                    module: layer.module.clone(),
+                    file_offset,
+                });
+                self.alloc_entries.len() - 1
+            }
+        };
+        (i as u32).min(ALLOC_ENTRY_MASK)
     }
 
     fn attach_copy(&mut self, ebpf: &mut Ebpf, maps: &ProcMaps) -> Result<(), ProbeError> {

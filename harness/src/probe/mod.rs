@@ -8,6 +8,7 @@
 //! everything (links are file descriptors: the kernel also drops them when rig
 //! dies for any reason).
 
+pub mod allocators;
 pub mod attach;
 pub mod callgrind;
 pub mod cost;
@@ -31,8 +32,9 @@ use rig_ebpf::abi::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use allocators::{AllocFamily, Unprobed};
 pub use attach::{
-    check_target, require_root, AttachNote, CopyImpl, Followed, Joined, ProbeSet, Scope,
+    check_target, require_root, AllocEntry, AttachNote, CopyImpl, Followed, Joined, ProbeSet, Scope,
 };
 pub use stacks::{StackSnapshot, Stacks};
 pub use window::{alive, Window, WindowEnd, WindowStart};

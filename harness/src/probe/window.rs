@@ -49,6 +49,10 @@ pub struct Window {
     pub joined_during: Vec<u32>,
     pub scope: super::Scope,
     pub copy_impls: Vec<CopyImpl>,
+    /// The allocator entry points probed (`AllocKey::kind >> 16` indexes it).
+    pub alloc_entries: Vec<super::attach::AllocEntry>,
+    /// Allocators found in a measured process that rig could not probe.
+    pub alloc_unprobed: Vec<super::allocators::Unprobed>,
     pub notes: Vec<AttachNote>,
 }
 
@@ -139,6 +143,8 @@ impl ProbeSet {
             joined_during,
             scope: self.scope(),
             copy_impls: self.copy_impls(),
+            alloc_entries: self.alloc_entries(),
+            alloc_unprobed: self.alloc_unprobed(),
             notes: self.notes(),
         })
     }

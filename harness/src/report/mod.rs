@@ -11,12 +11,16 @@ pub mod table;
 
 use std::collections::BTreeMap;
 
-use rig_ebpf::abi::{alloc_kind, lock_op, ALLOC_CLASS_NULL_FREE, FAULT_MAJOR};
+use rig_ebpf::abi::{
+    alloc_kind, lock_op, ALLOC_CLASS_NULL_FREE, ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT,
+    ALLOC_FLAG_INNER, ALLOC_KIND_MASK, FAULT_MAJOR,
+};
 use serde::Serialize;
 
 use crate::load::LoadResult;
 use crate::probe::{
-    syscall_name, AttachNote, CopyImpl, Family, Followed, Joined, Scope, Window, WindowEnd,
+    syscall_name, AllocEntry, AttachNote, CopyImpl, Family, Followed, Joined, Scope, Unprobed,
+    Window, WindowEnd,
 };
 use crate::symbolize::{AddrKind, Site, Symbolizer};
 
@@ -32,7 +36,15 @@ pub struct Attribution {
     pub window: WindowInfo,
     pub syscalls: Vec<SyscallRow>,
     pub alloc: Vec<AllocRow>,
+    /// Calls that are not inside another allocator call: each request for
+    /// memory once, whatever the layers.
     pub alloc_totals: AllocTotals,
+    /// Per allocator layer (glibc, jemalloc, rust, cpython...): every call
+    /// of that layer, with how many ran inside another allocator call.
+    pub alloc_layers: Vec<AllocLayer>,
+    /// Allocators found in a measured process that rig could not probe; any
+    /// makes the alloc family incomplete.
+    pub alloc_unprobed: Vec<Unprobed>,
     pub copy_impls: Vec<CopyImpl>,
     pub copy: Vec<CopyRow>,
     pub locks: Vec<LockRow>,
@@ -104,20 +116,37 @@ pub struct SyscallRow {
     pub ns: u64,
 }
 
+/// One allocator layer's calls in the window.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct AllocLayer {
+    pub allocator: String,
+    /// Every call of this layer (inner ones included).
+    pub totals: AllocTotals,
+    /// Of those, calls made inside another allocator call.
+    pub inner_allocations: u64,
+    pub inner_frees: u64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct AllocRow {
     pub site: Site,
-    pub kind: &'static str,
+    /// The entry point called (`malloc`, `mi_malloc_aligned`,
+    /// `PyObject_Malloc`, `__rust_alloc`; `operator new` for C++).
+    pub kind: String,
+    /// The allocator layer the entry point belongs to (`glibc`, `jemalloc`,
+    /// `tcmalloc`, `mimalloc`, `rust`, `cpython`, `libstdc++`).
+    pub allocator: String,
     /// Sizes in (2^(class-1), 2^class]; `null` for free(NULL).
     pub size_class: Option<u32>,
     pub calls: u64,
     pub bytes: u64,
-    /// A malloc/free made by operator new/delete itself (counted at the
-    /// operator's caller instead; excluded from totals).
+    /// A call made inside another allocator call (malloc by operator new,
+    /// by pymalloc, jemalloc under a Rust shim): the outer call is counted
+    /// at its caller; this one is excluded from `alloc_totals`.
     pub inner: bool,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct AllocTotals {
     pub allocations: u64,
     pub bytes: u64,
@@ -287,6 +316,14 @@ pub fn alloc_kind_name(kind: u32) -> &'static str {
         alloc_kind::CXX_NEW_ARRAY => "operator new[]",
         alloc_kind::CXX_DELETE => "operator delete",
         alloc_kind::CXX_DELETE_ARRAY => "operator delete[]",
+        alloc_kind::MALLOCX => "mallocx",
+        alloc_kind::RALLOCX => "rallocx",
+        alloc_kind::SDALLOCX => "sdallocx",
+        alloc_kind::DALLOCX => "dallocx",
+        alloc_kind::RUST_ALLOC => "__rust_alloc",
+        alloc_kind::RUST_ALLOC_ZEROED => "__rust_alloc_zeroed",
+        alloc_kind::RUST_REALLOC => "__rust_realloc",
+        alloc_kind::RUST_DEALLOC => "__rust_dealloc",
         _ => "?",
     }
 }
@@ -332,8 +369,27 @@ pub fn is_inner_alloc(kind: u32, site: &Site) -> bool {
 fn is_free(kind: u32) -> bool {
     matches!(
         kind,
-        alloc_kind::FREE | alloc_kind::CXX_DELETE | alloc_kind::CXX_DELETE_ARRAY
+        alloc_kind::FREE
+            | alloc_kind::CXX_DELETE
+            | alloc_kind::CXX_DELETE_ARRAY
+            | alloc_kind::SDALLOCX
+            | alloc_kind::DALLOCX
+            | alloc_kind::RUST_DEALLOC
     )
+}
+
+/// An `AllocKey::kind` (the attach cookie) taken apart: what the call does,
+/// the entry point's name and its allocator layer.
+pub fn alloc_call(cookie: u32, entries: &[AllocEntry]) -> (u32, String, String) {
+    let kind = cookie & ALLOC_KIND_MASK;
+    let entry = entries.get(((cookie >> ALLOC_ENTRY_SHIFT) & ALLOC_ENTRY_MASK) as usize);
+    let cxx = (alloc_kind::CXX_NEW..=alloc_kind::CXX_DELETE_ARRAY).contains(&kind);
+    let name = match entry {
+        Some(e) if !cxx => e.symbol.clone(),
+        _ => alloc_kind_name(kind).to_string(),
+    };
+    let layer = entry.map_or("glibc", |e| e.allocator.name()).to_string();
+    (kind, name, layer)
 }
 
 pub fn copy_bucket_name(bucket: u32) -> &'static str {
@@ -433,25 +489,42 @@ impl Attribution {
         );
         let mut alloc: Vec<AllocRow> = Vec::new();
         let mut alloc_totals = AllocTotals::default();
+        let mut layers: BTreeMap<String, AllocLayer> = BTreeMap::new();
         for (k, v) in &d.alloc {
             let site = sites[&(k.tgid, k.caller)].clone();
-            let inner = is_inner_alloc(k.kind, &site);
+            let (kind, name, allocator) = alloc_call(k.kind, &w.alloc_entries);
+            let inner = k.flags & ALLOC_FLAG_INNER != 0 || is_inner_alloc(kind, &site);
+            let layer = layers
+                .entry(allocator.clone())
+                .or_insert_with(|| AllocLayer {
+                    allocator: allocator.clone(),
+                    ..Default::default()
+                });
+            let p = proc_row(&mut procs, k.tgid);
+            let mut sums = vec![&mut layer.totals];
             if !inner {
-                let p = proc_row(&mut procs, k.tgid);
-                for t in [&mut alloc_totals, &mut p.alloc] {
-                    if k.size_class == ALLOC_CLASS_NULL_FREE {
-                        t.null_frees += v.calls;
-                    } else if is_free(k.kind) {
-                        t.frees += v.calls;
-                    } else {
-                        t.allocations += v.calls;
-                        t.bytes += v.bytes;
-                    }
+                sums.push(&mut alloc_totals);
+                sums.push(&mut p.alloc);
+            }
+            for t in sums {
+                if k.size_class == ALLOC_CLASS_NULL_FREE {
+                    t.null_frees += v.calls;
+                } else if is_free(kind) {
+                    t.frees += v.calls;
+                } else {
+                    t.allocations += v.calls;
+                    t.bytes += v.bytes;
                 }
+            }
+            if inner && is_free(kind) {
+                layer.inner_frees += v.calls;
+            } else if inner && k.size_class != ALLOC_CLASS_NULL_FREE {
+                layer.inner_allocations += v.calls;
             }
             let row = AllocRow {
                 site,
-                kind: alloc_kind_name(k.kind),
+                kind: name,
+                allocator,
                 size_class: (k.size_class != ALLOC_CLASS_NULL_FREE).then_some(k.size_class),
                 calls: v.calls,
                 bytes: v.bytes,
@@ -460,6 +533,8 @@ impl Attribution {
             match alloc.iter_mut().find(|r| {
                 same_site(&r.site, &row.site)
                     && r.kind == row.kind
+                    && r.allocator == row.allocator
+                    && r.inner == row.inner
                     && r.size_class == row.size_class
             }) {
                 Some(r) => {
@@ -469,6 +544,7 @@ impl Attribution {
                 None => alloc.push(row),
             }
         }
+        let alloc_layers: Vec<AllocLayer> = layers.into_values().collect();
         alloc.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.bytes.cmp(&a.bytes)));
 
         let sites = callers(
@@ -628,6 +704,19 @@ impl Attribution {
                 }
             }
         }
+        // An allocator the process uses but rig could not probe: its calls
+        // are missing, so the family is incomplete (never a silent zero).
+        if w.families.contains(&Family::Alloc) {
+            for u in &w.alloc_unprobed {
+                losses.entry(Family::Alloc).or_default().push((
+                    format!(
+                        "allocator {} in {} (pid {}) not probed: {}",
+                        u.allocator, u.module, u.pid, u.why
+                    ),
+                    1,
+                ));
+            }
+        }
         let probe_syscalls_excluded = d
             .stats
             .values()
@@ -673,6 +762,12 @@ impl Attribution {
             syscalls,
             alloc,
             alloc_totals,
+            alloc_layers,
+            alloc_unprobed: if w.families.contains(&Family::Alloc) {
+                w.alloc_unprobed.clone()
+            } else {
+                Vec::new()
+            },
             copy_impls: w.copy_impls.clone(),
             copy,
             locks,

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use rig_ebpf::abi::{stack_flag, stack_what, UStack, ALLOC_CLASS_NULL_FREE};
 use serde::Serialize;
 
-use crate::probe::{syscall_name, CopyImpl, Family, Window};
+use crate::probe::{syscall_name, AllocEntry, CopyImpl, Family, Window};
 use crate::process::maps::basename;
 use crate::symbolize::{AddrKind, Site, Symbolizer};
 
@@ -38,6 +38,13 @@ pub const DEFAULT_WRAPPERS: &[&str] = &[
     // Allocator families.
     "je_",
     "_rjem_",
+    "mimalloc::",
+    "tikv_jemallocator::",
+    "pymalloc_",
+    "_PyObject_Malloc",
+    "_PyObject_Calloc",
+    "_PyObject_Realloc",
+    "_PyObject_Free",
     "tc_",
     "tcmalloc::",
     "mi_",
@@ -252,15 +259,19 @@ impl StackSection {
                         out.kernel.insert(ks.clone(), kernel_names.name(&frames));
                     }
                 }
-                let (event, size_class) = event_name(k.what, k.arg, copy_impls);
-                // The innermost frame is the allocator's entry; its caller
-                // says whether another allocator call made this one.
+                let (event, size_class) = event_name(k.what, k.arg, copy_impls, &w.alloc_entries);
+                // The probe marked calls made inside another allocator call;
+                // failing that, the innermost frame is the allocator's entry
+                // and its caller says whether another allocator call made it.
                 let inner = k.what == stack_what::ALLOC
-                    && stack
-                        .as_ref()
-                        .and_then(|s| out.stacks.get(s))
-                        .and_then(|s| s.frames.get(1))
-                        .is_some_and(|caller| super::is_inner_alloc(k.arg >> 8, caller));
+                    && (k.arg >> 31 == 1
+                        || stack
+                            .as_ref()
+                            .and_then(|s| out.stacks.get(s))
+                            .and_then(|s| s.frames.get(1))
+                            .is_some_and(|caller| {
+                                super::is_inner_alloc((k.arg >> 8) & 0xff, caller)
+                            }));
                 out.rows.push(StackRow {
                     family: *family,
                     event,
@@ -330,14 +341,21 @@ fn name_stack(
 }
 
 /// The event a (what, arg) pair counts, and its size class for allocations.
-pub fn event_name(what: u32, arg: u32, copy_impls: &[CopyImpl]) -> (String, Option<u32>) {
+/// For allocations, `arg` is `inner << 31 | entry << 16 | kind << 8 |
+/// size class` (alloc.bpf.c), named through `alloc_entries`.
+pub fn event_name(
+    what: u32,
+    arg: u32,
+    copy_impls: &[CopyImpl],
+    alloc_entries: &[AllocEntry],
+) -> (String, Option<u32>) {
     match what {
         stack_what::ALLOC => {
-            let kind = arg >> 8;
+            let cookie = ((arg >> 16) & 0x7fff) << 16 | ((arg >> 8) & 0xff);
             let class = arg & 0xff;
             let null = class == (ALLOC_CLASS_NULL_FREE & 0xff);
             (
-                super::alloc_kind_name(kind).to_string(),
+                super::alloc_call(cookie, alloc_entries).1,
                 (!null).then_some(class),
             )
         }

@@ -194,6 +194,14 @@ fn header(out: &mut String, a: &Attribution, n: Option<u64>) {
              counts from such threads are not exact per request"
         );
     }
+    for u in &a.alloc_unprobed {
+        let _ = writeln!(
+            out,
+            "WARNING: pid {} allocates through {} ({}), which rig could not probe: {}. \
+             Allocation counts miss its calls.",
+            u.pid, u.allocator, u.module, u.why
+        );
+    }
     if !a.complete {
         let _ = writeln!(out, "INCOMPLETE: the probes lost events: {:?}", a.losses);
     }
@@ -245,14 +253,19 @@ fn allocations(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         &format!("bytes{unit}"),
     ]);
     for r in a.alloc.iter().take(top) {
-        let kind = if r.inner {
-            format!("{} (inner)", r.kind)
+        // The C library's malloc is the default; other layers say whose.
+        let mut kind = if r.allocator == "glibc" || r.allocator == "libstdc++" {
+            r.kind.clone()
         } else {
-            r.kind.to_string()
+            format!("{} {}", r.allocator, r.kind)
         };
+        if r.inner {
+            kind.push_str(" (inner)");
+        }
+        let lower = r.kind.to_lowercase();
         // A free has no size; a free(NULL) frees nothing.
         let size = match (
-            r.kind.contains("free") || r.kind.contains("delete"),
+            lower.contains("free") || lower.contains("delete") || lower.contains("dalloc"),
             r.size_class,
         ) {
             (true, None) => "NULL".to_string(),
@@ -274,6 +287,7 @@ fn allocations(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         per(t_.bytes, n),
         per(t_.frees, n)
     );
+    alloc_layers(out, a, n, unit);
 }
 
 /// memcpy/memmove/memset bytes by call site, with the implementations the probes sit on.
@@ -622,6 +636,37 @@ fn processes(a: &Attribution, n: Option<u64>) -> Table {
     }
     t.add_row(total);
     t
+}
+
+/// One line per allocator layer when there is more than one (pymalloc over
+/// glibc, a Rust shim over mimalloc): each layer's own calls, of which inner
+/// (made inside another allocator call, not in the totals above).
+fn alloc_layers(out: &mut String, a: &Attribution, n: Option<u64>, unit: &str) {
+    if a.alloc_layers.len() < 2 {
+        return;
+    }
+    let mut t = table(&[
+        "allocator",
+        &format!("allocs{unit}"),
+        &format!("bytes{unit}"),
+        &format!("frees{unit}"),
+        &format!("inner allocs{unit}"),
+        &format!("inner frees{unit}"),
+    ]);
+    for l in &a.alloc_layers {
+        t.add_row(vec![
+            l.allocator.clone(),
+            per(l.totals.allocations, n),
+            per(l.totals.bytes, n),
+            per(l.totals.frees, n),
+            per(l.inner_allocations, n),
+            per(l.inner_frees, n),
+        ]);
+    }
+    let _ = writeln!(
+        out,
+        "\nallocator layers (inner calls are counted once, by the outer layer)\n{t}"
+    );
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ macro_rules! root_or_skip {
 }
 
 mod ab;
+mod allocators;
 mod attach_calib;
 mod callgrind;
 mod chaos;
@@ -42,6 +43,7 @@ mod html;
 mod integrity;
 mod launch;
 mod load;
+mod redis;
 mod render;
 mod run;
 mod stacks;

@@ -106,7 +106,8 @@ fn attribution() -> Attribution {
         alloc: vec![
             AllocRow {
                 site: handler.clone(),
-                kind: "malloc",
+                kind: "malloc".into(),
+                allocator: "glibc".into(),
                 size_class: Some(5),
                 calls: 3000,
                 bytes: 72_000,
@@ -114,7 +115,8 @@ fn attribution() -> Attribution {
             },
             AllocRow {
                 site: handler.clone(),
-                kind: "free",
+                kind: "free".into(),
+                allocator: "glibc".into(),
                 size_class: None,
                 calls: 3000,
                 bytes: 0,
@@ -127,6 +129,8 @@ fn attribution() -> Attribution {
             frees: 3000,
             null_frees: 0,
         },
+        alloc_layers: Vec::new(),
+        alloc_unprobed: Vec::new(),
         copy_impls: Vec::new(),
         copy: vec![CopyRow {
             site: parse.clone(),
