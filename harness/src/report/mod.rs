@@ -4,6 +4,7 @@
 //! requests it contained, and the session's `Symbolizer`. Out: an
 //! `Attribution` (plain, serializable, versioned) and its terminal table.
 
+mod build;
 pub mod flame;
 pub mod output;
 pub mod stacks;
@@ -11,10 +12,7 @@ pub mod table;
 
 use std::collections::BTreeMap;
 
-use rig_ebpf::abi::{
-    alloc_kind, lock_op, ALLOC_CLASS_NULL_FREE, ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT,
-    ALLOC_FLAG_INNER, ALLOC_KIND_MASK, FAULT_MAJOR,
-};
+use rig_ebpf::abi::{alloc_kind, lock_op, ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, ALLOC_KIND_MASK};
 use serde::Serialize;
 
 use crate::load::LoadResult;
@@ -432,318 +430,21 @@ impl Attribution {
         wrappers: &stacks::Wrappers,
     ) -> Attribution {
         let stacks = stacks::StackSection::build(w, &w.copy_impls, sym, wrappers);
-        let d = &w.delta;
-        let cpu = CpuSamples {
-            period_ns: crate::probe::attach::CPU_SAMPLE_PERIOD_NS,
-            user: d
-                .cpu
-                .iter()
-                .filter(|(k, _)| k.in_kernel == 0)
-                .map(|(_, v)| v)
-                .sum(),
-            kernel: d
-                .cpu
-                .iter()
-                .filter(|(k, _)| k.in_kernel != 0)
-                .map(|(_, v)| v)
-                .sum(),
-        };
-        // Addresses are per process: each is named with its own process's map.
-        let mut callers = |addrs: Vec<(u32, u64)>, kind: AddrKind| -> BTreeMap<(u32, u64), Site> {
-            let mut by_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-            for (tgid, a) in addrs {
-                by_proc.entry(tgid).or_default().push(a);
-            }
-            let mut out = BTreeMap::new();
-            for (tgid, addrs) in by_proc {
-                let sites = sym.symbolize(w.maps_of(tgid), &addrs, kind);
-                out.extend(addrs.into_iter().map(|a| (tgid, a)).zip(sites));
-            }
-            out
-        };
-        let mut procs: BTreeMap<u32, ProcessRow> = w
-            .processes
-            .iter()
-            .map(|p| (p.pid, ProcessRow::new(p, w.pid)))
-            .collect();
-
-        let mut syscalls: BTreeMap<u32, SyscallRow> = BTreeMap::new();
-        for (k, c) in &d.syscalls {
-            let row = syscalls.entry(k.nr).or_insert_with(|| SyscallRow {
-                nr: k.nr,
-                name: syscall_name(k.nr),
-                count: 0,
-                returns: 0,
-                ns: 0,
-            });
-            row.count += c.count;
-            row.returns += c.exits;
-            row.ns += c.ns;
-            proc_row(&mut procs, k.tgid).syscalls += c.count;
-        }
-        let syscalls: Vec<SyscallRow> = syscalls.into_values().collect();
-
-        let sites = callers(
-            d.alloc.keys().map(|k| (k.tgid, k.caller)).collect(),
-            AddrKind::ReturnAddress,
-        );
-        let mut alloc: Vec<AllocRow> = Vec::new();
-        let mut alloc_totals = AllocTotals::default();
-        let mut layers: BTreeMap<String, AllocLayer> = BTreeMap::new();
-        for (k, v) in &d.alloc {
-            let site = sites[&(k.tgid, k.caller)].clone();
-            let (kind, name, allocator) = alloc_call(k.kind, &w.alloc_entries);
-            let inner = k.flags & ALLOC_FLAG_INNER != 0 || is_inner_alloc(kind, &site);
-            let layer = layers
-                .entry(allocator.clone())
-                .or_insert_with(|| AllocLayer {
-                    allocator: allocator.clone(),
-                    ..Default::default()
-                });
-            let p = proc_row(&mut procs, k.tgid);
-            let mut sums = vec![&mut layer.totals];
-            if !inner {
-                sums.push(&mut alloc_totals);
-                sums.push(&mut p.alloc);
-            }
-            for t in sums {
-                if k.size_class == ALLOC_CLASS_NULL_FREE {
-                    t.null_frees += v.calls;
-                } else if is_free(kind) {
-                    t.frees += v.calls;
-                } else {
-                    t.allocations += v.calls;
-                    t.bytes += v.bytes;
-                }
-            }
-            if inner && is_free(kind) {
-                layer.inner_frees += v.calls;
-            } else if inner && k.size_class != ALLOC_CLASS_NULL_FREE {
-                layer.inner_allocations += v.calls;
-            }
-            let row = AllocRow {
-                site,
-                kind: name,
-                allocator,
-                size_class: (k.size_class != ALLOC_CLASS_NULL_FREE).then_some(k.size_class),
-                calls: v.calls,
-                bytes: v.bytes,
-                inner,
-            };
-            match alloc.iter_mut().find(|r| {
-                same_site(&r.site, &row.site)
-                    && r.kind == row.kind
-                    && r.allocator == row.allocator
-                    && r.inner == row.inner
-                    && r.size_class == row.size_class
-            }) {
-                Some(r) => {
-                    r.calls += row.calls;
-                    r.bytes += row.bytes;
-                }
-                None => alloc.push(row),
-            }
-        }
-        let alloc_layers: Vec<AllocLayer> = layers.into_values().collect();
-        alloc.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.bytes.cmp(&a.bytes)));
-
-        let sites = callers(
-            d.copy.keys().map(|k| (k.tgid, k.caller)).collect(),
-            AddrKind::ReturnAddress,
-        );
-        let mut copy: Vec<CopyRow> = Vec::new();
-        for (k, v) in &d.copy {
-            let imp = w.copy_impls.get(k.implementation as usize);
-            let row = CopyRow {
-                site: sites[&(k.tgid, k.caller)].clone(),
-                kind: imp.map(|i| i.apis.join("/")).unwrap_or_else(|| "?".into()),
-                implementation: imp.and_then(|i| i.impl_name.clone()),
-                bucket: copy_bucket_name(k.bucket),
-                calls: v.calls,
-                bytes: v.bytes,
-            };
-            let p = proc_row(&mut procs, k.tgid);
-            p.copy_calls += v.calls;
-            p.copy_bytes += v.bytes;
-            match copy.iter_mut().find(|r| {
-                same_site(&r.site, &row.site) && r.kind == row.kind && r.bucket == row.bucket
-            }) {
-                Some(r) => {
-                    r.calls += row.calls;
-                    r.bytes += row.bytes;
-                }
-                None => copy.push(row),
-            }
-        }
-        copy.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.calls.cmp(&a.calls)));
-
-        // Lock rows stay per process: the same mutex address in two
-        // processes is two mutexes.
-        let sites = callers(
-            d.locks.keys().map(|k| (k.tgid, k.caller)).collect(),
-            AddrKind::ReturnAddress,
-        );
-        let mut locks: Vec<LockRow> = d
-            .locks
-            .iter()
-            .map(|(k, v)| LockRow {
-                site: sites[&(k.tgid, k.caller)].clone(),
-                pid: k.tgid,
-                op: lock_op_name(k.op),
-                mutex: k.mutex,
-                calls: v.calls,
-                acquired: v.acquired,
-                contended: v.contended,
-                futex_wait_ns: v.futex_wait_ns,
-                call_ns: v.call_ns,
-                holds: v.holds,
-                hold_ns: v.hold_ns,
-            })
-            .collect();
-        for r in &locks {
-            if r.op != "unlock" {
-                proc_row(&mut procs, r.pid).lock_acquisitions += r.acquired;
-            }
-        }
-        locks.sort_by_key(|r| std::cmp::Reverse(r.calls));
-
-        // A user-mode fault's IP is the faulting instruction; a kernel-mode
-        // one is named by the user PC after the syscall instruction.
-        let user_ips: Vec<(u32, u64)> = d
-            .faults
-            .keys()
-            .filter(|k| k.in_kernel == 0)
-            .map(|k| (k.tgid, k.ip))
-            .collect();
-        let kernel_ips: Vec<(u32, u64)> = d
-            .faults
-            .keys()
-            .filter(|k| k.in_kernel != 0)
-            .map(|k| (k.tgid, k.ip))
-            .collect();
-        let user_sites = callers(user_ips, AddrKind::InstructionPointer);
-        let kernel_sites = callers(kernel_ips, AddrKind::ReturnAddress);
-        let mut faults: Vec<FaultRow> = Vec::new();
-        for (k, &count) in &d.faults {
-            let row = FaultRow {
-                site: if k.in_kernel != 0 {
-                    kernel_sites[&(k.tgid, k.ip)].clone()
-                } else {
-                    user_sites[&(k.tgid, k.ip)].clone()
-                },
-                major: k.kind == FAULT_MAJOR,
-                in_kernel: k.in_kernel != 0,
-                count,
-            };
-            proc_row(&mut procs, k.tgid).faults += count;
-            match faults.iter_mut().find(|r| {
-                same_site(&r.site, &row.site)
-                    && r.major == row.major
-                    && r.in_kernel == row.in_kernel
-            }) {
-                Some(r) => r.count += row.count,
-                None => faults.push(row),
-            }
-        }
-        faults.sort_by_key(|r| std::cmp::Reverse(r.count));
-
-        let mut sched = SchedSection::default();
-        for (&tid, v) in &d.sched {
-            let tgid = v.tgid as u32;
-            sched.voluntary += v.voluntary;
-            sched.involuntary += v.involuntary;
-            sched.off_cpu_ns += v.off_cpu_ns;
-            let p = proc_row(&mut procs, tgid);
-            p.voluntary_switches += v.voluntary;
-            p.involuntary_switches += v.involuntary;
-            p.off_cpu_ns += v.off_cpu_ns;
-            sched.threads.push(SchedThread {
-                tid,
-                pid: tgid,
-                comm: std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/comm"))
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_default(),
-                voluntary: v.voluntary,
-                involuntary: v.involuntary,
-                off_cpu_ns: v.off_cpu_ns,
-            });
-        }
-        let processes: Vec<ProcessRow> = {
-            let mut v: Vec<ProcessRow> = procs.into_values().collect();
-            v.sort_by_key(|p| (p.pid != w.pid, p.pid));
-            v
-        };
-
-        let mut losses: BTreeMap<Family, Vec<(String, u64)>> = d
-            .losses()
-            .into_iter()
-            .map(|(f, l)| (f, l.into_iter().map(|(n, c)| (n.to_string(), c)).collect()))
-            .collect();
-        // A process whose uprobes could not be attached misses them all.
-        let failed = w.processes.iter().filter(|p| p.error.is_some()).count();
-        if failed > 0 {
-            for f in &w.families {
-                if matches!(f, Family::Alloc | Family::Copy | Family::Locks) {
-                    losses.entry(*f).or_default().push((
-                        "processes without uprobes (see processes[].error)".to_string(),
-                        failed as u64,
-                    ));
-                }
-            }
-        }
-        // A process forked during the window got its uprobes only when the
-        // follower saw it: its first calls are missing.
-        if !w.joined_during.is_empty() {
-            for f in &w.families {
-                if matches!(f, Family::Alloc | Family::Copy | Family::Locks) {
-                    losses.entry(*f).or_default().push((
-                        "processes forked during the window (uprobes attached after their fork)"
-                            .to_string(),
-                        w.joined_during.len() as u64,
-                    ));
-                }
-            }
-        }
-        // An allocator the process uses but rig could not probe: its calls
-        // are missing, so the family is incomplete (never a silent zero).
-        if w.families.contains(&Family::Alloc) {
-            for u in &w.alloc_unprobed {
-                losses.entry(Family::Alloc).or_default().push((
-                    format!(
-                        "allocator {} in {} (pid {}) not probed: {}",
-                        u.allocator, u.module, u.pid, u.why
-                    ),
-                    1,
-                ));
-            }
-        }
-        let probe_syscalls_excluded = d
+        let mut b = build::Builder::new(w, sym);
+        let syscalls = b.syscalls();
+        let (alloc, alloc_totals, alloc_layers) = b.alloc();
+        let copy = b.copy();
+        let locks = b.locks();
+        let faults = b.faults();
+        let sched = b.sched();
+        let processes = b.processes();
+        let losses = build::losses(w);
+        let probe_syscalls_excluded = w
+            .delta
             .stats
             .values()
             .map(|s| s.slot[rig_ebpf::abi::stat::PROBE_SYSCALLS])
             .sum::<u64>();
-        let mut distortions = Vec::new();
-        if w.families.contains(&Family::Locks) {
-            distortions.push(
-                "locks: call_ns and hold_ns include the probes' own trap cost (a uprobe + \
-                 uretprobe around each lock, a uprobe at unlock; see `rig probe-cost`); \
-                 futex_wait_ns is measured by tracepoints and is not inflated by uprobes, \
-                 but slower lock holders make contention more likely"
-                    .to_string(),
-            );
-        }
-        if w.families.contains(&Family::Syscalls)
-            && w.families
-                .iter()
-                .any(|f| matches!(f, Family::Alloc | Family::Copy | Family::Locks))
-        {
-            distortions.push(
-                "syscalls: per-call times are exact kernel times, but uprobes slow the user \
-                 code between them; take timing from a pass without uprobes"
-                    .to_string(),
-            );
-        }
-
         Attribution {
             schema_version: SCHEMA_VERSION,
             pid: w.pid,
@@ -779,10 +480,10 @@ impl Attribution {
             losses,
             probe_syscalls_excluded,
             notes: w.notes.clone(),
-            distortions,
+            distortions: build::distortions(w),
             pmu: crate::host::detect_pmu(),
             stacks,
-            cpu,
+            cpu: build::cpu(w),
         }
     }
 

@@ -1,0 +1,386 @@
+//! From a window's raw counters to an [`Attribution`]: every address named
+//! (per process, with its own map), rows per call site summed over the
+//! processes of a tree, per-process totals, and what was lost.
+
+use std::collections::BTreeMap;
+
+use rig_ebpf::abi::{ALLOC_CLASS_NULL_FREE, ALLOC_FLAG_INNER, FAULT_MAJOR};
+
+use super::*;
+
+/// One attribution being built: the window, the symbolizer, and the
+/// per-process rows each family adds to.
+pub(super) struct Builder<'a> {
+    pub w: &'a Window,
+    pub sym: &'a mut Symbolizer,
+    pub procs: BTreeMap<u32, ProcessRow>,
+}
+
+impl<'a> Builder<'a> {
+    pub fn new(w: &'a Window, sym: &'a mut Symbolizer) -> Builder<'a> {
+        let procs = w
+            .processes
+            .iter()
+            .map(|p| (p.pid, ProcessRow::new(p, w.pid)))
+            .collect();
+        Builder { w, sym, procs }
+    }
+
+    /// Name addresses; each is named with its own process's map.
+    fn callers(&mut self, addrs: Vec<(u32, u64)>, kind: AddrKind) -> BTreeMap<(u32, u64), Site> {
+        let mut by_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for (tgid, a) in addrs {
+            by_proc.entry(tgid).or_default().push(a);
+        }
+        let mut out = BTreeMap::new();
+        for (tgid, addrs) in by_proc {
+            let sites = self.sym.symbolize(self.w.maps_of(tgid), &addrs, kind);
+            out.extend(addrs.into_iter().map(|a| (tgid, a)).zip(sites));
+        }
+        out
+    }
+
+    /// Syscalls by number, summed over processes.
+    pub fn syscalls(&mut self) -> Vec<SyscallRow> {
+        let d = &self.w.delta;
+        let mut syscalls: BTreeMap<u32, SyscallRow> = BTreeMap::new();
+        for (k, c) in &d.syscalls {
+            let row = syscalls.entry(k.nr).or_insert_with(|| SyscallRow {
+                nr: k.nr,
+                name: syscall_name(k.nr),
+                count: 0,
+                returns: 0,
+                ns: 0,
+            });
+            row.count += c.count;
+            row.returns += c.exits;
+            row.ns += c.ns;
+            proc_row(&mut self.procs, k.tgid).syscalls += c.count;
+        }
+        let syscalls: Vec<SyscallRow> = syscalls.into_values().collect();
+
+        syscalls
+    }
+
+    /// Allocator calls per site, api, allocator and size class; totals over
+    /// the outermost calls only, and per allocator layer.
+    pub fn alloc(&mut self) -> (Vec<AllocRow>, AllocTotals, Vec<AllocLayer>) {
+        let w = self.w;
+        let d = &w.delta;
+        let sites = self.callers(
+            d.alloc.keys().map(|k| (k.tgid, k.caller)).collect(),
+            AddrKind::ReturnAddress,
+        );
+        let mut alloc: Vec<AllocRow> = Vec::new();
+        let mut alloc_totals = AllocTotals::default();
+        let mut layers: BTreeMap<String, AllocLayer> = BTreeMap::new();
+        for (k, v) in &d.alloc {
+            let site = sites[&(k.tgid, k.caller)].clone();
+            let (kind, name, allocator) = alloc_call(k.kind, &w.alloc_entries);
+            let inner = k.flags & ALLOC_FLAG_INNER != 0 || is_inner_alloc(kind, &site);
+            let layer = layers
+                .entry(allocator.clone())
+                .or_insert_with(|| AllocLayer {
+                    allocator: allocator.clone(),
+                    ..Default::default()
+                });
+            let p = proc_row(&mut self.procs, k.tgid);
+            let mut sums = vec![&mut layer.totals];
+            if !inner {
+                sums.push(&mut alloc_totals);
+                sums.push(&mut p.alloc);
+            }
+            for t in sums {
+                if k.size_class == ALLOC_CLASS_NULL_FREE {
+                    t.null_frees += v.calls;
+                } else if is_free(kind) {
+                    t.frees += v.calls;
+                } else {
+                    t.allocations += v.calls;
+                    t.bytes += v.bytes;
+                }
+            }
+            if inner && is_free(kind) {
+                layer.inner_frees += v.calls;
+            } else if inner && k.size_class != ALLOC_CLASS_NULL_FREE {
+                layer.inner_allocations += v.calls;
+            }
+            let row = AllocRow {
+                site,
+                kind: name,
+                allocator,
+                size_class: (k.size_class != ALLOC_CLASS_NULL_FREE).then_some(k.size_class),
+                calls: v.calls,
+                bytes: v.bytes,
+                inner,
+            };
+            match alloc.iter_mut().find(|r| {
+                same_site(&r.site, &row.site)
+                    && r.kind == row.kind
+                    && r.allocator == row.allocator
+                    && r.inner == row.inner
+                    && r.size_class == row.size_class
+            }) {
+                Some(r) => {
+                    r.calls += row.calls;
+                    r.bytes += row.bytes;
+                }
+                None => alloc.push(row),
+            }
+        }
+        let alloc_layers: Vec<AllocLayer> = layers.into_values().collect();
+        alloc.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.bytes.cmp(&a.bytes)));
+
+        (alloc, alloc_totals, alloc_layers)
+    }
+
+    /// Copy-routine calls and bytes per site, api and size bucket.
+    pub fn copy(&mut self) -> Vec<CopyRow> {
+        let w = self.w;
+        let d = &w.delta;
+        let sites = self.callers(
+            d.copy.keys().map(|k| (k.tgid, k.caller)).collect(),
+            AddrKind::ReturnAddress,
+        );
+        let mut copy: Vec<CopyRow> = Vec::new();
+        for (k, v) in &d.copy {
+            let imp = w.copy_impls.get(k.implementation as usize);
+            let row = CopyRow {
+                site: sites[&(k.tgid, k.caller)].clone(),
+                kind: imp.map(|i| i.apis.join("/")).unwrap_or_else(|| "?".into()),
+                implementation: imp.and_then(|i| i.impl_name.clone()),
+                bucket: copy_bucket_name(k.bucket),
+                calls: v.calls,
+                bytes: v.bytes,
+            };
+            let p = proc_row(&mut self.procs, k.tgid);
+            p.copy_calls += v.calls;
+            p.copy_bytes += v.bytes;
+            match copy.iter_mut().find(|r| {
+                same_site(&r.site, &row.site) && r.kind == row.kind && r.bucket == row.bucket
+            }) {
+                Some(r) => {
+                    r.calls += row.calls;
+                    r.bytes += row.bytes;
+                }
+                None => copy.push(row),
+            }
+        }
+        copy.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.calls.cmp(&a.calls)));
+
+        copy
+    }
+
+    /// Mutex calls per site and mutex, per process.
+    pub fn locks(&mut self) -> Vec<LockRow> {
+        let d = &self.w.delta;
+        // Lock rows stay per process: the same mutex address in two
+        // processes is two mutexes.
+        let sites = self.callers(
+            d.locks.keys().map(|k| (k.tgid, k.caller)).collect(),
+            AddrKind::ReturnAddress,
+        );
+        let mut locks: Vec<LockRow> = d
+            .locks
+            .iter()
+            .map(|(k, v)| LockRow {
+                site: sites[&(k.tgid, k.caller)].clone(),
+                pid: k.tgid,
+                op: lock_op_name(k.op),
+                mutex: k.mutex,
+                calls: v.calls,
+                acquired: v.acquired,
+                contended: v.contended,
+                futex_wait_ns: v.futex_wait_ns,
+                call_ns: v.call_ns,
+                holds: v.holds,
+                hold_ns: v.hold_ns,
+            })
+            .collect();
+        for r in &locks {
+            if r.op != "unlock" {
+                proc_row(&mut self.procs, r.pid).lock_acquisitions += r.acquired;
+            }
+        }
+        locks.sort_by_key(|r| std::cmp::Reverse(r.calls));
+
+        locks
+    }
+
+    /// Page faults per site, kind and mode.
+    pub fn faults(&mut self) -> Vec<FaultRow> {
+        let d = &self.w.delta;
+        // A user-mode fault's IP is the faulting instruction; a kernel-mode
+        // one is named by the user PC after the syscall instruction.
+        let user_ips: Vec<(u32, u64)> = d
+            .faults
+            .keys()
+            .filter(|k| k.in_kernel == 0)
+            .map(|k| (k.tgid, k.ip))
+            .collect();
+        let kernel_ips: Vec<(u32, u64)> = d
+            .faults
+            .keys()
+            .filter(|k| k.in_kernel != 0)
+            .map(|k| (k.tgid, k.ip))
+            .collect();
+        let user_sites = self.callers(user_ips, AddrKind::InstructionPointer);
+        let kernel_sites = self.callers(kernel_ips, AddrKind::ReturnAddress);
+        let mut faults: Vec<FaultRow> = Vec::new();
+        for (k, &count) in &d.faults {
+            let row = FaultRow {
+                site: if k.in_kernel != 0 {
+                    kernel_sites[&(k.tgid, k.ip)].clone()
+                } else {
+                    user_sites[&(k.tgid, k.ip)].clone()
+                },
+                major: k.kind == FAULT_MAJOR,
+                in_kernel: k.in_kernel != 0,
+                count,
+            };
+            proc_row(&mut self.procs, k.tgid).faults += count;
+            match faults.iter_mut().find(|r| {
+                same_site(&r.site, &row.site)
+                    && r.major == row.major
+                    && r.in_kernel == row.in_kernel
+            }) {
+                Some(r) => r.count += row.count,
+                None => faults.push(row),
+            }
+        }
+        faults.sort_by_key(|r| std::cmp::Reverse(r.count));
+
+        faults
+    }
+
+    /// Context switches and off-CPU time per thread.
+    pub fn sched(&mut self) -> SchedSection {
+        let d = &self.w.delta;
+        let mut sched = SchedSection::default();
+        for (&tid, v) in &d.sched {
+            let tgid = v.tgid as u32;
+            sched.voluntary += v.voluntary;
+            sched.involuntary += v.involuntary;
+            sched.off_cpu_ns += v.off_cpu_ns;
+            let p = proc_row(&mut self.procs, tgid);
+            p.voluntary_switches += v.voluntary;
+            p.involuntary_switches += v.involuntary;
+            p.off_cpu_ns += v.off_cpu_ns;
+            sched.threads.push(SchedThread {
+                tid,
+                pid: tgid,
+                comm: std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/comm"))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default(),
+                voluntary: v.voluntary,
+                involuntary: v.involuntary,
+                off_cpu_ns: v.off_cpu_ns,
+            });
+        }
+        sched
+    }
+
+    /// The process rows, the window's root first.
+    pub fn processes(self) -> Vec<ProcessRow> {
+        let mut v: Vec<ProcessRow> = self.procs.into_values().collect();
+        v.sort_by_key(|p| (p.pid != self.w.pid, p.pid));
+        v
+    }
+}
+
+/// On-CPU samples in user code and in the kernel.
+pub(super) fn cpu(w: &Window) -> CpuSamples {
+    let d = &w.delta;
+    CpuSamples {
+        period_ns: crate::probe::attach::CPU_SAMPLE_PERIOD_NS,
+        user: d
+            .cpu
+            .iter()
+            .filter(|(k, _)| k.in_kernel == 0)
+            .map(|(_, v)| v)
+            .sum(),
+        kernel: d
+            .cpu
+            .iter()
+            .filter(|(k, _)| k.in_kernel != 0)
+            .map(|(_, v)| v)
+            .sum(),
+    }
+}
+
+/// Per family, what the window missed: lost events, processes without
+/// uprobes or that got them late, allocators rig could not probe.
+pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
+    let d = &w.delta;
+    let mut losses: BTreeMap<Family, Vec<(String, u64)>> = d
+        .losses()
+        .into_iter()
+        .map(|(f, l)| (f, l.into_iter().map(|(n, c)| (n.to_string(), c)).collect()))
+        .collect();
+    // A process whose uprobes could not be attached misses them all.
+    let failed = w.processes.iter().filter(|p| p.error.is_some()).count();
+    if failed > 0 {
+        for f in &w.families {
+            if matches!(f, Family::Alloc | Family::Copy | Family::Locks) {
+                losses.entry(*f).or_default().push((
+                    "processes without uprobes (see processes[].error)".to_string(),
+                    failed as u64,
+                ));
+            }
+        }
+    }
+    // A process forked during the window got its uprobes only when the
+    // follower saw it: its first calls are missing.
+    if !w.joined_during.is_empty() {
+        for f in &w.families {
+            if matches!(f, Family::Alloc | Family::Copy | Family::Locks) {
+                losses.entry(*f).or_default().push((
+                    "processes forked during the window (uprobes attached after their fork)"
+                        .to_string(),
+                    w.joined_during.len() as u64,
+                ));
+            }
+        }
+    }
+    // An allocator the process uses but rig could not probe: its calls
+    // are missing, so the family is incomplete (never a silent zero).
+    if w.families.contains(&Family::Alloc) {
+        for u in &w.alloc_unprobed {
+            losses.entry(Family::Alloc).or_default().push((
+                format!(
+                    "allocator {} in {} (pid {}) not probed: {}",
+                    u.allocator, u.module, u.pid, u.why
+                ),
+                1,
+            ));
+        }
+    }
+    losses
+}
+
+/// How the probes themselves bend what they measure, for the families on.
+pub(super) fn distortions(w: &Window) -> Vec<String> {
+    let mut distortions = Vec::new();
+    if w.families.contains(&Family::Locks) {
+        distortions.push(
+            "locks: call_ns and hold_ns include the probes' own trap cost (a uprobe + \
+             uretprobe around each lock, a uprobe at unlock; see `rig probe-cost`); \
+             futex_wait_ns is measured by tracepoints and is not inflated by uprobes, \
+             but slower lock holders make contention more likely"
+                .to_string(),
+        );
+    }
+    if w.families.contains(&Family::Syscalls)
+        && w.families
+            .iter()
+            .any(|f| matches!(f, Family::Alloc | Family::Copy | Family::Locks))
+    {
+        distortions.push(
+            "syscalls: per-call times are exact kernel times, but uprobes slow the user \
+             code between them; take timing from a pass without uprobes"
+                .to_string(),
+        );
+    }
+
+    distortions
+}
