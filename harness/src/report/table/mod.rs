@@ -5,9 +5,11 @@ use std::fmt::Write as _;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, ContentArrangement, Table};
 
-use super::stacks::StackSection;
 use super::Attribution;
 use crate::probe::Family;
+
+mod stacks;
+pub use stacks::{short_name, stacks};
 
 /// `v / per` with up to three decimals, or the raw count when `per` is unknown.
 pub fn per(v: u64, per: Option<u64>) -> String {
@@ -139,54 +141,7 @@ fn header(out: &mut String, a: &Attribution, n: Option<u64>) {
             l.errors
         );
     }
-    if let Some(d) = &a.window.drive {
-        let _ = writeln!(out, "driven: {d}");
-    }
-    if let Some(c) = &a.window.command {
-        let _ = writeln!(out, "load command: {} ({})", c.argv.join(" "), c.status());
-        match (&c.count, &c.count_error) {
-            (Some(n), _) => {
-                let _ = writeln!(
-                    out,
-                    "requests: {} successful, read from {}'s output ({}); --per N overrides it",
-                    n.requests,
-                    n.tool.name(),
-                    n.evidence.join("; ")
-                );
-            }
-            (None, Some(why)) => {
-                let _ = writeln!(out, "requests: not read from the output: {why}");
-            }
-            (None, None) => {}
-        }
-    }
-    for w in &a.window.warnings {
-        let _ = writeln!(out, "WARNING: {w}");
-    }
-    if let Some(d) = &a.window.drive {
-        let _ = writeln!(out, "driven: {d}");
-    }
-    if let Some(c) = &a.window.command {
-        let _ = writeln!(out, "load command: {} ({})", c.argv.join(" "), c.status());
-        match (&c.count, &c.count_error) {
-            (Some(n), _) => {
-                let _ = writeln!(
-                    out,
-                    "requests: {} successful, read from {}'s output ({}); --per N overrides it",
-                    n.requests,
-                    n.tool.name(),
-                    n.evidence.join("; ")
-                );
-            }
-            (None, Some(why)) => {
-                let _ = writeln!(out, "requests: not read from the output: {why}");
-            }
-            (None, None) => {}
-        }
-    }
-    for w in &a.window.warnings {
-        let _ = writeln!(out, "WARNING: {w}");
-    }
+    load_lines(out, a);
     if a.window.quiesced == Some(false) {
         let _ = writeln!(
             out,
@@ -213,6 +168,35 @@ fn header(out: &mut String, a: &Attribution, n: Option<u64>) {
             a.processes.len(),
             processes(a, n)
         );
+    }
+}
+
+/// How the window got its load: rig's drive, or a load command with the
+/// request count read from its output; and the warnings about the load.
+fn load_lines(out: &mut String, a: &Attribution) {
+    if let Some(d) = &a.window.drive {
+        let _ = writeln!(out, "driven: {d}");
+    }
+    if let Some(c) = &a.window.command {
+        let _ = writeln!(out, "load command: {} ({})", c.argv.join(" "), c.status());
+        match (&c.count, &c.count_error) {
+            (Some(n), _) => {
+                let _ = writeln!(
+                    out,
+                    "requests: {} successful, read from {}'s output ({}); --per N overrides it",
+                    n.requests,
+                    n.tool.name(),
+                    n.evidence.join("; ")
+                );
+            }
+            (None, Some(why)) => {
+                let _ = writeln!(out, "requests: not read from the output: {why}");
+            }
+            (None, None) => {}
+        }
+    }
+    for w in &a.window.warnings {
+        let _ = writeln!(out, "WARNING: {w}");
     }
 }
 
@@ -387,195 +371,6 @@ fn faults(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
     }
     let total: u64 = a.faults.iter().map(|r| r.count).sum();
     let _ = writeln!(out, "\npage faults: {}{unit}\n{t}", per(total, n));
-}
-
-/// The top stacks of each family: the user site (first frame outside the
-/// allocator and standard-library wrappers) and the frames that called it.
-pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
-    let st = &a.stacks;
-    let mut out = String::new();
-    if !st.enabled || st.rows.is_empty() {
-        return out;
-    }
-    let unit = if n.is_some() { "/req" } else { "" };
-    for family in crate::probe::Family::ALL {
-        let merged = merged_rows(st, family);
-        if merged.is_empty() {
-            continue;
-        }
-        let amount = match family {
-            crate::probe::Family::Alloc | crate::probe::Family::Copy => Some("bytes"),
-            crate::probe::Family::Locks | crate::probe::Family::Sched => Some("µs"),
-            _ => None,
-        };
-        let mut header = vec![format!("count{unit}")];
-        if let Some(a) = amount {
-            header.push(format!("{a}{unit}"));
-        }
-        header.extend(["event".into(), "user site".into(), "called from".into()]);
-        let mut t = table(&header.iter().map(String::as_str).collect::<Vec<_>>());
-        for (event, stack, count, amt) in merged.iter().take(top) {
-            let (site, callers, incomplete) = stack_cells(st, stack);
-            let mut row = vec![per(*count, n)];
-            if let Some(a) = amount {
-                row.push(if a == "µs" {
-                    format!("{:.1}", *amt as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64)
-                } else {
-                    per(*amt, n)
-                });
-            }
-            row.push(event.clone());
-            row.push(if incomplete {
-                format!("{site} [incomplete]")
-            } else {
-                site
-            });
-            row.push(callers);
-            t.add_row(row);
-        }
-        let _ = writeln!(
-            out,
-            "
-{family}: top stacks (by user site)
-{t}"
-        );
-    }
-    if !st.stack_failures.is_empty() {
-        let _ = writeln!(
-            out,
-            "note: stacks that could not be taken (events still counted): {:?}",
-            st.stack_failures
-        );
-    }
-    let lost: u64 = st.incomplete_events.values().sum();
-    if lost > 0 {
-        let _ = writeln!(
-            out,
-            "note: {lost} events have incomplete stacks ({:?}); see `stacks` in the JSON for why",
-            st.incomplete_events
-        );
-    }
-    out
-}
-
-/// Rows of one family merged over processes, size classes and the frames
-/// inside the wrappers: one line per (event, user site, the frames above
-/// it), as (event, stack id, count, amount), most frequent first.
-fn merged_rows(st: &StackSection, family: Family) -> Vec<(String, Option<String>, u64, u64)> {
-    let mut merged: Vec<(String, Option<String>, u64, u64)> = Vec::new();
-    let shown = |stack: &Option<String>| -> Vec<String> {
-        match stack.as_ref().and_then(|s| st.stacks.get(s)) {
-            Some(f) => f.frames[f.user_site.min(f.frames.len())..]
-                .iter()
-                .take(4)
-                .map(|s| s.label())
-                .chain(f.incomplete.iter().map(|s| s.to_string()))
-                .collect(),
-            None => Vec::new(),
-        }
-    };
-    let mut at: std::collections::HashMap<(String, Vec<String>), usize> =
-        std::collections::HashMap::new();
-    for r in st.rows.iter().filter(|r| r.family == family) {
-        let key = (r.event.clone(), shown(&r.stack));
-        match at.get(&key) {
-            Some(&i) => {
-                merged[i].2 += r.count;
-                merged[i].3 += r.amount;
-            }
-            None => {
-                at.insert(key, merged.len());
-                merged.push((r.event.clone(), r.stack.clone(), r.count, r.amount));
-            }
-        }
-    }
-    merged.sort_by(|a, b| b.2.cmp(&a.2).then(b.3.cmp(&a.3)));
-    merged
-}
-
-/// A stack's user site (with file:line), its next two callers, and whether
-/// the walk was incomplete.
-fn stack_cells(st: &StackSection, stack: &Option<String>) -> (String, String, bool) {
-    let frames = stack.as_ref().and_then(|s| st.stacks.get(s));
-    match frames {
-        Some(f) => {
-            let site = f
-                .frames
-                .get(f.user_site)
-                .map(|s| match (&s.function, s.file_line()) {
-                    (Some(func), Some(fl)) => format!("{} ({fl})", short_name(func)),
-                    (Some(func), None) => short_name(func),
-                    _ => s.label(),
-                })
-                .unwrap_or_default();
-            let callers: Vec<String> = f
-                .frames
-                .iter()
-                .skip(f.user_site + 1)
-                .take(2)
-                .map(|s| {
-                    s.function
-                        .as_deref()
-                        .map(short_name)
-                        .unwrap_or_else(|| s.label())
-                })
-                .collect();
-            (site, callers.join(" ← "), !f.incomplete.is_empty())
-        }
-        None => ("(no stack)".to_string(), String::new(), true),
-    }
-}
-
-/// A function name short enough for a table: generic arguments dropped,
-/// `<T as Trait>::f` shown as `T::f`, and a long path cut to its crate and
-/// last two segments (`hyper::…::Server::poll_msg`). The JSON keeps the
-/// whole name.
-pub fn short_name(name: &str) -> String {
-    // `<A as B>::rest` -> `A::rest`
-    let mut s = name.to_string();
-    if let Some(inner) = name.strip_prefix('<') {
-        let mut depth = 0usize;
-        let mut split = None;
-        for (i, c) in inner.char_indices() {
-            match c {
-                '<' => depth += 1,
-                '>' if depth == 0 => {
-                    split = Some(i);
-                    break;
-                }
-                '>' => depth -= 1,
-                ' ' if depth == 0 && inner[i..].starts_with(" as ") => {
-                    let end = inner[i..].find(">::").map(|e| i + e);
-                    if let Some(e) = end {
-                        s = format!("{}{}", &inner[..i], &inner[e + 1..]);
-                    }
-                    break;
-                }
-                _ => {}
-            }
-        }
-        if let Some(i) = split {
-            s = format!("{}{}", &inner[..i], &inner[i + 1..]);
-        }
-    }
-    // Drop generic arguments.
-    let mut out = String::with_capacity(s.len());
-    let mut depth = 0usize;
-    for c in s.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' if depth > 0 => depth -= 1,
-            _ if depth == 0 => out.push(c),
-            _ => {}
-        }
-    }
-    let out = out.trim_start_matches('&').to_string();
-    let parts: Vec<&str> = out.split("::").collect();
-    if parts.len() > 4 {
-        format!("{}::…::{}", parts[0], parts[parts.len() - 2..].join("::"))
-    } else {
-        out
-    }
 }
 
 /// A column of the process table: the family it needs, its header, its value.
