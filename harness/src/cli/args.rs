@@ -1,0 +1,378 @@
+//! The flags of every command (clap), each with what it means.
+
+use super::*;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rig",
+    version,
+    about = "What one request costs a server: exact per-request counters at true call sites"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Attach probes to a running process for one window and attribute its costs to call sites.
+    Attach(AttachArgs),
+    /// Measure what each probe kind costs per hit on this host.
+    ProbeCost(ProbeCostArgs),
+    /// Run an attribution session against the bundled calibration server.
+    Demo(DemoArgs),
+    /// Run the scenario matrix against fresh servers: per-request counters next to rps, latency and memory.
+    Run(RunArgs),
+    /// Validate a target spec or a matrix file and explain each error with its line.
+    CheckConfig(CheckConfigArgs),
+    /// A/B of two or more builds: interleaved arms, proven arms, paired statistics.
+    Ab(AbArgs),
+    /// Instructions per request (callgrind window when the host has no PMU). Instructions are not time.
+    Instructions(InstructionsArgs),
+    /// Counter-only CI gate: deterministic per-request counters against a checked-in baseline (exit 7 on a breach).
+    Gate(GateArgs),
+    /// (Re)build report.html of an output directory of rig run, rig ab or rig gate.
+    Report(ReportArgs),
+    /// Render a flamegraph (SVG, folded stacks or pprof) from recorded results, without re-running.
+    Flame(FlameArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FlameArgs {
+    /// The JSON of `rig attach --json`, or a cases.jsonl of `rig run`, `rig ab` or `rig gate`.
+    pub file: PathBuf,
+    /// Case id (or its file-name slug) in a cases.jsonl; not needed when it holds one counted case.
+    #[arg(long)]
+    pub case: Option<String>,
+    /// Family, or one of its other weights: alloc, alloc_bytes, copy, copy_calls, locks, lock_wait,
+    /// faults, syscalls, sched (off-CPU ns), sched_switches, cpu (on-CPU ns), cpu_samples.
+    #[arg(long, default_value = "alloc")]
+    pub family: String,
+    /// svg, folded or pprof (gzipped profile.proto with every weight of the family).
+    #[arg(long, default_value = "svg")]
+    pub format: String,
+    /// Write here (a new file) instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// The output directory (it has cases.jsonl); report.html is written into it.
+    pub dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct GateArgs {
+    /// Baseline file (TOML; see docs/guide.md, "Counter-only CI gates").
+    #[arg(long)]
+    pub baseline: PathBuf,
+    /// Run this target spec instead of the baseline's (e.g. the build under test).
+    #[arg(long)]
+    pub target: Option<PathBuf>,
+    /// Write the current deterministic values into the baseline file (limits kept) and exit 0.
+    #[arg(long)]
+    pub bless: bool,
+    /// Output directory for manifest.json, cases.jsonl and gate.json; must not exist.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct InstructionsArgs {
+    /// Target spec (TOML).
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Endpoint path to request (must be one of the spec's endpoints).
+    #[arg(long)]
+    pub path: String,
+    /// Requests in the counted window (one keep-alive HTTP/1.1 connection).
+    #[arg(long, default_value_t = 200)]
+    pub requests: u64,
+    /// Uncounted warm-up requests before the window.
+    #[arg(long, default_value_t = crate::window::WarmUp::INSTRUCTIONS_COMMAND)]
+    pub warmup: u64,
+    /// Functions shown, by self Ir per request (callgrind only).
+    #[arg(long, default_value_t = 15)]
+    pub top: usize,
+    /// Who counts: auto (perf when the host has a PMU, else callgrind), perf, callgrind.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+}
+
+#[derive(Args, Debug)]
+pub struct AbArgs {
+    /// An arm: NAME=TARGET_SPEC (repeat; at least two). The first is the baseline.
+    #[arg(long = "arm", required = true)]
+    pub arms: Vec<String>,
+    /// Scenario matrix.
+    #[arg(long, default_value = "config/matrix.toml")]
+    pub matrix: PathBuf,
+    /// Suites to compare (repeatable).
+    #[arg(long, required = true)]
+    pub suite: Vec<String>,
+    /// Negative-control suites: legs the change must not move, interleaved the same way.
+    #[arg(long)]
+    pub control: Vec<String>,
+    /// Rounds of A B B A blocks.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: u32,
+    /// Output directory; must not exist.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Probe families for the counted pass.
+    #[arg(long, default_value = "syscalls,alloc,copy,faults")]
+    pub probes: String,
+    /// Passes per case.
+    #[arg(long, default_value = "clean,counted")]
+    pub passes: String,
+    /// Response headers masked before comparing outputs (repeatable).
+    #[arg(long = "mask-header", default_value = "date")]
+    pub masks: Vec<String>,
+    #[command(flatten)]
+    pub budget: Budget,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Target spec (TOML); repeat for several implementations (order is reversed every round).
+    #[arg(long, required = true)]
+    pub target: Vec<PathBuf>,
+    /// Scenario matrix.
+    #[arg(long, default_value = "config/matrix.toml")]
+    pub matrix: PathBuf,
+    /// Only these suites (repeatable); default: all suites of the matrix.
+    #[arg(long)]
+    pub suite: Vec<String>,
+    /// Output directory; must not exist.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Probe families for the counted pass: all, or a list (syscalls,alloc,copy,locks,faults,sched).
+    #[arg(long, default_value = "syscalls,alloc,copy,faults,sched")]
+    pub probes: String,
+    /// Passes per case: clean (no uprobes: timing, memory) and/or counted (probes: per-request counters).
+    #[arg(long, default_value = "clean,counted")]
+    pub passes: String,
+    /// Rounds of the whole matrix (overrides the matrix default).
+    #[arg(long)]
+    pub repeats: Option<u32>,
+    #[command(flatten)]
+    pub budget: Budget,
+}
+
+/// Pinning and budgets of the server under test (`rig run`, `rig ab`).
+#[derive(Args, Debug)]
+pub struct Budget {
+    /// Pin the server to these CPUs (e.g. 0 or 0-1).
+    #[arg(long)]
+    pub server_cpu: Option<String>,
+    /// Pin the load generator to these CPUs (disjoint from --server-cpu).
+    #[arg(long)]
+    pub client_cpus: Option<String>,
+    /// Open loop: the generator sleeps until this many µs before each send
+    /// time and spins the rest (default: calibrated from the measured
+    /// wake-up lateness at start, shown in the manifest).
+    #[arg(long, value_parser = spin_us)]
+    pub spin_us: Option<f64>,
+    /// Memory limit of the server's cgroup, swap 0.
+    #[arg(long)]
+    pub memory_mib: Option<u64>,
+    /// CPU quota of the server's cgroup, in cores (e.g. 1 or 0.5).
+    #[arg(long)]
+    pub cpu_quota: Option<f64>,
+    /// Run the server as this user (name or uid), overriding the spec's
+    /// `user`; rig drops to it after setting up the cgroup and pinning.
+    #[arg(long)]
+    pub user: Option<String>,
+}
+
+impl Budget {
+    /// `--user` over each spec's own `user` (checked now: exit 2).
+    pub(super) fn apply_user(&self, spec: &mut TargetSpec) -> Result<()> {
+        if let Some(u) = &self.user {
+            crate::launch::user::resolve(u, None)
+                .map_err(|m| anyhow::Error::new(crate::usage::BadValue(format!("--user: {m}"))))?;
+            spec.user = Some(u.clone());
+            spec.group = None;
+        }
+        Ok(())
+    }
+}
+
+impl Budget {
+    /// The server and client CPU sets, checked disjoint, and the quota checked.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn cpus(&self) -> Result<(Option<Vec<usize>>, Option<Vec<usize>>)> {
+        let server = cpu_list("--server-cpu", &self.server_cpu)?;
+        let client = cpu_list("--client-cpus", &self.client_cpus)?;
+        if let (Some(s), Some(c)) = (&server, &client) {
+            if let Some(x) = s.iter().find(|x| c.contains(x)) {
+                crate::refuse!(
+                    "--client-cpus {} overlaps --server-cpu {} on CPU {x}; give disjoint CPU sets",
+                    self.client_cpus.as_deref().unwrap_or_default(),
+                    self.server_cpu.as_deref().unwrap_or_default()
+                );
+            }
+        }
+        if self.cpu_quota.is_some_and(|q| !q.is_finite() || q <= 0.0) {
+            crate::refuse!("--cpu-quota must be a positive number of cores, e.g. 1 or 0.5");
+        }
+        self.check_host(server.as_deref(), client.as_deref())
+            .map_err(|m| anyhow::Error::new(crate::usage::BadValue(m)))?;
+        Ok((server, client))
+    }
+
+    /// What this host cannot give, refused before the first case (exit 2)
+    /// instead of failing every case.
+    fn check_host(&self, server: Option<&[usize]>, client: Option<&[usize]>) -> Result<(), String> {
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+        let cpus = crate::launch::start::parse_cpu_list(&online).unwrap_or_default();
+        for (flag, set) in [("--server-cpu", server), ("--client-cpus", client)] {
+            if let Some(c) = set.into_iter().flatten().find(|c| !cpus.contains(c)) {
+                return Err(format!(
+                    "{flag}: CPU {c} is not online here (online: {}); give CPUs from that list",
+                    online.trim()
+                ));
+            }
+            if set.is_some_and(|s| s.is_empty()) {
+                return Err(format!("{flag}: give at least one CPU"));
+            }
+        }
+        if self.memory_mib == Some(0) {
+            return Err("--memory-mib 0: give the memory limit in MiB, at least 1".into());
+        }
+        if let Some(q) = self.cpu_quota {
+            if !cpus.is_empty() && q > cpus.len() as f64 {
+                return Err(format!(
+                    "--cpu-quota {q}: more cores than this host has online ({}); give at most {}",
+                    cpus.len(),
+                    cpus.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct CheckConfigArgs {
+    /// A target spec or a matrix file.
+    pub file: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct Common {
+    /// Probe families: all, or a list of syscalls,alloc,copy,locks,faults,sched,cpu.
+    #[arg(long, default_value = "all")]
+    pub probes: String,
+    /// A function that wraps allocation, copying or syscalls in the target
+    /// (e.g. ngx_alloc, or ngx_p* for a prefix): skipped, like the built-in
+    /// allocators and standard libraries, when naming a stack's user site.
+    /// Repeatable.
+    #[arg(long = "wrapper", value_name = "PATTERN")]
+    pub wrappers: Vec<String>,
+    /// Rows per table.
+    #[arg(long, default_value_t = 15)]
+    pub top: usize,
+    /// Also write the full attribution as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write flamegraphs of every family (SVG, folded stacks, pprof) into this new directory.
+    #[arg(long, value_name = "DIR")]
+    pub flame: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    /// Process to attach to (all its threads are covered).
+    #[arg(long)]
+    pub pid: u32,
+    /// Window length when you drive the load yourself (e.g. 10s, 500ms).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Divide by this many requests (what your load tool reported for the window).
+    #[arg(long)]
+    pub per: Option<u64>,
+    /// Drive the load from rig: a loopback http:// or https:// URL; the
+    /// window is then exactly --requests requests after a warm-up.
+    #[arg(long)]
+    pub drive: Option<String>,
+    /// --drive protocol: h1, h2c or h2 (over TLS). Default: h1 for http://,
+    /// h2 for https://.
+    #[arg(long, requires = "drive")]
+    pub protocol: Option<String>,
+    /// --drive over HTTP/1.1: a new TCP connection for every request.
+    #[arg(long, requires = "drive")]
+    pub new_connection: bool,
+    /// --drive over HTTP/2: concurrent streams per connection.
+    #[arg(long, default_value_t = 1)]
+    pub streams: usize,
+    /// --drive https://: the CA (PEM) that signed the server's certificate.
+    #[arg(long, requires = "drive")]
+    pub ca: Option<PathBuf>,
+    /// --drive https://: the name to verify and send as SNI (default: the URL's host).
+    #[arg(long, requires = "drive")]
+    pub server_name: Option<String>,
+    /// --drive https://: accept any certificate (a self-signed one included); said in the report.
+    #[arg(long, requires = "drive")]
+    pub insecure: bool,
+    /// Requests in a driven window.
+    #[arg(long, default_value_t = 2000)]
+    pub requests: u64,
+    /// Keep-alive connections for a driven window.
+    #[arg(long, default_value_t = 2)]
+    pub connections: usize,
+    /// Warm-up requests before a driven window.
+    #[arg(long, default_value_t = crate::window::WarmUp::ATTACH_DEFAULT)]
+    pub warmup: u64,
+    /// Measure the process tree rooted at --pid: every descendant, and every
+    /// process forked during the session (prefork servers: nginx, Apache,
+    /// PostgreSQL). The default when --pid has children.
+    #[arg(long, overrides_with = "no_tree")]
+    pub tree: bool,
+    /// Measure --pid alone even when it has children.
+    #[arg(long, overrides_with = "tree")]
+    pub no_tree: bool,
+    #[command(flatten)]
+    pub common: Common,
+    /// `-- COMMAND ARGS...`: the load. The window opens before it starts and
+    /// closes when it exits (--duration is then unused); without --per, the
+    /// request count is read from the output of wrk, h2load, oha and
+    /// redis-benchmark.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ProbeCostArgs {
+    /// Loop iterations per run.
+    #[arg(long, default_value_t = 50_000)]
+    pub iterations: u64,
+    /// A B B A rounds per probe kind.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Also write the measurements as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Requests in the window.
+    #[arg(long, default_value_t = 2000)]
+    pub requests: u64,
+    /// Keep-alive connections.
+    #[arg(long, default_value_t = 2)]
+    pub connections: usize,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+pub(super) fn spin_us(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(us) if us.is_finite() && (0.0..=100_000.0).contains(&us) => Ok(us),
+        _ => Err(format!(
+            "`{v}` is not a spin window; give µs from 0 to 100000 (e.g. 60)"
+        )),
+    }
+}

@@ -1,0 +1,187 @@
+//! Flags turned into each command's settings, refused up front (exit 2)
+//! when they cannot work.
+
+use super::*;
+
+/// A target spec and its TLS variant, if it names one.
+pub(super) fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<TargetSpec>)> {
+    let spec = TargetSpec::load(file).with_context(|| format!("target spec {}", file.display()))?;
+    let tls = match &spec.tls_variant {
+        Some(p) => Some(
+            TargetSpec::load(p).with_context(|| format!("tls_variant of {}", file.display()))?,
+        ),
+        None => None,
+    };
+    Ok((spec, tls))
+}
+
+pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
+    let families = Family::parse_list(&a.common.probes)?;
+    if a.per == Some(0) {
+        bail!("--per 0: give the number of requests your load tool completed in the window");
+    }
+    let drive = match &a.drive {
+        Some(url) => {
+            if a.per.is_some() {
+                bail!("--per and --drive together: with --drive rig counts the requests itself; drop --per");
+            }
+            if !a.command.is_empty() {
+                bail!("--drive and a load command together: give one load, rig's (--drive) or yours (-- COMMAND)");
+            }
+            if a.requests == 0 || a.connections == 0 || a.streams == 0 {
+                bail!("--requests, --connections and --streams must be at least 1");
+            }
+            let choice = DriveChoice {
+                protocol: a.protocol.clone(),
+                new_connection: a.new_connection,
+                ca: a.ca.clone(),
+                server_name: a.server_name.clone(),
+                insecure: a.insecure,
+                connections: a.connections,
+                streams: a.streams,
+            };
+            Some(Drive::new(url, &choice, a.warmup, a.requests)?)
+        }
+        None => None,
+    };
+    Ok(AttachSettings {
+        pid: a.pid,
+        families,
+        duration: a.duration,
+        per: a.per,
+        drive,
+        command: a.command.clone(),
+        tree: match (a.tree, a.no_tree) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
+        wrappers: a.common.wrappers.clone(),
+    })
+}
+
+pub(super) fn cpu_list(flag: &str, v: &Option<String>) -> Result<Option<Vec<usize>>> {
+    v.as_ref()
+        .map(|s| {
+            crate::launch::start::parse_cpu_list(s).ok_or_else(|| {
+                anyhow::anyhow!("{flag} {s}: give CPUs as a list like 0 or 1,3 or 2-3")
+            })
+        })
+        .transpose()
+}
+
+pub(super) fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
+    let (server_cpus, client_cpus) = a.budget.cpus()?;
+    let passes = crate::run::Passes::parse(&a.passes).map_err(anyhow::Error::msg)?;
+    let families = if a.probes == "none" {
+        Vec::new()
+    } else {
+        Family::parse_list(&a.probes)?
+    };
+    if a.repeats == Some(0) {
+        crate::refuse!("--repeats 0: give at least 1 round");
+    }
+    let mut targets = a
+        .target
+        .iter()
+        .map(|t| load_target(t).with_context(|| format!("--target {}", t.display())))
+        .collect::<Result<Vec<_>>>()?;
+    for (spec, tls) in &mut targets {
+        a.budget.apply_user(spec)?;
+        if let Some(t) = tls {
+            a.budget.apply_user(t)?;
+        }
+    }
+    let matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    raise_nofile();
+    Ok(crate::run::RunSettings {
+        targets,
+        matrix_path: a.matrix.clone(),
+        matrix,
+        suites: a.suite.clone(),
+        out: a.out.clone(),
+        families,
+        passes,
+        repeats: a.repeats,
+        server_cpus,
+        client_cpus,
+        spin: a
+            .budget
+            .spin_us
+            .map(|us| std::time::Duration::from_nanos((us * 1e3) as u64)),
+        memory_mib: a.budget.memory_mib,
+        cpu_quota: a.budget.cpu_quota,
+        argv: std::env::args().collect(),
+        verify_arms: false,
+    })
+}
+
+pub(super) fn gate_settings(a: &GateArgs) -> Result<crate::gate::GateSettings> {
+    let baseline = crate::gate::Baseline::load(&a.baseline)?;
+    if !Family::parse_list(&baseline.probes)?.is_empty() {
+        crate::probe::require_root()?;
+    }
+    Ok(crate::gate::GateSettings {
+        baseline_path: a.baseline.clone(),
+        baseline,
+        target_override: a.target.clone(),
+        out: a.out.clone(),
+        argv: std::env::args().collect(),
+        blessing: a.bless,
+    })
+}
+
+pub(super) fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
+    let (server_cpus, client_cpus) = a.budget.cpus()?;
+    let mut arms = Vec::new();
+    for arg in &a.arms {
+        let (name, file) = arg.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!(
+                "--arm {arg}: write NAME=TARGET_SPEC, e.g. --arm A=config/targets/calib-dyn-a.toml"
+            )
+        })?;
+        if arms.iter().any(|x: &crate::ab::Arm| x.name == name) {
+            bail!("--arm {name}: two arms with one name");
+        }
+        let (mut spec, mut tls) = load_target(std::path::Path::new(file))
+            .with_context(|| format!("--arm {name}={file}"))?;
+        a.budget.apply_user(&mut spec)?;
+        if let Some(t) = &mut tls {
+            a.budget.apply_user(t)?;
+        }
+        arms.push(crate::ab::Arm {
+            name: name.to_string(),
+            spec,
+            tls,
+        });
+    }
+    if arms.len() < 2 {
+        bail!("--arm: give at least two arms (--arm A=FILE --arm B=FILE)");
+    }
+    if a.rounds == 0 {
+        crate::refuse!("--rounds 0: give at least one A B B A round");
+    }
+    raise_nofile();
+    let families = if a.probes == "none" {
+        Vec::new()
+    } else {
+        Family::parse_list(&a.probes)?
+    };
+    Ok(crate::ab::AbSettings {
+        arms,
+        matrix_path: a.matrix.clone(),
+        matrix: crate::scenario::Matrix::load(&a.matrix)?,
+        suites: a.suite.clone(),
+        controls: a.control.clone(),
+        rounds: a.rounds,
+        out: a.out.clone(),
+        families,
+        passes: crate::run::Passes::parse(&a.passes).map_err(anyhow::Error::msg)?,
+        server_cpus,
+        client_cpus,
+        memory_mib: a.budget.memory_mib,
+        cpu_quota: a.budget.cpu_quota,
+        masks: a.masks.clone(),
+        argv: std::env::args().collect(),
+    })
+}
