@@ -1,0 +1,156 @@
+use super::*;
+
+/// `cases.jsonl` keeps its flat shape: a kind's missing settings are
+/// null, a memory case's TLS listener is protocol h2-tls.
+#[test]
+fn a_case_serializes_flat() {
+    let text = M.replace(
+        "kind = \"memory\"",
+        "kind = \"memory\"\nlisteners = [\"plain\", \"tls\"]",
+    );
+    let m = Matrix::parse("t.toml", &text).unwrap();
+    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
+    let json = |id_part: &str| {
+        let c = cases.iter().find(|c| c.id.contains(id_part)).unwrap();
+        serde_json::to_value(c).unwrap()
+    };
+    let tls = json("/tls/");
+    assert_eq!(tls["kind"], "memory");
+    assert_eq!(tls["protocol"], "h2-tls");
+    assert!(tls["path"].is_null() && tls["topology"].is_null() && tls["load"].is_null());
+    assert_eq!(tls["keepalive"], true);
+    let h = json("/h1/");
+    assert_eq!(h["kind"], "http");
+    assert_eq!(h["protocol"], "h1");
+    assert!(h["path"].is_string(), "{h}");
+    assert!(h["topology"]["connections"].is_u64(), "{h}");
+    for key in [
+        "id",
+        "suite",
+        "target",
+        "target_name",
+        "repeat",
+        "warmup_ms",
+    ] {
+        assert!(!h[key].is_null(), "{key}: {h}");
+    }
+}
+
+#[test]
+fn a_slug_is_one_file_name() {
+    assert_eq!(
+        slug("http/peer/h1/plain/r1000/16x1/ka/#1"),
+        "http_peer_h1_plain_r1000_16x1_ka_1"
+    );
+    assert_eq!(slug("memory/a b/#2"), "memory_a_b_2");
+    assert_eq!(slug("../x"), "x");
+}
+
+const M: &str = r#"
+[defaults]
+repeats = 2
+
+[[suite]]
+name = "memory"
+kind = "memory"
+
+[[suite]]
+name = "http"
+kind = "http"
+protocols = ["h1"]
+paths = ["/plain", "/json"]
+rates = [1000.0]
+topologies = ["4"]
+keepalive = [true, false]
+"#;
+
+#[test]
+fn expands_rounds_with_target_order_reversed() {
+    let m = Matrix::parse("m.toml", M).unwrap();
+    let cases = m.expand(&[], &["a".into(), "b".into()], None).unwrap();
+    // 2 rounds × (memory 2 targets + http 2 paths × 2 keepalive × 2 targets)
+    assert_eq!(cases.len(), 2 * (2 + 8));
+    assert_eq!(cases[0].id, "memory/a/plain/#1");
+    assert_eq!(cases[1].id, "memory/b/plain/#1");
+    assert_eq!(cases[10].id, "memory/b/plain/#2");
+    assert_eq!(cases[11].id, "memory/a/plain/#2");
+    assert_eq!(cases[2].id, "http/a/h1/plain/r1000/4x1/ka/#1");
+    assert_eq!(cases[4].id, "http/a/h1/plain/r1000/4x1/new/#1");
+}
+
+#[test]
+fn explains_errors_with_their_line() {
+    let e = Matrix::parse("m.toml", "[[suite]]\nname = \"x\"\nkind = \"htp\"\n").unwrap_err();
+    let s = e.to_string();
+    assert!(s.starts_with("m.toml:3:"), "{s}");
+    let e = Matrix::parse(
+        "m.toml",
+        "[[suite]]\nname = \"h\"\nkind = \"http\"\nprotocols=[\"h1\"]\npaths=[\"/\"]\ntopologies=[\"2x8\"]\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("HTTP/1.1 carries one request at a time"),
+        "{e}"
+    );
+    let m = Matrix::parse("m.toml", M).unwrap();
+    let e = m.expand(&["nope".into()], &["a".into()], None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--suite nope: no such suite in the matrix (have: memory, http)"
+    );
+}
+
+/// Valid TOML a line-by-line reader misplaces: spaces in headers,
+/// quoted keys, suites as an inline array, a value on a later line.
+#[test]
+fn suite_level_errors_carry_the_position_the_parser_gives() {
+    let pos = |text: &str| {
+        let e = Matrix::parse("m.toml", text).unwrap_err().to_string();
+        e.split(':').skip(1).take(2).collect::<Vec<_>>().join(":")
+    };
+    let suite = "name = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/\"]\n";
+    assert_eq!(
+        pos(&format!(
+            "[ defaults ]\n# x\n  \"duration_ms\" = 0\n[[ suite ]]\n{suite}topologies = [\"1\"]\n"
+        )),
+        "3:3"
+    );
+    assert_eq!(
+        pos(&format!(
+            "[[suite]]\n{suite}topologies = [\"1\"]\n[[ suite ]]\n{}\n  rates = []\ntopologies = [\"1\"]\n",
+            suite.replace("\"a\"", "\"b\"")
+        )),
+        "13:3"
+    );
+    assert_eq!(
+        pos("suite = [\n  { name = \"a\", kind = \"http\", protocols = [\"h1\"], paths = [\"/\"], topologies = [\"1\"], rates = [1e12] },\n]\n"),
+        "2:87"
+    );
+    assert_eq!(
+        pos(&format!(
+            "[[suite]]\n{suite}topologies = [\"1\"]\n\n[[suite]]\n{suite}topologies = [\"1\"]\n"
+        )),
+        "9:1"
+    );
+}
+
+#[test]
+fn parses_topologies() {
+    assert_eq!(
+        Topology::parse("4x16"),
+        Some(Topology {
+            connections: 4,
+            streams: 16
+        })
+    );
+    assert_eq!(
+        Topology::parse("8"),
+        Some(Topology {
+            connections: 8,
+            streams: 1
+        })
+    );
+    assert_eq!(Topology::parse("0x1"), None);
+    assert_eq!(Topology::parse("x"), None);
+}

@@ -1,0 +1,252 @@
+//! A matrix refused before anything starts when it cannot work, each
+//! problem located at `file:line:col` from the TOML parser's spans.
+
+use super::*;
+
+/// The most requests per second rig schedules: one send slot per
+/// microsecond. Beyond it a generator thread only spins (a rate of 1e12
+/// kept both cores busy after the target was gone).
+pub const MAX_RATE: f64 = 1_000_000.0;
+
+/// File descriptors rig keeps for itself besides the load's connections.
+const FD_HEADROOM: u64 = 64;
+
+/// Refuse what cannot work before anything starts; every error names its
+/// file:line:col.
+pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixError> {
+    let at = |section: Section, key: Option<&str>| locate(text, section, key);
+    let value = |(line, col): (usize, usize), message: String| MatrixError::Value {
+        path: path.to_string(),
+        line,
+        col,
+        message,
+    };
+    if m.suites.is_empty() {
+        return Err(value(
+            (1, 1),
+            "a matrix needs at least one [[suite]] (name, kind, protocols, paths, topologies)"
+                .into(),
+        ));
+    }
+    let d = &m.defaults;
+    for (key, v) in [
+        ("duration_ms", d.duration_ms),
+        ("counted_requests", d.counted_requests),
+        ("repeats", u64::from(d.repeats)),
+    ] {
+        if v == 0 {
+            return Err(value(
+                at(Section::Defaults, Some(key)),
+                format!("defaults.{key} = 0: a case with nothing to measure never ends usefully; give at least 1"),
+            ));
+        }
+    }
+    let nofile = nofile_limit();
+    for (i, s) in m.suites.iter().enumerate() {
+        let sec = Section::Suite(i);
+        let bad = |key: Option<&str>, message: String| {
+            let (line, col) = at(sec, key);
+            MatrixError::Invalid {
+                path: path.to_string(),
+                line,
+                col,
+                suite: s.name.clone(),
+                message,
+            }
+        };
+        if s.name.trim().is_empty() {
+            return Err(bad(
+                Some("name"),
+                "an empty suite name: give each suite a name".into(),
+            ));
+        }
+        if let Some(j) = m.suites[..i].iter().position(|o| o.name == s.name) {
+            let (line, _) = at(Section::Suite(j), Some("name"));
+            return Err(bad(
+                Some("name"),
+                format!("two suites have this name (the other is at line {line}); --suite could not tell them apart"),
+            ));
+        }
+        if s.duration_ms == Some(0) {
+            return Err(bad(
+                Some("duration_ms"),
+                "duration_ms = 0: give at least 1".into(),
+            ));
+        }
+        if s.kind != SuiteKind::Http {
+            continue;
+        }
+        if s.protocols.is_empty() || s.paths.is_empty() || s.topologies.is_empty() {
+            return Err(bad(
+                None,
+                "an http suite needs protocols, paths and topologies".into(),
+            ));
+        }
+        topologies(s, nofile, &bad)?;
+        rates(s, text, sec, &bad)?;
+        if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
+            return Err(bad(Some("paths"), format!("path `{p}` must start with /")));
+        }
+    }
+    Ok(())
+}
+
+/// An http suite's topologies: well formed, one stream per h1 connection,
+/// and within the file descriptors this process may open.
+fn topologies(
+    s: &SuiteSpec,
+    nofile: Option<u64>,
+    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
+) -> Result<(), MatrixError> {
+    for t in &s.topologies {
+        let topo = Topology::parse(t).ok_or_else(|| {
+            bad(
+                Some("topologies"),
+                format!("topology `{t}`: write CONNECTIONS or CONNECTIONSxSTREAMS, e.g. 4x16"),
+            )
+        })?;
+        if topo.streams > 1 && s.protocols.contains(&Proto::H1) {
+            return Err(bad(
+                Some("topologies"),
+                format!(
+                    "topology `{t}` has {} streams per connection, but HTTP/1.1 carries one request at a time",
+                    topo.streams
+                ),
+            ));
+        }
+        if let Some(limit) = nofile {
+            if topo.connections as u64 + FD_HEADROOM > limit {
+                return Err(bad(
+                    Some("topologies"),
+                    format!(
+                        "topology `{t}`: {} connections need more file descriptors than this \
+                         process may open (RLIMIT_NOFILE hard limit {limit}, {FD_HEADROOM} kept \
+                         for rig); raise the limit (ulimit -Hn) or use fewer connections",
+                        topo.connections
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An http suite's rates: present when given, positive, and schedulable.
+fn rates(
+    s: &SuiteSpec,
+    text: &str,
+    sec: Section,
+    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
+) -> Result<(), MatrixError> {
+    if s.rates.is_empty() && locate_key(text, sec, "rates").is_some() {
+        return Err(bad(
+            Some("rates"),
+            "rates = []: give at least one rate, or leave `rates` out for a closed loop".into(),
+        ));
+    }
+    if let Some(r) = s.rates.iter().find(|r| !r.is_finite() || **r <= 0.0) {
+        return Err(bad(
+            Some("rates"),
+            format!("rate {r}: rates are requests per second, > 0"),
+        ));
+    }
+    if let Some(r) = s.rates.iter().find(|r| **r > MAX_RATE) {
+        return Err(bad(
+            Some("rates"),
+            format!(
+                "rate {r}: above the {MAX_RATE} requests/s one generator thread can schedule \
+                 (one slot per microsecond); use a closed loop (no `rates`) for the most a \
+                 server can do"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The hard RLIMIT_NOFILE (rig raises its soft limit to it for the load).
+fn nofile_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid out-pointer.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    (ok && r.rlim_max != libc::RLIM_INFINITY).then_some(r.rlim_max)
+}
+
+/// Raise the soft RLIMIT_NOFILE to the hard one, so a topology the matrix
+/// check accepted can open its connections. Returns the new soft limit
+/// when it changed.
+pub fn raise_nofile() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid pointers; setrlimit with rlim_cur <= rlim_max.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 || r.rlim_cur >= r.rlim_max {
+            return None;
+        }
+        r.rlim_cur = r.rlim_max;
+        (libc::setrlimit(libc::RLIMIT_NOFILE, &r) == 0).then_some(r.rlim_cur)
+    }
+}
+
+/// A table of the matrix file.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Section {
+    Defaults,
+    /// The n-th `[[suite]]` (0-based).
+    Suite(usize),
+}
+
+/// Line and column of `key` in `section`, from the TOML parser's spans
+/// (so quoted keys, `[ defaults ]`, inline tables and arrays of inline
+/// tables are found too): the key's position, the section's when the key
+/// is not there or not given, 1:1 when the section is not written.
+fn locate(text: &str, section: Section, key: Option<&str>) -> (usize, usize) {
+    span_of(text, section, key).map_or((1, 1), |at| line_col(text, at))
+}
+
+/// Whether `key` is written in `section`.
+fn locate_key(text: &str, section: Section, key: &str) -> Option<usize> {
+    let (table, _) = section_table(text, section)?;
+    table_key(&table, key)
+}
+
+fn span_of(text: &str, section: Section, key: Option<&str>) -> Option<usize> {
+    let (table, start) = section_table(text, section)?;
+    Some(key.and_then(|k| table_key(&table, k)).unwrap_or(start))
+}
+
+/// The table of `section` and where it starts (its header, or its inline
+/// table).
+fn section_table(text: &str, section: Section) -> Option<(toml::de::DeTable<'_>, usize)> {
+    let doc = toml::de::DeTable::parse(text).ok()?.into_inner();
+    let find = |name: &str| {
+        doc.iter()
+            .find(|(k, _)| k.get_ref() == name)
+            .map(|(_, v)| v.clone())
+    };
+    let v = match section {
+        Section::Defaults => find("defaults")?,
+        Section::Suite(i) => find("suite")?.get_ref().as_array()?.get(i)?.clone(),
+    };
+    Some((v.get_ref().as_table()?.clone(), v.span().start))
+}
+
+/// Byte offset of `key` in `table`.
+fn table_key(table: &toml::de::DeTable<'_>, key: &str) -> Option<usize> {
+    table
+        .iter()
+        .find(|(k, _)| k.get_ref() == key)
+        .map(|(k, _)| k.span().start)
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
