@@ -134,7 +134,7 @@ pub fn render(inp: &Inputs) -> Result<String> {
     let sweeps = sweep::sweeps(&inp.cases, &mut charts);
     let ab = (inp.kind == Kind::Ab).then(|| compare::ab(inp));
     let gate = (inp.kind == Kind::Gate).then(|| compare::gate(&inp.summary));
-    let known: Vec<String> = inp.cases.iter().map(|c| cases::slug_of(c)).collect();
+    let known: Vec<String> = inp.cases.iter().map(cases::slug_of).collect();
     let other_flames = inp.flames.except(&known);
     let m = &inp.manifest;
     let title = match inp.kind {

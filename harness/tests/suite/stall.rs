@@ -45,7 +45,10 @@ const DURATION_MS: u64 = 3000;
 /// SCHED_FIFO for the calling thread (and the threads and processes it
 /// starts) while held; back to SCHED_OTHER when dropped. Without root it
 /// does nothing.
-struct RealTime(bool, std::sync::MutexGuard<'static, ()>);
+struct RealTime {
+    on: bool,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
 
 /// One stall test at a time: two at once would share the cores they are
 /// meant to have to themselves.
@@ -57,13 +60,16 @@ impl RealTime {
         let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: plain syscall on the calling thread with a valid param.
         let rt = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } == 0;
-        RealTime(rt, one)
+        RealTime {
+            on: rt,
+            _one_at_a_time: one,
+        }
     }
 }
 
 impl Drop for RealTime {
     fn drop(&mut self) {
-        if self.0 {
+        if self.on {
             let p = libc::sched_param { sched_priority: 0 };
             // SAFETY: as above.
             unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
