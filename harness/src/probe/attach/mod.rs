@@ -1,0 +1,494 @@
+//! Loading and attaching each probe family to a target process, or to the
+//! tree of processes rooted at it.
+//!
+//! Tracepoint and perf-event families filter by tgid in the kernel against
+//! each object's `targets` map; in tree mode `rig_follow_fork` adds every
+//! process a followed process forks before the child first runs, so they
+//! miss nothing. Uprobes are scoped to one process each (a system-wide
+//! uprobe on libc would trap every process on the machine, rig's own load
+//! generator included), so a forked process gets its uprobes from the
+//! follower thread, which polls `targets` every [`FOLLOW_POLL`]; what it did
+//! between its fork and that attach is not seen, and the process's record
+//! says how long that gap was.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use aya::maps::HashMap;
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use aya::programs::{PerfEvent, RawTracePoint, UProbe};
+use aya::Ebpf;
+use rig_ebpf::abi::{ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, TARGET_ONE, TARGET_TREE};
+use serde::Serialize;
+
+use super::placement::{safe_probe_offset, Placement};
+use super::read;
+use super::stacks::{self, StackTables, Stacks};
+use super::{Family, ProbeError, Snapshot};
+use crate::probe::allocators::{AllocFamily, Layer, Unprobed};
+use crate::process::maps::ProcMaps;
+use crate::symbolize::elf;
+
+mod follow;
+mod programs;
+mod uprobes;
+
+use follow::follow;
+use programs::*;
+
+/// A memcpy/memmove/memset implementation the copy probes attached to; its
+/// index in `ProbeSet::copy_impls` is the attach cookie in `CopyKey`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CopyImpl {
+    /// The APIs that resolve to this code (memcpy and memmove often share it).
+    pub apis: Vec<String>,
+    pub lib: String,
+    pub file_offset: u64,
+    /// Name of the implementation from debug info, e.g.
+    /// `__memmove_avx_unaligned_erms`; `None` when no symbol covers it.
+    pub impl_name: Option<String>,
+    /// How the implementation was found (which GOT slot was read).
+    pub method: String,
+}
+
+/// An allocator entry point the alloc probes sit on; its index in
+/// `ProbeSet::alloc_entries` is the high half of the attach cookie (and of
+/// `AllocKey::kind`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AllocEntry {
+    pub allocator: AllocFamily,
+    pub symbol: String,
+    /// The module as in maps.
+    pub module: String,
+    pub file_offset: u64,
+}
+
+/// What was attached where, or deliberately not attached and why.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AttachNote {
+    pub family: Family,
+    pub what: String,
+    pub note: String,
+}
+
+/// How often the follower looks for processes forked into the tree.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(5);
+
+/// Which processes a `ProbeSet` covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// The one process (all its threads).
+    Process,
+    /// The process and every process it forks, transitively, including
+    /// processes forked after attaching.
+    Tree,
+}
+
+/// How a process came to be measured.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "how")]
+pub enum Joined {
+    /// The pid rig was given (launched or attached to).
+    Root,
+    /// Already in the tree when the probes were attached.
+    AtAttach,
+    /// Forked while the probes were attached. Tracepoint and perf-event
+    /// families saw it from its first instruction; its uprobes (alloc, copy,
+    /// locks) were attached `uprobe_gap_ms` after the follower noticed it
+    /// (the follower polls every `FOLLOW_POLL`), and calls in that gap are
+    /// not counted.
+    Forked { uprobe_gap_ms: Option<f64> },
+}
+
+/// One process of the measured tree.
+#[derive(Clone, Debug, Serialize)]
+pub struct Followed {
+    pub pid: u32,
+    pub ppid: u32,
+    pub command: String,
+    pub joined: Joined,
+    /// Its memory map when it joined (a process that exits before the window
+    /// ends is symbolized with this).
+    #[serde(skip)]
+    pub maps: Option<ProcMaps>,
+    /// Why its uprobes could not be attached, if they could not.
+    pub error: Option<String>,
+}
+
+/// The loaded and attached probes of one session.
+pub struct ProbeSet {
+    pid: u32,
+    scope: Scope,
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+    follower: Option<JoinHandle<()>>,
+    /// Syscall-free uprobe kinds attached, for the cost table.
+    pub families: Vec<Family>,
+}
+
+/// What the follower thread and the reader share.
+struct Shared {
+    objects: Vec<(Family, Ebpf)>,
+    stacks: StackTables,
+    procs: BTreeMap<u32, Followed>,
+    copy_impls: Vec<CopyImpl>,
+    alloc_entries: Vec<AllocEntry>,
+    alloc_unprobed: Vec<Unprobed>,
+    notes: Vec<AttachNote>,
+}
+
+/// Attaching uprobes for one process (borrowing the shared state).
+struct Attacher<'a> {
+    pid: u32,
+    copy_impls: &'a mut Vec<CopyImpl>,
+    alloc_entries: &'a mut Vec<AllocEntry>,
+    alloc_unprobed: &'a mut Vec<Unprobed>,
+    notes: &'a mut Vec<AttachNote>,
+}
+
+impl Drop for ProbeSet {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.follower.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Probes need CAP_BPF and CAP_PERFMON; rig asks for root plainly.
+pub fn require_root() -> Result<(), ProbeError> {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        return Err(ProbeError::NotRoot { euid });
+    }
+    Ok(())
+}
+
+/// Checks that make a bad pid a clear error before anything is loaded.
+pub fn check_target(pid: u32) -> Result<(), ProbeError> {
+    require_root()?;
+    if pid == std::process::id() {
+        return Err(ProbeError::SelfTarget { pid });
+    }
+    let exe = Path::new("/proc").join(pid.to_string());
+    if pid == 0 || !exe.exists() {
+        return Err(ProbeError::NoSuchProcess { pid });
+    }
+    // Kernel threads have an empty maps file (and so does a zombie).
+    match std::fs::read_to_string(exe.join("maps")) {
+        Ok(m) if m.trim().is_empty() => match super::not_measurable(pid, None) {
+            e @ ProbeError::Zombie { .. } => Err(e),
+            _ => Err(ProbeError::KernelThread { pid }),
+        },
+        Ok(_) => Ok(()),
+        Err(e) => Err(super::not_measurable(pid, Some(e))),
+    }
+}
+
+impl ProbeSet {
+    /// Load and attach `families` to `pid` alone. Every thread of the
+    /// process is covered, including threads that existed before attaching.
+    pub fn attach(pid: u32, families: &[Family]) -> Result<ProbeSet, ProbeError> {
+        ProbeSet::attach_scoped(pid, families, Scope::Process)
+    }
+
+    /// Load and attach `families` to `pid`, or (`Scope::Tree`) to `pid` and
+    /// every process it has forked or will fork.
+    pub fn attach_scoped(
+        pid: u32,
+        families: &[Family],
+        scope: Scope,
+    ) -> Result<ProbeSet, ProbeError> {
+        ProbeSet::attach_with(pid, families, scope, Stacks::On)
+    }
+
+    /// `attach_scoped`, choosing whether every event carries its whole
+    /// stack.
+    pub fn attach_with(
+        pid: u32,
+        families: &[Family],
+        scope: Scope,
+        stack_mode: Stacks,
+    ) -> Result<ProbeSet, ProbeError> {
+        check_target(pid)?;
+        let mode = match scope {
+            Scope::Process => TARGET_ONE,
+            Scope::Tree => TARGET_TREE,
+        };
+        // The tables are sized for the processes there now (with room for
+        // children that exec something else).
+        let mut initial = vec![pid];
+        if scope == Scope::Tree {
+            initial.extend(crate::process::descendants(pid));
+        }
+        let initial_maps: Vec<ProcMaps> = initial
+            .iter()
+            .filter_map(|p| ProcMaps::read(*p).ok())
+            .collect();
+        let tables = StackTables::new(stack_mode, &initial_maps.iter().collect::<Vec<_>>());
+        // Kernel-side following starts first, so a fork racing with the
+        // listing below is caught by one or the other.
+        let mut objects = Vec::new();
+        let loaded = super::preload::load_all(
+            families,
+            scope == Scope::Tree,
+            stack_mode == Stacks::On,
+            |family| load(family, stack_mode, tables.capacity()),
+        )?;
+        for (family, mut ebpf) in loaded {
+            if scope == Scope::Tree {
+                raw_tp(&mut ebpf, family, "rig_follow_fork", "sched_process_fork")?;
+            }
+            if stack_mode == Stacks::On {
+                raw_tp(&mut ebpf, family, "rig_forget_exec", "sched_process_exec")?;
+            }
+            set_target(&mut ebpf, family, pid, mode)?;
+            objects.push((family, ebpf));
+        }
+        let mut pids = vec![pid];
+        if scope == Scope::Tree {
+            for child in crate::process::descendants(pid) {
+                for (family, ebpf) in &mut objects {
+                    set_target(ebpf, *family, child, mode)?;
+                }
+                pids.push(child);
+            }
+        }
+        let mut shared = Shared {
+            objects,
+            stacks: tables,
+            procs: BTreeMap::new(),
+            copy_impls: Vec::new(),
+            alloc_entries: Vec::new(),
+            alloc_unprobed: Vec::new(),
+            notes: Vec::new(),
+        };
+        for &p in &pids {
+            let joined = if p == pid {
+                Joined::Root
+            } else {
+                Joined::AtAttach
+            };
+            match shared.join(p, joined) {
+                Ok(()) => {}
+                Err(e) if p == pid => return Err(e),
+                // A child that exited between the listing and now.
+                Err(ProbeError::NoSuchProcess { .. } | ProbeError::Maps { .. }) => {}
+                // A child whose uprobes cannot go in (a static helper, say):
+                // its tracepoint counts are still real; the report says
+                // what is missing.
+                Err(e) => {
+                    let mut f = Followed::new(p, joined, None);
+                    f.error = Some(e.to_string());
+                    shared.procs.insert(p, f);
+                }
+            }
+        }
+        for (family, ebpf) in &mut shared.objects {
+            match family {
+                Family::Syscalls => {
+                    raw_tp(ebpf, *family, "rig_sys_enter", "sys_enter")?;
+                    raw_tp(ebpf, *family, "rig_sys_exit", "sys_exit")?;
+                }
+                Family::Faults => attach_faults(ebpf)?,
+                Family::Sched => raw_tp(ebpf, *family, "rig_sched_switch", "sched_switch")?,
+                Family::Cpu => attach_cpu(ebpf)?,
+                Family::Locks => {
+                    raw_tp(ebpf, *family, "rig_lock_sys_enter", "sys_enter")?;
+                    raw_tp(ebpf, *family, "rig_lock_sys_exit", "sys_exit")?;
+                }
+                Family::Alloc | Family::Copy => {}
+            }
+        }
+        let shared = Arc::new(Mutex::new(shared));
+        let stop = Arc::new(AtomicBool::new(false));
+        let follower = (scope == Scope::Tree).then(|| {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            std::thread::spawn(move || follow(&shared, &stop))
+        });
+        Ok(ProbeSet {
+            pid,
+            scope,
+            shared,
+            stop,
+            follower,
+            families: families.to_vec(),
+        })
+    }
+
+    /// One program of `family` at one libc function's entry (IFUNCs resolved
+    /// to the implementation the target runs): for measuring what a single
+    /// probe costs.
+    pub fn attach_single(
+        pid: u32,
+        family: Family,
+        program: &str,
+        symbol: &str,
+        stack_mode: Stacks,
+    ) -> Result<ProbeSet, ProbeError> {
+        check_target(pid)?;
+        let maps = ProcMaps::read(pid).map_err(|source| ProbeError::Maps { pid, source })?;
+        let libc_maps_path = maps.libc_path().ok_or(ProbeError::NoLibc { pid, family })?;
+        let libc = maps.open_path(&libc_maps_path);
+        let resolve_err = |source| ProbeError::Resolve {
+            pid,
+            lib: libc_maps_path.clone(),
+            api: symbol.to_string(),
+            source,
+        };
+        let offset = crate::probe::ifunc::resolve_ifunc(pid, &maps, &libc_maps_path, symbol)
+            .map_err(resolve_err)?
+            .file_offset;
+        let mut tables = StackTables::new(stack_mode, &[&maps]);
+        let mut objects = vec![(family, load(family, stack_mode, tables.capacity())?)];
+        tables.install(&mut objects, pid, &maps)?;
+        let (_, ebpf) = &mut objects[0];
+        set_target(ebpf, family, pid, TARGET_ONE)?;
+        uprobe(ebpf, family, program, &libc, offset, Some(1), pid)?;
+        let mut procs = BTreeMap::new();
+        procs.insert(pid, Followed::new(pid, Joined::Root, Some(maps)));
+        Ok(ProbeSet {
+            pid,
+            scope: Scope::Process,
+            shared: Arc::new(Mutex::new(Shared {
+                objects,
+                stacks: tables,
+                procs,
+                copy_impls: Vec::new(),
+                alloc_entries: Vec::new(),
+                alloc_unprobed: Vec::new(),
+                notes: Vec::new(),
+            })),
+            stop: Arc::new(AtomicBool::new(false)),
+            follower: None,
+            families: vec![family],
+        })
+    }
+
+    /// Give every process whose memory map is in `maps` tables for the
+    /// modules it maps now (those it mapped at attach are placed already).
+    pub fn refresh_tables(&self, maps: &BTreeMap<u32, ProcMaps>) -> Result<(), ProbeError> {
+        let mut shared = self.shared();
+        let Shared {
+            objects, stacks, ..
+        } = &mut *shared;
+        if stacks.mode == Stacks::Off {
+            return Ok(());
+        }
+        for (pid, m) in maps {
+            stacks.install(objects, *pid, m)?;
+        }
+        Ok(())
+    }
+
+    /// Time the kernel spent in this set's BPF programs, and how many times
+    /// they ran, summed over programs (needs BPF run-time stats enabled, e.g.
+    /// by holding `aya::sys::enable_stats`; zero otherwise).
+    pub fn program_runtime(&self) -> (Duration, u64) {
+        let shared = self.shared();
+        let mut total = (Duration::ZERO, 0);
+        for (_, ebpf) in &shared.objects {
+            for (_, prog) in ebpf.programs() {
+                if let Ok(info) = prog.info() {
+                    total.0 += info.run_time();
+                    total.1 += info.run_count();
+                }
+            }
+        }
+        total
+    }
+
+    /// The pid the probes were attached to (the tree's root).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        // A panic in the follower leaves plain data behind; keep reading it.
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every process measured so far (root first, then by pid), with the
+    /// command line as it is now for those still alive: a prefork worker
+    /// retitles itself (`nginx: worker process`) only after its fork.
+    pub fn processes(&self) -> Vec<Followed> {
+        let mut out: Vec<Followed> = self.shared().procs.values().cloned().collect();
+        for p in &mut out {
+            let now = crate::process::cmdline(p.pid);
+            if now != "?" && !now.is_empty() {
+                p.command = now;
+            }
+        }
+        out.sort_by_key(|p| (p.pid != self.pid, p.pid));
+        out
+    }
+
+    /// The implementations the copy probes sit on; a `CopyKey`'s
+    /// `implementation` indexes this.
+    pub fn copy_impls(&self) -> Vec<CopyImpl> {
+        self.shared().copy_impls.clone()
+    }
+
+    /// The allocator entry points the alloc probes sit on; an `AllocKey`'s
+    /// `kind >> ALLOC_ENTRY_SHIFT` indexes this.
+    pub fn alloc_entries(&self) -> Vec<AllocEntry> {
+        self.shared().alloc_entries.clone()
+    }
+
+    /// Allocators found in a measured process that rig could not probe.
+    pub fn alloc_unprobed(&self) -> Vec<Unprobed> {
+        self.shared().alloc_unprobed.clone()
+    }
+
+    /// What was attached where, or deliberately not, and why.
+    pub fn notes(&self) -> Vec<AttachNote> {
+        self.shared().notes.clone()
+    }
+
+    /// Bring the tree up to date now (the follower does this on its own
+    /// every `FOLLOW_POLL`): useful right before a window starts.
+    pub fn catch_up(&self) {
+        if self.scope == Scope::Tree {
+            self.shared().catch_up();
+        }
+    }
+
+    /// Read every counter now.
+    pub fn snapshot(&self) -> Result<Snapshot, ProbeError> {
+        let shared = self.shared();
+        let mut s = Snapshot::default();
+        for (family, ebpf) in &shared.objects {
+            let f = *family;
+            s.stats.insert(f, read::stats(ebpf, f)?);
+            match f {
+                Family::Syscalls => s.syscalls = read::percpu_hash(ebpf, f, "sys_counts")?,
+                Family::Alloc => s.alloc = read::percpu_hash(ebpf, f, "allocs")?,
+                Family::Copy => s.copy = read::percpu_hash(ebpf, f, "copies")?,
+                Family::Locks => s.locks = read::percpu_hash(ebpf, f, "locks")?,
+                Family::Faults => s.faults = read::percpu_hash(ebpf, f, "faults")?,
+                Family::Sched => s.sched = read::hash(ebpf, f, "sched_threads")?,
+                Family::Cpu => s.cpu = read::percpu_hash(ebpf, f, "cpu_samples")?,
+            }
+            if shared.stacks.mode == Stacks::On {
+                s.stacks.insert(f, stacks::read_stacks(ebpf, f, true)?);
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// Sampling period of the on-CPU family: 4 kHz per CPU. Keep in step with
+/// `rig_sample_period_ns` in cpu.bpf.c (the weight of one sample).
+pub const CPU_SAMPLE_PERIOD_NS: u64 = 250_000;

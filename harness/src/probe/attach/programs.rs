@@ -1,0 +1,238 @@
+//! Loading BPF objects and attaching their programs: raw tracepoints,
+//! uprobes at a safe placement, per-CPU software events.
+
+use super::*;
+
+pub(super) fn load(
+    family: Family,
+    stack_mode: Stacks,
+    sizes: crate::probe::unwind::Sizes,
+) -> Result<Ebpf, ProbeError> {
+    let bytes = match family {
+        Family::Syscalls => rig_ebpf::SYSCALLS,
+        Family::Alloc => rig_ebpf::ALLOC,
+        Family::Copy => rig_ebpf::COPY,
+        Family::Locks => rig_ebpf::LOCKS,
+        Family::Faults => rig_ebpf::FAULTS,
+        Family::Sched => rig_ebpf::SCHED,
+        Family::Cpu => rig_ebpf::CPU,
+    };
+    stacks::load_object(family, bytes, stack_mode, sizes)
+}
+
+pub(super) fn set_target(
+    ebpf: &mut Ebpf,
+    family: Family,
+    tgid: u32,
+    mode: u8,
+) -> Result<(), ProbeError> {
+    let m = ebpf.map_mut("targets").ok_or_else(|| ProbeError::Missing {
+        family,
+        what: "map",
+        name: "targets".into(),
+    })?;
+    let mut targets: HashMap<_, u32, u8> =
+        HashMap::try_from(m).map_err(|source| ProbeError::Map {
+            family,
+            map: "targets",
+            source,
+        })?;
+    targets
+        .insert(tgid, mode, 0)
+        .map_err(|source| ProbeError::Map {
+            family,
+            map: "targets",
+            source,
+        })
+}
+
+pub(super) fn program_err(
+    family: Family,
+    what: String,
+) -> impl FnOnce(aya::programs::ProgramError) -> ProbeError {
+    move |source| ProbeError::Program {
+        family,
+        what,
+        source,
+    }
+}
+
+pub(super) fn missing_program(family: Family, name: &str) -> ProbeError {
+    ProbeError::Missing {
+        family,
+        what: "program",
+        name: name.to_string(),
+    }
+}
+
+pub(super) fn raw_tp(
+    ebpf: &mut Ebpf,
+    family: Family,
+    program: &str,
+    tp: &str,
+) -> Result<(), ProbeError> {
+    let p: &mut RawTracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| missing_program(family, program))?
+        .try_into()
+        .map_err(program_err(family, format!("program {program}")))?;
+    if p.fd().is_err() {
+        p.load()
+            .map_err(program_err(family, format!("loading {program}")))?;
+    }
+    p.attach(tp).map_err(program_err(
+        family,
+        format!("attaching {program} to raw tracepoint {tp}"),
+    ))?;
+    Ok(())
+}
+
+/// Attach a uprobe (or uretprobe: the program's section decides) at a
+/// function entry, scoped to the target process. The probe goes on the first
+/// instruction that is safe to single-step (`placement`); returns where.
+pub(super) fn uprobe(
+    ebpf: &mut Ebpf,
+    family: Family,
+    program: &str,
+    lib: &Path,
+    file_offset: u64,
+    cookie: Option<u64>,
+    pid: u32,
+) -> Result<Placement, ProbeError> {
+    let placement = safe_probe_offset(lib, file_offset).map_err(|why| ProbeError::Unsafe {
+        family,
+        what: format!("{program} at {}+{file_offset:#x}", lib.display()),
+        why,
+    })?;
+    let p: &mut UProbe = ebpf
+        .program_mut(program)
+        .ok_or_else(|| missing_program(family, program))?
+        .try_into()
+        .map_err(program_err(family, format!("program {program}")))?;
+    if p.fd().is_err() {
+        p.load()
+            .map_err(program_err(family, format!("loading {program}")))?;
+    }
+    let point = UProbeAttachPoint {
+        location: UProbeAttachLocation::AbsoluteOffset(placement.file_offset),
+        cookie,
+    };
+    let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid checked nonzero"));
+    p.attach(point, lib, scope).map_err(program_err(
+        family,
+        format!(
+            "attaching {program} at {}+{:#x}",
+            lib.display(),
+            placement.file_offset
+        ),
+    ))?;
+    Ok(placement)
+}
+
+/// Text for a note when a probe was moved off a vector instruction.
+pub(super) fn moved(p: &Placement, entry: u64) -> String {
+    if p.skipped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; placed at entry+{:#x}, after `{}` (single-stepping vector instructions corrupts the target)",
+            p.file_offset - entry,
+            p.skipped.join("; ")
+        )
+    }
+}
+
+pub(super) fn attach_faults(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
+    for (program, event) in [
+        ("rig_fault_minor", SoftwareEvent::PageFaultsMin),
+        ("rig_fault_major", SoftwareEvent::PageFaultsMaj),
+    ] {
+        per_cpu_event(ebpf, Family::Faults, program, event, 1)?;
+    }
+    Ok(())
+}
+
+/// Load `program` and attach it to the software perf event `event` on
+/// every online CPU (all processes: the program filters by tgid), firing
+/// every `period` events.
+pub(super) fn per_cpu_event(
+    ebpf: &mut Ebpf,
+    family: Family,
+    program: &str,
+    event: SoftwareEvent,
+    period: u64,
+) -> Result<(), ProbeError> {
+    let cpus = aya::util::online_cpus().map_err(|(_, e)| ProbeError::Cpus(e))?;
+    let p: &mut PerfEvent = ebpf
+        .program_mut(program)
+        .ok_or_else(|| missing_program(family, program))?
+        .try_into()
+        .map_err(program_err(family, format!("program {program}")))?;
+    if p.fd().is_err() {
+        p.load()
+            .map_err(program_err(family, format!("loading {program}")))?;
+    }
+    for &cpu in &cpus {
+        p.attach(
+            PerfEventConfig::Software(event),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Period(period),
+            false,
+        )
+        .map_err(program_err(
+            family,
+            format!("attaching {program} on cpu {cpu}"),
+        ))?;
+    }
+    Ok(())
+}
+
+/// A software cpu-clock event on every CPU, sampling every
+/// `CPU_SAMPLE_PERIOD_NS` of CPU time; the program keeps the followed
+/// processes' samples.
+pub(super) fn attach_cpu(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
+    per_cpu_event(
+        ebpf,
+        Family::Cpu,
+        "rig_cpu_sample",
+        SoftwareEvent::CpuClock,
+        CPU_SAMPLE_PERIOD_NS,
+    )
+}
+
+pub(super) fn libc_path(maps: &ProcMaps, pid: u32, family: Family) -> Result<PathBuf, ProbeError> {
+    maps.find_object(|p| basename(p).starts_with("libc.so"))
+        .map(|p| maps.open_path(&p))
+        .ok_or(ProbeError::NoLibc { pid, family })
+}
+
+pub(crate) fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// If the function at `file_offset` starts with an unconditional jump
+/// (after an optional endbr64), return where it goes, as text.
+pub(super) fn tail_jump(lib: &Path, file_offset: u64) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(lib).ok()?;
+    let mut code = [0u8; 16];
+    f.read_exact_at(&mut code, file_offset).ok()?;
+    let mut i = 0;
+    if code[..4] == [0xf3, 0x0f, 0x1e, 0xfa] {
+        i = 4; // endbr64
+    }
+    let at = file_offset + i as u64;
+    match code[i] {
+        0xe9 => {
+            let rel = i32::from_le_bytes(code[i + 1..i + 5].try_into().ok()?);
+            Some(format!("+{:#x}", (at as i64 + 5 + rel as i64) as u64))
+        }
+        0xeb => {
+            let rel = code[i + 1] as i8;
+            Some(format!("+{:#x}", (at as i64 + 2 + rel as i64) as u64))
+        }
+        // jmp *disp32(%rip): a tail call through the GOT (PLT-less call).
+        0xff if code[i + 1] == 0x25 => Some("a GOT entry".to_string()),
+        _ => None,
+    }
+}

@@ -1,0 +1,349 @@
+//! The per-process uprobe families: the allocators a process uses, its
+//! copy routines (resolved IFUNC implementations) and pthread mutexes.
+
+use super::*;
+
+impl Attacher<'_> {
+    pub(super) fn note(
+        &mut self,
+        family: Family,
+        what: impl Into<String>,
+        note: impl Into<String>,
+    ) {
+        let n = AttachNote {
+            family,
+            what: what.into(),
+            note: note.into(),
+        };
+        // Every process of a tree usually maps the same libraries: say it once.
+        if !self.notes.contains(&n) {
+            self.notes.push(n);
+        }
+    }
+
+    /// Probe every allocator layer discovery found in this process (the one
+    /// serving malloc, outer layers such as Rust's shims or CPython's APIs,
+    /// a second allocator behind `#[global_allocator]`). A layer other than
+    /// glibc that cannot be probed is recorded as unprobed (the report says
+    /// so and the alloc family is incomplete) and the others still go in.
+    pub(super) fn attach_alloc(
+        &mut self,
+        ebpf: &mut Ebpf,
+        maps: &ProcMaps,
+    ) -> Result<(), ProbeError> {
+        let family = Family::Alloc;
+        let found = crate::probe::allocators::discover(self.pid, maps);
+        if !found
+            .layers
+            .iter()
+            .any(|l| l.family == AllocFamily::Glibc || l.entries.iter().any(|e| e.0 == "malloc"))
+            && found.unprobed.is_empty()
+        {
+            // No C allocator found at all (as before discovery: libc is required).
+            libc_path(maps, self.pid, family)?;
+        }
+        for u in found.unprobed {
+            if !self.alloc_unprobed.contains(&u) {
+                self.alloc_unprobed.push(u);
+            }
+        }
+        let mut done: Vec<(PathBuf, u64, String)> = Vec::new();
+        for layer in &found.layers {
+            let lib = maps.open_path(&layer.module);
+            self.note(
+                family,
+                format!("{} allocator", layer.family),
+                format!("{}: {}", layer.module, layer.how),
+            );
+            let r = self.attach_table(ebpf, layer, &lib, &mut done);
+            match r {
+                Ok(()) => {}
+                Err(e) if layer.family == AllocFamily::Glibc => return Err(e),
+                Err(e) => self.unprobed(layer, e.to_string()),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn unprobed(&mut self, layer: &Layer, why: String) {
+        let u = Unprobed {
+            pid: self.pid,
+            allocator: layer.family.to_string(),
+            module: layer.module.clone(),
+            why,
+        };
+        if !self.alloc_unprobed.contains(&u) {
+            self.alloc_unprobed.push(u);
+        }
+    }
+
+    /// Attach each entry point of `layer` in `lib`, once per distinct code
+    /// address: an alias (aligned_alloc = memalign in glibc 2.36, malloc =
+    /// mi_malloc in libmimalloc) would otherwise fire two probes per call.
+    /// A failing entry point other than glibc's stops nothing: it is
+    /// recorded as unprobed and the rest are attached.
+    pub(super) fn attach_table(
+        &mut self,
+        ebpf: &mut Ebpf,
+        layer: &Layer,
+        lib: &Path,
+        done: &mut Vec<(PathBuf, u64, String)>,
+    ) -> Result<(), ProbeError> {
+        let family = Family::Alloc;
+        let lib_name = lib.display().to_string();
+        let glibc = layer.family == AllocFamily::Glibc;
+        let mut found = 0;
+        for (symbol, program, kind, required) in &layer.entries {
+            let (symbol, program, kind, required) = (symbol.as_str(), *program, *kind, *required);
+            let info = elf::lookup_symbol(lib, symbol).map_err(|source| ProbeError::Resolve {
+                pid: self.pid,
+                lib: lib_name.clone(),
+                api: symbol.to_string(),
+                source,
+            })?;
+            let Some(info) = info else {
+                if required {
+                    let e = ProbeError::MissingSymbol {
+                        lib: lib_name.clone(),
+                        symbol: symbol.to_string(),
+                        family,
+                    };
+                    if glibc {
+                        return Err(e);
+                    }
+                    self.unprobed(layer, e.to_string());
+                }
+                continue;
+            };
+            found += 1;
+            if let Some((_, _, first)) = done
+                .iter()
+                .find(|(p, off, _)| p == lib && *off == info.file_offset)
+            {
+                let first = first.clone();
+                self.note(
+                    family,
+                    symbol,
+                    format!("same code as {first}: counted there"),
+                );
+                continue;
+            }
+            // An optional entry point of the C/C++ runtime (libstdc++'s
+            // operator new[], sized and array deletes) that only jumps on
+            // gets the forwarder program: the probe at the end of the jump
+            // chain counts the call once, under this entry point's name.
+            // Outer layers (Rust shims, CPython) keep their own program: the
+            // call they jump into is another layer's, counted there as inner.
+            let forwards_to = (!required
+                && matches!(layer.family, AllocFamily::Glibc | AllocFamily::Cxx))
+            .then(|| tail_jump(lib, info.file_offset))
+            .flatten();
+            let program = if forwards_to.is_some() {
+                "rig_alloc_fwd"
+            } else {
+                program
+            };
+            let entry = self.entry_index(layer, symbol, kind, info.file_offset);
+            let cookie = kind | (entry << ALLOC_ENTRY_SHIFT);
+            let at = match uprobe(
+                ebpf,
+                family,
+                program,
+                lib,
+                info.file_offset,
+                Some(cookie as u64),
+                self.pid,
+            ) {
+                Ok(at) => at,
+                Err(e) if glibc => return Err(e),
+                Err(e) => {
+                    self.unprobed(layer, format!("{symbol}: {e}"));
+                    continue;
+                }
+            };
+            done.push((lib.to_path_buf(), info.file_offset, symbol.to_string()));
+            let how = match forwards_to {
+                Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
+                None => String::new(),
+            };
+            self.note(
+                family,
+                symbol,
+                format!(
+                    "uprobe at {}+{:#x} ({}){how}{}",
+                    basename(&lib_name),
+                    info.file_offset,
+                    layer.family,
+                    moved(&at, info.file_offset)
+                ),
+            );
+        }
+        if found == 0 && !glibc {
+            self.unprobed(
+                layer,
+                format!(
+                    "none of its entry points was found in {}",
+                    basename(&lib_name)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The index of an entry point in the session's table (the high half of
+    /// its attach cookie), added on first use.
+    pub(super) fn entry_index(
+        &mut self,
+        layer: &Layer,
+        symbol: &str,
+        kind: u32,
+        file_offset: u64,
+    ) -> u32 {
+        let i = match self.alloc_entries.iter().position(|e| {
+            e.module == layer.module && e.file_offset == file_offset && e.symbol == symbol
+        }) {
+            Some(i) => i,
+            None => {
+                self.alloc_entries.push(AllocEntry {
+                    allocator: layer.family,
+                    symbol: crate::probe::allocators::display_name(symbol, kind),
+                    module: layer.module.clone(),
+                    file_offset,
+                });
+                self.alloc_entries.len() - 1
+            }
+        };
+        (i as u32).min(ALLOC_ENTRY_MASK)
+    }
+
+    pub(super) fn attach_copy(
+        &mut self,
+        ebpf: &mut Ebpf,
+        maps: &ProcMaps,
+    ) -> Result<(), ProbeError> {
+        let family = Family::Copy;
+        let libc_maps_path = maps
+            .find_object(|p| basename(p).starts_with("libc.so"))
+            .ok_or(ProbeError::NoLibc {
+                pid: self.pid,
+                family,
+            })?;
+        let libc = maps.open_path(&libc_maps_path);
+        // The implementations of this process; one CopyImpl per distinct
+        // (library, offset) across the tree, whose index is the cookie.
+        let mut mine: Vec<usize> = Vec::new();
+        for api in ["memcpy", "memmove", "memset"] {
+            let r = crate::probe::ifunc::resolve_ifunc(self.pid, maps, &libc_maps_path, api)
+                .map_err(|source| ProbeError::Resolve {
+                    pid: self.pid,
+                    lib: libc_maps_path.clone(),
+                    api: api.to_string(),
+                    source,
+                })?;
+            let i = match self
+                .copy_impls
+                .iter()
+                .position(|c| c.lib == libc_maps_path && c.file_offset == r.file_offset)
+            {
+                Some(i) => i,
+                None => {
+                    self.copy_impls.push(CopyImpl {
+                        apis: Vec::new(),
+                        lib: libc_maps_path.clone(),
+                        file_offset: r.file_offset,
+                        impl_name: r.impl_name.clone(),
+                        method: r.method.clone(),
+                    });
+                    self.copy_impls.len() - 1
+                }
+            };
+            if !self.copy_impls[i].apis.iter().any(|a| a == api) {
+                self.copy_impls[i].apis.push(api.to_string());
+            }
+            if !mine.contains(&i) {
+                mine.push(i);
+            }
+        }
+        for i in mine {
+            let c = self.copy_impls[i].clone();
+            let at = uprobe(
+                ebpf,
+                family,
+                "rig_copy",
+                &libc,
+                c.file_offset,
+                Some(i as u64),
+                self.pid,
+            )?;
+            self.note(
+                family,
+                c.apis.join("/"),
+                format!(
+                    "uprobe at {} ({}+{:#x}), found by {}{}",
+                    c.impl_name
+                        .as_deref()
+                        .unwrap_or("an unnamed implementation"),
+                    basename(&c.lib),
+                    c.file_offset,
+                    c.method,
+                    moved(&at, c.file_offset)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn attach_locks(
+        &mut self,
+        ebpf: &mut Ebpf,
+        maps: &ProcMaps,
+    ) -> Result<(), ProbeError> {
+        let family = Family::Locks;
+        let libc = libc_path(maps, self.pid, family)?;
+        let lib_name = libc.display().to_string();
+        let find = |symbol: &str| -> Result<u64, ProbeError> {
+            elf::lookup_symbol(&libc, symbol)
+                .map_err(|source| ProbeError::Resolve {
+                    pid: self.pid,
+                    lib: lib_name.clone(),
+                    api: symbol.to_string(),
+                    source,
+                })?
+                .map(|s| s.file_offset)
+                .ok_or_else(|| ProbeError::MissingSymbol {
+                    lib: lib_name.clone(),
+                    symbol: symbol.to_string(),
+                    family,
+                })
+        };
+        let lock = find("pthread_mutex_lock")?;
+        let trylock = find("pthread_mutex_trylock")?;
+        let unlock = find("pthread_mutex_unlock")?;
+        let pid = self.pid;
+        for (program, entry, what) in [
+            ("rig_mutex_lock", lock, "pthread_mutex_lock"),
+            ("rig_mutex_lock_ret", lock, "pthread_mutex_lock return"),
+            ("rig_mutex_trylock", trylock, "pthread_mutex_trylock"),
+            (
+                "rig_mutex_lock_ret",
+                trylock,
+                "pthread_mutex_trylock return",
+            ),
+            ("rig_mutex_unlock", unlock, "pthread_mutex_unlock"),
+        ] {
+            let at = uprobe(ebpf, family, program, &libc, entry, None, pid)?;
+            if !at.skipped.is_empty() {
+                self.note(family, what, moved(&at, entry));
+            }
+        }
+        self.note(
+            family,
+            "pthread_mutex_lock/trylock/unlock",
+            format!(
+                "uprobes (+uretprobes on lock/trylock) in {}",
+                basename(&lib_name)
+            ),
+        );
+        Ok(())
+    }
+}
