@@ -56,13 +56,8 @@ pub fn write_ab(dir: &Path, arms: &[String]) -> Result<Vec<PathBuf>> {
 
 /// `rig attach --flame DIR`: the window's graphs in a new directory.
 pub fn write_window(dir: &Path, a: &Attribution) -> Result<Vec<PathBuf>> {
-    if dir.exists() {
-        anyhow::bail!(
-            "--flame {}: already exists; give a new directory",
-            dir.display()
-        );
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating --flame {}", dir.display()))?;
+    crate::fsutil::create_new_dir(dir)
+        .with_context(|| format!("--flame {}: give a new directory", dir.display()))?;
     let r = input::Recorded::of(a);
     Ok(write::window(dir, Path::new("."), &r, &r.label())?)
 }

@@ -55,6 +55,47 @@ pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
     f.sync_all()
 }
 
+/// Replace the file `path` with `data` atomically: the bytes go to a new
+/// file beside it (see [`create_new`]), which is synced and then renamed
+/// over `path`. A symlink at `path` is replaced by the file, never written
+/// through, and a reader sees the old contents or the new, never half.
+/// The new file keeps the old file's mode.
+pub fn replace_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let mode = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_file())
+        .map_or(0o644, |m| m.permissions().mode() & 0o7777);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.to_string_lossy()))
+        .suffix(".rig-new")
+        .permissions(std::fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)?;
+    let mut f = tmp.as_file();
+    f.write_all(data)?;
+    f.sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Create the directory `path`, which must not exist yet (a symlink in its
+/// place is refused too), after making its parents as `mkdir -p` does.
+pub fn create_new_dir(path: &Path) -> io::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(path)
+        .map_err(|e| explain(path, e))
+}
+
 /// Make the directories of `rel` below `base` (which rig made private),
 /// refusing a symlink on the way. `rel` must be relative without `..`.
 pub fn make_dirs_below(base: &Path, rel: &Path) -> io::Result<()> {
@@ -184,6 +225,50 @@ mod tests {
         assert!(make_dirs_below(&d, Path::new("../x")).is_err());
         make_dirs_below(&d, Path::new("a/b")).unwrap();
         assert!(d.join("a/b").is_dir());
+        std::fs::remove_dir_all(&d).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
+    fn replace_file_replaces_a_link_instead_of_writing_through_it() {
+        let d = private_dir("rig-fsutil-test-").unwrap();
+        let victim = d.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let link = d.join("baseline.toml");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        replace_file(&link, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_file());
+        assert_eq!(std::fs::read(&link).unwrap(), b"new");
+
+        let own = d.join("own.toml");
+        std::fs::write(&own, "old").unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+        replace_file(&own, b"blessed").unwrap();
+        assert_eq!(std::fs::read(&own).unwrap(), b"blessed");
+        assert_eq!(std::fs::metadata(&own).unwrap().mode() & 0o777, 0o600);
+        let left: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".rig-new"))
+            .collect();
+        assert!(left.is_empty(), "temporary files left: {left:?}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn create_new_dir_refuses_an_existing_dir_and_a_symlink() {
+        let d = private_dir("rig-fsutil-test-").unwrap();
+        let elsewhere = private_dir("rig-fsutil-test-").unwrap();
+        create_new_dir(&d.join("a/b/flame")).unwrap();
+        assert!(d.join("a/b/flame").is_dir());
+        let e = create_new_dir(&d.join("a/b/flame")).unwrap_err();
+        assert!(e.to_string().contains("already exists"), "{e}");
+        std::os::unix::fs::symlink(&elsewhere, d.join("link")).unwrap();
+        assert!(create_new_dir(&d.join("link")).is_err());
         std::fs::remove_dir_all(&d).unwrap();
         std::fs::remove_dir_all(&elsewhere).unwrap();
     }

@@ -66,7 +66,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // `rig flame`, and the flamegraphs of output directories.
-    ("flamegraph", &["report", "scenario"]),
+    ("flamegraph", &["fsutil", "report", "scenario"]),
     (
         "run",
         &[

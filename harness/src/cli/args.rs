@@ -76,6 +76,10 @@ pub struct GateArgs {
     /// Output directory for manifest.json, cases.jsonl and gate.json; must not exist.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Run the server as this user (name or uid), overriding the spec's
+    /// `user`; rig drops to it after setting up the cgroup and pinning.
+    #[arg(long)]
+    pub user: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -98,6 +102,9 @@ pub struct InstructionsArgs {
     /// Who counts: auto (perf when the host has a PMU, else callgrind), perf, callgrind.
     #[arg(long, default_value = "auto")]
     pub backend: String,
+    /// Run the server as this user (name or uid), overriding the spec's `user`.
+    #[arg(long)]
+    pub user: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -189,14 +196,25 @@ pub struct Budget {
 impl Budget {
     /// `--user` over each spec's own `user` (checked now: exit 2).
     pub(super) fn apply_user(&self, spec: &mut TargetSpec) -> Result<()> {
-        if let Some(u) = &self.user {
-            crate::launch::user::resolve(u, None)
-                .map_err(|m| anyhow::Error::new(crate::usage::BadValue(format!("--user: {m}"))))?;
-            spec.user = Some(u.clone());
-            spec.group = None;
-        }
-        Ok(())
+        apply_user(self.user.as_deref(), spec)
     }
+}
+
+/// `--user U` over a spec's own `user` (U checked now: exit 2).
+pub(crate) fn apply_user(user: Option<&str>, spec: &mut TargetSpec) -> Result<()> {
+    if let Some(u) = user {
+        check_user(u)?;
+        spec.user = Some(u.to_string());
+        spec.group = None;
+    }
+    Ok(())
+}
+
+/// `--user U` names a user this host has (exit 2 otherwise).
+pub(crate) fn check_user(u: &str) -> Result<()> {
+    crate::launch::user::resolve(u, None)
+        .map(|_| ())
+        .map_err(|m| anyhow::Error::new(crate::usage::BadValue(format!("--user: {m}"))))
 }
 
 impl Budget {

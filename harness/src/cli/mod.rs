@@ -55,8 +55,9 @@ fn instructions(a: &InstructionsArgs) -> Result<i32> {
     let choice = Choice::parse(&a.backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
     let (backend, why) = instr::select(choice, &crate::host::detect_pmu())?;
     println!("instructions counted by {why}");
-    let spec = crate::launch::spec::TargetSpec::load(&a.target)
+    let mut spec = crate::launch::spec::TargetSpec::load(&a.target)
         .with_context(|| format!("--target {}", a.target.display()))?;
+    args::apply_user(a.user.as_deref(), &mut spec)?;
     let w = crate::window::instructions::measure(backend, &spec, &a.path, a.requests, a.warmup)?;
     print!("{}", crate::probe::callgrind::render(&w, a.top));
     Ok(exit::OK)

@@ -128,6 +128,13 @@ pub(super) fn gate_settings(a: &GateArgs) -> Result<crate::gate::GateSettings> {
         out: a.out.clone(),
         argv: std::env::args().collect(),
         blessing: a.bless,
+        user: match &a.user {
+            Some(u) => {
+                super::args::check_user(u)?;
+                Some(u.clone())
+            }
+            None => None,
+        },
     })
 }
 

@@ -65,7 +65,7 @@ pub fn bless(s: &GateSettings, stop: &AtomicBool) -> Result<i32> {
     for n in &notes {
         eprintln!("rig gate --bless: {n}");
     }
-    std::fs::write(&s.baseline_path, nb.to_toml())
+    crate::fsutil::replace_file(&s.baseline_path, nb.to_toml().as_bytes())
         .with_context(|| format!("writing {}", s.baseline_path.display()))?;
     println!(
         "rig gate --bless: wrote {} counters to {}",

@@ -251,15 +251,21 @@ fn gate_target(
         .target_override
         .clone()
         .unwrap_or_else(|| rel(&s.baseline_path, &b.target));
-    let spec = TargetSpec::load(&target_path)
+    let mut spec = TargetSpec::load(&target_path)
         .with_context(|| format!("target spec {}", target_path.display()))?;
-    let tls = match &spec.tls_variant {
+    let mut tls = match &spec.tls_variant {
         Some(p) => Some(
             TargetSpec::load(p)
                 .with_context(|| format!("tls_variant of {}", target_path.display()))?,
         ),
         None => None,
     };
+    if let Some(u) = &s.user {
+        for t in std::iter::once(&mut spec).chain(tls.as_mut()) {
+            t.user = Some(u.clone());
+            t.group = None;
+        }
+    }
     let binary = binary_id(&spec);
     if let (Some(want), Some(got)) = (
         b.profile.as_deref(),

@@ -95,6 +95,8 @@ pub struct GateSettings {
     /// `--bless`: measure for a new baseline (the blessed instructions
     /// backend is not enforced).
     pub blessing: bool,
+    /// `--user`: the user the server runs as, over the spec's own `user`.
+    pub user: Option<String>,
 }
 
 pub fn run(s: &GateSettings, stop: &AtomicBool) -> Result<GateReport> {

@@ -406,15 +406,19 @@ impl Symbolizer {
         if todo.is_empty() {
             return;
         }
-        let results = self.blazesym(open, &todo, self.debug_syms).or_else(|e| {
-            if self.debug_syms {
-                // e.g. a debug-link target whose CRC does not match: fall back
-                // to ELF symbols rather than losing the whole module.
-                self.blazesym(open, &todo, false)
-            } else {
-                Err(e)
-            }
-        });
+        let results = self
+            .blazesym(&self.inner, open, &todo, self.debug_syms)
+            .or_else(|e| {
+                if self.debug_syms {
+                    // e.g. a debug-link target whose CRC does not match: the
+                    // binary's own DWARF (no debug directories searched), then
+                    // ELF symbols, rather than losing the whole module.
+                    own_dwarf(open, &todo)
+                        .or_else(|_| self.blazesym(&self.inner, open, &todo, false))
+                } else {
+                    Err(e)
+                }
+            });
         let results = results.unwrap_or_else(|_| vec![Resolved::unnamed(); todo.len()]);
         let tables: Vec<&ElfFacts> = facts
             .iter()
@@ -433,6 +437,7 @@ impl Symbolizer {
 
     fn blazesym(
         &self,
+        symbolizer: &BzSymbolizer,
         open: &Path,
         offs: &[u64],
         debug_syms: bool,
@@ -440,9 +445,40 @@ impl Symbolizer {
         let mut src = BzElf::new(open);
         src.debug_syms = debug_syms;
         let src = Source::Elf(src);
-        let syms = self.inner.symbolize(&src, Input::FileOffset(offs))?;
+        let syms = symbolizer.symbolize(&src, Input::FileOffset(offs))?;
         Ok(syms.into_iter().map(convert).collect())
     }
+}
+
+/// What the binary's own DWARF says, when blazesym refused the module
+/// because of its `.gnu_debuglink` (a stale or garbage file of that name
+/// beside the binary: its CRC does not match, or it is no ELF). blazesym
+/// looks for the link's target in the binary's own (canonical) directory
+/// whatever the debug directories are, so it is given a copy of the binary
+/// in a memfd, which has no directory to find that name in. Rare (a broken
+/// link), so the copy and a fresh symbolizer (blazesym caches by path, and
+/// fd numbers are reused) are cheap enough.
+fn own_dwarf(open: &Path, offs: &[u64]) -> Result<Vec<Resolved>, blazesym::Error> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: a plain syscall with a NUL-terminated name; the fd is owned
+    // by the File made from it.
+    let fd = unsafe { libc::memfd_create(c"rig-own-dwarf".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: fd is a new, valid descriptor nobody else owns.
+    let mut copy = unsafe { std::fs::File::from_raw_fd(fd) };
+    std::io::copy(&mut std::fs::File::open(open)?, &mut copy)?;
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", copy.as_raw_fd()));
+    let symbolizer = BzSymbolizer::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(true)
+        .enable_demangling(true)
+        .set_debug_dirs(Some(Vec::<PathBuf>::new()))
+        .build();
+    let src = Source::Elf(BzElf::new(&by_fd));
+    let syms = symbolizer.symbolize(&src, Input::FileOffset(offs))?;
+    Ok(syms.into_iter().map(convert).collect())
 }
 
 fn convert(s: Symbolized<'_>) -> Resolved {

@@ -275,3 +275,57 @@ fn results_are_cached_per_module_offset() {
     assert_eq!(s.cache.len(), 2);
     assert!(warm < cold, "warm {warm:?} vs cold {cold:?}");
 }
+
+#[test]
+fn a_garbage_debuglink_does_not_cost_the_binarys_own_file_and_line() {
+    // The binary carries its own DWARF, and a .gnu_debuglink naming a file
+    // beside it whose contents (and so CRC) are garbage: the link is no
+    // reason to lose what the binary itself says.
+    let dir = tempdir("debuglink");
+    let src = dir.join("d.c");
+    std::fs::write(
+        &src,
+        "int rig_debuglink_marker(int x) {\n  return x * 3 + 1;\n}\nint main(int c, char **v) { return rig_debuglink_marker(c); }\n",
+    )
+    .unwrap();
+    let exe = dir.join("d");
+    let gcc = std::process::Command::new("gcc")
+        .args([
+            "-g",
+            "-O0",
+            "-o",
+            exe.to_str().unwrap(),
+            src.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(gcc.status.success(), "{gcc:?}");
+    let link = dir.join("d.debug");
+    std::fs::write(&link, b"not an ELF file at all").unwrap();
+    let objcopy = std::process::Command::new("objcopy")
+        .arg(format!("--add-gnu-debuglink={}", link.display()))
+        .arg(&exe)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(objcopy.status.success(), "{objcopy:?}");
+    // The garbage changes after the CRC was taken, as a stale link would.
+    std::fs::write(&link, b"garbage that no longer matches the CRC!!").unwrap();
+    let facts = ElfFacts::load(&exe).unwrap();
+    let marker = facts
+        .syms
+        .iter()
+        .find(|s| s.name == "rig_debuglink_marker")
+        .unwrap();
+    let off = facts.vaddr_to_file_offset(marker.vaddr).unwrap();
+    let sites = symbolize_elf_with(&exe, &[off], true);
+    assert_eq!(sites[0].function.as_deref(), Some("rig_debuglink_marker"));
+    assert_eq!(
+        sites[0].file.as_deref().map(basename),
+        Some("d.c"),
+        "{:?}",
+        sites[0]
+    );
+    assert_eq!(sites[0].line, Some(1), "{:?}", sites[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

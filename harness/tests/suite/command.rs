@@ -183,11 +183,17 @@ fn a_duration_window_warns_when_the_target_was_idle_or_the_load_outlasted_it() {
     // The test started h2load: it may stop it.
     let _ = load.kill();
     let _ = load.wait();
+    // Which edges look busy depends on how the shared cores were loaded
+    // in that second (the exact edge rules are unit-tested on hand-made
+    // slices in session::activity); a window inside a longer load must be
+    // called out at one edge at least.
     let w = warnings(&a);
     assert!(
-        w.iter().any(|w| w.starts_with(
-            "the target was already busy when the window opened and still busy when it closed"
-        )),
+        w.iter().any(
+            |w| (w.starts_with("the target was already busy when the window opened")
+                || w.starts_with("the target was still busy when the window closed"))
+                && w.contains("the load and the window are not the same interval")
+        ),
         "{w:?} {err}"
     );
 }

@@ -77,7 +77,7 @@ fn refuses_pids_it_cannot_trace_itself_or_kernel_threads() {
 }
 
 #[test]
-fn refuses_a_process_without_the_libc_symbols_the_probes_need() {
+fn refuses_copy_probes_without_a_mapped_libc_but_probes_a_static_malloc() {
     root_or_skip!();
     // A static binary maps no libc.so: the alloc probes cannot attach.
     let dir = std::env::temp_dir().join(format!("rig-static-{}", std::process::id()));
@@ -97,20 +97,35 @@ fn refuses_a_process_without_the_libc_symbols_the_probes_need() {
         .unwrap();
     assert!(ok.success(), "gcc -static works (libc6-dev ships libc.a)");
     let mut child = Command::new(&exe).spawn().unwrap();
-    let (code, err) = rig(&[
-        "attach",
-        "--pid",
-        &child.id().to_string(),
-        "--probes",
-        "alloc",
-        "--duration",
-        "1s",
-    ]);
+    let attach = |probes: &str| {
+        rig(&[
+            "attach",
+            "--pid",
+            &child.id().to_string(),
+            "--probes",
+            probes,
+            "--duration",
+            "1s",
+        ])
+    };
+    // The copy probes sit on the IFUNC implementations libc.so resolved.
+    let (code, err) = attach("copy");
+    // The allocator, though, is found where it is: in the executable.
+    let (alloc_code, alloc_err) = attach("alloc");
     child.kill().unwrap();
     child.wait().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(code, exit::ERROR, "{err}");
     assert!(err.contains("has no C library mapped"), "{err}");
+    assert!(
+        err.contains("the copy probes need it"),
+        "names the family: {err}"
+    );
+    assert_eq!(
+        alloc_code,
+        exit::OK,
+        "a static malloc is probed: {alloc_err}"
+    );
 }
 
 #[test]

@@ -109,7 +109,8 @@ pub(super) fn measure(fx: &mut Fixture, families: &[Family], n: u64) -> Attribut
 /// The family that counts `event` (an API name as in `rig_fixtures::stacks`).
 fn family_of(event: &str) -> Family {
     match event {
-        "malloc" | "free" | "operator new" | "operator delete" => Family::Alloc,
+        "malloc" | "free" | "operator new" | "operator delete" | "__rust_alloc"
+        | "__rust_dealloc" => Family::Alloc,
         "memcpy" => Family::Copy,
         "lock" | "unlock" => Family::Locks,
         _ => Family::Syscalls,

@@ -341,8 +341,9 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> 
             warning: false,
         }]
     })?;
-    // An extending spec is checked as merged (its own errors keep their
-    // line; errors in the merge point at line 1).
+    // An extending spec is checked as merged; each error is then put back
+    // on the line of the file that holds its key (see `relocate`).
+    let own_text = text.clone();
     let text = match resolve_extends(&path, &text, 0) {
         Ok(t) => t,
         Err(SpecError::Invalid(errors)) => return Err(errors),
@@ -359,6 +360,12 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> 
     };
     let (spec, mut diags) = parse(&path, &text);
     diags.extend(spec.as_ref().and_then(|s| program_error(&path, &text, s)));
+    if text != own_text {
+        diags = diags
+            .into_iter()
+            .map(|d| parse::relocate(d, &own_text))
+            .collect();
+    }
     let (warnings, errors): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.warning);
     if !errors.is_empty() {
         return Err(errors.into_iter().chain(warnings).collect());
@@ -381,10 +388,22 @@ impl TargetSpec {
             path: path.clone(),
             source,
         })?;
-        let text = resolve_extends(&path, &text, 0)?;
-        let spec = Self::from_text(&path, &text)?;
-        match program_error(&path, &text, &spec) {
-            Some(e) => Err(SpecError::Invalid(vec![e])),
+        let merged = resolve_extends(&path, &text, 0)?;
+        let put_back = |errors: Vec<ConfigError>| {
+            if merged == text {
+                return errors;
+            }
+            errors
+                .into_iter()
+                .map(|d| parse::relocate(d, &text))
+                .collect()
+        };
+        let spec = Self::from_text(&path, &merged).map_err(|e| match e {
+            SpecError::Invalid(errors) => SpecError::Invalid(put_back(errors)),
+            e => e,
+        })?;
+        match program_error(&path, &merged, &spec) {
+            Some(e) => Err(SpecError::Invalid(put_back(vec![e]))),
             None => Ok(spec),
         }
     }

@@ -532,6 +532,55 @@ pub(super) fn resolve_extends(path: &Path, text: &str, depth: usize) -> Result<S
     toml::to_string(&merged).map_err(|e| invalid(format!("merging {}: {e}", base_path.display())))
 }
 
+/// An error found in the merged text of an extending spec, put back where
+/// its key is written: on its line in the extending file when that file
+/// sets the key, else said to come from the spec it extends (the merged
+/// text is rig's own re-serialization, so its line numbers are nobody's).
+pub(super) fn relocate(mut d: ConfigError, own_text: &str) -> ConfigError {
+    let key = d
+        .source_line
+        .split('=')
+        .next()
+        .map(|k| {
+            k.trim()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .trim()
+        })
+        .filter(|k| !k.is_empty())
+        .map(str::to_string);
+    let own = key.as_deref().and_then(|k| {
+        own_text.lines().enumerate().find_map(|(i, l)| {
+            let t = l.trim_start();
+            let rest = t.strip_prefix(k)?;
+            let rest = rest.trim_start();
+            (rest.starts_with('=') || rest.starts_with(']'))
+                .then(|| (i + 1, l.len() - t.len() + 1, l.to_string()))
+        })
+    });
+    match own {
+        Some((line, col, src)) => {
+            d.line = line;
+            d.col = col;
+            d.source_line = src;
+        }
+        None => {
+            d.line = 1;
+            d.col = 1;
+            d.message = format!(
+                "{} (from the spec this one extends: this file does not set it)",
+                d.message
+            );
+            d.source_line = own_text
+                .lines()
+                .find(|l| l.trim_start().starts_with("extends"))
+                .unwrap_or_default()
+                .to_string();
+        }
+    }
+    d
+}
+
 /// Add a hint to the toml crate's messages where the cause is rig's schema.
 fn explain_toml(msg: &str) -> String {
     let msg = msg.trim_end();

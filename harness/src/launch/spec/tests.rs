@@ -202,3 +202,43 @@ fn files_are_rendered_into_the_run_dir_with_the_port() {
     assert!(err.to_string().contains("prot"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn errors_of_an_extending_spec_point_at_the_file_that_sets_the_key() {
+    let d = crate::fsutil::private_dir("rig-spec-test-").unwrap();
+    std::fs::write(d.join("base.toml"), GOOD).unwrap();
+    // Line 3 of the extending file sets a bad port form.
+    std::fs::write(
+        d.join("arm.toml"),
+        "extends = \"base.toml\"\nenv = { X = \"1\" }\nport = { fixed = 0 }\n",
+    )
+    .unwrap();
+    let errors = check_config(d.join("arm.toml")).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert_eq!((e.line, e.col), (3, 1), "{e}");
+    assert_eq!(e.source_line, "port = { fixed = 0 }");
+    let SpecError::Invalid(loaded) = TargetSpec::load(d.join("arm.toml")).unwrap_err() else {
+        panic!("not a validation error");
+    };
+    assert_eq!(
+        (loaded[0].line, loaded[0].source_line.as_str()),
+        (3, "port = { fixed = 0 }")
+    );
+
+    // A problem the extending file does not write is said to come from the base.
+    std::fs::write(d.join("base.toml"), GOOD.replace("{port}", "9")).unwrap();
+    std::fs::write(
+        d.join("arm.toml"),
+        "extends = \"base.toml\"\nenv = { X = \"1\" }\n",
+    )
+    .unwrap();
+    let errors = check_config(d.join("arm.toml")).unwrap_err();
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.line == 1 && e.message.contains("the spec this one extends")),
+        "{errors:?}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}

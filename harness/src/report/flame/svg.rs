@@ -38,6 +38,11 @@ fn options<'a>(p: &Profile, i: usize, scale: &Scale, subtitle: Option<String>) -
     // Colors from the function's name, so a graph renders the same twice.
     o.hash = true;
     o.deterministic = true;
+    // A fixed width, as flamegraph.pl draws: inferno's fluid width sizes
+    // the frames from the SVG's own width at load, and report.html embeds
+    // each graph in a tab that is hidden (0 px wide) until chosen, which
+    // gives every frame a negative width and the browser an error apiece.
+    o.image_width = Some(1200);
     o
 }
 
