@@ -6,21 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::chart;
 use super::flames::Flames;
-
-/// Per-request counters of the counted pass, in the order of the schema.
-pub const COUNTERS: &[(&str, &str)] = &[
-    ("syscalls", "syscalls/req"),
-    ("allocations", "allocs/req"),
-    ("alloc_bytes", "alloc B/req"),
-    ("frees", "frees/req"),
-    ("copy_bytes", "copy B/req"),
-    ("copy_calls", "copies/req"),
-    ("lock_acquisitions", "locks/req"),
-    ("contended", "contended/req"),
-    ("page_faults", "faults/req"),
-    ("voluntary_cs", "vol cs/req"),
-    ("involuntary_cs", "invol cs/req"),
-];
+use crate::metrics::names::PER_REQUEST_FIELDS;
 
 /// Probe families in the order the page shows them.
 pub const FAMILIES: &[&str] = &[
@@ -102,7 +88,7 @@ pub fn slim(mut c: Value) -> Value {
 
 /// The matrix: columns, and a row per case.
 pub fn matrix(cases: &[Value]) -> Value {
-    let counters: Vec<&(&str, &str)> = COUNTERS
+    let counters: Vec<&(&str, &str)> = PER_REQUEST_FIELDS
         .iter()
         .filter(|(k, _)| {
             cases
