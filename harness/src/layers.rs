@@ -34,9 +34,12 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("metrics", &["probe", "report", "scenario", "symbolize"]),
     // report.html of an output directory, from its files.
-    ("html", &["fsutil", "load", "scenario"]),
+    ("html", &["fsutil", "load", "metrics", "scenario"]),
     // The fixed-count window.
-    ("window", &["fsutil", "launch", "load", "probe", "process"]),
+    (
+        "window",
+        &["fsutil", "launch", "load", "metrics", "probe", "process"],
+    ),
     // The case runner (`rig run`, `rig ab`, `rig gate`).
     (
         "case",
@@ -74,6 +77,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "html",
             "launch",
             "load",
+            "metrics",
             "probe",
             "report",
             "scenario",

@@ -140,16 +140,7 @@ fn driven_window(
     id: &ProcessId,
     stop: &AtomicBool,
 ) -> Result<Measured> {
-    let mut client = load::Client::connect(&d.load).map_err(|e| {
-        let hint = match e.to_string().contains("CaUsedAsEndEntity") {
-            true => {
-                "; the server's certificate is its own CA (self-signed, CA:TRUE), which \
-                     verification refuses as an end entity: give --insecure to accept it"
-            }
-            false => "",
-        };
-        anyhow::anyhow!("--drive {}: {e}{hint}", d.url)
-    })?;
+    let mut client = drive_client(d)?;
     let check = |phase: Phase, warm: &LoadReport| -> Result<()> {
         if stop.load(Ordering::Relaxed) {
             bail!("interrupted by SIGINT/SIGTERM during the warm-up; nothing was measured");
@@ -185,7 +176,37 @@ fn driven_window(
         window.end = WindowEnd::Interrupted;
     }
     let report = driven.report;
-    let hs = report.handshakes;
+    Ok(Measured {
+        window,
+        load: Some(LoadResult {
+            sent: report.sent,
+            succeeded: report.succeeded,
+            errors: report.errors.clone(),
+        }),
+        quiesced: Some(r.quiesced),
+        drive: Some(drive_line(d, report.handshakes)),
+        command: None,
+        warnings: Vec::new(),
+    })
+}
+
+/// The client of `--drive`; a self-signed CA certificate gets the flag
+/// that accepts it.
+fn drive_client(d: &Drive) -> Result<load::Client> {
+    load::Client::connect(&d.load).map_err(|e| {
+        let hint = match e.to_string().contains("CaUsedAsEndEntity") {
+            true => {
+                "; the server's certificate is its own CA (self-signed, CA:TRUE), which \
+                     verification refuses as an end entity: give --insecure to accept it"
+            }
+            false => "",
+        };
+        anyhow::anyhow!("--drive {}: {e}{hint}", d.url)
+    })
+}
+
+/// How the window was driven, with the handshakes `hs` made inside it.
+fn drive_line(d: &Drive, hs: load::Handshakes) -> String {
     // A server that closes after every response (HTTP/1.0, `Connection:
     // close`) makes a keep-alive client reconnect: say so, the accept and
     // close of each connection are in the counts.
@@ -197,24 +218,13 @@ fn driven_window(
         ),
         _ => String::new(),
     };
-    Ok(Measured {
-        window,
-        load: Some(LoadResult {
-            sent: report.sent,
-            succeeded: report.succeeded,
-            errors: report.errors.clone(),
-        }),
-        quiesced: Some(r.quiesced),
-        drive: Some(format!(
-            "{}; handshakes inside the window: {} TCP, {} TLS, {} h2{reconnects}",
-            describe(&d.load),
-            hs.tcp,
-            hs.tls,
-            hs.h2
-        )),
-        command: None,
-        warnings: Vec::new(),
-    })
+    format!(
+        "{}; handshakes inside the window: {} TCP, {} TLS, {} h2{reconnects}",
+        describe(&d.load),
+        hs.tcp,
+        hs.tls,
+        hs.h2
+    )
 }
 
 /// Attach the probe set to `s.pid` (its whole tree when asked, or when it

@@ -18,7 +18,7 @@ pub(super) fn usage(
     exit: &ExitInfo,
 ) -> ServerUsage {
     let d = after.since(before);
-    let per = |v: u64| (ok > 0).then(|| v as f64 / ok as f64);
+    let per = |v: u64| crate::metrics::per_request(v, Some(ok));
     ServerUsage {
         cpu_us_per_request: per(d.cpu_ns).map(|v| v / 1e3),
         cpu_ns: d.cpu_ns,

@@ -159,42 +159,8 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     let multi = distinct.len() > 1;
     // The instructions backend, before anything runs.
     let backend = instructions_backend(s, &distinct)?;
-    let rs = RunSettings {
-        targets: vec![(spec.clone(), tls.clone())],
-        matrix_path: matrix_path.clone(),
-        matrix,
-        suites: vec![b.suite.clone()],
-        out: s.out.clone().unwrap_or_default(),
-        families,
-        passes: Passes {
-            clean: false,
-            counted: true,
-        },
-        repeats: Some(b.repeats),
-        server_cpus: None,
-        client_cpus: None,
-        spin: None,
-        memory_mib: None,
-        cpu_quota: None,
-        argv: s.argv.clone(),
-        verify_arms: false,
-    };
-    let mut out = match &s.out {
-        Some(d) => {
-            let o = OutDir::create(d)?;
-            o.write_manifest(
-                &s.argv,
-                &serde_json::json!({
-                    "baseline": s.baseline_path,
-                    "target": target_path,
-                    "binary": binary,
-                    "spec": spec,
-                }),
-            )?;
-            Some(o)
-        }
-        None => None,
-    };
+    let rs = counted_settings(s, &spec, tls.as_ref(), &matrix_path, matrix, families);
+    let mut out = gate_out_dir(s, &target_path, binary.as_ref(), &spec)?;
     let runs = counted_runs(&rs, &cases, &spec, tls.as_ref(), out.as_mut(), stop)?;
     let mut observed = Vec::new();
     for (key, rs) in &runs {
@@ -229,6 +195,62 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
         instructions,
         observed,
     })
+}
+
+/// The suite's run: the counted pass only, `repeats` times, on `spec`.
+fn counted_settings(
+    s: &GateSettings,
+    spec: &TargetSpec,
+    tls: Option<&TargetSpec>,
+    matrix_path: &Path,
+    matrix: Matrix,
+    families: Vec<Family>,
+) -> RunSettings {
+    let b = &s.baseline;
+    RunSettings {
+        targets: vec![(spec.clone(), tls.cloned())],
+        matrix_path: matrix_path.to_path_buf(),
+        matrix,
+        suites: vec![b.suite.clone()],
+        out: s.out.clone().unwrap_or_default(),
+        families,
+        passes: Passes {
+            clean: false,
+            counted: true,
+        },
+        repeats: Some(b.repeats),
+        server_cpus: None,
+        client_cpus: None,
+        spin: None,
+        memory_mib: None,
+        cpu_quota: None,
+        argv: s.argv.clone(),
+        verify_arms: false,
+    }
+}
+
+/// The output directory of `--out`, its manifest naming the baseline, the
+/// target and the binary it runs.
+fn gate_out_dir(
+    s: &GateSettings,
+    target_path: &Path,
+    binary: Option<&BinaryId>,
+    spec: &TargetSpec,
+) -> Result<Option<OutDir>> {
+    let Some(d) = &s.out else {
+        return Ok(None);
+    };
+    let o = OutDir::create(d)?;
+    o.write_manifest(
+        &s.argv,
+        &serde_json::json!({
+            "baseline": s.baseline_path,
+            "target": target_path,
+            "binary": binary,
+            "spec": spec,
+        }),
+    )?;
+    Ok(Some(o))
 }
 
 /// A counter's name in a multi-case suite carries its case key.

@@ -6,21 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::chart;
 use super::flames::Flames;
-
-/// Per-request counters of the counted pass, in the order of the schema.
-pub const COUNTERS: &[(&str, &str)] = &[
-    ("syscalls", "syscalls/req"),
-    ("allocations", "allocs/req"),
-    ("alloc_bytes", "alloc B/req"),
-    ("frees", "frees/req"),
-    ("copy_bytes", "copy B/req"),
-    ("copy_calls", "copies/req"),
-    ("lock_acquisitions", "locks/req"),
-    ("contended", "contended/req"),
-    ("page_faults", "faults/req"),
-    ("voluntary_cs", "vol cs/req"),
-    ("involuntary_cs", "invol cs/req"),
-];
+use crate::metrics::names::PER_REQUEST_FIELDS;
 
 /// Probe families in the order the page shows them.
 pub const FAMILIES: &[&str] = &[
@@ -102,7 +88,7 @@ pub fn slim(mut c: Value) -> Value {
 
 /// The matrix: columns, and a row per case.
 pub fn matrix(cases: &[Value]) -> Value {
-    let counters: Vec<&(&str, &str)> = COUNTERS
+    let counters: Vec<&(&str, &str)> = PER_REQUEST_FIELDS
         .iter()
         .filter(|(k, _)| {
             cases
@@ -129,45 +115,7 @@ pub fn matrix(cases: &[Value]) -> Value {
     for (_, l) in &counters {
         columns.push(json!({"label": l, "numeric": true, "counter": true}));
     }
-    let rows: Vec<Value> = cases
-        .iter()
-        .map(|c| {
-            let clean = &c["clean"];
-            let lat = &clean["load"]["latency"];
-            let rss = clean["server"]["rss_max_kib"]
-                .as_f64()
-                .or(c["memory"]["proc"]["rss_kib"].as_f64());
-            let mut cells = vec![
-                text(c["id"].as_str().unwrap_or_default()),
-                text(c["suite"].as_str().unwrap_or_default()),
-                text(c["target_name"].as_str().unwrap_or_default()),
-                text(c["protocol"].as_str().unwrap_or("—")),
-                text(c["path"].as_str().unwrap_or("—")),
-                text(load_text(c)),
-                text(topology_text(c)),
-                text(match (c["kind"].as_str(), c["keepalive"].as_bool()) {
-                    (Some("http"), Some(true)) => "ka",
-                    (Some("http"), Some(false)) => "new",
-                    _ => "—",
-                }),
-                text(c["status"].as_str().unwrap_or_default()),
-                cell(clean["load"]["rps"].as_f64()),
-                cell(us(&lat["p50_ns"])),
-                cell(us(&lat["p99_ns"])),
-                cell(us(&lat["p999_ns"])),
-                cell(clean["server"]["cpu_us_per_request"].as_f64()),
-                cell(rss),
-            ];
-            for (k, _) in &counters {
-                cells.push(cell(c["counted"]["per_request"][*k].as_f64()));
-            }
-            json!({
-                "id": c["id"], "slug": slug_of(c), "suite": c["suite"],
-                "target": c["target_name"], "protocol": c["protocol"].as_str().unwrap_or("—"),
-                "status": c["status"], "cells": cells,
-            })
-        })
-        .collect();
+    let rows: Vec<Value> = cases.iter().map(|c| matrix_row(c, &counters)).collect();
     let distinct = |f: &dyn Fn(&Value) -> String| {
         let mut v: Vec<String> = rows.iter().map(f).collect();
         v.sort();
@@ -180,6 +128,44 @@ pub fn matrix(cases: &[Value]) -> Value {
         "suites": distinct(&|r| r["suite"].as_str().unwrap_or_default().to_string()),
         "protocols": distinct(&|r| r["protocol"].as_str().unwrap_or_default().to_string()),
         "targets": distinct(&|r| r["target"].as_str().unwrap_or_default().to_string()),
+    })
+}
+
+/// The matrix row of case `c`: its columns in order, then `counters`.
+fn matrix_row(c: &Value, counters: &[&(&str, &str)]) -> Value {
+    let clean = &c["clean"];
+    let lat = &clean["load"]["latency"];
+    let rss = clean["server"]["rss_max_kib"]
+        .as_f64()
+        .or(c["memory"]["proc"]["rss_kib"].as_f64());
+    let mut cells = vec![
+        text(c["id"].as_str().unwrap_or_default()),
+        text(c["suite"].as_str().unwrap_or_default()),
+        text(c["target_name"].as_str().unwrap_or_default()),
+        text(c["protocol"].as_str().unwrap_or("—")),
+        text(c["path"].as_str().unwrap_or("—")),
+        text(load_text(c)),
+        text(topology_text(c)),
+        text(match (c["kind"].as_str(), c["keepalive"].as_bool()) {
+            (Some("http"), Some(true)) => "ka",
+            (Some("http"), Some(false)) => "new",
+            _ => "—",
+        }),
+        text(c["status"].as_str().unwrap_or_default()),
+        cell(clean["load"]["rps"].as_f64()),
+        cell(us(&lat["p50_ns"])),
+        cell(us(&lat["p99_ns"])),
+        cell(us(&lat["p999_ns"])),
+        cell(clean["server"]["cpu_us_per_request"].as_f64()),
+        cell(rss),
+    ];
+    for (k, _) in counters {
+        cells.push(cell(c["counted"]["per_request"][*k].as_f64()));
+    }
+    json!({
+        "id": c["id"], "slug": slug_of(c), "suite": c["suite"],
+        "target": c["target_name"], "protocol": c["protocol"].as_str().unwrap_or("—"),
+        "status": c["status"], "cells": cells,
     })
 }
 

@@ -15,6 +15,15 @@ fn short(sha: &Value) -> String {
         .map_or(String::new(), |s| s.chars().take(12).collect())
 }
 
+/// `PATH sha256 0123456789ab…` of one verified or expected object.
+fn object_line(o: &Value) -> String {
+    format!(
+        "{} sha256 {}…",
+        o["path"].as_str().unwrap_or_default(),
+        short(&o["sha256"])
+    )
+}
+
 /// Which objects each launch of each arm proved it mapped.
 fn proofs(cases: &[Value]) -> Vec<Value> {
     let mut out = Vec::new();
@@ -28,13 +37,7 @@ fn proofs(cases: &[Value]) -> Vec<Value> {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|o| {
-                    format!(
-                        "{} sha256 {}…",
-                        o["path"].as_str().unwrap_or_default(),
-                        short(&o["sha256"])
-                    )
-                })
+                .map(object_line)
                 .collect();
             out.push(json!({
                 "case": c["id"], "target": c["target_name"], "pass": pass, "pid": l["pid"],
@@ -61,8 +64,7 @@ pub fn ab(inp: &Inputs) -> Value {
             json!({
                 "name": a["name"],
                 "objects": a["expected_objects"].as_array().into_iter().flatten()
-                    .map(|o| format!("{} sha256 {}…", o["path"].as_str().unwrap_or_default(),
-                        short(&o["sha256"])))
+                    .map(object_line)
                     .collect::<Vec<_>>(),
             })
         })
@@ -71,40 +73,7 @@ pub fn ab(inp: &Inputs) -> Value {
         .as_array()
         .into_iter()
         .flatten()
-        .map(|m| {
-            let raw: Vec<String> = m["values"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .zip(&arms)
-                .map(|(v, arm)| {
-                    let vals: Vec<String> = v.as_array().into_iter().flatten().map(num).collect();
-                    format!("{arm}: {}", vals.join(" "))
-                })
-                .collect();
-            let vs: Vec<Value> = m["vs_first"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .zip(arms.iter().skip(1))
-                .map(|(c, arm)| {
-                    json!({
-                        "arm": arm,
-                        "a_median": num(&c["a_median"]), "b_median": num(&c["b_median"]),
-                        "diff": num(&c["diff_median"]),
-                        "rel": c["rel"].as_f64().map(|r| format!("{:+.1}%", r * 100.0)),
-                        "ci": c["ci"].as_object().map(|i| format!("[{}, {}]",
-                            num(&i["lo"]), num(&i["hi"]))),
-                        "p": c["p_value"].as_f64().map(|p| format!("{p:.3}")),
-                        "verdict": c["verdict"], "reason": c["reason"],
-                    })
-                })
-                .collect();
-            json!({
-                "case": m["case"], "metric": m["metric"], "unit": m["unit"],
-                "exact": m["exact"], "control": m["control"], "raw": raw, "vs": vs,
-            })
-        })
+        .map(|m| metric(m, &arms))
         .collect();
     let sites: Vec<Value> = s["code_differences"]
         .as_array()
@@ -125,6 +94,43 @@ pub fn ab(inp: &Inputs) -> Value {
         "rounds": s["rounds"], "order": s["order"], "interrupted": s["interrupted"],
         "failed_runs": s["failed_runs"], "equality": s["equality"], "evidence": s["evidence"],
         "metrics": metrics, "code_differences": sites, "drift": s["drift"], "verdict": s["verdict"],
+    })
+}
+
+/// One metric of `ab.json`: each arm's raw values, and every arm after the
+/// first against the first.
+fn metric(m: &Value, arms: &[String]) -> Value {
+    let raw: Vec<String> = m["values"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(arms)
+        .map(|(v, arm)| {
+            let vals: Vec<String> = v.as_array().into_iter().flatten().map(num).collect();
+            format!("{arm}: {}", vals.join(" "))
+        })
+        .collect();
+    let vs: Vec<Value> = m["vs_first"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(arms.iter().skip(1))
+        .map(|(c, arm)| {
+            json!({
+                "arm": arm,
+                "a_median": num(&c["a_median"]), "b_median": num(&c["b_median"]),
+                "diff": num(&c["diff_median"]),
+                "rel": c["rel"].as_f64().map(|r| format!("{:+.1}%", r * 100.0)),
+                "ci": c["ci"].as_object().map(|i| format!("[{}, {}]",
+                    num(&i["lo"]), num(&i["hi"]))),
+                "p": c["p_value"].as_f64().map(|p| format!("{p:.3}")),
+                "verdict": c["verdict"], "reason": c["reason"],
+            })
+        })
+        .collect();
+    json!({
+        "case": m["case"], "metric": m["metric"], "unit": m["unit"],
+        "exact": m["exact"], "control": m["control"], "raw": raw, "vs": vs,
     })
 }
 

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::cases::{fmt, COUNTERS};
+use super::cases::fmt;
+use crate::metrics::names::PER_REQUEST_FIELDS;
 
 const PARAMS: &[(&str, &str)] = &[
     ("connections", "connections"),
@@ -50,7 +51,7 @@ fn metrics(c: &Value) -> Vec<(&'static str, Option<f64>)> {
         ("p99", us("p99_ns")),
         ("p99.9", us("p999_ns")),
     ];
-    for (k, label) in COUNTERS {
+    for (k, label) in PER_REQUEST_FIELDS {
         m.push((label, c["counted"]["per_request"][*k].as_f64()));
     }
     m
@@ -150,7 +151,7 @@ pub fn sweeps(cases: &[Value], charts: &mut Map<String, Value>) -> Vec<Value> {
                 .flat_map(|m| one(m))
                 .collect();
             add("latency, clean pass".into(), "µs (log)", true, lat);
-            for (_, c) in COUNTERS {
+            for (_, c) in PER_REQUEST_FIELDS {
                 add(c.to_string(), c, false, one(c));
             }
             let runs: usize = by_x.values().map(Vec::len).sum();

@@ -1,6 +1,9 @@
 //! Per-request metrics: the one place a window's counts are divided by its
-//! request count, the counter vocabulary `rig run`, `rig ab` and `rig gate`
-//! share, and the identity of a case across arms, runs and baselines.
+//! request count ([`per_request`]), the counter vocabulary `rig run`, `rig
+//! ab`, `rig gate` and report.html share, and the identity of a case across
+//! arms, runs and baselines. (The report's own terminal table and
+//! flamegraphs sit below this module, which is built from their
+//! `Attribution`, and scale their counts themselves.)
 //!
 //! In: an [`Attribution`](crate::report::Attribution) (a finished window,
 //! symbolized) and a [`Case`](crate::scenario::Case). Out: per-request
@@ -37,33 +40,36 @@ pub struct PerRequest {
 
 impl PerRequest {
     pub fn of(a: &Attribution) -> PerRequest {
-        let n = match a.window.requests {
-            Some(n) if n > 0 => n as f64,
-            _ => return PerRequest::default(),
-        };
-        let has = |f: Family| a.families.contains(&f);
-        let per = |v: u64| v as f64 / n;
+        let n = a.window.requests;
+        let per = |f: Family, v: u64| per_request(v, n).filter(|_| a.families.contains(&f));
         PerRequest {
-            syscalls: has(Family::Syscalls).then(|| per(a.syscalls.iter().map(|r| r.count).sum())),
-            allocations: has(Family::Alloc).then(|| per(a.alloc_totals.allocations)),
-            alloc_bytes: has(Family::Alloc).then(|| per(a.alloc_totals.bytes)),
-            frees: has(Family::Alloc).then(|| per(a.alloc_totals.frees)),
-            copy_bytes: has(Family::Copy).then(|| per(a.copy.iter().map(|r| r.bytes).sum())),
-            copy_calls: has(Family::Copy).then(|| per(a.copy.iter().map(|r| r.calls).sum())),
-            lock_acquisitions: has(Family::Locks).then(|| {
-                per(a
-                    .locks
+            syscalls: per(Family::Syscalls, a.syscalls.iter().map(|r| r.count).sum()),
+            allocations: per(Family::Alloc, a.alloc_totals.allocations),
+            alloc_bytes: per(Family::Alloc, a.alloc_totals.bytes),
+            frees: per(Family::Alloc, a.alloc_totals.frees),
+            copy_bytes: per(Family::Copy, a.copy.iter().map(|r| r.bytes).sum()),
+            copy_calls: per(Family::Copy, a.copy.iter().map(|r| r.calls).sum()),
+            lock_acquisitions: per(
+                Family::Locks,
+                a.locks
                     .iter()
                     .filter(|r| r.op != "unlock")
                     .map(|r| r.acquired)
-                    .sum())
-            }),
-            contended: has(Family::Locks).then(|| per(a.locks.iter().map(|r| r.contended).sum())),
-            page_faults: has(Family::Faults).then(|| per(a.faults.iter().map(|r| r.count).sum())),
-            voluntary_cs: has(Family::Sched).then(|| per(a.sched.voluntary)),
-            involuntary_cs: has(Family::Sched).then(|| per(a.sched.involuntary)),
+                    .sum(),
+            ),
+            contended: per(Family::Locks, a.locks.iter().map(|r| r.contended).sum()),
+            page_faults: per(Family::Faults, a.faults.iter().map(|r| r.count).sum()),
+            voluntary_cs: per(Family::Sched, a.sched.voluntary),
+            involuntary_cs: per(Family::Sched, a.sched.involuntary),
         }
     }
+}
+
+/// `total` per request, or `None` when the request count is unknown or
+/// zero (then nothing is per request).
+pub fn per_request(total: u64, requests: Option<u64>) -> Option<f64> {
+    let n = requests.filter(|n| *n > 0)?;
+    Some(total as f64 / n as f64)
 }
 
 /// Every exact per-request counter of a counted window, by name: the totals
@@ -86,10 +92,6 @@ pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
             m.insert(k.to_string(), v);
         }
     }
-    let Some(n) = a.window.requests.filter(|n| *n > 0) else {
-        return m;
-    };
-    let n = n as f64;
     let site = |s: &crate::symbolize::Site| -> String {
         match (&s.function, s.file_line()) {
             (Some(f), Some(fl)) => format!("{f} ({fl})"),
@@ -97,39 +99,42 @@ pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
             _ => s.label(),
         }
     };
-    let mut add = |k: String, v: f64| *m.entry(k).or_insert(0.0) += v;
+    // Without a request count nothing is added: no counter is per request.
+    let requests = a.window.requests;
+    let mut add = |k: String, v: u64| {
+        if let Some(v) = per_request(v, requests) {
+            *m.entry(k).or_insert(0.0) += v;
+        }
+    };
     for row in &a.alloc {
         add(
             format!("{} calls @ {}", row.kind, site(&row.site)),
-            row.calls as f64 / n,
+            row.calls,
         );
         if row.bytes > 0 {
             add(
                 format!("{} bytes @ {}", row.kind, site(&row.site)),
-                row.bytes as f64 / n,
+                row.bytes,
             );
         }
     }
     for row in &a.copy {
         add(
             format!("{} bytes @ {}", row.kind, site(&row.site)),
-            row.bytes as f64 / n,
+            row.bytes,
         );
         add(
             format!("{} calls @ {}", row.kind, site(&row.site)),
-            row.calls as f64 / n,
+            row.calls,
         );
     }
     for row in &a.syscalls {
-        add(format!("syscall {}", row.name), row.count as f64 / n);
+        add(format!("syscall {}", row.name), row.count);
     }
     for row in &a.faults {
-        add(
-            format!("faults @ {}", site(&row.site)),
-            row.count as f64 / n,
-        );
+        add(format!("faults @ {}", site(&row.site)), row.count);
     }
-    stack_counters(a, n, &mut add);
+    stack_counters(a, &mut add);
     m
 }
 
@@ -139,7 +144,7 @@ pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
 /// bytes` for allocations and copies). A stack is named by its user site
 /// and the two frames above it: stacks that differ only inside the
 /// wrappers count as one.
-fn stack_counters(a: &Attribution, n: f64, add: &mut impl FnMut(String, f64)) {
+fn stack_counters(a: &Attribution, add: &mut impl FnMut(String, u64)) {
     use crate::probe::Family;
     let st = &a.stacks;
     for r in &st.rows {
@@ -164,18 +169,12 @@ fn stack_counters(a: &Attribution, n: f64, add: &mut impl FnMut(String, f64)) {
         if r.family == Family::Syscalls {
             add(
                 format!("syscall {} @ {}", r.event, stack_site(user)),
-                r.count as f64 / n,
+                r.count,
             );
         }
-        add(
-            format!("{} stack calls @ {chain}", r.event),
-            r.count as f64 / n,
-        );
+        add(format!("{} stack calls @ {chain}", r.event), r.count);
         if r.amount > 0 && matches!(r.family, Family::Alloc | Family::Copy) {
-            add(
-                format!("{} stack bytes @ {chain}", r.event),
-                r.amount as f64 / n,
-            );
+            add(format!("{} stack bytes @ {chain}", r.event), r.amount);
         }
     }
 }
@@ -186,5 +185,27 @@ fn stack_site(s: &crate::symbolize::Site) -> String {
         (Some(f), Some(fl)) => format!("{f} ({fl})"),
         (Some(f), None) => f.clone(),
         _ => s.label(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_request_is_none_without_a_request_count() {
+        assert_eq!(per_request(7, None), None);
+        assert_eq!(per_request(7, Some(0)), None);
+        assert_eq!(per_request(7, Some(2)), Some(3.5));
+    }
+
+    #[test]
+    fn the_per_request_fields_are_the_schema_in_order() {
+        let json = serde_json::to_string(&PerRequest::default()).unwrap();
+        let fields: Vec<String> = names::PER_REQUEST_FIELDS
+            .iter()
+            .map(|(k, _)| format!("\"{k}\":null"))
+            .collect();
+        assert_eq!(json, format!("{{{}}}", fields.join(",")));
     }
 }

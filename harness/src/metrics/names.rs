@@ -1,6 +1,7 @@
-//! The counter vocabulary shared by `rig run`, `rig ab` and `rig gate`:
-//! total names, call-site and syscall names, instruction counters, and the
-//! case prefix a multi-case suite puts in front of them.
+//! The counter vocabulary shared by `rig run`, `rig ab`, `rig gate` and
+//! report.html: total names, call-site and syscall names, instruction
+//! counters, the case prefix a multi-case suite puts in front of them, and
+//! the fields of the per-request schema.
 
 /// Names of the per-request totals [`counted_metrics`] produces, in the
 /// order it fills them: the one list of these names (`rig gate` checks a
@@ -14,6 +15,22 @@ pub const TOTAL_COUNTERS: [&str; 8] = [
     "copy calls/req",
     "lock acquisitions/req",
     "page faults/req",
+];
+
+/// The fields of [`super::PerRequest`] in the order of the schema, each
+/// with its short label (report.html's columns and charts).
+pub const PER_REQUEST_FIELDS: &[(&str, &str)] = &[
+    ("syscalls", "syscalls/req"),
+    ("allocations", "allocs/req"),
+    ("alloc_bytes", "alloc B/req"),
+    ("frees", "frees/req"),
+    ("copy_bytes", "copy B/req"),
+    ("copy_calls", "copies/req"),
+    ("lock_acquisitions", "locks/req"),
+    ("contended", "contended/req"),
+    ("page_faults", "faults/req"),
+    ("voluntary_cs", "vol cs/req"),
+    ("involuntary_cs", "invol cs/req"),
 ];
 
 /// Is `name` (without a case key) a count of events (calls, syscalls,

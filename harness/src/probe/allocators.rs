@@ -410,8 +410,30 @@ pub fn discover(pid: u32, maps: &ProcMaps) -> Discovery {
     let exe = exe_in_maps(pid, maps);
     let mut d = Discovery::default();
     let server = server_of(pid, maps, exe.as_deref(), "malloc");
-    let mut seen_modules: Vec<String> = Vec::new();
     if let Some((module, how)) = &server {
+        d.add_server(pid, maps, module, how);
+    }
+    for o in maps.objects() {
+        let path = o.path;
+        if path.starts_with('[') || !o.executable {
+            continue;
+        }
+        let Ok(facts) = ElfFacts::shared(&maps.readable_path(&path)) else {
+            continue;
+        };
+        let serves_malloc = server.as_ref().is_some_and(|(m, _)| *m == path);
+        d.add_object(pid, &path, &facts, serves_malloc);
+    }
+    if let Some(cxx) = libstdcxx_layer(maps, &d.layers) {
+        d.layers.push(cxx);
+    }
+    d
+}
+
+impl Discovery {
+    /// The allocator serving malloc (`module`, found `how`): the first
+    /// layer, or unprobed when it is none rig knows.
+    fn add_server(&mut self, pid: u32, maps: &ProcMaps, module: &str, how: &str) {
         match ElfFacts::shared(&maps.readable_path(module))
             .ok()
             .and_then(|f| family_of(&f))
@@ -430,17 +452,17 @@ pub fn discover(pid: u32, maps: &ProcMaps) -> Discovery {
                     c.extend(owned(CXX_API, ""));
                     entries = c;
                 }
-                d.layers.push(Layer {
+                self.layers.push(Layer {
                     family,
-                    module: module.clone(),
+                    module: module.to_string(),
                     how: format!("serves malloc ({how})"),
                     entries,
                 });
             }
-            None => d.unprobed.push(Unprobed {
+            None => self.unprobed.push(Unprobed {
                 pid,
                 allocator: format!("unknown allocator in {}", basename(module)),
-                module: module.clone(),
+                module: module.to_string(),
                 why: format!(
                     "malloc is served by {} ({how}), which is none of the allocators rig probes \
                      (glibc, jemalloc, tcmalloc, mimalloc)",
@@ -448,18 +470,14 @@ pub fn discover(pid: u32, maps: &ProcMaps) -> Discovery {
                 ),
             }),
         }
-        seen_modules.push(module.clone());
     }
-    for o in maps.objects() {
-        let path = o.path;
-        if path.starts_with('[') || !o.executable {
-            continue;
-        }
-        let Ok(facts) = ElfFacts::shared(&maps.readable_path(&path)) else {
-            continue;
-        };
-        if !seen_modules.contains(&path) {
-            if let Some((family, entries)) = family_of(&facts) {
+
+    /// What one executable mapping adds: a second allocator's own API
+    /// (unless `path` serves malloc), the outer layers (Rust, C++, ...)
+    /// and the allocators rig knows but does not probe.
+    fn add_object(&mut self, pid: u32, path: &str, facts: &ElfFacts, serves_malloc: bool) {
+        if !serves_malloc {
+            if let Some((family, entries)) = family_of(facts) {
                 // A second allocator that does not serve malloc: probe its
                 // own API (a static mimalloc or prefixed jemalloc behind a
                 // Rust #[global_allocator]). glibc's malloc, interposed by
@@ -473,55 +491,58 @@ pub fn discover(pid: u32, maps: &ProcMaps) -> Discovery {
                         .filter(|e| !C_NAMES.contains(&e.0.as_str()))
                         .map(|e| (e.0, e.1, e.2, false))
                         .collect();
-                    d.layers.push(Layer {
+                    self.layers.push(Layer {
                         family,
-                        module: path.clone(),
-                        how: format!("{family}'s own API in {}", basename(&path)),
+                        module: path.to_string(),
+                        how: format!("{family}'s own API in {}", basename(path)),
                         entries: own,
                     });
                 }
             }
         }
-        for (family, entries) in outer_layers(&facts) {
-            d.layers.push(Layer {
+        for (family, entries) in outer_layers(facts) {
+            self.layers.push(Layer {
                 family,
-                module: path.clone(),
-                how: format!("{family} allocation API in {}", basename(&path)),
+                module: path.to_string(),
+                how: format!("{family} allocation API in {}", basename(path)),
                 entries,
             });
         }
         for &(symbol, name) in KNOWN_UNPROBED {
             if facts.lookup_symbol(symbol).is_some() {
-                d.unprobed.push(Unprobed {
+                self.unprobed.push(Unprobed {
                     pid,
                     allocator: name.to_string(),
-                    module: path.clone(),
+                    module: path.to_string(),
                     why: format!(
                         "{} defines {symbol} ({name}); rig has no probes for {name}",
-                        basename(&path)
+                        basename(path)
                     ),
                 });
             }
         }
     }
-    // libstdc++'s operator new unless the serving allocator defines its own
-    // (jemalloc, tcmalloc and mimalloc do: the dynamic linker binds theirs).
-    let serves_new = d.layers.first().is_some_and(|l| {
+}
+
+/// libstdc++'s operator new, unless the serving allocator (the first of
+/// `layers`) defines its own: jemalloc, tcmalloc and mimalloc do, and the
+/// dynamic linker binds theirs.
+fn libstdcxx_layer(maps: &ProcMaps, layers: &[Layer]) -> Option<Layer> {
+    let serves_new = layers.first().is_some_and(|l| {
         l.family != AllocFamily::Glibc
             && ElfFacts::shared(&maps.readable_path(&l.module))
                 .is_ok_and(|f| f.lookup_symbol("_Znwm").is_some())
     });
-    if !serves_new {
-        if let Some(cxx) = maps.find_object(|p| basename(p).starts_with("libstdc++.so")) {
-            d.layers.push(Layer {
-                family: AllocFamily::Cxx,
-                module: cxx,
-                how: "operator new/delete in libstdc++".to_string(),
-                entries: owned(CXX_API, ""),
-            });
-        }
+    if serves_new {
+        return None;
     }
-    d
+    let cxx = maps.find_object(|p| basename(p).starts_with("libstdc++.so"))?;
+    Some(Layer {
+        family: AllocFamily::Cxx,
+        module: cxx,
+        how: "operator new/delete in libstdc++".to_string(),
+        entries: owned(CXX_API, ""),
+    })
 }
 
 /// The name an entry point is shown by: its symbol, except a mangled Rust

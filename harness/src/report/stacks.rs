@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use rig_ebpf::abi::{stack_flag, stack_what, UStack, ALLOC_CLASS_NULL_FREE};
+use rig_ebpf::abi::{stack_flag, stack_what, StackKey, UStack, ALLOC_CLASS_NULL_FREE};
 use serde::Serialize;
 
 use crate::probe::{syscall_name, AllocEntry, CopyImpl, Family, Window};
@@ -224,32 +224,13 @@ impl StackSection {
                 .collect(),
             ..Default::default()
         };
-        // (tgid, stack id) -> stack, for naming with the right map.
-        let mut wanted: BTreeMap<(u32, u64), UStack> = BTreeMap::new();
-        for st in w.delta.stacks.values() {
-            for k in st.counts.keys() {
-                if let Some(s) = st.ustacks.get(&k.ustack) {
-                    wanted.insert((k.tgid, k.ustack), *s);
-                }
-            }
-        }
-        for ((tgid, id), s) in &wanted {
-            let key = format!("{id:016x}");
-            if out.stacks.contains_key(&key) {
-                continue;
-            }
-            out.stacks
-                .insert(key, name_stack(w, *tgid, s, sym, wrappers));
-        }
+        out.name_user_stacks(w, sym, wrappers);
         let mut kernel_names = KernelNames::new();
         for (family, st) in &w.delta.stacks {
             for (k, v) in &st.counts {
                 let stack = (k.ustack != 0).then(|| format!("{:016x}", k.ustack));
-                if let Some(s) = stack.as_ref().and_then(|s| out.stacks.get(s)) {
-                    if !s.incomplete.is_empty() {
-                        *out.incomplete_events.entry(*family).or_default() += v.count;
-                    }
-                } else {
+                let user = stack.as_ref().and_then(|s| out.stacks.get(s));
+                if user.is_none_or(|s| !s.incomplete.is_empty()) {
                     *out.incomplete_events.entry(*family).or_default() += v.count;
                 }
                 let kernel_stack = (k.kstack >= 0).then(|| format!("{family}:{}", k.kstack));
@@ -260,18 +241,7 @@ impl StackSection {
                     }
                 }
                 let (event, size_class) = event_name(k.what, k.arg, copy_impls, &w.alloc_entries);
-                // The probe marked calls made inside another allocator call;
-                // failing that, the innermost frame is the allocator's entry
-                // and its caller says whether another allocator call made it.
-                let inner = k.what == stack_what::ALLOC
-                    && (k.arg >> 31 == 1
-                        || stack
-                            .as_ref()
-                            .and_then(|s| out.stacks.get(s))
-                            .and_then(|s| s.frames.get(1))
-                            .is_some_and(|caller| {
-                                super::is_inner_alloc((k.arg >> 8) & 0xff, caller)
-                            }));
+                let inner = made_inside_another_alloc(k, user);
                 out.rows.push(StackRow {
                     family: *family,
                     event,
@@ -294,11 +264,45 @@ impl StackSection {
         out
     }
 
+    /// Name every user stack the window counted, each once, symbolized
+    /// with the memory map of the process that took it.
+    fn name_user_stacks(&mut self, w: &Window, sym: &mut Symbolizer, wrappers: &Wrappers) {
+        // (tgid, stack id) -> stack, for naming with the right map.
+        let mut wanted: BTreeMap<(u32, u64), UStack> = BTreeMap::new();
+        for st in w.delta.stacks.values() {
+            for k in st.counts.keys() {
+                if let Some(s) = st.ustacks.get(&k.ustack) {
+                    wanted.insert((k.tgid, k.ustack), *s);
+                }
+            }
+        }
+        for ((tgid, id), s) in &wanted {
+            let key = format!("{id:016x}");
+            if self.stacks.contains_key(&key) {
+                continue;
+            }
+            self.stacks
+                .insert(key, name_stack(w, *tgid, s, sym, wrappers));
+        }
+    }
+
     /// The user-site label of a row (or `?` without a stack).
     pub fn user_site(&self, row: &StackRow) -> Option<&Site> {
         let s = self.stacks.get(row.stack.as_ref()?)?;
         s.frames.get(s.user_site)
     }
+}
+
+/// An allocator call made inside another allocator call: the probe marked
+/// it so; failing that, the innermost frame of its `user` stack is the
+/// allocator's entry and its caller says whether another allocator call
+/// made it.
+fn made_inside_another_alloc(k: &StackKey, user: Option<&StackFrames>) -> bool {
+    k.what == stack_what::ALLOC
+        && (k.arg >> 31 == 1
+            || user
+                .and_then(|s| s.frames.get(1))
+                .is_some_and(|caller| super::is_inner_alloc((k.arg >> 8) & 0xff, caller)))
 }
 
 fn name_stack(

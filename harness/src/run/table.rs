@@ -5,6 +5,7 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 use crate::case::{CaseResult, Status};
+use crate::metrics;
 
 fn f(v: Option<f64>, decimals: usize) -> String {
     match v {
@@ -70,26 +71,32 @@ pub fn render(results: &[CaseResult]) -> String {
             continue;
         };
         let a = &c.attribution;
-        let Some(n) = a.window.requests.filter(|n| *n > 0) else {
-            continue;
-        };
         if a.processes.len() < 2 {
             continue;
         }
-        let per = |v: u64| format!("{:.2}", v as f64 / n as f64);
+        let per = |v: u64| metrics::per_request(v, a.window.requests).map(|v| format!("{v:.2}"));
+        // Without a request count there are no shares to show.
+        let Some(lines) = a
+            .processes
+            .iter()
+            .map(|p| {
+                Some(format!(
+                    "\n  pid {:>7} ppid {:>7} {:<16} syscalls/req {:>6}  allocs/req {:>6}  frees/req {:>6}  copy B/req {:>8}",
+                    p.pid,
+                    p.ppid,
+                    p.role,
+                    per(p.syscalls)?,
+                    per(p.alloc.allocations)?,
+                    per(p.alloc.frees)?,
+                    per(p.copy_bytes)?,
+                ))
+            })
+            .collect::<Option<String>>()
+        else {
+            continue;
+        };
         out.push_str(&format!("\n{}: {} processes", r.case.id, a.processes.len()));
-        for p in &a.processes {
-            out.push_str(&format!(
-                "\n  pid {:>7} ppid {:>7} {:<16} syscalls/req {:>6}  allocs/req {:>6}  frees/req {:>6}  copy B/req {:>8}",
-                p.pid,
-                p.ppid,
-                p.role,
-                per(p.syscalls),
-                per(p.alloc.allocations),
-                per(p.alloc.frees),
-                per(p.copy_bytes),
-            ));
-        }
+        out.push_str(&lines);
     }
     for r in results.iter().filter(|r| r.status != Status::Ok) {
         out.push_str(&format!("\n{}: {}", r.case.id, r.reasons.join("; ")));

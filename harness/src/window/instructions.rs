@@ -16,6 +16,7 @@ use super::{drive, Counters, Phase, WarmUp};
 use crate::launch::spec::{Body, TargetSpec};
 use crate::launch::start::{launch, LaunchOptions};
 use crate::load::{Client, Endpoint, Expect, ExpectBody, LoadReport, LoadSpec, Protocol};
+use crate::metrics;
 use crate::probe::callgrind::{self as cg, FnCost, InstrWindow};
 use crate::probe::instructions::Backend;
 use crate::probe::perf;
@@ -137,7 +138,8 @@ pub fn measure_perf(
         backend: "perf",
         requests,
         total_ir: total,
-        ir_per_request: total as f64 / requests as f64,
+        ir_per_request: metrics::per_request(total, Some(requests))
+            .expect("requests checked nonzero"),
         functions: Vec::new(),
         note: perf::NOTE.into(),
     })
@@ -223,7 +225,8 @@ fn callgrind_in(
         backend: "callgrind",
         requests,
         total_ir: profile.total_ir,
-        ir_per_request: profile.total_ir as f64 / n,
+        ir_per_request: metrics::per_request(profile.total_ir, Some(requests))
+            .expect("requests checked nonzero"),
         functions: profile
             .functions
             .into_iter()

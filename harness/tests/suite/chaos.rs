@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rig::exit;
 use serde_json::Value;
 
 use super::hostile::{alive, cgroups_of, children_of, finish, launch_dirs_of, signal, Scratch};
@@ -467,7 +468,7 @@ fn run_case(name: &str, t: Target, passes: &str, phase: Phase, sig: i32) -> (i32
     if sig == libc::SIGKILL {
         return (code, Value::Null);
     }
-    assert_eq!(code, 130, "{name}: {stdout}\n{stderr}");
+    assert_eq!(code, exit::INTERRUPTED, "{name}: {stdout}\n{stderr}");
     // Far below the 30 s pass; the exact time is printed above.
     assert!(took < Duration::from_secs(10), "{name}: {took:?}");
     let r: Value = serde_json::from_slice(&std::fs::read(c.out().join("report.json")).unwrap())
@@ -567,7 +568,7 @@ fn a_forking_target_leaves_no_grandchild_after_a_normal_run() {
     let (code, stdout, stderr) = finish(rig);
     let seen = w.finish();
     audit("forks-normal", rig_pid, &c.tag, &seen, &c.out());
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert_eq!(code, exit::OK, "{stdout}\n{stderr}");
     // The watcher saw the grandchild (sh became the server; sleep forked).
     assert!(seen.tagged.len() >= 2, "{seen:?}");
 }
@@ -608,7 +609,7 @@ fn a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing() {
     let (code, stdout, stderr) = finish(rig);
     let seen = w.finish();
     audit("target-killed-launch", rig_pid, &c.tag, &seen, &c.out());
-    assert_eq!(code, 6, "{stdout}\n{stderr}");
+    assert_eq!(code, exit::CASE_FAILED, "{stdout}\n{stderr}");
     let line = std::fs::read_to_string(c.out().join("cases.jsonl")).unwrap();
     let case: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
     assert_eq!(case["status"], "failed", "{case:#}");
@@ -710,7 +711,7 @@ fn signal_mid_counted(c: &Case, rig: std::process::Child, sig: i32, report: &str
         Vec::<u32>::new(),
         "{report}: a target after the signal"
     );
-    assert_eq!(code, 130, "{stdout}\n{stderr}");
+    assert_eq!(code, exit::INTERRUPTED, "{stdout}\n{stderr}");
     assert!(took < Duration::from_secs(10), "{took:?}");
     let r: Value = serde_json::from_slice(&std::fs::read(c.out().join(report)).unwrap())
         .unwrap_or_else(|e| panic!("{report}: {e}\n{stderr}"));
@@ -747,7 +748,7 @@ fn demo_obeys_sigint_and_stops_its_server() {
     let (code, stdout, stderr) = finish(rig);
     let took = t0.elapsed();
     eprintln!("demo: exit {code} after {took:?}");
-    assert_eq!(code, 130, "{stdout}\n{stderr}");
+    assert_eq!(code, exit::INTERRUPTED, "{stdout}\n{stderr}");
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(server.len(), 1, "demo's server");
     assert!(wait_until(Duration::from_secs(5), || !alive(server[0])
@@ -839,7 +840,7 @@ fn a_full_disk_under_out_fails_cleanly_and_keeps_written_files_valid() {
         let seen = w.finish();
         eprintln!("disk full {when}: exit {code}: {}", stderr.trim_end());
         audit(&format!("disk-full-{when}"), rig_pid, &c.tag, &seen, &out);
-        assert_eq!(code, 1, "{stdout}\n{stderr}");
+        assert_eq!(code, exit::ERROR, "{stdout}\n{stderr}");
         assert!(stderr.contains("No space left on device"), "{stderr}");
         if when == "mid-run" {
             let lines = std::fs::read_to_string(out.join("cases.jsonl")).unwrap();

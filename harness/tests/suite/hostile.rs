@@ -11,11 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rig::exit;
 use rig::launch::spec::TargetSpec;
 use rig::launch::start::LaunchOptions;
 use serde_json::Value;
 
-use super::{calib, probes_shared, rig_bin, root_or_skip};
+use super::{calib, probes_shared, repo, rig_bin, root_or_skip};
 
 /// A scratch directory for one test, removed when dropped.
 pub(super) struct Scratch(pub(super) PathBuf);
@@ -38,13 +39,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
 }
 
 pub(super) fn alive(pid: u32) -> bool {
@@ -283,7 +277,7 @@ fn attach_json_onto_an_existing_file_or_a_symlink_is_refused_before_the_window()
             path.display(),
             t0.elapsed()
         );
-        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(out.status.code(), Some(exit::USAGE), "{err}");
         assert!(err.contains(why), "{err}");
         assert!(
             !err.contains("window open"),
@@ -402,7 +396,7 @@ fn a_signal_during_runs_clean_pass_stops_at_once_and_starts_no_new_target() {
         let took = t0.elapsed();
         let seen = watch.join().unwrap();
         eprintln!("signal {sig}: rig run exited {code} after {took:?}");
-        assert_eq!(code, 130, "{stdout}\n{stderr}");
+        assert_eq!(code, exit::INTERRUPTED, "{stdout}\n{stderr}");
         assert!(
             took < Duration::from_secs(10),
             "not the whole 30 s pass: {took:?}"
@@ -468,7 +462,7 @@ fn sigint_ends_a_driven_attach_window_at_once_with_exit_130() {
     let (code, stdout, err) = finish(rig);
     let took = t0.elapsed();
     eprintln!("rig attach --drive exited {code} {took:?} after SIGINT");
-    assert_eq!(code, 130, "{stdout}\n{err}");
+    assert_eq!(code, exit::INTERRUPTED, "{stdout}\n{err}");
     assert!(took < Duration::from_secs(10), "{took:?}");
     let a: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(a["window"]["end"], "interrupted", "{:#}", a["window"]);
@@ -530,7 +524,7 @@ fn probe_cost_and_instructions_obey_sigterm_with_exit_130() {
         let (code, stdout, stderr) = finish(rig);
         let took = t0.elapsed();
         eprintln!("{name}: exited {code} {took:?} after SIGTERM");
-        assert_eq!(code, 130, "{name}: {stdout}\n{stderr}");
+        assert_eq!(code, exit::INTERRUPTED, "{name}: {stdout}\n{stderr}");
         assert!(took < Duration::from_secs(10), "{name}: {took:?}");
     }
 }
@@ -681,7 +675,7 @@ fn matrix_values_that_cannot_work_are_refused_up_front_with_their_position() {
     for (text, pos, why) in &cases {
         let m = s.write("m.toml", text);
         let (code, out, err) = rig_out(&["check-config", m.to_str().unwrap()]);
-        assert_ne!(code, 0, "check-config accepts:\n{text}\n{out}");
+        assert_ne!(code, exit::OK, "check-config accepts:\n{text}\n{out}");
         assert!(
             err.contains(&format!("m.toml:{pos}:")) && err.contains(why),
             "want {pos} {why}:\n{text}\n{err}"
@@ -698,7 +692,7 @@ fn matrix_values_that_cannot_work_are_refused_up_front_with_their_position() {
             "--passes",
             "clean",
         ]);
-        assert_eq!(code, 2, "{text}\n{out}\n{err}");
+        assert_eq!(code, exit::USAGE, "{text}\n{out}\n{err}");
         assert!(err.contains(why), "{err}");
         assert!(!dir.exists(), "nothing started, nothing written");
     }
@@ -730,7 +724,7 @@ fn budgets_the_host_cannot_give_are_refused_up_front() {
             flag,
             value,
         ]);
-        assert_eq!(code, 2, "{flag} {value}\n{out}\n{err}");
+        assert_eq!(code, exit::USAGE, "{flag} {value}\n{out}\n{err}");
         assert!(err.contains(why), "{err}");
         assert!(!dir.exists());
     }
@@ -752,7 +746,7 @@ fn a_missing_or_non_executable_program_is_refused_with_its_position() {
             &format!("name = \"t\"\nargv = [\"{prog}\", \"{{port}}\"]\nport = \"argv\"\nready = {{ tcp = true }}\n[[endpoints]]\npath = \"/\"\nstatus = 200\n"),
         );
         let (code, _, err) = rig_out(&["check-config", spec.to_str().unwrap()]);
-        assert_ne!(code, 0);
+        assert_ne!(code, exit::OK);
         assert!(err.contains("t.toml:2:") && err.contains(why), "{err}");
         let m = s.write("m.toml", "[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/\"]\ntopologies = [\"1\"]\n");
         let (code, _, err) = rig_out(&[
@@ -766,7 +760,7 @@ fn a_missing_or_non_executable_program_is_refused_with_its_position() {
             "--passes",
             "clean",
         ]);
-        assert_eq!(code, 2, "{err}");
+        assert_eq!(code, exit::USAGE, "{err}");
         assert!(err.contains(why), "{err}");
     }
 }
@@ -793,7 +787,7 @@ fn a_run_that_measured_nothing_exits_non_zero() {
         "--passes",
         "clean",
     ]);
-    assert_eq!(code, 6, "{out}\n{err}");
+    assert_eq!(code, exit::CASE_FAILED, "{out}\n{err}");
     assert!(err.contains("nothing was measured"), "{err}");
     assert_all_json(&dir);
 }
@@ -841,7 +835,7 @@ fn attach_to_a_zombie_says_it_exited_rather_than_no_such_process() {
     }
     let (code, _, err) = rig_out(&["attach", "--pid", &pid.to_string(), "--duration", "1s"]);
     child.wait().unwrap();
-    assert_eq!(code, 4, "{err}");
+    assert_eq!(code, exit::NO_PROCESS, "{err}");
     assert!(err.contains("zombie"), "{err}");
     assert!(!err.contains("no process with pid"), "{err}");
 }
@@ -910,7 +904,7 @@ fn a_target_drops_to_the_user_its_spec_or_user_flag_names() {
             args.extend(["--user", u]);
         }
         let (code, stdout, err) = rig_out(&args);
-        assert_eq!(code, 0, "{stdout}\n{err}");
+        assert_eq!(code, exit::OK, "{stdout}\n{err}");
         let manifest: Value =
             serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
         assert_eq!(
@@ -931,5 +925,5 @@ fn a_target_drops_to_the_user_its_spec_or_user_flag_names() {
         "--user",
         "no-such-user-rig",
     ]);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, exit::USAGE, "{err}");
 }

@@ -550,7 +550,7 @@ fn nginx_stacks_run_through_its_event_loop_and_name_user_sites_inside_nginx() {
         "--probes",
         "syscalls,alloc",
     ]);
-    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(code, exit::OK, "stdout:\n{stdout}\nstderr:\n{stderr}");
     let cases = cases(&out);
     let a = &cases[0]["counted"]["attribution"];
     let n = u(&a["window"]["requests"]);

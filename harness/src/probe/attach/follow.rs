@@ -32,6 +32,33 @@ impl Followed {
 }
 
 impl Shared {
+    /// Join `root` and the processes of its tree at attach (`pids`, root
+    /// first). Only the root's failure is an error.
+    pub(super) fn join_at_attach(&mut self, root: u32, pids: &[u32]) -> Result<(), ProbeError> {
+        for &p in pids {
+            let joined = if p == root {
+                Joined::Root
+            } else {
+                Joined::AtAttach
+            };
+            match self.join(p, joined) {
+                Ok(()) => {}
+                Err(e) if p == root => return Err(e),
+                // A child that exited between the listing and now.
+                Err(ProbeError::NoSuchProcess { .. } | ProbeError::Maps { .. }) => {}
+                // A child whose uprobes cannot go in (a static helper, say):
+                // its tracepoint counts are still real; the report says
+                // what is missing.
+                Err(e) => {
+                    let mut f = Followed::new(p, joined, None);
+                    f.error = Some(e.to_string());
+                    self.procs.insert(p, f);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Record `pid` and attach its uprobe families.
     pub(super) fn join(&mut self, pid: u32, joined: Joined) -> Result<(), ProbeError> {
         if !Path::new(&format!("/proc/{pid}")).exists() {

@@ -219,10 +219,6 @@ impl ProbeSet {
         stack_mode: Stacks,
     ) -> Result<ProbeSet, ProbeError> {
         check_target(pid)?;
-        let mode = match scope {
-            Scope::Process => TARGET_ONE,
-            Scope::Tree => TARGET_TREE,
-        };
         // The tables are sized for the processes there now (with room for
         // children that exec something else).
         let mut initial = vec![pid];
@@ -236,28 +232,12 @@ impl ProbeSet {
         let tables = StackTables::new(stack_mode, &initial_maps.iter().collect::<Vec<_>>());
         // Kernel-side following starts first, so a fork racing with the
         // listing below is caught by one or the other.
-        let mut objects = Vec::new();
-        let loaded = super::preload::load_all(
-            families,
-            scope == Scope::Tree,
-            stack_mode == Stacks::On,
-            |family| load(family, stack_mode, tables.capacity()),
-        )?;
-        for (family, mut ebpf) in loaded {
-            if scope == Scope::Tree {
-                raw_tp(&mut ebpf, family, "rig_follow_fork", "sched_process_fork")?;
-            }
-            if stack_mode == Stacks::On {
-                raw_tp(&mut ebpf, family, "rig_forget_exec", "sched_process_exec")?;
-            }
-            set_target(&mut ebpf, family, pid, mode)?;
-            objects.push((family, ebpf));
-        }
+        let mut objects = load_following(families, scope, stack_mode, tables.capacity(), pid)?;
         let mut pids = vec![pid];
         if scope == Scope::Tree {
             for child in crate::process::descendants(pid) {
                 for (family, ebpf) in &mut objects {
-                    set_target(ebpf, *family, child, mode)?;
+                    set_target(ebpf, *family, child, TARGET_TREE)?;
                 }
                 pids.push(child);
             }
@@ -271,43 +251,8 @@ impl ProbeSet {
             alloc_unprobed: Vec::new(),
             notes: Vec::new(),
         };
-        for &p in &pids {
-            let joined = if p == pid {
-                Joined::Root
-            } else {
-                Joined::AtAttach
-            };
-            match shared.join(p, joined) {
-                Ok(()) => {}
-                Err(e) if p == pid => return Err(e),
-                // A child that exited between the listing and now.
-                Err(ProbeError::NoSuchProcess { .. } | ProbeError::Maps { .. }) => {}
-                // A child whose uprobes cannot go in (a static helper, say):
-                // its tracepoint counts are still real; the report says
-                // what is missing.
-                Err(e) => {
-                    let mut f = Followed::new(p, joined, None);
-                    f.error = Some(e.to_string());
-                    shared.procs.insert(p, f);
-                }
-            }
-        }
-        for (family, ebpf) in &mut shared.objects {
-            match family {
-                Family::Syscalls => {
-                    raw_tp(ebpf, *family, "rig_sys_enter", "sys_enter")?;
-                    raw_tp(ebpf, *family, "rig_sys_exit", "sys_exit")?;
-                }
-                Family::Faults => attach_faults(ebpf)?,
-                Family::Sched => raw_tp(ebpf, *family, "rig_sched_switch", "sched_switch")?,
-                Family::Cpu => attach_cpu(ebpf)?,
-                Family::Locks => {
-                    raw_tp(ebpf, *family, "rig_lock_sys_enter", "sys_enter")?;
-                    raw_tp(ebpf, *family, "rig_lock_sys_exit", "sys_exit")?;
-                }
-                Family::Alloc | Family::Copy => {}
-            }
-        }
+        shared.join_at_attach(pid, &pids)?;
+        attach_tracepoints(&mut shared.objects)?;
         let shared = Arc::new(Mutex::new(shared));
         let stop = Arc::new(AtomicBool::new(false));
         let follower = (scope == Scope::Tree).then(|| {

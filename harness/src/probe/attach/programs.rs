@@ -20,6 +20,61 @@ pub(super) fn load(
     stacks::load_object(family, bytes, stack_mode, sizes)
 }
 
+/// Load `families` and aim each at `pid`: in a tree, following forks from
+/// the kernel side; with stacks, forgetting a process's modules at exec.
+pub(super) fn load_following(
+    families: &[Family],
+    scope: Scope,
+    stack_mode: Stacks,
+    sizes: crate::probe::unwind::Sizes,
+    pid: u32,
+) -> Result<Vec<(Family, Ebpf)>, ProbeError> {
+    let mode = match scope {
+        Scope::Process => TARGET_ONE,
+        Scope::Tree => TARGET_TREE,
+    };
+    let loaded = crate::probe::preload::load_all(
+        families,
+        scope == Scope::Tree,
+        stack_mode == Stacks::On,
+        |family| load(family, stack_mode, sizes),
+    )?;
+    let mut objects = Vec::new();
+    for (family, mut ebpf) in loaded {
+        if scope == Scope::Tree {
+            raw_tp(&mut ebpf, family, "rig_follow_fork", "sched_process_fork")?;
+        }
+        if stack_mode == Stacks::On {
+            raw_tp(&mut ebpf, family, "rig_forget_exec", "sched_process_exec")?;
+        }
+        set_target(&mut ebpf, family, pid, mode)?;
+        objects.push((family, ebpf));
+    }
+    Ok(objects)
+}
+
+/// The tracepoint and perf-event programs of each family (its uprobes go
+/// in per process, when the process joins).
+pub(super) fn attach_tracepoints(objects: &mut [(Family, Ebpf)]) -> Result<(), ProbeError> {
+    for (family, ebpf) in objects {
+        match family {
+            Family::Syscalls => {
+                raw_tp(ebpf, *family, "rig_sys_enter", "sys_enter")?;
+                raw_tp(ebpf, *family, "rig_sys_exit", "sys_exit")?;
+            }
+            Family::Faults => attach_faults(ebpf)?,
+            Family::Sched => raw_tp(ebpf, *family, "rig_sched_switch", "sched_switch")?,
+            Family::Cpu => attach_cpu(ebpf)?,
+            Family::Locks => {
+                raw_tp(ebpf, *family, "rig_lock_sys_enter", "sys_enter")?;
+                raw_tp(ebpf, *family, "rig_lock_sys_exit", "sys_exit")?;
+            }
+            Family::Alloc | Family::Copy => {}
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn set_target(
     ebpf: &mut Ebpf,
     family: Family,

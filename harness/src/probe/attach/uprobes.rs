@@ -2,6 +2,7 @@
 //! copy routines (resolved IFUNC implementations) and pthread mutexes.
 
 use super::*;
+use crate::probe::allocators::Entry;
 
 impl Attacher<'_> {
     pub(super) fn note(
@@ -93,8 +94,8 @@ impl Attacher<'_> {
         let lib_name = lib.display().to_string();
         let glibc = layer.family == AllocFamily::Glibc;
         let mut found = 0;
-        for (symbol, program, kind, required) in &layer.entries {
-            let (symbol, program, kind, required) = (symbol.as_str(), *program, *kind, *required);
+        for entry in &layer.entries {
+            let (symbol, required) = (entry.0.as_str(), entry.3);
             let info = elf::lookup_symbol(lib, symbol).map_err(|source| ProbeError::Resolve {
                 pid: self.pid,
                 lib: lib_name.clone(),
@@ -128,55 +129,11 @@ impl Attacher<'_> {
                 );
                 continue;
             }
-            // An optional entry point of the C/C++ runtime (libstdc++'s
-            // operator new[], sized and array deletes) that only jumps on
-            // gets the forwarder program: the probe at the end of the jump
-            // chain counts the call once, under this entry point's name.
-            // Outer layers (Rust shims, CPython) keep their own program: the
-            // call they jump into is another layer's, counted there as inner.
-            let forwards_to = (!required
-                && matches!(layer.family, AllocFamily::Glibc | AllocFamily::Cxx))
-            .then(|| tail_jump(lib, info.file_offset))
-            .flatten();
-            let program = if forwards_to.is_some() {
-                "rig_alloc_fwd"
-            } else {
-                program
-            };
-            let entry = self.entry_index(layer, symbol, kind, info.file_offset);
-            let cookie = kind | (entry << ALLOC_ENTRY_SHIFT);
-            let at = match uprobe(
-                ebpf,
-                family,
-                program,
-                lib,
-                info.file_offset,
-                Some(cookie as u64),
-                self.pid,
-            ) {
-                Ok(at) => at,
+            match self.attach_entry(ebpf, layer, lib, entry, info.file_offset) {
+                Ok(()) => done.push((lib.to_path_buf(), info.file_offset, symbol.to_string())),
                 Err(e) if glibc => return Err(e),
-                Err(e) => {
-                    self.unprobed(layer, format!("{symbol}: {e}"));
-                    continue;
-                }
-            };
-            done.push((lib.to_path_buf(), info.file_offset, symbol.to_string()));
-            let how = match forwards_to {
-                Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
-                None => String::new(),
-            };
-            self.note(
-                family,
-                symbol,
-                format!(
-                    "uprobe at {}+{:#x} ({}){how}{}",
-                    basename(&lib_name),
-                    info.file_offset,
-                    layer.family,
-                    moved(&at, info.file_offset)
-                ),
-            );
+                Err(e) => self.unprobed(layer, format!("{symbol}: {e}")),
+            }
         }
         if found == 0 && !glibc {
             self.unprobed(
@@ -187,6 +144,62 @@ impl Attacher<'_> {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// Attach one entry point of `layer`, found at `file_offset` in `lib`,
+    /// and note where the probe went.
+    fn attach_entry(
+        &mut self,
+        ebpf: &mut Ebpf,
+        layer: &Layer,
+        lib: &Path,
+        entry: &Entry,
+        file_offset: u64,
+    ) -> Result<(), ProbeError> {
+        let family = Family::Alloc;
+        let (symbol, program, kind, required) = (entry.0.as_str(), entry.1, entry.2, entry.3);
+        // An optional entry point of the C/C++ runtime (libstdc++'s
+        // operator new[], sized and array deletes) that only jumps on
+        // gets the forwarder program: the probe at the end of the jump
+        // chain counts the call once, under this entry point's name.
+        // Outer layers (Rust shims, CPython) keep their own program: the
+        // call they jump into is another layer's, counted there as inner.
+        let forwards_to = (!required
+            && matches!(layer.family, AllocFamily::Glibc | AllocFamily::Cxx))
+        .then(|| tail_jump(lib, file_offset))
+        .flatten();
+        let program = if forwards_to.is_some() {
+            "rig_alloc_fwd"
+        } else {
+            program
+        };
+        let index = self.entry_index(layer, symbol, kind, file_offset);
+        let cookie = kind | (index << ALLOC_ENTRY_SHIFT);
+        let at = uprobe(
+            ebpf,
+            family,
+            program,
+            lib,
+            file_offset,
+            Some(cookie as u64),
+            self.pid,
+        )?;
+        let how = match forwards_to {
+            Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
+            None => String::new(),
+        };
+        self.note(
+            family,
+            symbol,
+            format!(
+                "uprobe at {}+{:#x} ({}){how}{}",
+                basename(&lib.display().to_string()),
+                file_offset,
+                layer.family,
+                moved(&at, file_offset)
+            ),
+        );
         Ok(())
     }
 

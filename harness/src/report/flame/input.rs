@@ -156,53 +156,8 @@ pub fn load(
             });
         }
     }
-    let mut cases: Vec<(String, serde_json::Value)> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value =
-            serde_json::from_str(line).map_err(|source| InputError::Json {
-                path: p.clone(),
-                line: i + 1,
-                source,
-            })?;
-        let id = v
-            .get("id")
-            .and_then(|x| x.as_str())
-            .unwrap_or("?")
-            .to_string();
-        cases.push((id, v));
-    }
-    let counted = |v: &serde_json::Value| v.pointer("/counted/attribution").is_some();
-    let known = cases
-        .iter()
-        .filter(|(_, v)| counted(v))
-        .map(|(id, _)| id.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let pick = match case {
-        Some(c) => cases
-            .into_iter()
-            .find(|(id, _)| id == c || slug(id) == c)
-            .ok_or_else(|| InputError::NoCase {
-                path: p.clone(),
-                case: c.to_string(),
-                known: known.clone(),
-            })?,
-        None => {
-            let mut with: Vec<_> = cases.into_iter().filter(|(_, v)| counted(v)).collect();
-            if with.len() != 1 {
-                return Err(InputError::WhichCase {
-                    path: p,
-                    n: with.len(),
-                    known,
-                });
-            }
-            with.remove(0)
-        }
-    };
-    let (id, mut v) = pick;
+    let cases = case_lines(&text, &p)?;
+    let (id, mut v) = pick_case(cases, case, slug, &p)?;
     let a = v
         .pointer_mut("/counted/attribution")
         .map(serde_json::Value::take)
@@ -216,4 +171,66 @@ pub fn load(
         source,
     })?;
     Ok(Found { id, recorded })
+}
+
+/// The lines of a `cases.jsonl` (`p`, its path for errors), each with its
+/// case id (`?` when it has none).
+fn case_lines(text: &str, p: &str) -> Result<Vec<(String, serde_json::Value)>, InputError> {
+    let mut cases = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|source| InputError::Json {
+                path: p.to_string(),
+                line: i + 1,
+                source,
+            })?;
+        let id = v
+            .get("id")
+            .and_then(|x| x.as_str())
+            .unwrap_or("?")
+            .to_string();
+        cases.push((id, v));
+    }
+    Ok(cases)
+}
+
+/// The case named `case` (by id or slug), or without a name the one case
+/// that has a counted pass.
+fn pick_case(
+    cases: Vec<(String, serde_json::Value)>,
+    case: Option<&str>,
+    slug: fn(&str) -> String,
+    p: &str,
+) -> Result<(String, serde_json::Value), InputError> {
+    let counted = |v: &serde_json::Value| v.pointer("/counted/attribution").is_some();
+    let known = cases
+        .iter()
+        .filter(|(_, v)| counted(v))
+        .map(|(id, _)| id.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match case {
+        Some(c) => cases
+            .into_iter()
+            .find(|(id, _)| id == c || slug(id) == c)
+            .ok_or_else(|| InputError::NoCase {
+                path: p.to_string(),
+                case: c.to_string(),
+                known,
+            }),
+        None => {
+            let mut with: Vec<_> = cases.into_iter().filter(|(_, v)| counted(v)).collect();
+            if with.len() != 1 {
+                return Err(InputError::WhichCase {
+                    path: p.to_string(),
+                    n: with.len(),
+                    known,
+                });
+            }
+            Ok(with.remove(0))
+        }
+    }
 }
