@@ -210,6 +210,16 @@ fn go() -> Option<PathBuf> {
 
 /// `go tool pprof -top` rows: function → (flat, cum).
 fn pprof_top(go: &Path, file: &Path, sample_index: &str) -> BTreeMap<String, (String, String)> {
+    pprof_top_of(go, file, None, sample_index)
+}
+
+/// `go tool pprof -top`, of `file` less `diff_base` when given.
+fn pprof_top_of(
+    go: &Path,
+    file: &Path,
+    diff_base: Option<&Path>,
+    sample_index: &str,
+) -> BTreeMap<String, (String, String)> {
     let home = std::env::temp_dir().join("rig-flame-gohome");
     std::fs::create_dir_all(&home).unwrap();
     let out = Command::new(go)
@@ -219,6 +229,7 @@ fn pprof_top(go: &Path, file: &Path, sample_index: &str) -> BTreeMap<String, (St
             "-top",
             &format!("-sample_index={sample_index}"),
         ])
+        .args(diff_base.map(|b| format!("-diff_base={}", b.display())))
         .arg(file)
         .env("HOME", &home)
         .env("GOCACHE", home.join("cache"))
@@ -520,4 +531,32 @@ fn rig_ab_writes_a_differential_flamegraph_of_allocations_per_request() {
     for arm in ["A", "B"] {
         assert!(dir.join(format!("alloc.{arm}.pb.gz")).is_file());
     }
+    // pprof subtracts arm A from arm B: one malloc(32) less per request,
+    // in calibwork_alloc (COSTS.md, "A/B fixtures": 3 → 2, 96 → 64 bytes).
+    let Some(go) = go() else { return };
+    let (pa, pb) = (dir.join("alloc.A.pb.gz"), dir.join("alloc.B.pb.gz"));
+    let rows = pprof_top_of(&go, &pb, Some(&pa), "alloc_objects");
+    let delta = (b as i64 - a as i64).to_string();
+    assert_eq!(delta, "-1");
+    assert_eq!(
+        rows.get("calibwork_alloc"),
+        Some(&("0".to_string(), delta.clone())),
+        "calibwork_alloc: flat 0, cum B − A: {rows:#?}"
+    );
+    assert_eq!(
+        rows.get("malloc"),
+        Some(&(delta.clone(), delta.clone())),
+        "malloc: {rows:#?}"
+    );
+    // Nothing else changed by itself.
+    for (f, (flat, _)) in &rows {
+        if f != "malloc" {
+            assert_eq!(flat, "0", "{f}: {rows:#?}");
+        }
+    }
+    let bytes = pprof_top_of(&go, &pb, Some(&pa), "alloc_space");
+    let db = rig_fixtures::ab::B.malloc_bytes as i64 - rig_fixtures::ab::A.malloc_bytes as i64;
+    assert_eq!(db, -32);
+    assert_eq!(bytes["calibwork_alloc"].1, format!("{db}B"), "{bytes:#?}");
+    assert_eq!(bytes["malloc"].0, format!("{db}B"), "{bytes:#?}");
 }
