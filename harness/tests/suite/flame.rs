@@ -473,6 +473,42 @@ fn rig_run_prints_the_top_sites_per_request_and_writes_flamegraphs_per_case() {
     ] {
         assert!(case.join(f).is_file(), "{f} in {}", case.display());
     }
+    // `rig flame` on the run's cases.jsonl, the case named by its slug,
+    // draws what the run wrote for it: the calibration costs per function.
+    let again = Command::new(rig_bin())
+        .arg("flame")
+        .arg(out_dir.join("cases.jsonl"))
+        .args([
+            "--case",
+            "calib_calib_h1_calib_closed_1x1_ka_1",
+            "--family",
+            "alloc",
+            "--format",
+            "folded",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(String::from_utf8(again.stdout).unwrap(), folded_alloc);
+    let mut by_fn: BTreeMap<String, u64> = BTreeMap::new();
+    for (frames, v) in folded(&folded_alloc) {
+        let f = frames
+            .iter()
+            .rev()
+            .find(|f| f.starts_with("calib_alloc"))
+            .unwrap_or_else(|| panic!("no calib_alloc frame in {frames:?}"));
+        *by_fn.entry(f.clone()).or_default() += v;
+    }
+    let want: BTreeMap<String, u64> = calib_allocations()
+        .0
+        .into_iter()
+        .map(|(f, n)| (f.to_string(), n))
+        .collect();
+    assert_eq!(by_fn, want);
 }
 
 #[test]
