@@ -12,12 +12,28 @@ build: deps
 # rig's main job on the bundled default target: a short scenario matrix
 # against rig-peer (h1, h2c, h2 over TLS), clean and counted passes, into a
 # new directory under target/rig-demo/; it ends with the path of the run's
-# report.html (open it in a browser).
+# report.html (open it in a browser) when rig wrote one, and, when chromium
+# is installed, a screenshot of it in target/rig-demo/report.png. The exit
+# code is rig's.
 demo: build
 	@out=target/rig-demo/$$(date +%Y%m%d-%H%M%S); \
 	./target/release/rig run --target config/targets/peer.toml --matrix config/demo.toml \
 		--out $$out; rc=$$?; \
-	echo "report.html: $$(pwd)/$$out/report.html"; exit $$rc
+	page=$$(pwd)/$$out/report.html; \
+	if [ -f "$$page" ]; then \
+		echo "report.html: $$page"; \
+		if command -v chromium >/dev/null 2>&1; then \
+			shot=$$(pwd)/target/rig-demo/report.png; prof=$$(mktemp -d); rm -f "$$shot"; \
+			chromium --headless --no-sandbox --disable-gpu --disable-background-networking \
+				--disable-component-update --disable-sync --no-first-run \
+				--user-data-dir="$$prof" --window-size=1200,1600 --screenshot="$$shot" \
+				"file://$$page" >/dev/null 2>&1; \
+			rm -rf "$$prof"; \
+			if [ -f "$$shot" ]; then echo "screenshot: $$shot"; \
+			else echo "screenshot: chromium wrote none"; fi; \
+		fi; \
+	fi; \
+	exit $$rc
 
 lint: deps
 	$(CARGO) fmt --all --check

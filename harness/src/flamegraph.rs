@@ -100,3 +100,188 @@ pub fn where_written(dir: &Path, files: &[PathBuf]) -> String {
         svgs
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::report::flame::svg::tests::frames;
+    use crate::report::flame::tests::site;
+    use crate::report::stacks::{StackFrames, StackSection};
+
+    const REQUESTS: u64 = 1000;
+    const ONE: &str = "calib/calib/h1/calib/closed/1x1/ka/#1";
+    const FOUR: &str = "calib/calib/h1/calib/closed/4x1/ka/#1";
+    const FAILED: &str = "calib/calib/h1/calib/closed/8x1/ka/#1";
+
+    /// A `report::stacks::StackRow` as rig writes it: `count` mallocs of
+    /// `bytes` in all per request at `stack`.
+    fn alloc_row(count: u64, bytes: u64, stack: &str) -> serde_json::Value {
+        json!({
+            "family": "alloc", "event": "malloc", "size_class": 5, "pid": 7,
+            "count": count * REQUESTS, "amount": bytes * REQUESTS,
+            "stack": stack, "kernel_stack": null, "inner": false,
+        })
+    }
+
+    /// A `cases.jsonl` line of a counted case, its stacks as rig
+    /// serializes them, `rows` at the stacks `a` (malloc in build_reply)
+    /// and `b` (malloc in parse).
+    fn counted(id: &str, rows: Vec<serde_json::Value>) -> serde_json::Value {
+        let app = "/srv/app";
+        let frames = |f: &str, line| StackFrames {
+            frames: vec![
+                site("/lib/libc.so.6", 0x5000, "malloc", None),
+                site(app, 0x1200, f, Some(line)),
+                site(app, 0x1100, "serve", Some(10)),
+                site(app, 0x1010, "main", Some(3)),
+            ],
+            user_site: 1,
+            incomplete: vec![],
+        };
+        let stacks = StackSection {
+            enabled: true,
+            stacks: BTreeMap::from([
+                ("a".to_string(), frames("build_reply", 20)),
+                ("b".to_string(), frames("parse", 30)),
+            ]),
+            kernel: BTreeMap::new(),
+            rows: Vec::new(),
+            incomplete_events: BTreeMap::new(),
+            stack_failures: BTreeMap::new(),
+        };
+        let mut stacks = serde_json::to_value(stacks).unwrap();
+        stacks["rows"] = rows.into();
+        json!({
+            "id": id, "target_name": "calib", "status": "ok",
+            "counted": {"attribution": {
+                "pid": 7, "command": "/srv/app", "families": ["alloc"],
+                "window": {"elapsed_ns": 2_000_000, "requests": REQUESTS},
+                "stacks": stacks,
+                "cpu": {"period_ns": 0},
+            }},
+        })
+    }
+
+    /// Three cases of a `rig run`: two counted with different costs, one
+    /// failed before its counted pass.
+    fn cases_jsonl() -> tempfile::NamedTempFile {
+        let lines = [
+            counted(ONE, vec![alloc_row(3, 72, "a"), alloc_row(1, 100, "b")]),
+            counted(FOUR, vec![alloc_row(5, 120, "a")]),
+            json!({"id": FAILED, "target_name": "calib", "status": "failed",
+                   "reasons": ["the target exited"]}),
+        ];
+        let f = tempfile::Builder::new()
+            .suffix(".jsonl")
+            .tempfile()
+            .unwrap();
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    fn settings(file: &Path, case: Option<&str>, graph: &str, format: &str) -> FlameSettings {
+        FlameSettings {
+            file: file.to_path_buf(),
+            case: case.map(String::from),
+            graph: graph.into(),
+            format: format.parse().unwrap(),
+            out: None,
+        }
+    }
+
+    fn text(s: &FlameSettings) -> String {
+        String::from_utf8(render(s).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn rig_flame_renders_the_case_named_by_case_from_a_cases_jsonl() {
+        let f = cases_jsonl();
+        assert_eq!(
+            text(&settings(f.path(), Some(FOUR), "alloc", "folded")),
+            format!(
+                "# rig flame: {FOUR}: 1000 requests, allocations per request\n\
+                 main;serve;build_reply;malloc 5\n"
+            )
+        );
+        // By its slug (the name of its flame/ directory), another measure.
+        let slug = crate::scenario::slug(ONE);
+        assert_eq!(
+            text(&settings(f.path(), Some(&slug), "alloc_bytes", "folded")),
+            format!(
+                "# rig flame: {ONE}: 1000 requests, bytes allocated per request\n\
+                 main;serve;build_reply;malloc 72\n\
+                 main;serve;parse;malloc 100\n"
+            )
+        );
+        let svg = text(&settings(f.path(), Some(ONE), "alloc", "svg"));
+        assert!(svg.contains(&format!("{ONE}: 1000 requests, allocations per request")));
+        let mut got: Vec<(String, u64)> = frames(&svg).into_iter().map(|f| (f.0, f.2)).collect();
+        let want = [
+            ("all (4 allocations per request, 100%)", 4),
+            ("main (4 allocations per request, 100.00%)", 4),
+            ("serve (4 allocations per request, 100.00%)", 4),
+            ("build_reply (3 allocations per request, 75.00%)", 3),
+            ("malloc (3 allocations per request, 75.00%)", 3),
+            ("parse (1 allocations per request, 25.00%)", 1),
+            ("malloc (1 allocations per request, 25.00%)", 1),
+        ];
+        got.sort();
+        let mut want: Vec<(String, u64)> = want.iter().map(|(t, w)| (t.to_string(), *w)).collect();
+        want.sort();
+        assert_eq!(got, want);
+        let p = crate::report::flame::pprof::decode(
+            &render(&settings(f.path(), Some(ONE), "alloc", "pprof")).unwrap(),
+        )
+        .unwrap();
+        let values: Vec<&[i64]> = p.sample.iter().map(|s| s.value.as_slice()).collect();
+        assert_eq!(values, vec![&[3, 72][..], &[1, 100][..]]);
+    }
+
+    #[test]
+    fn rig_flame_on_a_cases_jsonl_names_the_cases_it_can_draw() {
+        let f = cases_jsonl();
+        let err = |case: Option<&str>| {
+            format!(
+                "{:#}",
+                render(&settings(f.path(), case, "alloc", "folded")).unwrap_err()
+            )
+        };
+        let file = f.path().display();
+        assert_eq!(
+            err(None),
+            format!(
+                "{file} holds 2 cases with a counted pass; name one with --case: {ONE}, {FOUR}"
+            )
+        );
+        assert_eq!(
+            err(Some(FAILED)),
+            format!("{file}: case {FAILED} has no counted pass (no probes ran in it)")
+        );
+        assert_eq!(
+            err(Some("calib/nope")),
+            format!("{file}: no case \"calib/nope\"; cases with a counted pass: {ONE}, {FOUR}")
+        );
+        let bad = |graph: &str| {
+            format!(
+                "{:#}",
+                render(&settings(f.path(), Some(FOUR), graph, "folded")).unwrap_err()
+            )
+        };
+        assert!(
+            bad("allocs").starts_with(&format!(
+                "case {FOUR}: no graph \"allocs\"; graphs: syscalls, alloc, alloc_bytes, "
+            )),
+            "{}",
+            bad("allocs")
+        );
+        assert_eq!(
+            bad("copy"),
+            format!("case {FOUR}: family copy did not run in this window, or took no stacks")
+        );
+    }
+}

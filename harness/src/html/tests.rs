@@ -157,6 +157,97 @@ fn the_page_holds_every_case_its_plots_sites_and_flamegraphs() {
     }
 }
 
+/// A process of a tree as the counted pass records it
+/// (`report::ProcessRow`): its role, how it joined (`root`, `at_attach`,
+/// `forked`) and its own counts.
+fn process(pid: u32, ppid: u32, role: &str, joined: &str, counts: [u64; 6]) -> Value {
+    let [syscalls, allocations, copy_bytes, faults, voluntary, off_cpu_ns] = counts;
+    json!({
+        "pid": pid, "ppid": ppid, "role": role, "command": format!("nginx: {role}"),
+        "root": joined == "root", "joined": {"how": joined}, "error": null,
+        "syscalls": syscalls,
+        "alloc": {"allocations": allocations, "bytes": 24 * allocations,
+                  "frees": allocations, "null_frees": 0},
+        "copy_calls": copy_bytes / 256, "copy_bytes": copy_bytes, "lock_acquisitions": 0,
+        "faults": faults, "voluntary_switches": voluntary, "involuntary_switches": 1,
+        "off_cpu_ns": off_cpu_ns,
+    })
+}
+
+/// The `<table class="procs">` of the page, if it has one.
+fn procs_table(html: &str) -> Option<&str> {
+    let start = html.find("<table class=\"procs\">")?;
+    let end = start + html[start..].find("</table>").unwrap();
+    Some(&html[start..end])
+}
+
+#[test]
+fn a_tree_of_processes_gets_its_process_table_and_a_single_process_none() {
+    let tree = "tree/nginx/h1/plain/closed/2x1/ka/#1";
+    let single = "tree/nginx/h1/plain/closed/1x1/ka/#1";
+    let mut t = http_case(tree, 2);
+    t["counted"]["attribution"]["processes"] = json!([
+        process(
+            4200,
+            1,
+            "master process",
+            "root",
+            [12, 3, 0, 2, 4, 1_500_000]
+        ),
+        process(
+            4201,
+            4200,
+            "worker process",
+            "at_attach",
+            [4507, 4000, 96_000, 7, 510, 42_000_000]
+        ),
+        process(
+            4202,
+            4200,
+            "worker process",
+            "forked",
+            [4491, 4002, 95_744, 9, 498, 41_000_000]
+        ),
+    ]);
+    let mut s = http_case(single, 1);
+    s["counted"]["attribution"]["processes"] = json!([process(
+        4300,
+        1,
+        "nginx",
+        "root",
+        [9000, 8000, 0, 1, 1000, 5]
+    )]);
+
+    let d = out_dir("procs", &[t]);
+    let html = render(&Inputs::read(&d.0).unwrap()).unwrap();
+    let table = procs_table(&html).expect("a process table for a tree of 3");
+    assert!(
+        table.contains("<caption>process tree (3 processes)</caption>"),
+        "{table}"
+    );
+    // pid, ppid, role, how it joined, syscalls, allocations, copy bytes,
+    // faults, voluntary switches, off-CPU ns: each process's own counts.
+    for row in [
+        "<tr><td class=\"n\">4200</td><td class=\"n\">1</td><td>master process</td><td>root</td><td class=\"n\">12</td><td class=\"n\">3</td><td class=\"n\">0</td><td class=\"n\">2</td><td class=\"n\">4</td><td class=\"n\">1500000</td></tr>",
+        "<tr><td class=\"n\">4201</td><td class=\"n\">4200</td><td>worker process</td><td>at_attach</td><td class=\"n\">4507</td><td class=\"n\">4000</td><td class=\"n\">96000</td><td class=\"n\">7</td><td class=\"n\">510</td><td class=\"n\">42000000</td></tr>",
+        "<tr><td class=\"n\">4202</td><td class=\"n\">4200</td><td>worker process</td><td>forked</td><td class=\"n\">4491</td><td class=\"n\">4002</td><td class=\"n\">95744</td><td class=\"n\">9</td><td class=\"n\">498</td><td class=\"n\">41000000</td></tr>",
+    ] {
+        assert!(table.contains(row), "{row}\nnot in\n{table}");
+    }
+    assert_eq!(table.matches("<tr><td").count(), 3, "{table}");
+
+    let d = out_dir("proc1", &[s]);
+    let html = render(&Inputs::read(&d.0).unwrap()).unwrap();
+    // The case and its counted pass are on the page, only the table not.
+    assert!(html.contains(&format!(
+        "<article class=\"case status-ok\" id=\"case-{}\"",
+        crate::scenario::slug(single)
+    )));
+    assert!(html.contains("<h4>counted pass: 1000 requests</h4>"));
+    assert_eq!(procs_table(&html), None, "no process table for one process");
+    assert!(!html.contains("process tree ("));
+}
+
 #[test]
 fn a_directory_without_cases_is_refused_by_name() {
     let d = std::env::temp_dir().join(format!("rig-html-none-{}", std::process::id()));

@@ -210,6 +210,16 @@ fn go() -> Option<PathBuf> {
 
 /// `go tool pprof -top` rows: function → (flat, cum).
 fn pprof_top(go: &Path, file: &Path, sample_index: &str) -> BTreeMap<String, (String, String)> {
+    pprof_top_of(go, file, None, sample_index)
+}
+
+/// `go tool pprof -top`, of `file` less `diff_base` when given.
+fn pprof_top_of(
+    go: &Path,
+    file: &Path,
+    diff_base: Option<&Path>,
+    sample_index: &str,
+) -> BTreeMap<String, (String, String)> {
     let home = std::env::temp_dir().join("rig-flame-gohome");
     std::fs::create_dir_all(&home).unwrap();
     let out = Command::new(go)
@@ -219,6 +229,7 @@ fn pprof_top(go: &Path, file: &Path, sample_index: &str) -> BTreeMap<String, (St
             "-top",
             &format!("-sample_index={sample_index}"),
         ])
+        .args(diff_base.map(|b| format!("-diff_base={}", b.display())))
         .arg(file)
         .env("HOME", &home)
         .env("GOCACHE", home.join("cache"))
@@ -462,6 +473,42 @@ fn rig_run_prints_the_top_sites_per_request_and_writes_flamegraphs_per_case() {
     ] {
         assert!(case.join(f).is_file(), "{f} in {}", case.display());
     }
+    // `rig flame` on the run's cases.jsonl, the case named by its slug,
+    // draws what the run wrote for it: the calibration costs per function.
+    let again = Command::new(rig_bin())
+        .arg("flame")
+        .arg(out_dir.join("cases.jsonl"))
+        .args([
+            "--case",
+            "calib_calib_h1_calib_closed_1x1_ka_1",
+            "--family",
+            "alloc",
+            "--format",
+            "folded",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(String::from_utf8(again.stdout).unwrap(), folded_alloc);
+    let mut by_fn: BTreeMap<String, u64> = BTreeMap::new();
+    for (frames, v) in folded(&folded_alloc) {
+        let f = frames
+            .iter()
+            .rev()
+            .find(|f| f.starts_with("calib_alloc"))
+            .unwrap_or_else(|| panic!("no calib_alloc frame in {frames:?}"));
+        *by_fn.entry(f.clone()).or_default() += v;
+    }
+    let want: BTreeMap<String, u64> = calib_allocations()
+        .0
+        .into_iter()
+        .map(|(f, n)| (f.to_string(), n))
+        .collect();
+    assert_eq!(by_fn, want);
 }
 
 #[test]
@@ -520,4 +567,32 @@ fn rig_ab_writes_a_differential_flamegraph_of_allocations_per_request() {
     for arm in ["A", "B"] {
         assert!(dir.join(format!("alloc.{arm}.pb.gz")).is_file());
     }
+    // pprof subtracts arm A from arm B: one malloc(32) less per request,
+    // in calibwork_alloc (COSTS.md, "A/B fixtures": 3 → 2, 96 → 64 bytes).
+    let Some(go) = go() else { return };
+    let (pa, pb) = (dir.join("alloc.A.pb.gz"), dir.join("alloc.B.pb.gz"));
+    let rows = pprof_top_of(&go, &pb, Some(&pa), "alloc_objects");
+    let delta = (b as i64 - a as i64).to_string();
+    assert_eq!(delta, "-1");
+    assert_eq!(
+        rows.get("calibwork_alloc"),
+        Some(&("0".to_string(), delta.clone())),
+        "calibwork_alloc: flat 0, cum B − A: {rows:#?}"
+    );
+    assert_eq!(
+        rows.get("malloc"),
+        Some(&(delta.clone(), delta.clone())),
+        "malloc: {rows:#?}"
+    );
+    // Nothing else changed by itself.
+    for (f, (flat, _)) in &rows {
+        if f != "malloc" {
+            assert_eq!(flat, "0", "{f}: {rows:#?}");
+        }
+    }
+    let bytes = pprof_top_of(&go, &pb, Some(&pa), "alloc_space");
+    let db = rig_fixtures::ab::B.malloc_bytes as i64 - rig_fixtures::ab::A.malloc_bytes as i64;
+    assert_eq!(db, -32);
+    assert_eq!(bytes["calibwork_alloc"].1, format!("{db}B"), "{bytes:#?}");
+    assert_eq!(bytes["malloc"].0, format!("{db}B"), "{bytes:#?}");
 }

@@ -146,12 +146,45 @@ paths = ["/calib"]
 topologies = ["1", "2"]
 "#;
 
-/// A flamegraph as the page receives it (when rig itself wrote none for
-/// this case): one frame, the case's top allocation site.
-fn flame_svg(site: &str) -> String {
-    format!(
-        r#"<?xml version="1.0" standalone="no"?><svg version="1.1" width="1200" height="120" xmlns="http://www.w3.org/2000/svg"><text x="600" y="24">allocations per request</text><g><title>{site} (8 allocations per request, 100%)</title><rect x="10" y="60" width="1180" height="15" fill="rgb(230,120,40)"/></g></svg>"#
-    )
+/// The flamegraphs rig wrote in `dir` (`<graph>.svg` or
+/// `<graph>.diff.svg`): (graph, the `src` the page embeds it as).
+fn flame_files(dir: &Path, diff: bool) -> Vec<(String, String)> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut out: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .filter_map(|f| {
+            let name = f.file_name().to_string_lossy().into_owned();
+            let stem = name.strip_suffix(".svg")?;
+            let graph = match (stem.strip_suffix(".diff"), diff) {
+                (Some(g), true) => g,
+                (None, false) => stem,
+                _ => return None,
+            };
+            let svg = std::fs::read(f.path()).unwrap();
+            Some((
+                graph.to_string(),
+                format!("data:image/svg+xml;base64,{}", b64.encode(svg)),
+            ))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every flamegraph of `files` is an iframe of `html`, the file itself.
+fn assert_embeds(html: &str, files: &[(String, String)], what: &str) {
+    for (graph, src) in files {
+        let at = html
+            .find(&format!("src=\"{src}\""))
+            .unwrap_or_else(|| panic!("{what}: {graph}.svg is not embedded"));
+        let tag = &html[html[..at].rfind("<iframe").unwrap()..at];
+        assert!(
+            tag.starts_with(&format!("<iframe class=\"flame\" data-family=\"{graph}\"")),
+            "{what}: {tag}"
+        );
+    }
 }
 
 #[test]
@@ -185,17 +218,28 @@ fn run_report_shows_every_case_its_latency_plot_sites_and_flamegraph_in_chromium
     );
     let cs = cases(&out);
     assert_eq!(cs.len(), 2);
-    // Every counted case gets a flamegraph: rig's own if it wrote one, else
-    // one made here; `rig report` rebuilds the page with them.
+    // Every counted case has rig's own flamegraphs, one per measure with a
+    // value (COSTS.md: allocations, their bytes, copies and syscalls at
+    // every /calib request).
     for c in &cs {
         let dir = out
             .join("flame")
             .join(rig::scenario::slug(c["id"].as_str().unwrap()));
-        if !dir.join("alloc.svg").exists() {
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("alloc.svg"), flame_svg("calib_handle")).unwrap();
+        for f in [
+            "alloc.svg",
+            "alloc_bytes.svg",
+            "copy.svg",
+            "copy_calls.svg",
+            "syscalls.svg",
+        ] {
+            assert!(
+                dir.join(f).is_file(),
+                "rig wrote no {f} in {}",
+                dir.display()
+            );
         }
     }
+    // `rig report` rebuilds the page from the directory.
     let r = Command::new(rig_bin())
         .arg("report")
         .arg(&out)
@@ -237,10 +281,14 @@ fn run_report_shows_every_case_its_latency_plot_sites_and_flamegraph_in_chromium
         assert!(a.contains("data-kind=\"memory\"") && a.contains("data-kind=\"cpu\""));
         // Top user sites per request: exactly COSTS.md's totals.
         assert!(a.contains("alloc: 8 events/req, 6004 bytes/req at"), "{a}");
-        // The flamegraph, embedded as the SVG file itself.
-        assert!(
-            a.contains("<iframe class=\"flame\" data-family=\"alloc\""),
-            "no flamegraph for {id}"
+        // Each flamegraph rig wrote for the case, embedded as the file
+        // itself, and no other.
+        let flames = flame_files(&out.join("flame").join(rig::scenario::slug(id)), false);
+        assert_embeds(a, &flames, id);
+        assert_eq!(
+            a.matches("<iframe class=\"flame\"").count(),
+            flames.len(),
+            "{id}"
         );
         assert!(!a.contains("no flamegraph recorded"));
     }
@@ -312,10 +360,39 @@ fn ab_report_shows_the_proof_order_verdicts_and_the_changed_site_in_chromium() {
         p.dom.contains(&format!("calibwork.c:{line}")),
         "ab_alloc_3's line {line} not named"
     );
-    for c in cases(&out) {
+    // The 95% CI of B − A: 2 − 3 in every run.
+    assert!(
+        p.dom.contains("<th>B − A</th><th>95% CI</th>"),
+        "no CI column"
+    );
+    assert!(tr.contains("<td class=\"n\">[-1, -1]</td>"), "{tr}");
+    let cs = cases(&out);
+    for c in &cs {
         let a = article(&p.dom, c["id"].as_str().unwrap());
         assert!(a.contains("data-kind=\"latency\""));
     }
+    // The differential flamegraphs of the case (arm and run left out of
+    // its name), each embedded as the file rig wrote.
+    assert!(p
+        .dom
+        .contains("<h2>differential flamegraphs (A → B per request: red grew, blue shrank)</h2>"));
+    let key = rig::report::flame::outdir::case_key(
+        cs[0]["id"].as_str().unwrap(),
+        cs[0]["target_name"].as_str().unwrap(),
+    );
+    let slug = rig::scenario::slug(&key);
+    let diffs = flame_files(&out.join("flame").join(&slug), true);
+    assert!(
+        diffs.iter().any(|(g, _)| g == "alloc"),
+        "no alloc.diff.svg for {slug}: {:?}",
+        diffs.iter().map(|d| &d.0).collect::<Vec<_>>()
+    );
+    let section = &p.dom[p
+        .dom
+        .find("<section id=\"flames\">")
+        .expect("no flames section")..];
+    assert!(section.contains(&format!("<h3>{slug}</h3>")), "{slug}");
+    assert_embeds(section, &diffs, &slug);
 }
 
 #[test]

@@ -105,7 +105,9 @@ pub fn render_diff(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::super::scale_of;
-    use super::super::tests::alloc_profile;
+    use std::collections::BTreeMap;
+
+    use super::super::tests::{alloc_profile, N};
     use super::*;
 
     /// Every frame of an inferno SVG: (title, width in %, `fg:w`).
@@ -178,7 +180,7 @@ pub(crate) mod tests {
     fn differential_graph_is_drawn_with_b_widths() {
         let a = alloc_profile();
         let mut b = alloc_profile();
-        b.samples[0].values = vec![2 * super::super::tests::N, 0];
+        b.samples[0].values = vec![2 * N, 0];
         let scale = scale_of(&[&a, &b], 0);
         let svg = String::from_utf8(render_diff(&a, &b, 0, &scale, ("A", "B")).unwrap()).unwrap();
         let got = frames(&svg);
@@ -187,5 +189,65 @@ pub(crate) mod tests {
         assert_eq!(malloc.2, 2);
         assert!(malloc.0.ends_with("66.67%; -33.33%)"), "{malloc:?}");
         assert!(svg.contains("A → B"), "title names the arms");
+    }
+
+    /// The fill of every frame of an inferno SVG: title → `rgb(r,g,b)`.
+    fn fills(svg: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for g in svg.split("<g>").skip(1) {
+            let title = g
+                .split_once("<title>")
+                .and_then(|(_, t)| t.split_once("</title>"))
+                .map(|(t, _)| t);
+            let fill = g
+                .split_once(" fill=\"")
+                .and_then(|(_, v)| v.split_once('"'))
+                .map(|(v, _)| v);
+            if let (Some(t), Some(f)) = (title, fill) {
+                out.insert(t.to_string(), f.to_string());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn differential_graph_colours_grown_frames_red_and_shrunk_frames_blue() {
+        let a = alloc_profile();
+        let mut b = alloc_profile();
+        // malloc under build_reply 3 → 1 per request (-2, the largest
+        // change), operator new under parse 1 → 2 (+1, half of it).
+        b.samples[0].values = vec![N, 24 * N];
+        b.samples[1].values = vec![2 * N, 200 * N];
+        let scale = scale_of(&[&a, &b], 0);
+        let svg = String::from_utf8(render_diff(&a, &b, 0, &scale, ("A", "B")).unwrap()).unwrap();
+        let got = fills(&svg);
+        let fill = |prefix: &str| {
+            let (t, f) = got
+                .iter()
+                .find(|(t, _)| t.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no frame {prefix:?} in {got:#?}"));
+            (t.as_str(), f.as_str())
+        };
+        // inferno: red (255, c, c) for more, blue (c, c, 255) for less,
+        // c = 100 + 150 (max − |delta|) / max; the largest change is the
+        // deepest colour, half of it paler.
+        assert_eq!(
+            fill("malloc"),
+            (
+                "malloc (1 allocations per request, 33.33%; -66.67%)",
+                "rgb(100,100,255)"
+            )
+        );
+        assert_eq!(
+            fill("operator new"),
+            (
+                "operator new(unsigned long) (2 allocations per request, 66.67%; +33.33%)",
+                "rgb(255,175,175)"
+            )
+        );
+        // Frames that only hold the changed ones do not change themselves.
+        for f in ["main", "serve", "build_reply", "parse", "inlined_helper"] {
+            assert_eq!(fill(f).1, "rgb(250,250,250)", "{f}");
+        }
     }
 }

@@ -218,3 +218,158 @@ fn arm_file(arm: &str) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use super::super::input::Recorded;
+    use super::super::tests::{alloc_recorded, N};
+    use super::diff;
+
+    /// `go` from PATH or Debian's golang-go; `None` (the test skips) only
+    /// outside CI.
+    fn go() -> Option<PathBuf> {
+        let found = std::env::var_os("PATH")
+            .into_iter()
+            .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .chain([PathBuf::from("/usr/lib/go/bin")])
+            .map(|d| d.join("go"))
+            .find(|p| p.is_file());
+        if found.is_none() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "go is missing and CI is set: scripts/deps.sh installs golang-go"
+            );
+            eprintln!("SKIPPED: go tool pprof (no go; scripts/deps.sh installs golang-go)");
+        }
+        found
+    }
+
+    /// `go tool pprof -top -diff_base=BASE FILE` rows: function → (flat,
+    /// cum) of FILE − BASE.
+    fn pprof_diff_top(
+        go: &Path,
+        base: &Path,
+        file: &Path,
+        sample_index: &str,
+    ) -> BTreeMap<String, (String, String)> {
+        let home = tempfile::tempdir().unwrap();
+        let out = Command::new(go)
+            .args([
+                "tool",
+                "pprof",
+                "-top",
+                &format!("-sample_index={sample_index}"),
+            ])
+            .arg(format!("-diff_base={}", base.display()))
+            .arg(file)
+            .env("HOME", home.path())
+            .env("GOCACHE", home.path().join("cache"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("{text}");
+        let mut rows = BTreeMap::new();
+        let mut table = false;
+        for l in text.lines() {
+            if l.trim_start().starts_with("flat") {
+                table = true;
+                continue;
+            }
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if table && f.len() >= 6 {
+                rows.insert(f[5..].join(" "), (f[0].to_string(), f[3].to_string()));
+            }
+        }
+        rows
+    }
+
+    /// Arm B of `alloc_recorded`: `malloc` under `build_reply` `a_per` per
+    /// request (A: 3), `operator new` under `parse` `c_tenths` tenths per
+    /// request (A: 10).
+    fn arm_b(a_per: u64, c_tenths: u64) -> Recorded {
+        let mut r = alloc_recorded();
+        for row in &mut r.stacks.rows {
+            match (row.event.as_str(), row.stack.as_deref()) {
+                ("malloc", Some("a")) => (row.count, row.amount) = (a_per * N, 24 * a_per * N),
+                ("operator new", Some("c")) => {
+                    (row.count, row.amount) = (c_tenths * N / 10, 10 * c_tenths * N)
+                }
+                _ => {}
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn go_tool_pprof_subtracts_arm_a_from_arm_b_per_request() {
+        let Some(go) = go() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (alloc_recorded(), arm_b(1, 20));
+        let files = diff(
+            dir.path(),
+            Path::new("x"),
+            ("A", &[&a]),
+            ("B", &[&b]),
+            "case-x",
+        )
+        .unwrap();
+        let (pa, pb) = (
+            dir.path().join("x/alloc.A.pb.gz"),
+            dir.path().join("x/alloc.B.pb.gz"),
+        );
+        assert!(files.contains(&pa) && files.contains(&pb), "{files:?}");
+        // B − A per request: malloc 3 → 1 at build_reply, operator new
+        // 1 → 2 at parse (through the helper inlined into it).
+        let rows = pprof_diff_top(&go, &pa, &pb, "alloc_objects");
+        let want = |flat: i64, cum: i64| (flat.to_string(), cum.to_string());
+        assert_eq!(rows["malloc"], want(-2, -2), "{rows:#?}");
+        assert_eq!(rows["build_reply"], want(0, -2), "{rows:#?}");
+        assert_eq!(rows["operator new(unsigned long)"], want(1, 1), "{rows:#?}");
+        assert_eq!(rows["inlined_helper (inline)"], want(0, 1), "{rows:#?}");
+        assert_eq!(rows["parse"], want(0, 1), "{rows:#?}");
+        assert_eq!(rows["serve"], want(0, -1), "{rows:#?}");
+        assert_eq!(rows["main"], want(0, -1), "{rows:#?}");
+        // Bytes: 72 → 24 at malloc, 100 → 200 at operator new.
+        let bytes = pprof_diff_top(&go, &pa, &pb, "alloc_space");
+        assert_eq!(bytes["malloc"].0, "-48B", "{bytes:#?}");
+        assert_eq!(bytes["operator new(unsigned long)"].0, "100B", "{bytes:#?}");
+    }
+
+    #[test]
+    fn both_arms_share_a_scale_so_go_tool_pprof_can_subtract_them() {
+        let Some(go) = go() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        // B's 1.5 operator news per request need a scale of 10 requests;
+        // A alone would be per request, and pprof refuses to subtract
+        // profiles of different units.
+        let (a, b) = (alloc_recorded(), arm_b(1, 15));
+        diff(
+            dir.path(),
+            Path::new("x"),
+            ("A", &[&a]),
+            ("B", &[&b]),
+            "case-x",
+        )
+        .unwrap();
+        let (pa, pb) = (
+            dir.path().join("x/alloc.A.pb.gz"),
+            dir.path().join("x/alloc.B.pb.gz"),
+        );
+        let rows = pprof_diff_top(&go, &pa, &pb, "alloc_objects");
+        // Per 10 requests: malloc 30 → 10, operator new 10 → 15.
+        assert_eq!(rows["malloc"].0, "-20count/10req", "{rows:#?}");
+        assert_eq!(
+            rows["operator new(unsigned long)"].0, "5count/10req",
+            "{rows:#?}"
+        );
+    }
+}
