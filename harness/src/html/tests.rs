@@ -32,7 +32,8 @@ fn http_case(id: &str, conns: u64) -> Value {
         "topology": {"connections": conns, "streams": 1}, "keepalive": true, "status": "ok",
         "reasons": [],
         "clean": {
-            "load": {"succeeded": 1000, "errors": {}, "rps": 2500.0, "dropped_capacity": 0,
+            "load": {"succeeded": 1000, "errors": {}, "rps": 2500.0, "scheduled": 1000, "on_time": 990, "late": 10, "generator_late": 0,
+                     "queue_delay": {"p50_ns": 12000, "p99_ns": 95000},
                      "expired": 0,
                      "latency": {"p50_ns": 500_000, "p99_ns": 990_000, "p999_ns": 999_000},
                      "histogram": {"latency": enc, "request_latency": enc, "dispatch_lag": empty}},
@@ -103,7 +104,13 @@ fn the_page_holds_every_case_its_plots_sites_and_flamegraphs() {
     let path = write(&d.0).unwrap();
     assert_eq!(path, d.0.join("report.html"));
     let html = std::fs::read_to_string(&path).unwrap();
-    std::fs::write("/tmp/html-unit.html", &html).unwrap();
+    // The clean pass's ledger: the queued (late) requests and how long
+    // they waited, never "dropped".
+    assert!(
+        html.contains("of 1000 scheduled, 990 sent on time and <b>10 late</b> (queued for a free connection: p50 12 µs, p99 95 µs"),
+        "the ledger is on the page"
+    );
+    assert!(!html.contains("dropped"));
     // A matrix row per case, with its filters' data.
     for id in [a, b] {
         assert!(
