@@ -25,6 +25,27 @@ fn names_are_checked() {
     let e = check_counter_name("alocs/req").unwrap_err();
     assert!(e.contains("did you mean `allocs/req`"), "{e}");
     assert!(check_counter_name("mallc calls @ f").is_err());
+    // Every allocator layer's entry points name sites too.
+    for kind in [
+        "__rust_alloc",
+        "__rust_dealloc",
+        "_rjem_sdallocx",
+        "je_mallocx",
+        "mi_free",
+        "tc_malloc",
+        "PyObject_Malloc",
+        "PyMem_RawFree",
+    ] {
+        assert!(
+            check_counter_name(&format!("{kind} calls @ f (a.rs:3)")).is_ok(),
+            "{kind}"
+        );
+        assert!(
+            check_counter_name(&format!("{kind} bytes @ f")).is_ok(),
+            "{kind}"
+        );
+    }
+    assert!(check_counter_name("__rust_aloc calls @ f").is_err());
     // Per call site and per stack.
     assert!(check_counter_name("syscall epoll_wait @ mio::poll::Poll::poll (poll.rs:439)").is_ok());
     assert!(check_counter_name("syscall recvfrom @ ngx_unix_recv").is_ok());

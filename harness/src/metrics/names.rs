@@ -141,7 +141,12 @@ pub fn check_counter_name(name: &str) -> Result<(), String> {
             .or_else(|| head.strip_suffix(" bytes"))
         {
             // Copy kinds name the APIs sharing one implementation: `memcpy/memmove`.
-            k.split('/').all(|part| SITE_KINDS.contains(&part))
+            k.split('/').all(|part| {
+                SITE_KINDS.contains(&part)
+                    || crate::probe::allocators::entry_names()
+                        .iter()
+                        .any(|n| n == part)
+            })
         } else {
             false
         };

@@ -547,6 +547,27 @@ fn libstdcxx_layer(maps: &ProcMaps, layers: &[Layer]) -> Option<Layer> {
 
 /// The name an entry point is shown by: its symbol, except a mangled Rust
 /// shim (`_RNvCs..___rustc12___rust_alloc`), shown by its API name.
+/// Every allocator entry name the alloc family can report (as
+/// [`display_name`] writes it), so counter names built from them (a gate
+/// baseline's `__rust_alloc calls @ SITE`) can be checked.
+pub fn entry_names() -> Vec<String> {
+    let mut names: Vec<String> = C_NAMES.iter().map(|s| s.to_string()).collect();
+    for prefix in ["", "je_", "_rjem_"] {
+        names.extend(JEMALLOC_API.iter().map(|e| format!("{prefix}{}", e.0)));
+    }
+    names.extend(TCMALLOC_API.iter().map(|e| e.0.to_string()));
+    names.extend(MIMALLOC_API.iter().map(|e| e.0.to_string()));
+    for prefix in ["__rust_", "__rg_", "__rdl_"] {
+        names.extend(RUST_API.iter().map(|e| format!("{prefix}{}", e.0)));
+    }
+    for domain in CPYTHON_DOMAINS {
+        names.extend(CPYTHON_API.iter().map(|e| format!("{domain}{}", e.0)));
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
 pub fn display_name(symbol: &str, kind: u32) -> String {
     if !(symbol.starts_with("_R") || symbol.starts_with("_ZN")) {
         return symbol.to_string();

@@ -96,14 +96,41 @@ pub fn dump(pid: u32) -> Result<()> {
     control(pid, &["-d"])
 }
 
+/// `callgrind_control ARGS pid`, given up at a signal or after 30 s: it
+/// talks to valgrind through vgdb, which waits for ever when the valgrind
+/// it talks to is killed half-way (as rig's own clean-up does at Ctrl-C).
 fn control(pid: u32, args: &[&str]) -> Result<()> {
-    let out = Command::new("callgrind_control")
+    let mut child = Command::new("callgrind_control")
         .args(args)
         .arg(pid.to_string())
-        .output()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .context(
             "running callgrind_control (part of the valgrind package): is valgrind installed?",
         )?;
+    let t0 = Instant::now();
+    loop {
+        if child.try_wait()?.is_some() {
+            break;
+        }
+        let why = if crate::interrupt::requested() {
+            Some("interrupted")
+        } else if t0.elapsed() > Duration::from_secs(30) {
+            Some("no answer within 30 s")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            // Our own child: stop it and reap it.
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("callgrind_control {} {pid}: {why}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() || !text.contains("OK") {
         bail!(
@@ -128,6 +155,9 @@ pub fn wait_for_dump(file: &Path) -> Result<()> {
         }
         if t0.elapsed() > Duration::from_secs(30) {
             bail!("callgrind did not write {} within 30 s", file.display());
+        }
+        if crate::interrupt::requested() {
+            bail!("interrupted while callgrind wrote {}", file.display());
         }
         std::thread::sleep(Duration::from_millis(20));
     }

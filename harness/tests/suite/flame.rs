@@ -571,6 +571,16 @@ fn rig_ab_writes_a_differential_flamegraph_of_allocations_per_request() {
     // in calibwork_alloc (COSTS.md, "A/B fixtures": 3 → 2, 96 → 64 bytes).
     let Some(go) = go() else { return };
     let (pa, pb) = (dir.join("alloc.A.pb.gz"), dir.join("alloc.B.pb.gz"));
+    // Each arm alone: its own per-request count (two runs each, summed
+    // before the per-request value is taken).
+    assert_eq!(
+        pprof_top_of(&go, &pa, None, "alloc_objects")["malloc"].0,
+        a.to_string()
+    );
+    assert_eq!(
+        pprof_top_of(&go, &pb, None, "alloc_objects")["malloc"].0,
+        b.to_string()
+    );
     let rows = pprof_top_of(&go, &pb, Some(&pa), "alloc_objects");
     let delta = (b as i64 - a as i64).to_string();
     assert_eq!(delta, "-1");

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::input::Recorded;
-use super::{folded, graph, pprof, profile, scale_of, svg, Profile};
+use super::{folded, graph, pprof, profile, scale_of, svg, Profile, Sample};
 use crate::probe::Family;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +125,42 @@ pub fn merged(windows: &[&Recorded], family: Family, label: &str) -> Option<Prof
                 o.incomplete_events += p.incomplete_events;
                 o.missing_stacks += p.missing_stacks;
                 o.samples.extend(p.samples);
+            }
+        }
+    }
+    if let Some(o) = out.as_mut().filter(|_| windows.len() > 1) {
+        o.samples = coalesce(std::mem::take(&mut o.samples));
+    }
+    out
+}
+
+/// One sample per event and stack (by module and offset, as the windows
+/// are fresh processes of the same build at other addresses), the values
+/// of the windows summed: a per-request value is only exact when it is
+/// taken of the sum. Rounded one window (one pid) at a time, three call
+/// sites at 0.5 per request each became 1 each, and pprof showed 6 where
+/// there were 3.
+fn coalesce(samples: Vec<Sample>) -> Vec<Sample> {
+    let mut at: std::collections::HashMap<(String, Vec<(String, Option<String>, u64)>), usize> =
+        std::collections::HashMap::new();
+    let mut out: Vec<Sample> = Vec::new();
+    for s in samples {
+        let key = (
+            s.event.clone(),
+            s.locs
+                .iter()
+                .map(|l| (format!("{:?}", l.kind), l.module.clone(), l.module_offset))
+                .collect(),
+        );
+        match at.get(&key) {
+            Some(&i) => {
+                for (v, add) in out[i].values.iter_mut().zip(&s.values) {
+                    *v += add;
+                }
+            }
+            None => {
+                at.insert(key, out.len());
+                out.push(s);
             }
         }
     }
