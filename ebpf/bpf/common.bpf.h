@@ -57,8 +57,10 @@ static __always_inline __u32 current_tid(void)
 	return (__u32)bpf_get_current_pid_tgid();
 }
 
-/* At a uprobe on a function's first instruction the return address is the
- * word at the stack pointer: frame-pointer walks miss this caller. */
+/* At a uprobe on a function's first instruction (or past instructions that
+ * leave rsp and memory alone: harness/src/probe/placement.rs) the return
+ * address is the word at the stack pointer: frame-pointer walks miss this
+ * caller. */
 static __always_inline __u64 caller_of(struct pt_regs *ctx)
 {
 	__u64 ret = 0;

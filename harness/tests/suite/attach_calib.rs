@@ -74,6 +74,31 @@ fn counts_exact_allocations_per_request_at_each_call_site() {
         .find(|r| r.site.file_line() == Some(at("alloc_small_a")))
         .unwrap();
     assert_eq!(small.size_class, Some(5));
+    // The exact counts above hold with free's probe moved off its first
+    // instruction (`test %rdi,%rdi`, single-stepped) to the `je` after it,
+    // which the kernel emulates; malloc starts with a push, emulated where
+    // it is.
+    let note = |what: &str| attach_note(&a, Family::Alloc, what);
+    let free = note("free");
+    assert!(
+        free.contains("placed at entry+0x3 on `je ") && free.contains("the kernel emulates it"),
+        "{free}"
+    );
+    assert!(
+        !note("malloc").contains("placed at entry+"),
+        "{:#?}",
+        a.notes
+    );
+}
+
+/// The attach note of `what` in `family`.
+fn attach_note(a: &Attribution, family: Family, what: &str) -> String {
+    a.notes
+        .iter()
+        .find(|n| n.family == family && n.what == what)
+        .unwrap_or_else(|| panic!("no {family:?} note for {what}: {:#?}", a.notes))
+        .note
+        .clone()
 }
 
 #[test]
@@ -142,6 +167,13 @@ fn counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation() {
         .as_deref()
         .unwrap()
         .starts_with("__memset_"));
+    // The exact bytes above hold with memset's probe off its first (vector)
+    // instruction; memcpy/memmove's stays on its entry: mempcpy jumps to the
+    // instruction after it, so a probe further on would count mempcpy calls.
+    let memset = attach_note(&a, Family::Copy, "memset");
+    assert!(memset.contains("placed at entry+"), "{memset}");
+    let memmove = attach_note(&a, Family::Copy, "memcpy/memmove");
+    assert!(!memmove.contains("placed at entry+"), "{memmove}");
 }
 
 #[test]
@@ -185,6 +217,28 @@ fn counts_exact_mutex_operations_with_contention_attributed_to_the_locking_calle
         a.locks
     );
     assert!(lock_contended <= lock_acq);
+    // The exact counts above hold with the lock probe (and the uretprobe
+    // planted through it) moved past pthread_mutex_lock's loads of the
+    // mutex kind to its `jne`, and the unlock probe past `mov $1,%esi` to
+    // its tail jump: both emulated by the kernel, their entries are not.
+    for what in [
+        "pthread_mutex_lock",
+        "pthread_mutex_lock return",
+        "pthread_mutex_unlock",
+    ] {
+        let note = attach_note(&a, Family::Locks, what);
+        assert!(
+            note.contains("placed at entry+") && note.contains("the kernel emulates it"),
+            "{what}: {note}"
+        );
+    }
+    assert!(
+        !a.notes
+            .iter()
+            .any(|n| n.what.starts_with("pthread_mutex_trylock")),
+        "trylock starts with a push, probed where it is: {:#?}",
+        a.notes
+    );
 }
 
 #[test]

@@ -143,8 +143,9 @@ pub(super) fn raw_tp(
 }
 
 /// Attach a uprobe (or uretprobe: the program's section decides) at a
-/// function entry, scoped to the target process. The probe goes on the first
-/// instruction that is safe to single-step (`placement`); returns where.
+/// function entry, scoped to the target process. The probe goes on the
+/// cheapest instruction that changes nothing the program reads
+/// (`placement`); returns where.
 pub(super) fn uprobe(
     ebpf: &mut Ebpf,
     family: Family,
@@ -154,10 +155,12 @@ pub(super) fn uprobe(
     cookie: Option<u64>,
     pid: u32,
 ) -> Result<Placement, ProbeError> {
-    let placement = safe_probe_offset(lib, file_offset).map_err(|why| ProbeError::Unsafe {
-        family,
-        what: format!("{program} at {}+{file_offset:#x}", lib.display()),
-        why,
+    let placement = safe_probe_offset(lib, file_offset, args_read(program)).map_err(|why| {
+        ProbeError::Unsafe {
+            family,
+            what: format!("{program} at {}+{file_offset:#x}", lib.display()),
+            why,
+        }
     })?;
     let p: &mut UProbe = ebpf
         .program_mut(program)
@@ -184,16 +187,40 @@ pub(super) fn uprobe(
     Ok(placement)
 }
 
-/// Text for a note when a probe was moved off a vector instruction.
+/// How many argument registers (`PT_REGS_PARM1`.. in ebpf/bpf/*.bpf.c) a
+/// uprobe program reads when hit; the probe may move past instructions that
+/// write the others. Every program also reads `rsp` (the return address at
+/// `*rsp`, the forwarder and allocator frame matching), the pc and `rbp`
+/// (the stack unwinder), which no placement lets change. An unknown program
+/// is taken to read all six.
+pub(super) fn args_read(program: &str) -> usize {
+    match program {
+        // A forwarder's entry and a lock call's return read no argument.
+        "rig_alloc_fwd" | "rig_mutex_lock_ret" => 0,
+        "rig_alloc_arg1" | "rig_alloc_free" => 1,
+        "rig_mutex_lock" | "rig_mutex_trylock" | "rig_mutex_unlock" => 1,
+        "rig_alloc_calloc" | "rig_alloc_arg2" => 2,
+        "rig_alloc_arg3" | "rig_copy" => 3,
+        "rig_alloc_arg4" => 4,
+        _ => 6,
+    }
+}
+
+/// Text for a note when a probe was moved off the entry.
 pub(super) fn moved(p: &Placement, entry: u64) -> String {
-    if p.skipped.is_empty() {
-        String::new()
-    } else {
-        format!(
+    match p.why {
+        Why::Entry => String::new(),
+        Why::PastVectors => format!(
             "; placed at entry+{:#x}, after `{}` (single-stepping vector instructions corrupts the target)",
             p.file_offset - entry,
             p.skipped.join("; ")
-        )
+        ),
+        Why::Emulated => format!(
+            "; placed at entry+{:#x} on `{}`, after `{}` (the kernel emulates it, not the instructions before it)",
+            p.file_offset - entry,
+            p.instruction,
+            p.skipped.join("; ")
+        ),
     }
 }
 

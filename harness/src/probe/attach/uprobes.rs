@@ -333,6 +333,9 @@ impl Attacher<'_> {
         let trylock = find("pthread_mutex_trylock")?;
         let unlock = find("pthread_mutex_unlock")?;
         let pid = self.pid;
+        // The uretprobes go through the same placement as the entry probes:
+        // a moved probe has rsp unchanged since the entry, so the return
+        // address the kernel hijacks at *rsp is still the caller's.
         for (program, entry, what) in [
             ("rig_mutex_lock", lock, "pthread_mutex_lock"),
             ("rig_mutex_lock_ret", lock, "pthread_mutex_lock return"),
@@ -345,8 +348,8 @@ impl Attacher<'_> {
             ("rig_mutex_unlock", unlock, "pthread_mutex_unlock"),
         ] {
             let at = uprobe(ebpf, family, program, &libc, entry, None, pid)?;
-            if !at.skipped.is_empty() {
-                self.note(family, what, moved(&at, entry));
+            if at.file_offset != entry {
+                self.note(family, what, moved(&at, entry).trim_start_matches("; "));
             }
         }
         self.note(
