@@ -141,8 +141,9 @@ pub fn merged(windows: &[&Recorded], family: Family, label: &str) -> Option<Prof
 /// sites at 0.5 per request each became 1 each, and pprof showed 6 where
 /// there were 3.
 fn coalesce(samples: Vec<Sample>) -> Vec<Sample> {
-    let mut at: std::collections::HashMap<(String, Vec<(String, Option<String>, u64)>), usize> =
-        std::collections::HashMap::new();
+    // (event, each frame's kind, module and offset) → index in `out`.
+    type Key = (String, Vec<(String, Option<String>, u64)>);
+    let mut at: std::collections::HashMap<Key, usize> = std::collections::HashMap::new();
     let mut out: Vec<Sample> = Vec::new();
     for s in samples {
         let key = (
