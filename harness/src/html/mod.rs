@@ -153,8 +153,8 @@ pub fn render(inp: &Inputs) -> Result<String> {
         "host": m["host"],
         "run": (inp.kind == Kind::Run).then(|| json!({
             "complete": inp.summary["complete"], "interrupted": inp.summary["interrupted"],
-            "ok": inp.summary["ok"], "failed": inp.summary["failed"],
-            "skipped": inp.summary["skipped"],
+            "ok": inp.summary["ok"], "limited": inp.summary["limited"],
+            "failed": inp.summary["failed"], "skipped": inp.summary["skipped"],
         })),
         "matrix": matrix,
         "cases": views,
