@@ -291,6 +291,21 @@ fn legacy_probes_of(rig_pid: u32) -> Vec<String> {
     out
 }
 
+/// rig `rig_pid`'s own entries in the temp dir (`rig-<what>-<pid>-...`:
+/// its launches' run directories, any other private directory it made).
+fn temp_dirs_of(rig_pid: u32) -> Vec<PathBuf> {
+    let pid = rig_pid.to_string();
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("rig-") && name.split('-').nth(2) == Some(pid.as_str())
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 /// Every `.json`/`.jsonl` file under `dir` parses (rig's own temp files,
 /// dot-names, are not results); returns those that do not.
 pub(super) fn all_json_valid(dir: &Path) -> Vec<String> {
@@ -333,6 +348,7 @@ pub(super) fn audit(case: &str, rig_pid: u32, tag: &str, seen: &Seen, out: &Path
             && watchdogs_of(rig_pid).is_empty()
             && cgroups_of(rig_pid).is_empty()
             && launch_dirs_of(rig_pid).is_empty()
+            && temp_dirs_of(rig_pid).is_empty()
             && still_loaded(&seen.programs).is_empty()
     });
     let waited = t0.elapsed();
@@ -349,6 +365,11 @@ pub(super) fn audit(case: &str, rig_pid: u32, tag: &str, seen: &Seen, out: &Path
     }
     for d in launch_dirs_of(rig_pid) {
         left.push(format!("run directory {}", d.display()));
+    }
+    for d in temp_dirs_of(rig_pid) {
+        if !launch_dirs_of(rig_pid).contains(&d) {
+            left.push(format!("private directory {}", d.display()));
+        }
     }
     for id in still_loaded(&seen.programs) {
         left.push(format!("BPF program {id}"));
@@ -992,6 +1013,84 @@ fn gate_obeys_signals_in_its_launch_phase_and_instruction_window_and_leaves_noth
     assert!(r["passed"].is_null(), "no verdict: {r:#}");
     assert_eq!(cases.len(), 1, "the counted run: {cases:#?}");
     assert_eq!(cases[0]["status"], "ok", "{:#}", cases[0]["reasons"]);
+}
+
+/// SIGKILL of `rig ab` and `rig gate` while their probes are attached, of
+/// `rig instructions` while its window runs under callgrind, and of `rig
+/// probe-cost` while it measures a probed loop: the launched targets die
+/// with rig (`PR_SET_PDEATHSIG`), the watchdogs remove their cgroups and
+/// run directories (callgrind's profile among them), probe-cost's fixture
+/// dies with rig too, and the kernel drops every BPF program and uprobe.
+#[test]
+fn sigkill_of_ab_gate_instructions_and_probe_cost_while_measuring_leaves_nothing() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let c = Case::new("kill-ab-counted");
+    let a = tagged_arm(&c, "a.toml", "calib-dyn-a.toml");
+    let b = tagged_arm(&c, "b.toml", "calib-dyn-b.toml");
+    let ab = c.ab(&a, &b, "/work", "counted");
+    signal_in_phase(
+        "kill-ab-counted",
+        &c,
+        ab,
+        Phase::Counted,
+        libc::SIGKILL,
+        "ab.json",
+    );
+
+    let c = Case::new("kill-gate-counted");
+    let spec = c.spec(Target::Plain);
+    let gate = c.gate(&spec, "/calib", 3, 2_000_000, "");
+    signal_in_phase(
+        "kill-gate-counted",
+        &c,
+        gate,
+        Phase::Counted,
+        libc::SIGKILL,
+        "gate.json",
+    );
+
+    // As hostile::probe_cost_and_instructions_obey_sigterm_with_exit_130
+    // runs it: a million requests under callgrind take minutes.
+    let c = Case::new("kill-instructions-window");
+    let calib = tagged_arm(&c, "t.toml", "calib.toml");
+    let instructions = c.rig(&[
+        "instructions",
+        "--target",
+        calib.to_str().unwrap(),
+        "--path",
+        "/calib",
+        "--backend",
+        "callgrind",
+        "--requests",
+        "1000000",
+    ]);
+    signal_in_phase(
+        "kill-instructions-window",
+        &c,
+        instructions,
+        Phase::Window,
+        libc::SIGKILL,
+        "-",
+    );
+
+    // rig itself carries the tag, so its hitloop fixture does too.
+    let c = Case::new("kill-probe-cost");
+    let probe_cost = Command::new(rig_bin())
+        .args(["probe-cost", "--iterations", "5000000", "--rounds", "20"])
+        .env(TAG_VAR, &c.tag)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    signal_in_phase(
+        "kill-probe-cost",
+        &c,
+        probe_cost,
+        Phase::Counted,
+        libc::SIGKILL,
+        "-",
+    );
 }
 
 /// `rig demo` (its own calibration server) obeys SIGINT mid-window and
