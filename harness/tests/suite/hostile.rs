@@ -16,7 +16,8 @@ use rig::launch::spec::TargetSpec;
 use rig::launch::start::LaunchOptions;
 use serde_json::Value;
 
-use super::{calib, probes_shared, repo, rig_bin, root_or_skip};
+use super::chaos::all_json_valid;
+use super::{calib, probes_shared, repo, rig_bin, root_or_skip, spec};
 
 /// A scratch directory for one test, removed when dropped.
 pub(super) struct Scratch(pub(super) PathBuf);
@@ -792,6 +793,59 @@ fn a_run_that_measured_nothing_exits_non_zero() {
     assert_all_json(&dir);
 }
 
+/// Every run of both arms skipped (the path is an endpoint of neither):
+/// `rig ab` measured nothing and says so, exit 6, `ab.json` has
+/// `measured: false` (not interrupted, no failed run), and cases.jsonl
+/// says why for each run.
+#[test]
+fn an_ab_that_measured_nothing_exits_non_zero_and_says_so() {
+    root_or_skip!();
+    let s = Scratch::new("ab-nothing");
+    let m = s.write("m.toml", "[defaults]\nwarmup_ms = 100\nduration_ms = 300\n[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/not-an-endpoint\"]\ntopologies = [\"1\"]\n");
+    let dir = s.0.join("out");
+    let (code, out, err) = rig_out(&[
+        "ab",
+        "--arm",
+        &format!("A={}", spec("calib-dyn-a.toml")),
+        "--arm",
+        &format!("B={}", spec("calib-dyn-b.toml")),
+        "--matrix",
+        m.to_str().unwrap(),
+        "--suite",
+        "a",
+        "--out",
+        dir.to_str().unwrap(),
+        "--passes",
+        "clean",
+        "--rounds",
+        "1",
+    ]);
+    assert_eq!(code, exit::CASE_FAILED, "{out}\n{err}");
+    assert!(err.contains("rig ab: nothing was measured"), "{err}");
+    assert_eq!(all_json_valid(&dir), Vec::<String>::new());
+    let ab: Value = serde_json::from_slice(&std::fs::read(dir.join("ab.json")).unwrap()).unwrap();
+    assert_eq!(ab["measured"], false, "{ab:#}");
+    assert_eq!(ab["interrupted"], false, "{ab:#}");
+    assert_eq!(ab["failed_runs"], serde_json::json!([]), "{ab:#}");
+    let cases: Vec<Value> = std::fs::read_to_string(dir.join("cases.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // One A B B A round.
+    assert_eq!(cases.len(), 4, "{cases:#?}");
+    for c in &cases {
+        assert_eq!(c["status"], "skipped", "{c:#}");
+        assert!(
+            c["reasons"]
+                .to_string()
+                .contains("has no endpoint /not-an-endpoint"),
+            "{:#}",
+            c["reasons"]
+        );
+    }
+}
+
 /// A launch whose program cannot be spawned leaves no run directory.
 #[test]
 fn a_failed_spawn_leaves_no_run_directory() {
@@ -927,3 +981,4 @@ fn a_target_drops_to_the_user_its_spec_or_user_flag_names() {
     ]);
     assert_eq!(code, exit::USAGE, "{err}");
 }
+
