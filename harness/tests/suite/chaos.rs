@@ -393,6 +393,30 @@ pub(super) fn audit(case: &str, rig_pid: u32, tag: &str, seen: &Seen, out: &Path
     waited
 }
 
+/// Run the rig command `cmd` to its end (at most a minute, see [`finish`])
+/// under a [`Watcher`], then [`audit`] what it left: for tests whose rig
+/// is not signalled. `tag` is the one its target tree carries (a tag
+/// nothing carries when it starts none); `out` its output directory, if
+/// any. Returns exit code, stdout and stderr.
+pub(super) fn run_audited(
+    case: &str,
+    tag: &str,
+    out: &Path,
+    cmd: &mut Command,
+) -> (i32, String, String) {
+    let rig = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rig_pid = rig.id();
+    let w = Watcher::start(rig_pid, tag);
+    let done = finish(rig);
+    let seen = w.finish();
+    audit(case, rig_pid, tag, &seen, out);
+    done
+}
+
 /// Where in a command's life the signal lands.
 #[derive(Clone, Copy, Debug)]
 enum Phase {
