@@ -71,7 +71,7 @@ pub(super) fn analyse(
     s: &AbSettings,
     names: &[String],
     results: Vec<(usize, u32, CaseResult)>,
-    equality: EqualityReport,
+    equality: Option<EqualityReport>,
     order: Vec<String>,
     interrupted: bool,
 ) -> AbReport {
@@ -84,7 +84,7 @@ pub(super) fn analyse(
     let (metrics, code_differences) = collect(s, n_arms, &results);
     let compared = compare_metrics(metrics, n_arms);
     let drift = drift(&compared, names);
-    let evidence = evidence(&equality, &code_differences, &compared);
+    let evidence = evidence(equality.as_ref(), &code_differences, &compared);
     let mut verdict = summary(&compared, names);
     if !drift.is_empty() {
         verdict.push_str(" — IN DOUBT: a negative control moved");
@@ -98,10 +98,17 @@ pub(super) fn analyse(
     }
     let measured = results.iter().any(|(_, _, r)| r.status.measured());
     if !measured {
-        verdict = format!(
-            "nothing was measured: all {} run(s) were skipped (cases.jsonl says why)",
-            results.len()
-        );
+        verdict = if interrupted {
+            format!(
+                "interrupted by SIGINT/SIGTERM before any run was measured ({} finished; cases.jsonl has them)",
+                results.len()
+            )
+        } else {
+            format!(
+                "nothing was measured: all {} run(s) were skipped (cases.jsonl says why)",
+                results.len()
+            )
+        };
     }
     AbReport {
         schema_version: 1,
@@ -111,7 +118,7 @@ pub(super) fn analyse(
         interrupted,
         measured,
         failed_runs,
-        equality: Some(equality),
+        equality,
         code_differences,
         evidence,
         metrics: compared,
@@ -321,11 +328,11 @@ fn drift(compared: &[MetricComparison], names: &[String]) -> Vec<String> {
 /// Whether byte-identical outputs are evidence: only next to proof that the
 /// arms executed different code.
 fn evidence(
-    equality: &EqualityReport,
+    equality: Option<&EqualityReport>,
     code_differences: &[CodeDifference],
     compared: &[MetricComparison],
 ) -> String {
-    let outputs_equal = equality.differences.iter().all(|d| d.is_empty());
+    let outputs_equal = equality.is_none_or(|e| e.differences.iter().all(|d| d.is_empty()));
     let code_differs = code_differences.iter().any(|d| !d.sites.is_empty())
         || compared.iter().any(|m| {
             m.values.exact && !m.values.control && m.vs_first.iter().any(|c| c.diff_median != 0.0)

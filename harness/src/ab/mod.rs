@@ -228,9 +228,17 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
         }),
     )?;
 
-    let equality = check_equality(s, &rs)?;
-
-    let (order_names, results, interrupted) = run_rounds(s, &rs, &all, &mut out, stop)?;
+    // A signal during the output comparison (a launch, most often) ends
+    // the comparison before any case: ab.json still says interrupted.
+    let equality = match check_equality(s, &rs) {
+        Ok(e) => Some(e),
+        Err(_) if stop.load(Ordering::Relaxed) => None,
+        Err(e) => return Err(e),
+    };
+    let (order_names, results, interrupted) = match equality {
+        Some(_) => run_rounds(s, &rs, &all, &mut out, stop)?,
+        None => (Vec::new(), Vec::new(), true),
+    };
     crate::launch::start::cleanup_all();
 
     let report = analyse(s, &names, results, equality, order_names, interrupted);

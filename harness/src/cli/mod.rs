@@ -53,11 +53,12 @@ fn print_report_path(dir: &std::path::Path) {
 fn instructions(a: &InstructionsArgs) -> Result<i32> {
     use crate::probe::instructions::{self as instr, Choice};
     let choice = Choice::parse(&a.backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
-    let (backend, why) = instr::select(choice, &crate::host::detect_pmu())?;
-    println!("instructions counted by {why}");
+    // The flags first (exit 2), then the host.
     let mut spec = crate::launch::spec::TargetSpec::load(&a.target)
         .with_context(|| format!("--target {}", a.target.display()))?;
     args::apply_user(a.user.as_deref(), &mut spec)?;
+    let (backend, why) = instr::select(choice, &crate::host::detect_pmu())?;
+    println!("instructions counted by {why}");
     let w = crate::window::instructions::measure(backend, &spec, &a.path, a.requests, a.warmup)?;
     print!("{}", crate::probe::callgrind::render(&w, a.top));
     Ok(exit::OK)

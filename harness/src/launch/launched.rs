@@ -62,6 +62,11 @@ impl Launched {
         self.cgroup.as_ref().map(Cgroup::handle)
     }
 
+    /// The launch's `{run_dir}`: files here go when the target stops.
+    pub fn run_dir(&self) -> &std::path::Path {
+        &self.run_dir
+    }
+
     pub fn stdout_tail(&self) -> String {
         self.stdout.text()
     }

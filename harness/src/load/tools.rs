@@ -153,7 +153,7 @@ fn oha(text: &str) -> Result<(u64, Vec<String>), String> {
                 .as_u64()
                 .ok_or("non-integer count in statusCodeDistribution")?;
             if code.starts_with('2') {
-                n += c;
+                n = add(n, c)?;
             }
             evidence.push(format!("statusCodeDistribution {code}: {c}"));
         }
@@ -175,7 +175,7 @@ fn oha(text: &str) -> Result<(u64, Vec<String>), String> {
         let (code, count) = rest.split_once("] ").ok_or("unreadable status row")?;
         let c = first_number(count).ok_or("unreadable status row")?;
         if code.starts_with('2') {
-            n += c;
+            n = add(n, c)?;
         }
         evidence.push(t.to_string());
     }
@@ -198,7 +198,7 @@ fn redis_benchmark(text: &str) -> Result<(u64, Vec<String>), String> {
         }
         if l.contains(" requests completed in ") {
             let c = first_number(l).ok_or("unreadable `requests completed` line")?;
-            n += c;
+            n = add(n, c)?;
             evidence.push(format!("{}: {}", test.as_deref().unwrap_or("?"), l.trim()));
         }
     }
@@ -209,6 +209,16 @@ fn redis_benchmark(text: &str) -> Result<(u64, Vec<String>), String> {
         );
     }
     Ok((n, evidence))
+}
+
+/// A sum of counts the tool printed; one past `u64` is not a count.
+fn add(n: u64, c: u64) -> Result<u64, String> {
+    n.checked_add(c).ok_or_else(|| {
+        format!(
+            "the counts add up to more than {}: not a request count",
+            u64::MAX
+        )
+    })
 }
 
 fn first_number(s: &str) -> Option<u64> {
@@ -318,8 +328,161 @@ mod tests {
 
     #[test]
     fn refuses_output_it_does_not_recognise() {
-        for t in [Tool::Wrk, Tool::H2load, Tool::Oha, Tool::RedisBenchmark] {
+        for t in TOOLS {
             assert!(read_count(t, "Segmentation fault\n").is_err(), "{t:?}");
         }
+    }
+
+    #[test]
+    fn refuses_counts_that_add_up_past_u64() {
+        let max = u64::MAX;
+        let redis = format!(
+            "====== GET ======\n  {max} requests completed in 0.10 seconds\n\
+             ====== SET ======\n  1 requests completed in 0.10 seconds\n"
+        );
+        let e = read_count(Tool::RedisBenchmark, &redis).unwrap_err();
+        assert!(e.contains("more than"), "{e}");
+        let oha = format!("{{\"statusCodeDistribution\": {{\"200\": {max}, \"204\": 1}}}}");
+        assert!(read_count(Tool::Oha, &oha).is_err());
+        let text =
+            format!("Status code distribution:\n  [200] {max} responses\n  [201] 1 responses\n");
+        assert!(read_count(Tool::Oha, &text).is_err());
+    }
+
+    // -----------------------------------------------------------------------
+    // Properties: a load tool's output is untrusted text. Any text, and
+    // captured outputs mutated, give a count or an error, never a panic.
+
+    const TOOLS: [Tool; 4] = [Tool::Wrk, Tool::H2load, Tool::Oha, Tool::RedisBenchmark];
+
+    /// Inputs per property (as tests/suite/fuzz.rs).
+    const CASES: u32 = 256;
+
+    /// Run `test` on `CASES` inputs drawn from `strategy`; a panic fails
+    /// with the (shrunk) input. Says how many inputs it tried.
+    fn fuzz<S: proptest::strategy::Strategy>(name: &str, strategy: S, test: impl Fn(S::Value))
+    where
+        S::Value: std::fmt::Debug,
+    {
+        let config = proptest::test_runner::Config {
+            cases: CASES,
+            failure_persistence: None,
+            ..Default::default()
+        };
+        let tried = std::sync::atomic::AtomicU32::new(0);
+        proptest::test_runner::TestRunner::new(config)
+            .run(&strategy, |v| {
+                tried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                test(v);
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        eprintln!(
+            "fuzz: {name}: {} inputs, 0 panics",
+            tried.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+
+    /// Every captured output in fixtures/load-tools (whichever are there).
+    fn all_captured() -> Vec<String> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/load-tools");
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".txt"))
+            .collect();
+        names.sort();
+        names.iter().map(|n| captured(n)).collect()
+    }
+
+    fn every_tool_reads(text: &str) {
+        for t in TOOLS {
+            let _ = read_count(t, text);
+        }
+    }
+
+    #[test]
+    fn load_tool_outputs_of_arbitrary_text_never_panic() {
+        use proptest::prelude::*;
+        fuzz(
+            "load_tool_outputs_of_arbitrary_text",
+            "\\PC{0,400}",
+            |text: String| every_tool_reads(&text),
+        );
+        // Lines made of the words the parsers look for, and numbers at
+        // the edges of u64.
+        let word = prop_oneof![
+            Just("requests: ".to_string()),
+            Just(" succeeded, ".to_string()),
+            Just(" requests in ".to_string()),
+            Just("Non-2xx or 3xx responses: ".to_string()),
+            Just("Status code distribution:\n".to_string()),
+            Just("  [200] ".to_string()),
+            Just("[2".to_string()),
+            Just("] ".to_string()),
+            Just(" responses\n".to_string()),
+            Just("====== ".to_string()),
+            Just(" requests completed in ".to_string()),
+            Just("{\"statusCodeDistribution\": {\"200\": ".to_string()),
+            Just("}}".to_string()),
+            Just("\u{1b}[".to_string()),
+            Just("\r".to_string()),
+            Just("\n".to_string()),
+            Just(", ".to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            Just(u64::MAX.to_string()),
+            Just("18446744073709551616".to_string()),
+            "[ -~]{0,8}",
+        ];
+        fuzz(
+            "load_tool_outputs_of_tool_words",
+            prop::collection::vec(word, 0..40),
+            |words: Vec<String>| every_tool_reads(&words.concat()),
+        );
+    }
+
+    #[test]
+    fn load_tool_outputs_of_mutated_captures_never_panic() {
+        use proptest::prelude::*;
+        let files = all_captured();
+        assert!(
+            !files.is_empty(),
+            "fixtures/load-tools has captured outputs"
+        );
+        let edits = prop::collection::vec((any::<usize>(), any::<u8>(), 0u8..4), 1..16);
+        fuzz(
+            "load_tool_outputs_of_mutated_captures",
+            (any::<usize>(), edits, any::<u64>()),
+            |(file, edits, big)| {
+                let mut b = files[file % files.len()].as_bytes().to_vec();
+                for (at, byte, op) in edits {
+                    let i = at % b.len().max(1);
+                    match op {
+                        0 => b[i] = byte,
+                        1 => {
+                            b.remove(i);
+                        }
+                        2 => b.insert(i, byte),
+                        // A number the tool printed replaced by any u64.
+                        _ => {
+                            let start = (0..b.len())
+                                .map(|k| (i + k) % b.len())
+                                .find(|&k| b[k].is_ascii_digit());
+                            if let Some(s) = start {
+                                let e = (s..b.len())
+                                    .find(|&k| !b[k].is_ascii_digit())
+                                    .unwrap_or(b.len());
+                                b.splice(s..e, big.to_string().into_bytes());
+                            }
+                        }
+                    }
+                    if b.is_empty() {
+                        b.push(b'x');
+                    }
+                }
+                every_tool_reads(&String::from_utf8_lossy(&b));
+            },
+        );
     }
 }

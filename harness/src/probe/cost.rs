@@ -176,14 +176,30 @@ fn median(v: &[f64]) -> f64 {
 
 /// Run `hitloop KIND ITERS DEPTH` once, in one arm. One run: ns per loop iteration, and the BPF program's ns per run.
 fn run_once(kind: &Kind, iterations: u64, arm: Arm) -> Result<(f64, Option<f64>)> {
-    let mut child = Command::new(rig_fixtures::hitloop())
-        .arg(kind.hitloop)
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(rig_fixtures::hitloop());
+    cmd.arg(kind.hitloop)
         .arg(iterations.to_string())
         .arg(EXTRA_FRAMES.to_string())
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting the hitloop fixture")?;
+        .stdout(Stdio::piped());
+    // A SIGKILLed rig must not leave the fixture looping: it dies with rig
+    // (the thread that spawns it is the main thread, alive as long as rig).
+    // If rig died before the prctl, the fixture is already orphaned: give up.
+    let rig_pid = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != rig_pid {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the hitloop fixture")?;
     // SIGINT/SIGTERM must not wait for a long probed loop: kill the
     // fixture (rig started it and has not reaped it, so the pid is its).
     let pid = child.id();

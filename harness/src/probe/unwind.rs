@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext,
     UnwindSection, X86_64,
@@ -242,8 +242,23 @@ pub fn build_module(path: &Path) -> Result<ModuleTable> {
         (&f).read_to_end(&mut v)?;
         v
     };
-    let obj = object::File::parse(&*data).with_context(|| format!("parse {}", path.display()))?;
-    let segments = exec_segments(&obj);
+    module_of(&data).with_context(|| format!("parse {}", path.display()))
+}
+
+/// [`build_module`] of a module's bytes (any bytes: a target's file is
+/// untrusted input).
+pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
+    let obj = object::File::parse(data)?;
+    // Segments as the file holds them: a header claiming bytes past the
+    // end of the file describes nothing the kernel could map.
+    let segments: Vec<(u64, u64, u64)> = exec_segments(&obj)
+        .into_iter()
+        .filter(|&(off, size, vaddr)| {
+            off.checked_add(size)
+                .is_some_and(|e| e <= data.len() as u64)
+                && vaddr.checked_add(size).is_some()
+        })
+        .collect();
     let Some(eh) = obj.section_by_name(".eh_frame") else {
         return Ok(ModuleTable {
             exec_segments: segments,
@@ -259,14 +274,26 @@ pub fn build_module(path: &Path) -> Result<ModuleTable> {
         bases = bases.set_got(g.address());
     }
     let section = EhFrame::new(eh_data, LittleEndian);
-    let mut t = rows_of(&section, &bases)?;
+    let code: Vec<(u64, u64)> = segments
+        .iter()
+        .map(|&(_, size, vaddr)| (vaddr, vaddr + size))
+        .collect();
+    let mut t = rows_of(&section, &bases, &code)?;
     t.exec_segments = segments;
     Ok(t)
 }
 
+/// The most code addresses one module's rows may span: far beyond any real
+/// module, small enough that its bucket index is allocated, not an abort.
+const MAX_CODE_SPAN: u64 = 4 << 30;
+
+/// Rows of every FDE of `section` that covers code in `code` (module
+/// address ranges of the executable segments): a pc outside them is never
+/// looked up, and a bogus FDE would only stretch the bucket index.
 fn rows_of(
     section: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
     bases: &BaseAddresses,
+    code: &[(u64, u64)],
 ) -> Result<ModuleTable> {
     let mut ctx = Box::new(UnwindContext::new());
     let mut raw: Vec<UnwindRow> = Vec::new();
@@ -279,6 +306,13 @@ fn rows_of(
         let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
             continue;
         };
+        let (begin, end) = (fde.initial_address(), fde.end_address());
+        if !code
+            .iter()
+            .any(|&(lo, hi)| lo <= begin && begin <= end && end <= hi)
+        {
+            continue;
+        }
         let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
             unsupported += 1;
             continue;
@@ -293,6 +327,12 @@ fn rows_of(
                     break;
                 }
             };
+            // A row the FDE's instructions moved outside its own range
+            // (DW_CFA_set_loc can) describes no code of this FDE.
+            if !(begin..end).contains(&row.start_address()) {
+                bad = true;
+                break;
+            }
             let r = convert(section, row);
             bad |= r.cfa == unwind_cfa::NONE;
             raw.push(r);
@@ -306,6 +346,18 @@ fn rows_of(
         unsupported += bad as usize;
     }
     let rows = compact(raw);
+    if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        // The bucket index has an entry per 256 bytes of the rows' span.
+        if last.pc - first.pc > MAX_CODE_SPAN {
+            bail!(
+                "its unwind rows span {:#x}..{:#x}, more than {} GiB of code addresses: \
+                 its program headers or .eh_frame are corrupt",
+                first.pc,
+                last.pc,
+                MAX_CODE_SPAN >> 30
+            );
+        }
+    }
     let (pc_base, index) = bucket_index(&rows);
     Ok(ModuleTable {
         rows,

@@ -137,3 +137,158 @@ fn compaction_prefers_real_rules_and_merges_equal_neighbours() {
     assert_eq!(pcs, vec![0, 1, 10, 20]);
     assert_eq!(out[2].cfa, unwind_cfa::RSP);
 }
+
+// ---------------------------------------------------------------------------
+// Properties: a target's module is untrusted input. Arbitrary and mutated
+// bytes give a table or an error, never a panic, and a table keeps the
+// order the BPF walk's binary search needs.
+
+/// Inputs per property (as tests/suite/fuzz.rs).
+const CASES: u32 = 256;
+
+/// Run `test` on `CASES` inputs drawn from `strategy`; a panic fails with
+/// the (shrunk) input. Says how many inputs it tried.
+fn fuzz<S: proptest::strategy::Strategy>(name: &str, strategy: S, test: impl Fn(S::Value))
+where
+    S::Value: std::fmt::Debug,
+{
+    let config = proptest::test_runner::Config {
+        cases: CASES,
+        failure_persistence: None,
+        ..Default::default()
+    };
+    let tried = std::sync::atomic::AtomicU32::new(0);
+    proptest::test_runner::TestRunner::new(config)
+        .run(&strategy, |v| {
+            tried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            test(v);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    eprintln!(
+        "fuzz: {name}: {} inputs, 0 panics",
+        tried.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// A table as the walk needs it: rows strictly by pc, every bucket's rows
+/// inside the table, and a lookup anywhere answers without panicking.
+fn check_table(t: &ModuleTable) {
+    assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
+    assert!(t
+        .index
+        .iter()
+        .all(|b| b.lo <= b.hi && (b.hi as usize) < t.rows.len()));
+    for r in t.rows.iter().take(64) {
+        let _ = lookup(t, r.pc);
+        let _ = lookup(t, r.pc.wrapping_add(1));
+    }
+    let _ = lookup(t, u64::MAX);
+}
+
+/// A module's bytes and the file range of its `.eh_frame`.
+type WithEhFrame = (Vec<u8>, std::ops::Range<usize>);
+
+fn with_eh_frame(path: &Path) -> WithEhFrame {
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let (off, size) = file
+        .section_by_name(".eh_frame")
+        .and_then(|s| s.file_range())
+        .unwrap_or_else(|| panic!("{} has an .eh_frame", path.display()));
+    let range = off as usize..(off + size) as usize;
+    (data, range)
+}
+
+/// The calibration server (small, gcc) and the libc this test maps (large,
+/// hand-written assembly among its FDEs).
+fn modules_with_eh_frame() -> &'static [WithEhFrame; 2] {
+    static MODULES: std::sync::OnceLock<[WithEhFrame; 2]> = std::sync::OnceLock::new();
+    MODULES.get_or_init(|| {
+        let maps = ProcMaps::read(std::process::id()).unwrap();
+        let libc = maps.libc_path().expect("the test binary maps libc");
+        [
+            with_eh_frame(rig_fixtures::calib_server()),
+            with_eh_frame(Path::new(&libc)),
+        ]
+    })
+}
+
+#[test]
+fn unwind_tables_of_mutated_eh_frames_never_panic() {
+    use proptest::prelude::*;
+    let modules = modules_with_eh_frame();
+    for (elf, eh) in modules {
+        assert!(!eh.is_empty());
+        // Each unmutated file builds a table: the mutations start from real ones.
+        check_table(&module_of(elf).unwrap());
+    }
+    let edits = prop::collection::vec((any::<usize>(), any::<u8>(), any::<bool>()), 1..48);
+    fuzz(
+        "unwind_tables_of_mutated_eh_frames",
+        (any::<bool>(), edits, any::<usize>(), 0u8..4),
+        |(libc, edits, cut, how)| {
+            let (elf, eh) = &modules[usize::from(libc)];
+            let mut b = elf.clone();
+            for (at, byte, word) in edits {
+                // Mostly single bytes; sometimes a whole 4-byte field (an
+                // entry length, a CIE pointer, a pc) set to a wild value.
+                let i = eh.start + at % eh.len();
+                if word && i + 4 <= eh.end {
+                    b[i..i + 4]
+                        .copy_from_slice(&u32::from(byte).rotate_left(at as u32).to_le_bytes());
+                } else {
+                    b[i] = byte;
+                }
+            }
+            match how {
+                // The section's tail zeroed: a terminator mid-section.
+                0 => b[eh.start + cut % eh.len()..eh.end].fill(0),
+                // The file cut inside the section.
+                1 => b.truncate(eh.start + cut % eh.len()),
+                _ => {}
+            }
+            if let Ok(t) = module_of(&b) {
+                check_table(&t);
+            }
+        },
+    );
+}
+
+#[test]
+fn unwind_tables_of_arbitrary_and_mutated_elf_bytes_never_panic() {
+    use proptest::prelude::*;
+    fuzz(
+        "unwind_tables_of_arbitrary_elf_bytes",
+        prop::collection::vec(any::<u8>(), 0..2048),
+        |tail| {
+            let mut data = b"\x7fELF\x02\x01\x01\0".to_vec();
+            data.extend(tail);
+            if let Ok(t) = module_of(&data) {
+                check_table(&t);
+            }
+        },
+    );
+    let (elf, _) = &modules_with_eh_frame()[0];
+    fuzz(
+        "unwind_tables_of_mutated_elf_headers",
+        prop::collection::vec((any::<usize>(), any::<u8>()), 1..32),
+        |edits| {
+            let mut b = elf.clone();
+            // The ELF header, program headers and section headers: where a
+            // parser trusts offsets and sizes.
+            for (at, byte) in edits {
+                let span = 4096.min(b.len());
+                let i = if at % 2 == 0 {
+                    at % span
+                } else {
+                    b.len() - 1 - at % span
+                };
+                b[i] = byte;
+            }
+            if let Ok(t) = module_of(&b) {
+                check_table(&t);
+            }
+        },
+    );
+}

@@ -157,34 +157,16 @@ pub fn measure_callgrind(
     if requests == 0 {
         bail!("--requests must be at least 1");
     }
-    // Private (mkdtemp, 0700): valgrind writes its profile here as root.
-    let prefix = format!(
-        "rig-callgrind-{}-{}-",
-        std::process::id(),
-        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let dir = crate::fsutil::private_dir(&prefix)
-        .with_context(|| format!("creating a private directory {prefix}* in the temp dir"))?;
-    let result = callgrind_in(spec, path, requests, warmup, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
-}
-
-static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn callgrind_in(
-    spec: &TargetSpec,
-    path: &str,
-    requests: u64,
-    warmup: u64,
-    dir: &Path,
-) -> Result<InstrWindow> {
-    let out_file = dir.join("callgrind.out");
-    let wrapped = wrap_spec(spec, &out_file);
+    // The profile goes into the launch's own run directory: private
+    // (mkdtemp, 0700), owned by the user the target runs as (so valgrind
+    // can write it after a `user` drop), and removed with the target, by
+    // rig or, should rig be SIGKILLed, by the launch's watchdog.
+    let wrapped = wrap_spec(spec, Path::new("{run_dir}/callgrind.out"));
     let load = load_spec(spec, path)?;
     let target = launch(&wrapped, &LaunchOptions::default())
         .with_context(|| format!("launching {} under callgrind", spec.name))?;
-    let window = (|| -> Result<()> {
+    let out_file = target.run_dir().join("callgrind.out");
+    let window = (|| -> Result<Vec<std::fs::File>> {
         let mut client = connect(load, target.port)?;
         let open = || -> Result<CallgrindWindow> {
             refuse_prefork(spec, target.pid)?;
@@ -199,24 +181,28 @@ fn callgrind_in(
         )?;
         all_counted(&d.report, requests)?;
         cg::dump(target.pid)?;
-        cg::wait_for_dump(&out_file.with_extension("out.1"))
+        cg::wait_for_dump(&out_file.with_extension("out.1"))?;
+        // Opened now, read once the target has exited (its dump is then
+        // whole): stopping it removes the run directory, not open files.
+        // The part callgrind writes at exit is not needed: instrumentation
+        // is off after the window, so it counts nothing.
+        cg::dump_files(&out_file)?
+            .iter()
+            .map(|f| std::fs::File::open(f).with_context(|| format!("opening {}", f.display())))
+            .collect()
     })();
     let stderr = target.stderr_tail();
     let exit = target.stop(Duration::from_secs(10));
-    window.with_context(|| {
+    let parts = window.with_context(|| {
         format!(
             "callgrind window on {} ({}); valgrind stderr tail:\n{stderr}",
             spec.name,
             exit.describe()
         )
     })?;
-    // Every part (the explicit dump and the one at exit) is summed; with
-    // instrumentation off the exit part is empty.
     let mut text = String::new();
-    for f in cg::dump_files(&out_file)? {
-        text.push_str(
-            &std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?,
-        );
+    for mut f in parts {
+        std::io::Read::read_to_string(&mut f, &mut text).context("reading a callgrind dump")?;
         text.push('\n');
     }
     let profile = cg::parse(&text);

@@ -16,10 +16,17 @@
 //! - every JSON and JSON-lines file rig wrote still parses.
 //!
 //! Phases are chosen where rig holds the most: during a launch (the target
-//! sleeps before it execs the server, so rig is waiting for readiness) and
-//! during a counted pass (probes attached, load running). Matrices are long
-//! so that the signal lands mid-phase; a case that would run its course is
+//! sleeps before it execs the server, so rig is waiting for readiness),
+//! during a clean pass (load running, no probes), during a counted pass
+//! (probes attached, load running) and during an instruction window (the
+//! target under callgrind, its requests running). Matrices are long so
+//! that the signal lands mid-phase; a case that would run its course is
 //! cut short by the signal, which keeps the suite at a few seconds a case.
+//!
+//! Every signal case prints one line, `chaos: <case>: exit <code> <ms> ms
+//! after <SIG>` (a SIGKILLed rig's code is 137, 128 + 9, as a shell says),
+//! and a SIGKILL case also `chaos: <case>: nothing left <ms> ms after
+//! SIGKILL` (the watchdogs' and the kernel's teardown).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -33,7 +40,9 @@ use serde_json::Value;
 use super::hostile::{alive, cgroups_of, children_of, finish, launch_dirs_of, signal, Scratch};
 use super::{probes_shared, program_ids_of, repo, rig_bin, root_or_skip, still_loaded};
 
-const TAG_VAR: &str = "RIG_CHAOS_TAG";
+/// The environment variable whose value tags every process of one test's
+/// target tree.
+pub(super) const TAG_VAR: &str = "RIG_CHAOS_TAG";
 
 /// How the target's shell starts the calibration server.
 #[derive(Clone, Copy, Debug)]
@@ -137,7 +146,7 @@ impl Case {
 }
 
 /// Pids whose environment carries `TAG_VAR=tag`.
-fn tagged(tag: &str) -> Vec<u32> {
+pub(super) fn tagged(tag: &str) -> Vec<u32> {
     let want = format!("{TAG_VAR}={tag}");
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -187,7 +196,7 @@ fn kernel_object_fds(pid: u32) -> Vec<String> {
 
 /// What a watcher saw while one rig ran.
 #[derive(Default, Debug)]
-struct Seen {
+pub(super) struct Seen {
     /// BPF programs the rig process held.
     programs: Vec<u32>,
     /// Every tagged process (the target tree), in order of first sight.
@@ -197,21 +206,23 @@ struct Seen {
 }
 
 /// Polls rig and its target tree every 10 ms until stopped.
-struct Watcher {
+pub(super) struct Watcher {
     seen: Arc<Mutex<Seen>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Watcher {
-    fn start(rig_pid: u32, tag: &str) -> Watcher {
+    /// Watch rig `rig_pid` and the processes tagged `tag` (rig itself,
+    /// when it carries the tag too, is not of the target tree).
+    pub(super) fn start(rig_pid: u32, tag: &str) -> Watcher {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st, tag) = (Arc::clone(&seen), Arc::clone(&stop), tag.to_string());
         let thread = std::thread::spawn(move || {
             while !st.load(Ordering::Relaxed) {
                 let progs = program_ids_of(rig_pid);
-                let tree = tagged(&tag);
+                let tree: Vec<u32> = tagged(&tag).into_iter().filter(|&p| p != rig_pid).collect();
                 let mut fds = Vec::new();
                 for &p in &tree {
                     fds.extend(
@@ -247,7 +258,7 @@ impl Watcher {
         self.seen.lock().unwrap().programs.len()
     }
 
-    fn finish(mut self) -> Seen {
+    pub(super) fn finish(mut self) -> Seen {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().unwrap().join().unwrap();
         std::mem::take(&mut *self.seen.lock().unwrap())
@@ -280,9 +291,24 @@ fn legacy_probes_of(rig_pid: u32) -> Vec<String> {
     out
 }
 
+/// rig `rig_pid`'s own entries in the temp dir (`rig-<what>-<pid>-...`:
+/// its launches' run directories, any other private directory it made).
+fn temp_dirs_of(rig_pid: u32) -> Vec<PathBuf> {
+    let pid = rig_pid.to_string();
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("rig-") && name.split('-').nth(2) == Some(pid.as_str())
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 /// Every `.json`/`.jsonl` file under `dir` parses (rig's own temp files,
-/// dot-names, are not results).
-fn all_json_valid(dir: &Path) -> Vec<String> {
+/// dot-names, are not results); returns those that do not.
+pub(super) fn all_json_valid(dir: &Path) -> Vec<String> {
     let mut bad = Vec::new();
     let Ok(rd) = std::fs::read_dir(dir) else {
         return bad;
@@ -312,16 +338,20 @@ fn all_json_valid(dir: &Path) -> Vec<String> {
 
 /// After rig `rig_pid` has exited: nothing of its run is left. Kills what
 /// it finds (only processes of this test's tag) so a failure does not
-/// leak into later tests, then panics with the list.
-fn audit(case: &str, rig_pid: u32, tag: &str, seen: &Seen, out: &Path) {
+/// leak into later tests, then panics with the list. Returns how long the
+/// teardown took to finish after the call.
+pub(super) fn audit(case: &str, rig_pid: u32, tag: &str, seen: &Seen, out: &Path) -> Duration {
     // Teardown after a SIGKILL is a watchdog's work: allow it a moment.
+    let t0 = Instant::now();
     wait_until(Duration::from_secs(10), || {
         tagged(tag).is_empty()
             && watchdogs_of(rig_pid).is_empty()
             && cgroups_of(rig_pid).is_empty()
             && launch_dirs_of(rig_pid).is_empty()
+            && temp_dirs_of(rig_pid).is_empty()
             && still_loaded(&seen.programs).is_empty()
     });
+    let waited = t0.elapsed();
     let mut left = Vec::new();
     for p in tagged(tag) {
         left.push(format!("process {p} of the target tree"));
@@ -335,6 +365,11 @@ fn audit(case: &str, rig_pid: u32, tag: &str, seen: &Seen, out: &Path) {
     }
     for d in launch_dirs_of(rig_pid) {
         left.push(format!("run directory {}", d.display()));
+    }
+    for d in temp_dirs_of(rig_pid) {
+        if !launch_dirs_of(rig_pid).contains(&d) {
+            left.push(format!("private directory {}", d.display()));
+        }
     }
     for id in still_loaded(&seen.programs) {
         left.push(format!("BPF program {id}"));
@@ -355,6 +390,31 @@ fn audit(case: &str, rig_pid: u32, tag: &str, seen: &Seen, out: &Path) {
         left.len()
     );
     assert!(left.is_empty(), "{case}: left behind: {left:#?}");
+    waited
+}
+
+/// Run the rig command `cmd` to its end (at most a minute, see [`finish`])
+/// under a [`Watcher`], then [`audit`] what it left: for tests whose rig
+/// is not signalled. `tag` is the one its target tree carries (a tag
+/// nothing carries when it starts none); `out` its output directory, if
+/// any. Returns exit code, stdout and stderr.
+pub(super) fn run_audited(
+    case: &str,
+    tag: &str,
+    out: &Path,
+    cmd: &mut Command,
+) -> (i32, String, String) {
+    let rig = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rig_pid = rig.id();
+    let w = Watcher::start(rig_pid, tag);
+    let done = finish(rig);
+    let seen = w.finish();
+    audit(case, rig_pid, tag, &seen, out);
+    done
 }
 
 /// Where in a command's life the signal lands.
@@ -362,8 +422,12 @@ fn audit(case: &str, rig_pid: u32, tag: &str, seen: &Seen, out: &Path) {
 enum Phase {
     /// rig waits for a (slow-starting) target to become ready.
     Launch,
+    /// A clean pass's load running (no probes).
+    Clean,
     /// Probes attached, the counted load running.
     Counted,
+    /// An instruction window's requests running on a target under callgrind.
+    Window,
 }
 
 /// Wait until `rig` reaches `phase`; true when it did.
@@ -374,7 +438,21 @@ fn reach(phase: Phase, rig_pid: u32, tag: &str, w: &Watcher) -> bool {
             let t = tagged(tag);
             !t.is_empty() && !t.iter().any(|&p| is_server(p))
         }),
+        // A server launched for a clean pass (its cgroup says which pass)
+        // holds a connection of the load.
+        Phase::Clean => wait_until(Duration::from_secs(60), || {
+            tagged(tag)
+                .into_iter()
+                .any(|p| in_pass(p, "clean") && has_established_tcp(p))
+        }),
         Phase::Counted => wait_until(Duration::from_secs(60), || w.programs() > 0),
+        // Past the counted runs (a gate) and valgrind's start-up: the
+        // target under callgrind holds the window's connection.
+        Phase::Window => wait_until(Duration::from_secs(180), || {
+            tagged(tag)
+                .into_iter()
+                .any(|p| under_callgrind(p) && has_established_tcp(p))
+        }),
     };
     // Into the middle of the phase.
     std::thread::sleep(Duration::from_millis(match phase {
@@ -382,6 +460,71 @@ fn reach(phase: Phase, rig_pid: u32, tag: &str, w: &Watcher) -> bool {
         _ => 1000,
     }));
     ok && alive(rig_pid)
+}
+
+/// Process `pid` is in the cgroup of a `pass` launch: its name is
+/// `rig-<label>-<rig pid>-<n>`, the label `<target>-<pass>` with every `-`
+/// made `_`.
+fn in_pass(pid: u32, pass: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .is_ok_and(|c| c.contains(&format!("_{pass}-")))
+}
+
+/// Process `pid` runs under valgrind's callgrind.
+fn under_callgrind(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains("callgrind"))
+        || std::fs::read_link(format!("/proc/{pid}/exe"))
+            .is_ok_and(|e| e.display().to_string().contains("callgrind"))
+}
+
+/// Process `pid` holds an established TCP connection (a socket fd of its
+/// own in state 01 of /proc/PID/net/tcp or tcp6).
+fn has_established_tcp(pid: u32) -> bool {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    let inodes: Vec<String> = rd
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            let l = l.display().to_string();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let v: Vec<&str> = l.split_whitespace().collect();
+                v.get(3) == Some(&"01") && v.get(9).is_some_and(|i| inodes.iter().any(|x| x == i))
+            })
+        })
+    })
+}
+
+fn sig_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGKILL => "SIGKILL",
+        _ => "a signal",
+    }
+}
+
+/// The one line a signal case prints: rig's exit code and the time from
+/// the signal to rig's exit.
+fn exit_line(case: &str, code: i32, took: Duration, sig: i32) {
+    // finish() gives -1 for death by a signal; say it as a shell does.
+    let code = if code == -1 && sig == libc::SIGKILL {
+        128 + libc::SIGKILL
+    } else {
+        code
+    };
+    eprintln!(
+        "chaos: {case}: exit {code} {} ms after {}",
+        took.as_millis(),
+        sig_name(sig)
+    );
 }
 
 /// The calibration server itself (not the shell whose script names it).
@@ -458,8 +601,14 @@ fn run_case(name: &str, t: Target, passes: &str, phase: Phase, sig: i32) -> (i32
     let (code, stdout, stderr) = finish(rig);
     let took = t0.elapsed();
     let seen = w.finish();
-    eprintln!("{name}: {t:?} target, signal {sig} in {phase:?}: exit {code} after {took:?}");
-    audit(name, rig_pid, &c.tag, &seen, &c.out());
+    exit_line(name, code, took, sig);
+    let waited = audit(name, rig_pid, &c.tag, &seen, &c.out());
+    if sig == libc::SIGKILL {
+        eprintln!(
+            "chaos: {name}: nothing left {} ms after SIGKILL",
+            (took + waited).as_millis()
+        );
+    }
     assert_eq!(
         after,
         Vec::<u32>::new(),
@@ -633,6 +782,131 @@ fn tagged_arm(c: &Case, file: &str, base: &str) -> PathBuf {
     )
 }
 
+impl Case {
+    /// `rig ab` of two arms on a one-case matrix of `path` with long passes.
+    fn ab(&self, a: &Path, b: &Path, path: &str, passes: &str) -> std::process::Child {
+        let m = self.long_matrix(path);
+        self.rig(&[
+            "ab",
+            "--arm",
+            &format!("A={}", a.display()),
+            "--arm",
+            &format!("B={}", b.display()),
+            "--matrix",
+            m.to_str().unwrap(),
+            "--suite",
+            "long",
+            "--out",
+            self.out().to_str().unwrap(),
+            "--passes",
+            passes,
+            "--probes",
+            "syscalls",
+        ])
+    }
+
+    /// `rig gate` of a baseline with no counters on `target`: `repeats` runs
+    /// of the long suite of `path`, `requests` each; `extra` is more TOML.
+    fn gate(
+        &self,
+        target: &Path,
+        path: &str,
+        repeats: u32,
+        requests: u64,
+        extra: &str,
+    ) -> std::process::Child {
+        let m = self.long_matrix(path);
+        let baseline = self.s.write(
+            "b.toml",
+            &format!(
+                "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"long\"\nrepeats = {repeats}\n\
+                 requests = {requests}\nprobes = \"syscalls\"\n{extra}",
+                target.display(),
+                m.display()
+            ),
+        );
+        self.rig(&[
+            "gate",
+            "--baseline",
+            baseline.to_str().unwrap(),
+            "--out",
+            self.out().to_str().unwrap(),
+        ])
+    }
+}
+
+/// Signal `rig` once it reaches `phase`: no target after the signal, the
+/// audit; unless the signal is SIGKILL, also exit 130 and `report` (a file
+/// in --out, not read after a SIGKILL) marked interrupted, which is
+/// returned with cases.jsonl's lines.
+fn signal_in_phase(
+    name: &str,
+    c: &Case,
+    rig: std::process::Child,
+    phase: Phase,
+    sig: i32,
+    report: &str,
+) -> (Value, Vec<Value>) {
+    let rig_pid = rig.id();
+    let w = Watcher::start(rig_pid, &c.tag);
+    if !reach(phase, rig_pid, &c.tag, &w) {
+        let (code, stdout, stderr) = finish(rig);
+        w.finish();
+        panic!("{name}: never reached {phase:?} (exit {code})\n{stdout}\n{stderr}");
+    }
+    let since = now_tick();
+    let t0 = Instant::now();
+    signal(rig_pid, sig);
+    let after = launches_until_exit(rig_pid, &c.tag, since);
+    let (code, stdout, stderr) = finish(rig);
+    let took = t0.elapsed();
+    let seen = w.finish();
+    exit_line(name, code, took, sig);
+    let waited = audit(name, rig_pid, &c.tag, &seen, &c.out());
+    assert_eq!(
+        after,
+        Vec::<u32>::new(),
+        "{name}: a target started after the signal"
+    );
+    if sig == libc::SIGKILL {
+        eprintln!(
+            "chaos: {name}: nothing left {} ms after SIGKILL",
+            (took + waited).as_millis()
+        );
+        return (Value::Null, Vec::new());
+    }
+    assert_eq!(code, exit::INTERRUPTED, "{name}: {stdout}\n{stderr}");
+    // Far below the 30 s pass; the exact time is printed above.
+    assert!(took < Duration::from_secs(10), "{name}: {took:?}");
+    let r: Value = serde_json::from_slice(&std::fs::read(c.out().join(report)).unwrap())
+        .unwrap_or_else(|e| panic!("{name}: {report}: {e}\n{stderr}"));
+    assert_eq!(r["interrupted"], true, "{name}: {r:#}");
+    let cases = std::fs::read_to_string(c.out().join("cases.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (r, cases)
+}
+
+/// The last case rig wrote is the one the signal cut: skipped, saying so,
+/// no data.
+fn last_case_interrupted(name: &str, cases: &[Value]) {
+    let last = cases
+        .last()
+        .unwrap_or_else(|| panic!("{name}: no case in cases.jsonl"));
+    assert_eq!(last["status"], "skipped", "{name}: {last:#}");
+    assert!(
+        last["reasons"].to_string().contains("interrupted"),
+        "{name}: {:#}",
+        last["reasons"]
+    );
+    assert!(
+        last["clean"].is_null() && last["counted"].is_null(),
+        "{name}: not data: {last:#}"
+    );
+}
+
 /// `rig ab` (SIGINT) and `rig gate` (SIGTERM) while probes are attached:
 /// exit 130 at once, no new target (no arm B after the signal), what was
 /// written is valid and says interrupted, nothing left.
@@ -646,76 +920,201 @@ fn ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing() {
     let c = Case::new("ab-int");
     let a = tagged_arm(&c, "a.toml", "calib-dyn-a.toml");
     let b = tagged_arm(&c, "b.toml", "calib-dyn-b.toml");
-    let m = c.long_matrix("/work");
-    let ab = c.rig(&[
-        "ab",
-        "--arm",
-        &format!("A={}", a.display()),
-        "--arm",
-        &format!("B={}", b.display()),
-        "--matrix",
-        m.to_str().unwrap(),
-        "--suite",
-        "long",
-        "--out",
-        c.out().to_str().unwrap(),
-        "--passes",
-        "counted",
-        "--probes",
-        "syscalls",
-    ]);
-    signal_mid_counted(&c, ab, libc::SIGINT, "ab.json");
+    let ab = c.ab(&a, &b, "/work", "counted");
+    let (_, cases) = signal_in_phase(
+        "ab-int-counted",
+        &c,
+        ab,
+        Phase::Counted,
+        libc::SIGINT,
+        "ab.json",
+    );
+    last_case_interrupted("ab-int-counted", &cases);
     // gate: a baseline with no counters, its runs long.
     let c = Case::new("gate-term");
     let spec = c.spec(Target::Plain);
-    let m = c.long_matrix("/calib");
-    let baseline = c.s.write(
-        "b.toml",
-        &format!(
-            "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"long\"\nrepeats = 3\n\
-             requests = 2000000\nprobes = \"syscalls\"\n",
-            spec.display(),
-            m.display()
-        ),
+    let gate = c.gate(&spec, "/calib", 3, 2_000_000, "");
+    let (_, cases) = signal_in_phase(
+        "gate-term-counted",
+        &c,
+        gate,
+        Phase::Counted,
+        libc::SIGTERM,
+        "gate.json",
     );
-    let gate = c.rig(&[
-        "gate",
-        "--baseline",
-        baseline.to_str().unwrap(),
-        "--out",
-        c.out().to_str().unwrap(),
-    ]);
-    signal_mid_counted(&c, gate, libc::SIGTERM, "gate.json");
+    last_case_interrupted("gate-term-counted", &cases);
 }
 
-/// Signal `rig` once its probes are attached; check exit 130, no target
-/// after the signal, `report` in --out marked interrupted, the audit.
-fn signal_mid_counted(c: &Case, rig: std::process::Child, sig: i32, report: &str) {
-    let rig_pid = rig.id();
-    let w = Watcher::start(rig_pid, &c.tag);
-    assert!(
-        reach(Phase::Counted, rig_pid, &c.tag, &w),
-        "{report}: no counted pass"
+/// `rig ab` interrupted while it launches an arm (SIGINT; the first launch
+/// is the output comparison's, before any case) and during a clean pass
+/// (SIGTERM): exit 130 at once, `ab.json` says interrupted (with no run,
+/// or with the cut case written as skipped), no target after the signal,
+/// nothing left.
+#[test]
+fn ab_obeys_signals_in_its_launch_and_clean_phases_and_leaves_nothing() {
+    root_or_skip!();
+    let _g = probes_shared();
+    // Both arms one slow-starting spec: the signal lands before readiness,
+    // so the arm's proof (which a shell arm would fail) is never reached.
+    let c = Case::new("ab-int-launch");
+    let slow = c.spec(Target::SlowStart);
+    let ab = c.ab(&slow, &slow, "/calib", "clean");
+    let (r, cases) = signal_in_phase(
+        "ab-int-launch",
+        &c,
+        ab,
+        Phase::Launch,
+        libc::SIGINT,
+        "ab.json",
     );
-    let since = now_tick();
-    let t0 = Instant::now();
-    signal(rig_pid, sig);
-    let after = launches_until_exit(rig_pid, &c.tag, since);
-    let (code, stdout, stderr) = finish(rig);
-    let took = t0.elapsed();
-    let seen = w.finish();
-    eprintln!("{report}: signal {sig} while counting: exit {code} after {took:?}");
-    audit(report, rig_pid, &c.tag, &seen, &c.out());
+    assert_eq!(r["order"], serde_json::json!([]), "no run began: {r:#}");
+    assert_eq!(r["measured"], false, "{r:#}");
+    assert!(cases.is_empty(), "{cases:#?}");
+
+    let c = Case::new("ab-term-clean");
+    let a = tagged_arm(&c, "a.toml", "calib-dyn-a.toml");
+    let b = tagged_arm(&c, "b.toml", "calib-dyn-b.toml");
+    let ab = c.ab(&a, &b, "/work", "clean");
+    let (r, cases) = signal_in_phase(
+        "ab-term-clean",
+        &c,
+        ab,
+        Phase::Clean,
+        libc::SIGTERM,
+        "ab.json",
+    );
     assert_eq!(
-        after,
-        Vec::<u32>::new(),
-        "{report}: a target after the signal"
+        r["order"],
+        serde_json::json!(["A1"]),
+        "the signal cut A's first run: {r:#}"
     );
-    assert_eq!(code, exit::INTERRUPTED, "{stdout}\n{stderr}");
-    assert!(took < Duration::from_secs(10), "{took:?}");
-    let r: Value = serde_json::from_slice(&std::fs::read(c.out().join(report)).unwrap())
-        .unwrap_or_else(|e| panic!("{report}: {e}\n{stderr}"));
-    assert_eq!(r["interrupted"], true, "{r:#}");
+    last_case_interrupted("ab-term-clean", &cases);
+}
+
+/// `rig gate` interrupted while it launches its first target (SIGINT) and
+/// during an instruction window under callgrind, after its counted runs
+/// (SIGTERM; a gate has no clean pass, the window is its other measuring
+/// phase): exit 130 at once, `gate.json` says interrupted, no target after
+/// the signal, nothing left.
+#[test]
+fn gate_obeys_signals_in_its_launch_phase_and_instruction_window_and_leaves_nothing() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let c = Case::new("gate-int-launch");
+    let slow = c.spec(Target::SlowStart);
+    let gate = c.gate(&slow, "/calib", 3, 2_000_000, "");
+    let (r, cases) = signal_in_phase(
+        "gate-int-launch",
+        &c,
+        gate,
+        Phase::Launch,
+        libc::SIGINT,
+        "gate.json",
+    );
+    assert!(r["passed"].is_null(), "no verdict: {r:#}");
+    assert_eq!(cases.len(), 1, "only the cut case: {cases:#?}");
+    last_case_interrupted("gate-int-launch", &cases);
+
+    // One counted run of 200 000 requests (seconds), then a callgrind
+    // window of as many (a minute or more): the signal lands in the window.
+    let c = Case::new("gate-term-window");
+    let calib = tagged_arm(&c, "t.toml", "calib.toml");
+    let gate = c.gate(
+        &calib,
+        "/calib",
+        1,
+        200_000,
+        "instructions = \"callgrind\"\n",
+    );
+    let (r, cases) = signal_in_phase(
+        "gate-term-window",
+        &c,
+        gate,
+        Phase::Window,
+        libc::SIGTERM,
+        "gate.json",
+    );
+    assert!(r["passed"].is_null(), "no verdict: {r:#}");
+    assert_eq!(cases.len(), 1, "the counted run: {cases:#?}");
+    assert_eq!(cases[0]["status"], "ok", "{:#}", cases[0]["reasons"]);
+}
+
+/// SIGKILL of `rig ab` and `rig gate` while their probes are attached, of
+/// `rig instructions` while its window runs under callgrind, and of `rig
+/// probe-cost` while it measures a probed loop: the launched targets die
+/// with rig (`PR_SET_PDEATHSIG`), the watchdogs remove their cgroups and
+/// run directories (callgrind's profile among them), probe-cost's fixture
+/// dies with rig too, and the kernel drops every BPF program and uprobe.
+#[test]
+fn sigkill_of_ab_gate_instructions_and_probe_cost_while_measuring_leaves_nothing() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let c = Case::new("kill-ab-counted");
+    let a = tagged_arm(&c, "a.toml", "calib-dyn-a.toml");
+    let b = tagged_arm(&c, "b.toml", "calib-dyn-b.toml");
+    let ab = c.ab(&a, &b, "/work", "counted");
+    signal_in_phase(
+        "kill-ab-counted",
+        &c,
+        ab,
+        Phase::Counted,
+        libc::SIGKILL,
+        "ab.json",
+    );
+
+    let c = Case::new("kill-gate-counted");
+    let spec = c.spec(Target::Plain);
+    let gate = c.gate(&spec, "/calib", 3, 2_000_000, "");
+    signal_in_phase(
+        "kill-gate-counted",
+        &c,
+        gate,
+        Phase::Counted,
+        libc::SIGKILL,
+        "gate.json",
+    );
+
+    // As hostile::probe_cost_and_instructions_obey_sigterm_with_exit_130
+    // runs it: a million requests under callgrind take minutes.
+    let c = Case::new("kill-instructions-window");
+    let calib = tagged_arm(&c, "t.toml", "calib.toml");
+    let instructions = c.rig(&[
+        "instructions",
+        "--target",
+        calib.to_str().unwrap(),
+        "--path",
+        "/calib",
+        "--backend",
+        "callgrind",
+        "--requests",
+        "1000000",
+    ]);
+    signal_in_phase(
+        "kill-instructions-window",
+        &c,
+        instructions,
+        Phase::Window,
+        libc::SIGKILL,
+        "-",
+    );
+
+    // rig itself carries the tag, so its hitloop fixture does too.
+    let c = Case::new("kill-probe-cost");
+    let probe_cost = Command::new(rig_bin())
+        .args(["probe-cost", "--iterations", "5000000", "--rounds", "20"])
+        .env(TAG_VAR, &c.tag)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    signal_in_phase(
+        "kill-probe-cost",
+        &c,
+        probe_cost,
+        Phase::Counted,
+        libc::SIGKILL,
+        "-",
+    );
 }
 
 /// `rig demo` (its own calibration server) obeys SIGINT mid-window and

@@ -3,6 +3,7 @@
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use super::chaos::run_audited;
 use super::{calib, is_root, rig_bin};
 use rig::exit;
 
@@ -37,30 +38,43 @@ fn refuses_a_pid_that_does_not_exist() {
     );
 }
 
+/// Not root: exit 3, saying so; and the refused rig leaves nothing (the
+/// leftover audit of suite/chaos.rs: no process, cgroup, run directory or
+/// BPF program of it).
 #[test]
 fn refuses_to_run_without_root() {
+    // rig starts no target here: a tag nothing carries, no output directory.
+    let tag = format!("no-root-{}", std::process::id());
+    let no_out = std::env::temp_dir().join(format!("rig-errors-no-out-{}", std::process::id()));
     if !is_root() {
         // Already unprivileged: rig must refuse us directly.
-        let (code, err) = rig(&["attach", "--pid", "1", "--duration", "1s"]);
+        let (code, _, err) = run_audited(
+            "no-root",
+            &tag,
+            &no_out,
+            Command::new(rig_bin()).args(["attach", "--pid", "1", "--duration", "1s"]),
+        );
         assert_eq!(code, exit::PERMISSION, "{err}");
         assert!(err.contains("needs root"), "{err}");
         return;
     }
     let target = calib(&[]);
-    let out = Command::new(rig_bin())
-        .args([
-            "attach",
-            "--pid",
-            &target.pid().to_string(),
-            "--duration",
-            "1s",
-        ])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(exit::PERMISSION), "{err}");
+    let (code, _, err) = run_audited(
+        "no-root",
+        &tag,
+        &no_out,
+        Command::new(rig_bin())
+            .args([
+                "attach",
+                "--pid",
+                &target.pid().to_string(),
+                "--duration",
+                "1s",
+            ])
+            .uid(65534)
+            .gid(65534),
+    );
+    assert_eq!(code, exit::PERMISSION, "{err}");
     assert!(
         err.contains("needs root") && err.contains("euid is 65534"),
         "{err}"

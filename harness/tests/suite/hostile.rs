@@ -16,7 +16,8 @@ use rig::launch::spec::TargetSpec;
 use rig::launch::start::LaunchOptions;
 use serde_json::Value;
 
-use super::{calib, probes_shared, repo, rig_bin, root_or_skip};
+use super::chaos::{all_json_valid, tagged, TAG_VAR};
+use super::{calib, probes_shared, repo, rig_bin, root_or_skip, spec};
 
 /// A scratch directory for one test, removed when dropped.
 pub(super) struct Scratch(pub(super) PathBuf);
@@ -792,6 +793,59 @@ fn a_run_that_measured_nothing_exits_non_zero() {
     assert_all_json(&dir);
 }
 
+/// Every run of both arms skipped (the path is an endpoint of neither):
+/// `rig ab` measured nothing and says so, exit 6, `ab.json` has
+/// `measured: false` (not interrupted, no failed run), and cases.jsonl
+/// says why for each run.
+#[test]
+fn an_ab_that_measured_nothing_exits_non_zero_and_says_so() {
+    root_or_skip!();
+    let s = Scratch::new("ab-nothing");
+    let m = s.write("m.toml", "[defaults]\nwarmup_ms = 100\nduration_ms = 300\n[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/not-an-endpoint\"]\ntopologies = [\"1\"]\n");
+    let dir = s.0.join("out");
+    let (code, out, err) = rig_out(&[
+        "ab",
+        "--arm",
+        &format!("A={}", spec("calib-dyn-a.toml")),
+        "--arm",
+        &format!("B={}", spec("calib-dyn-b.toml")),
+        "--matrix",
+        m.to_str().unwrap(),
+        "--suite",
+        "a",
+        "--out",
+        dir.to_str().unwrap(),
+        "--passes",
+        "clean",
+        "--rounds",
+        "1",
+    ]);
+    assert_eq!(code, exit::CASE_FAILED, "{out}\n{err}");
+    assert!(err.contains("rig ab: nothing was measured"), "{err}");
+    assert_eq!(all_json_valid(&dir), Vec::<String>::new());
+    let ab: Value = serde_json::from_slice(&std::fs::read(dir.join("ab.json")).unwrap()).unwrap();
+    assert_eq!(ab["measured"], false, "{ab:#}");
+    assert_eq!(ab["interrupted"], false, "{ab:#}");
+    assert_eq!(ab["failed_runs"], serde_json::json!([]), "{ab:#}");
+    let cases: Vec<Value> = std::fs::read_to_string(dir.join("cases.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // One A B B A round.
+    assert_eq!(cases.len(), 4, "{cases:#?}");
+    for c in &cases {
+        assert_eq!(c["status"], "skipped", "{c:#}");
+        assert!(
+            c["reasons"]
+                .to_string()
+                .contains("has no endpoint /not-an-endpoint"),
+            "{:#}",
+            c["reasons"]
+        );
+    }
+}
+
 /// A launch whose program cannot be spawned leaves no run directory.
 #[test]
 fn a_failed_spawn_leaves_no_run_directory() {
@@ -926,4 +980,152 @@ fn a_target_drops_to_the_user_its_spec_or_user_flag_names() {
         "no-such-user-rig",
     ]);
     assert_eq!(code, exit::USAGE, "{err}");
+}
+
+/// The real uid and gid of `user` (its primary group), from the passwd
+/// database.
+fn ids_of(user: &str) -> (u32, u32) {
+    let name = std::ffi::CString::new(user).unwrap();
+    // SAFETY: a valid C string; the result is read before any other call.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    assert!(!pw.is_null(), "{user} is a user of this host");
+    // SAFETY: non-null, from getpwnam just above.
+    unsafe { ((*pw).pw_uid, (*pw).pw_gid) }
+}
+
+/// `rig gate --user nobody`: every launch of the gate runs as nobody
+/// (cases.jsonl records the uid and gid it ran with; no run-as-root
+/// warning), the gate passes. `--user` naming no user is refused by `rig
+/// gate` and `rig instructions` before anything starts: exit 2, no output
+/// directory, nothing measured.
+#[test]
+fn gate_and_instructions_drop_the_target_to_the_user_flag_and_refuse_an_unknown_one() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = Scratch::new("gate-user");
+    let calib = repo().join("config/targets/calib.toml");
+    let m = s.write("m.toml", "[defaults]\nwarmup_ms = 50\nduration_ms = 200\ncounted_requests = 200\n[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\ntopologies = [\"1\"]\n");
+    let b = s.write(
+        "b.toml",
+        &format!(
+            "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"a\"\nrepeats = 2\nrequests = 200\n\
+             probes = \"syscalls\"\n",
+            calib.display(),
+            m.display()
+        ),
+    );
+    let (uid, gid) = ids_of("nobody");
+    let out = s.0.join("out");
+    let (code, stdout, err) = rig_out(&[
+        "gate",
+        "--baseline",
+        b.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--user",
+        "nobody",
+    ]);
+    assert_eq!(code, exit::OK, "{stdout}\n{err}");
+    assert!(!err.contains("runs as root"), "{err}");
+    let cases: Vec<Value> = std::fs::read_to_string(out.join("cases.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(cases.len(), 2, "one counted run per repeat");
+    for c in &cases {
+        let launch = &c["counted"]["launch"];
+        assert_eq!(
+            (launch["uid"].as_u64(), launch["gid"].as_u64()),
+            (Some(u64::from(uid)), Some(u64::from(gid))),
+            "{launch:#}"
+        );
+    }
+
+    let refused = s.0.join("refused");
+    let (code, stdout, err) = rig_out(&[
+        "gate",
+        "--baseline",
+        b.to_str().unwrap(),
+        "--out",
+        refused.to_str().unwrap(),
+        "--user",
+        "no-such-user-xyz",
+    ]);
+    assert_eq!(code, exit::USAGE, "{stdout}\n{err}");
+    assert!(err.contains("--user"), "{err}");
+    assert!(!refused.exists(), "refused before the output directory");
+    let (code, stdout, err) = rig_out(&[
+        "instructions",
+        "--target",
+        calib.to_str().unwrap(),
+        "--path",
+        "/calib",
+        "--backend",
+        "callgrind",
+        "--user",
+        "no-such-user-xyz",
+    ]);
+    assert_eq!(code, exit::USAGE, "{stdout}\n{err}");
+    assert!(err.contains("--user"), "{err}");
+    assert_eq!(stdout, "", "refused before the backend is chosen");
+}
+
+/// `rig instructions --backend callgrind --user nobody`: the target under
+/// valgrind runs as nobody (seen in /proc while it runs) and the window
+/// still counts: valgrind writes its profile into the target's own run
+/// directory, which the target's user owns.
+#[test]
+fn instructions_under_callgrind_runs_the_target_as_the_user_flag_names() {
+    root_or_skip!();
+    let s = Scratch::new("instr-user");
+    let tag = format!("instr-user-{}", std::process::id());
+    let spec = s.write(
+        "t.toml",
+        &format!(
+            "extends = \"{}\"\nenv = {{ {TAG_VAR} = \"{tag}\" }}\n",
+            repo().join("config/targets/calib.toml").display()
+        ),
+    );
+    let (uid, _) = ids_of("nobody");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = {
+        let (stop, tag) = (std::sync::Arc::clone(&stop), tag.clone());
+        std::thread::spawn(move || {
+            let mut uids = std::collections::BTreeSet::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for p in tagged(&tag) {
+                    let status =
+                        std::fs::read_to_string(format!("/proc/{p}/status")).unwrap_or_default();
+                    if let Some(l) = status.lines().find(|l| l.starts_with("Uid:")) {
+                        uids.insert(l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            uids
+        })
+    };
+    let (code, stdout, err) = rig_out(&[
+        "instructions",
+        "--target",
+        spec.to_str().unwrap(),
+        "--path",
+        "/calib",
+        "--backend",
+        "callgrind",
+        "--requests",
+        "200",
+        "--user",
+        "nobody",
+    ]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let uids = watch.join().unwrap();
+    assert_eq!(code, exit::OK, "{stdout}\n{err}");
+    let want = format!("{uid} {uid} {uid} {uid}");
+    assert_eq!(
+        uids.into_iter().collect::<Vec<_>>(),
+        vec![want],
+        "real, effective, saved and fs uid of the target"
+    );
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::chaos::{run_audited, TAG_VAR};
 use super::{probes_shared, repo, rig_bin};
 use rig::exit;
 
@@ -405,12 +406,17 @@ fn a_memory_limit_below_the_targets_need_reports_the_oom() {
     root_or_skip!();
     let s = Scratch::new("oom");
     s.write("hog.py", HOG);
+    // Tagged, for the leftover audit (suite/chaos.rs).
+    let tag = format!("oom-{}", std::process::id());
     let spec = s.write(
         "t.toml",
-        r#"
+        &(r#"
 name = "hog"
 argv = ["python3", "hog.py", "{port}"]
-ready = { stdout = "READY" }
+"#
+        .to_string()
+            + &format!("env = {{ {TAG_VAR} = \"{tag}\" }}\n")
+            + r#"ready = { stdout = "READY" }
 [protocols]
 h1 = true
 [[endpoints]]
@@ -418,21 +424,27 @@ path = "/x"
 status = 200
 content_type = "text/plain"
 body = { literal = "ok" }
-"#,
+"#),
     );
     let out = s.out();
-    let (code, stdout, stderr) = rig_run(&[
-        "--target",
-        spec.to_str().unwrap(),
-        "--matrix",
-        one_case_matrix(&s).to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--passes",
-        "clean",
-        "--memory-mib",
-        "64",
-    ]);
+    // The run, then the audit: no process, cgroup or run directory left.
+    let (code, stdout, stderr) = run_audited(
+        "oom",
+        &tag,
+        &out,
+        Command::new(rig_bin()).arg("run").args([
+            "--target",
+            spec.to_str().unwrap(),
+            "--matrix",
+            one_case_matrix(&s).to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--passes",
+            "clean",
+            "--memory-mib",
+            "64",
+        ]),
+    );
     assert_eq!(code, exit::CASE_FAILED, "{stdout}\n{stderr}");
     let c = cases(&out);
     let why = c[0]["reasons"].to_string();
