@@ -21,7 +21,6 @@ demo: build
 		--out $$out; rc=$$?; \
 	page=$$(pwd)/$$out/report.html; \
 	if [ -f "$$page" ]; then \
-		echo "report.html: $$page"; \
 		if command -v chromium >/dev/null 2>&1; then \
 			shot=$$(pwd)/target/rig-demo/report.png; prof=$$(mktemp -d); rm -f "$$shot"; \
 			chromium --headless --no-sandbox --disable-gpu --disable-background-networking \
@@ -32,6 +31,7 @@ demo: build
 			if [ -f "$$shot" ]; then echo "screenshot: $$shot"; \
 			else echo "screenshot: chromium wrote none"; fi; \
 		fi; \
+		echo "report.html: $$page"; \
 	fi; \
 	exit $$rc
 
