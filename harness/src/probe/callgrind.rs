@@ -99,11 +99,24 @@ pub fn dump(pid: u32) -> Result<()> {
 /// `callgrind_control ARGS pid`, given up at a signal or after 30 s: it
 /// talks to valgrind through vgdb, which waits for ever when the valgrind
 /// it talks to is killed half-way (as rig's own clean-up does at Ctrl-C).
+///
+/// It runs as the user valgrind runs as (a target dropped to `--user`):
+/// vgdb reaches valgrind through FIFOs valgrind made in /tmp, and root may
+/// not open another user's FIFO in a sticky directory (`protected_fifos`),
+/// so a root vgdb waits for ever. It gets a process group of its own, so
+/// that giving up stops the vgdb it started too (an orphaned vgdb would
+/// keep the target's tree alive).
 fn control(pid: u32, args: &[&str]) -> Result<()> {
-    let mut child = Command::new("callgrind_control")
-        .args(args)
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("callgrind_control");
+    cmd.args(args)
         .arg(pid.to_string())
-        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .stdin(std::process::Stdio::null());
+    if let Some((uid, gid)) = owner(pid).filter(|&(uid, _)| uid != 0) {
+        cmd.uid(uid).gid(gid);
+    }
+    let mut child = cmd
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -123,8 +136,9 @@ fn control(pid: u32, args: &[&str]) -> Result<()> {
             None
         };
         if let Some(why) = why {
-            // Our own child: stop it and reap it.
-            let _ = child.kill();
+            // Our own child and the vgdb it started, in its own group.
+            // SAFETY: a plain syscall; the group is the child's, made above.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
             bail!("callgrind_control {} {pid}: {why}", args.join(" "));
         }
@@ -142,6 +156,21 @@ fn control(pid: u32, args: &[&str]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The real uid and gid of `pid` (from `/proc/<pid>/status`).
+fn owner(pid: u32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((field("Uid:")?, field("Gid:")?))
 }
 
 /// A dump is complete once its `totals:` line is written.
