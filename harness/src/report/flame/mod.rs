@@ -377,7 +377,15 @@ impl Scale {
             return Scale { requests, per: 1 };
         };
         if unit == Unit::Nanoseconds {
-            return Scale { requests, per: 1 };
+            // Timed, so rounded: per request, unless that rounds even the
+            // largest stack to 0 (one 20 µs wait over 100,000 requests is
+            // 0.2 ns/req); then per as many requests as make it whole.
+            let max = totals.into_iter().max().unwrap_or(0) as u128;
+            let per = [1, 10, 100, 1000]
+                .into_iter()
+                .find(|s| 2 * max * *s as u128 >= n as u128)
+                .unwrap_or(n);
+            return Scale { requests, per };
         }
         let per = [1, 10, 100, 1000]
             .into_iter()
@@ -602,6 +610,21 @@ pub(crate) mod tests {
         s.kernel_stack = Some("syscalls:3".into());
         r.stacks.rows = vec![s];
         profile(&r, Family::Syscalls, "case-x").unwrap()
+    }
+
+    #[test]
+    fn a_timed_graph_below_a_nanosecond_per_request_is_shown_per_more_requests() {
+        // One 20 µs wait over 100,000 requests rounds to 0 ns/req: a graph
+        // of nothing, which once aborted the run that drew it.
+        let s = Scale::choose(Some(100_000), Unit::Nanoseconds, [20_000u64, 3_000]);
+        assert_eq!((s.per, s.value(20_000), s.value(3_000)), (10, 2, 0));
+        assert_eq!(s.unit_text("wait ns"), "wait ns per 10 requests");
+        assert_eq!(
+            Scale::choose(Some(1000), Unit::Nanoseconds, [5_000u64]).per,
+            1
+        );
+        let tiny = Scale::choose(Some(10_000_000), Unit::Nanoseconds, [1u64]);
+        assert_eq!((tiny.per, tiny.value(1)), (10_000_000, 1));
     }
 
     #[test]

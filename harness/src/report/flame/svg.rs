@@ -72,6 +72,23 @@ fn draw(mut o: Options<'_>, lines: &[String], what: &str) -> Result<Vec<u8>, Svg
     Ok(out)
 }
 
+impl SvgError {
+    /// Every stack rounded to nothing at the graph's scale: there is no
+    /// graph to draw, which is not a failure of the run that asked.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, SvgError::Empty(_))
+    }
+}
+
+/// The SVG, or `None` when nothing is left to draw at the scale.
+pub fn render_if_any(p: &Profile, i: usize, scale: &Scale) -> Result<Option<Vec<u8>>, SvgError> {
+    match render(p, i, scale) {
+        Ok(svg) => Ok(Some(svg)),
+        Err(e) if e.is_empty() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The flamegraph of measure `i` of `p`.
 pub fn render(p: &Profile, i: usize, scale: &Scale) -> Result<Vec<u8>, SvgError> {
     let lines = folded::lines(p, i, scale);

@@ -92,9 +92,11 @@ pub fn window(
             let path = dir.join(format!("{}.folded", m.graph));
             crate::fsutil::write_new(&path, folded::render(&p, i, &scale).as_bytes())?;
             written.push(path);
-            let path = dir.join(format!("{}.svg", m.graph));
-            crate::fsutil::write_new(&path, &svg::render(&p, i, &scale)?)?;
-            written.push(path);
+            if let Some(svg) = svg::render_if_any(&p, i, &scale)? {
+                let path = dir.join(format!("{}.svg", m.graph));
+                crate::fsutil::write_new(&path, &svg)?;
+                written.push(path);
+            }
         }
         if any {
             let path = dir.join(format!("{}.pb.gz", p.family.name()));
@@ -219,12 +221,15 @@ pub fn diff(
             crate::fsutil::write_new(&path, text.as_bytes())?;
             written.push(path);
             if pb.total(i) > 0 {
-                let path = dir.join(format!("{}.diff.svg", m.graph));
-                crate::fsutil::write_new(
-                    &path,
-                    &svg::render_diff(&pa, &pb, i, &scale, (a.0, b.0))?,
-                )?;
-                written.push(path);
+                match svg::render_diff(&pa, &pb, i, &scale, (a.0, b.0)) {
+                    Ok(svg) => {
+                        let path = dir.join(format!("{}.diff.svg", m.graph));
+                        crate::fsutil::write_new(&path, &svg)?;
+                        written.push(path);
+                    }
+                    Err(e) if e.is_empty() => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         if any {
