@@ -326,9 +326,25 @@ pub fn top_sites(counted: &Value, top: usize) -> Vec<Value> {
                 None => "(no stack)".to_string(),
             },
         };
+        let (count, amount) = (
+            r["count"].as_f64().unwrap_or(0.0),
+            r["amount"].as_f64().unwrap_or(0.0),
+        );
+        // A lock site's events are its acquisitions, as in the terminal
+        // and the flamegraphs: an unlock or a contended wait is not one
+        // more; the wait is its amount.
+        let (count, amount) = if fam == "locks" {
+            match r["event"].as_str() {
+                Some("lock" | "trylock") => (count, 0.0),
+                Some("contended (futex wait)") => (0.0, amount),
+                _ => continue,
+            }
+        } else {
+            (count, amount)
+        };
         let e = by.entry(fam).or_default().entry(label).or_default();
-        e.0 += r["count"].as_f64().unwrap_or(0.0);
-        e.1 += r["amount"].as_f64().unwrap_or(0.0);
+        e.0 += count;
+        e.1 += amount;
     }
     let per = n as f64;
     let mut out = Vec::new();

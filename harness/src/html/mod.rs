@@ -75,6 +75,7 @@ fn run_summary(p: &Path) -> Result<Value> {
         complete: Option<bool>,
         interrupted: Option<bool>,
         ok: Option<u64>,
+        limited: Option<u64>,
         failed: Option<u64>,
         skipped: Option<u64>,
     }

@@ -261,3 +261,42 @@ fn a_directory_without_cases_is_refused_by_name() {
     let err = write(&d).unwrap_err().to_string();
     assert!(err.contains("no cases.jsonl"), "{err}");
 }
+
+#[test]
+fn a_lock_sites_events_are_its_acquisitions_and_its_amount_the_wait() {
+    // Per request: 2 locks and 2 unlocks at one site, one contended wait of
+    // 3000 ns there. The page says 2 acquisitions and 3000 wait ns, as the
+    // terminal and the flamegraphs do, not 5 "events".
+    let counted = json!({
+        "load": {"succeeded": 10},
+        "attribution": {"window": {"requests": 10}, "stacks": {
+            "stacks": {"00000000000000cc": {"frames": [site("pthread_mutex_lock", 1), site("calib_lock", 208)], "user_site": 1, "incomplete": []}},
+            "kernel": {},
+            "rows": [
+                {"family": "locks", "event": "lock", "count": 20, "amount": 0, "stack": "00000000000000cc", "kernel_stack": null, "inner": false, "pid": 1},
+                {"family": "locks", "event": "unlock", "count": 20, "amount": 0, "stack": "00000000000000cc", "kernel_stack": null, "inner": false, "pid": 1},
+                {"family": "locks", "event": "contended (futex wait)", "count": 10, "amount": 30000, "stack": "00000000000000cc", "kernel_stack": null, "inner": false, "pid": 1},
+            ]}},
+    });
+    let t = cases::top_sites(&counted, 3);
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(t[0]["family"], "locks");
+    assert_eq!(t[0]["unit"], "wait ns");
+    assert_eq!(
+        t[0]["rows"],
+        json!([{"site": "calib_lock (calib.c:208)", "events": "2", "amount": "3000"}])
+    );
+}
+
+#[test]
+fn the_run_summary_counts_the_cases_the_generator_limited() {
+    let d = out_dir("limited", &[http_case("calib/calib/h1/calib/closed/1x1/ka/#1", 1)]);
+    std::fs::write(
+        d.0.join("report.json"),
+        json!({"complete": true, "interrupted": false, "ok": 2, "limited": 1, "failed": 0, "skipped": 0})
+            .to_string(),
+    )
+    .unwrap();
+    let html = std::fs::read_to_string(write(&d.0).unwrap()).unwrap();
+    assert!(html.contains("2 ok · 1 limited by the generator · 0 failed"), "{html}");
+}
