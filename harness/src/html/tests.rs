@@ -290,7 +290,10 @@ fn a_lock_sites_events_are_its_acquisitions_and_its_amount_the_wait() {
 
 #[test]
 fn the_run_summary_counts_the_cases_the_generator_limited() {
-    let d = out_dir("limited", &[http_case("calib/calib/h1/calib/closed/1x1/ka/#1", 1)]);
+    let d = out_dir(
+        "limited",
+        &[http_case("calib/calib/h1/calib/closed/1x1/ka/#1", 1)],
+    );
     std::fs::write(
         d.0.join("report.json"),
         json!({"complete": true, "interrupted": false, "ok": 2, "limited": 1, "failed": 0, "skipped": 0})
@@ -298,5 +301,8 @@ fn the_run_summary_counts_the_cases_the_generator_limited() {
     )
     .unwrap();
     let html = std::fs::read_to_string(write(&d.0).unwrap()).unwrap();
-    assert!(html.contains("2 ok · 1 limited by the generator · 0 failed"), "{html}");
+    assert!(
+        html.contains("2 ok · 1 limited by the generator · 0 failed"),
+        "{html}"
+    );
 }

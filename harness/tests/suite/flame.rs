@@ -66,7 +66,18 @@ fn inlined_std(f: &str) -> bool {
 /// Whether a folded stack (outermost first) is `chain`'s stack, once the
 /// inlined library frames are left out.
 fn is_chain(lang: Lang, chain: &Chain, frames: &[String]) -> bool {
-    let frames: Vec<&String> = frames.iter().filter(|f| !inlined_std(f)).collect();
+    // A syscall's graph draws what was counted as a frame of its own,
+    // `[getppid]`, above the user frames (kernel frames, `_[k]`, above it).
+    let user = frames
+        .iter()
+        .position(|f| f.starts_with('[') && f.ends_with(']'))
+        .map_or(frames, |at| {
+            if frames[at] != format!("[{}]", chain.event) {
+                return &[][..];
+            }
+            &frames[..at]
+        });
+    let frames: Vec<&String> = user.iter().filter(|f| !inlined_std(f)).collect();
     let mut want: Vec<(&str, bool)> = Vec::new(); // (name, by prefix)
     want.extend(lang.runtime().iter().rev().map(|f| (*f, true)));
     want.extend(chain.frames.iter().rev().map(|(f, _)| (*f, false)));
@@ -95,6 +106,11 @@ fn graphs() -> Vec<Graph> {
         ("copy", |c| c.event == "memcpy", |c| c.per_request * c.bytes),
         ("copy_calls", |c| c.event == "memcpy", |c| c.per_request),
         ("locks", |c| c.event == "lock", |c| c.per_request),
+        (
+            "syscalls",
+            |c| matches!(c.event, "getppid" | "read" | "write"),
+            |c| c.per_request,
+        ),
     ]
 }
 
@@ -103,7 +119,11 @@ fn graphs() -> Vec<Graph> {
 fn folded_equals_truth(lang: Lang) {
     let _g = probes_shared();
     let mut fx = Fixture::start(lang.binary());
-    let a = measure(&mut fx, &[Family::Alloc, Family::Copy, Family::Locks], N);
+    let a = measure(
+        &mut fx,
+        &[Family::Alloc, Family::Copy, Family::Locks, Family::Syscalls],
+        N,
+    );
     let r = Recorded::of(&a);
     for (graph, draws, value) in graphs() {
         let text = String::from_utf8(render(&r, graph, Format::Folded)).unwrap();
