@@ -306,3 +306,26 @@ fn the_run_summary_counts_the_cases_the_generator_limited() {
         "{html}"
     );
 }
+
+#[test]
+fn an_open_loop_case_gets_its_dispatch_lag_plot_beside_its_latency() {
+    let id = "calib/calib/h1/calib/r1000/1x1/ka/#1";
+    let mut c = http_case(id, 1);
+    let mut lag = hist::new_hist();
+    for v in 1..=100u64 {
+        lag.record(v * 1_000).unwrap();
+    }
+    c["load"] = json!({"kind": "open", "rate": 1000.0});
+    c["clean"]["load"]["histogram"]["dispatch_lag"] = json!(hist::encode(&lag));
+    let d = out_dir("lag", &[c]);
+    let html = std::fs::read_to_string(write(&d.0).unwrap()).unwrap();
+    let slug = crate::scenario::slug(id);
+    assert!(
+        html.contains(&format!(
+            "<figure class=\"chart lag\" data-chart=\"lag-{slug}\" data-case=\"{id}\">"
+        )),
+        "{html}"
+    );
+    assert!(html.contains(&format!("\"lag-{slug}\":")));
+    assert!(!html.contains("no dispatch lag recorded"));
+}
