@@ -444,3 +444,103 @@ fn gate_report_highlights_the_breaching_site_in_chromium() {
     // One row per counted run in the matrix.
     assert_eq!(p.dom.matches("<tr class=\"case-row status-ok\"").count(), 2);
 }
+
+/// A hand-made case of `suite` whose counted pass made `allocs` allocations
+/// per request (the matrix's allocs/req column).
+fn handmade_case(id: &str, suite: &str, allocs: f64) -> Value {
+    serde_json::json!({
+        "id": id, "suite": suite, "kind": "http", "target": 0, "target_name": "calib",
+        "repeat": 1, "protocol": "h1", "path": "/calib", "load": {"kind": "closed"},
+        "topology": {"connections": 1, "streams": 1}, "keepalive": true, "status": "ok",
+        "reasons": [],
+        "clean": {"load": {"succeeded": 100, "errors": {}, "rps": 1000.0},
+                  "server": {"cpu_us_per_request": 10.0, "rss_max_kib": 4096}},
+        "counted": {"load": {"succeeded": 100}, "per_request": {"allocations": allocs}},
+    })
+}
+
+/// What the page's own script does when a person uses it: a click on a
+/// column header sorts the matrix by that column (again: the other way), a
+/// filter hides the rows of other suites, and a flamegraph tab shows its
+/// family's graph alone. A driver script appended to a copy of the page
+/// (the page's policy allows inline scripts) clicks, as a person would, in
+/// chromium, and writes what it saw into the DOM.
+#[test]
+fn the_matrix_sorts_and_filters_and_the_flamegraph_tabs_switch_in_chromium() {
+    let Some(chrome) = chromium(test_name!()) else {
+        return;
+    };
+    let d = scratch("behaviour");
+    let dir = d.path();
+    let cases = [
+        ("s1/calib/a/#1", "s1", 8.0),
+        ("s2/calib/b/#1", "s2", 2.0),
+        ("s1/calib/c/#1", "s1", 5.0),
+    ];
+    let lines: String = cases
+        .iter()
+        .map(|(id, s, a)| format!("{}\n", handmade_case(id, s, *a)))
+        .collect();
+    std::fs::write(dir.join("cases.jsonl"), lines).unwrap();
+    std::fs::write(dir.join("manifest.json"), r#"{"rig_version": "t"}"#).unwrap();
+    let flame = dir.join("flame").join(rig::scenario::slug(cases[0].0));
+    std::fs::create_dir_all(&flame).unwrap();
+    for f in ["alloc", "copy", "syscalls"] {
+        std::fs::write(
+            flame.join(format!("{f}.svg")),
+            format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="1200" height="60"><text>{f}</text></svg>"#),
+        )
+        .unwrap();
+    }
+    let page = rig::html::write(dir).unwrap();
+    let driver = r#"<script>
+(function () {
+  var out = {};
+  var t = document.querySelector("table.matrix");
+  var ths = t.querySelectorAll("thead th"), col = -1;
+  ths.forEach(function (th, i) { if (th.textContent.trim() === "allocs/req") col = i; });
+  var order = function () {
+    return Array.prototype.map.call(t.tBodies[0].rows, function (r) { return r.dataset.case; });
+  };
+  out.before = order();
+  ths[col].click(); out.ascending = order();
+  ths[col].click(); out.descending = order();
+  var s = document.querySelector('select[data-filter="suite"]');
+  s.value = "s2"; s.dispatchEvent(new Event("change"));
+  out.shown = Array.prototype.filter.call(t.tBodies[0].rows, function (r) { return !r.hidden; })
+    .map(function (r) { return r.dataset.case; });
+  var box = document.querySelector(".flames");
+  out.tab_before = Array.prototype.filter.call(box.querySelectorAll("iframe.flame"), function (f) { return !f.hidden; })
+    .map(function (f) { return f.dataset.family; });
+  box.querySelector('button.tab[data-family="copy"]').click();
+  out.tab_after = Array.prototype.filter.call(box.querySelectorAll("iframe.flame"), function (f) { return !f.hidden; })
+    .map(function (f) { return f.dataset.family; });
+  out.tab_on = box.querySelector("button.tab.on").dataset.family;
+  var pre = document.createElement("pre");
+  pre.id = "driver"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script></body>"#;
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(html.matches("</body>").count(), 1);
+    let driven = dir.join("driven.html");
+    std::fs::write(&driven, html.replace("</body>", driver)).unwrap();
+    let p = load(&chrome, &driven, &shot("behaviour"));
+    assert_clean(&p);
+    let json = p
+        .dom
+        .split_once("<pre id=\"driver\">")
+        .and_then(|(_, r)| r.split_once("</pre>"))
+        .map(|(j, _)| j.replace("&quot;", "\""))
+        .unwrap_or_else(|| panic!("the driver wrote nothing: {}", p.dom));
+    let got: Value = serde_json::from_str(&json).unwrap();
+    let ids = |v: &[&str]| serde_json::json!(v);
+    let (a, b, c) = (cases[0].0, cases[1].0, cases[2].0);
+    assert_eq!(got["before"], ids(&[a, b, c]), "{got:#}");
+    assert_eq!(got["ascending"], ids(&[b, c, a]), "{got:#}");
+    assert_eq!(got["descending"], ids(&[a, c, b]), "{got:#}");
+    assert_eq!(got["shown"], ids(&[b]), "{got:#}");
+    assert_eq!(got["tab_before"], ids(&["alloc"]), "{got:#}");
+    assert_eq!(got["tab_after"], ids(&["copy"]), "{got:#}");
+    assert_eq!(got["tab_on"], "copy", "{got:#}");
+}
