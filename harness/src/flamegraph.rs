@@ -34,6 +34,16 @@ pub fn render(s: &FlameSettings) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// `rig flame`: the graph written to `--out`, or to stdout.
+pub fn command(s: &FlameSettings) -> Result<i32> {
+    let bytes = render(s)?;
+    match &s.out {
+        Some(p) => crate::fsutil::write_new(p, &bytes).context("--out")?,
+        None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
+    }
+    Ok(crate::exit::OK)
+}
+
 /// `flame/<slug>/` for every counted case of a run or gate directory.
 pub fn write_cases(dir: &Path) -> Result<Vec<PathBuf>> {
     outdir::cases(dir, crate::scenario::slug)

@@ -69,11 +69,13 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // `rig flame`, and the flamegraphs of output directories.
-    ("flamegraph", &["fsutil", "report", "scenario"]),
+    ("flamegraph", &["exit", "fsutil", "report", "scenario"]),
     (
         "run",
         &[
             "case",
+            "exit",
+            "flamegraph",
             "html",
             "launch",
             "load",
@@ -88,6 +90,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         "ab",
         &[
             "case",
+            "exit",
+            "flamegraph",
             "fsutil",
             "html",
             "launch",
@@ -117,22 +121,39 @@ const LAYERS: &[(&str, &[&str])] = &[
             "window",
         ],
     ),
+    // The small commands (attach and demo output, instructions,
+    // probe-cost, check-config, report).
+    (
+        "commands",
+        &[
+            "exit",
+            "flamegraph",
+            "fsutil",
+            "host",
+            "html",
+            "interrupt",
+            "launch",
+            "probe",
+            "report",
+            "scenario",
+            "session",
+            "window",
+        ],
+    ),
     // Flags into settings, settings into a command.
     (
         "cli",
         &[
             "ab",
+            "commands",
             "exit",
             "flamegraph",
             "fsutil",
             "gate",
-            "host",
-            "html",
             "interrupt",
             "launch",
             "load",
             "probe",
-            "report",
             "run",
             "scenario",
             "session",

@@ -181,6 +181,30 @@ fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
     })
 }
 
+/// `rig ab`: the comparison, its table, flamegraphs (differential too) and
+/// report.html. Exit 130 when interrupted, 6 when a run failed or nothing
+/// was measured.
+pub fn command(s: &AbSettings, stop: &AtomicBool) -> Result<i32> {
+    let report = run(s, stop)?;
+    print!("{}", render(&report));
+    let flames = crate::flamegraph::write_ab(&s.out, &report.arms)?;
+    print!("{}", crate::flamegraph::where_written(&s.out, &flames));
+    // After the flamegraphs: the page embeds them.
+    crate::html::write_or_warn(&s.out);
+    println!("results: {}", s.out.display());
+    print!("{}", crate::html::report_line(&s.out));
+    if !report.measured && !report.interrupted {
+        eprintln!("rig ab: {}", report.verdict);
+    }
+    Ok(if report.interrupted {
+        crate::exit::INTERRUPTED
+    } else if !report.failed_runs.is_empty() || !report.measured {
+        crate::exit::CASE_FAILED
+    } else {
+        crate::exit::OK
+    })
+}
+
 /// Run the comparison. `stop` ends it after the current case.
 pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
     if s.arms.len() < 2 {
