@@ -30,9 +30,20 @@ const LAYERS: &[(&str, &[&str])] = &[
     // What a window becomes.
     (
         "report",
-        &["fsutil", "host", "load", "probe", "process", "symbolize"],
+        &[
+            "fsutil",
+            "host",
+            "load",
+            "probe",
+            "process",
+            "stats",
+            "symbolize",
+        ],
     ),
-    ("metrics", &["probe", "report", "scenario", "symbolize"]),
+    (
+        "metrics",
+        &["probe", "report", "scenario", "stats", "symbolize"],
+    ),
     // report.html of an output directory, from its files.
     ("html", &["fsutil", "load", "metrics", "scenario"]),
     // The fixed-count window.

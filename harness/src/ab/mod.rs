@@ -130,6 +130,12 @@ pub struct AbReport {
     /// Negative controls that moved: the machine moved.
     pub drift: Vec<String>,
     pub verdict: String,
+    /// Every run's case id → its case key ([`CaseKey::path_form`]): the
+    /// runs the differential flamegraphs sum into one case. Not in ab.json.
+    ///
+    /// [`CaseKey::path_form`]: crate::metrics::CaseKey::path_form
+    #[serde(skip)]
+    pub case_keys: std::collections::BTreeMap<String, String>,
 }
 
 /// Send each endpoint of each arm's spec to a fresh server and compare.
@@ -187,7 +193,7 @@ fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
 pub fn command(s: &AbSettings, stop: &AtomicBool) -> Result<i32> {
     let report = run(s, stop)?;
     print!("{}", render(&report));
-    let flames = crate::flamegraph::write_ab(&s.out, &report.arms)?;
+    let flames = crate::flamegraph::write_ab(&s.out, &report.arms, &report.case_keys)?;
     print!("{}", crate::flamegraph::where_written(&s.out, &flames));
     // After the flamegraphs: the page embeds them.
     crate::html::write_or_warn(&s.out);

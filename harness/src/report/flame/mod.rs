@@ -399,7 +399,9 @@ impl Scale {
         Scale { requests, per }
     }
 
-    /// A window total as shown.
+    /// A window total as shown. Not `stats::per_request`: folded stacks and
+    /// pprof hold integers, so this is a rounded integer division (in u128,
+    /// exact) per `per` requests, chosen above so exact counts stay whole.
     pub fn value(&self, total: u64) -> u64 {
         match self.requests {
             Some(n) => ((total as u128 * self.per as u128 + n as u128 / 2) / n as u128) as u64,
@@ -417,7 +419,9 @@ impl Scale {
         }
     }
 
-    /// The shown value as a per-request number.
+    /// The shown value as a per-request number. Not `stats::per_request`:
+    /// `shown` is already divided by the window's requests (by `value`);
+    /// this only undoes the display scale of `per` requests.
     pub fn per_request(&self, shown: u64) -> f64 {
         shown as f64 / self.per as f64
     }
