@@ -225,8 +225,6 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// After a command's results are written: the page too, but a page that
-/// cannot be made never costs the results (they are on disk already).
 /// `report: <path>` and a newline when `dir` has a report.html, else
 /// nothing: the line `rig run`, `rig ab` and `rig gate` end with.
 pub fn report_line(dir: &Path) -> String {
@@ -238,6 +236,8 @@ pub fn report_line(dir: &Path) -> String {
     }
 }
 
+/// After a command's results are written: the page too, but a page that
+/// cannot be made never costs the results (they are on disk already).
 pub fn write_or_warn(dir: &Path) -> Option<PathBuf> {
     match write(dir) {
         Ok(p) => Some(p),
