@@ -7,6 +7,7 @@
 //! lines `rig run` prints under its table: the top user sites of each
 //! family per request, and where the flamegraphs are.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -34,17 +35,32 @@ pub fn render(s: &FlameSettings) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// `rig flame`: the graph written to `--out`, or to stdout.
+pub fn command(s: &FlameSettings) -> Result<i32> {
+    let bytes = render(s)?;
+    match &s.out {
+        Some(p) => crate::fsutil::write_new(p, &bytes).context("--out")?,
+        None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
+    }
+    Ok(crate::exit::OK)
+}
+
 /// `flame/<slug>/` for every counted case of a run or gate directory.
 pub fn write_cases(dir: &Path) -> Result<Vec<PathBuf>> {
     outdir::cases(dir, crate::scenario::slug)
         .with_context(|| format!("writing flamegraphs in {}/flame", dir.display()))
 }
 
-/// `rig ab`: every case's graphs, and arm 0 → arm i differential graphs.
-pub fn write_ab(dir: &Path, arms: &[String]) -> Result<Vec<PathBuf>> {
+/// `rig ab`: every case's graphs, and arm 0 → arm i differential graphs of
+/// each case key (`keys`: case id → key, as `rig ab` grouped its runs).
+pub fn write_ab(
+    dir: &Path,
+    arms: &[String],
+    keys: &BTreeMap<String, String>,
+) -> Result<Vec<PathBuf>> {
     let mut all = write_cases(dir)?;
     all.extend(
-        outdir::ab(dir, arms, crate::scenario::slug).with_context(|| {
+        outdir::ab(dir, arms, keys, crate::scenario::slug).with_context(|| {
             format!(
                 "writing differential flamegraphs in {}/flame",
                 dir.display()
@@ -166,6 +182,13 @@ mod tests {
         })
     }
 
+    /// `counted` as run by the arm `arm`.
+    fn counted_by(arm: &str, id: &str, rows: Vec<serde_json::Value>) -> serde_json::Value {
+        let mut v = counted(id, rows);
+        v["target_name"] = arm.into();
+        v
+    }
+
     /// Three cases of a `rig run`: two counted with different costs, one
     /// failed before its counted pass.
     fn cases_jsonl() -> tempfile::NamedTempFile {
@@ -283,5 +306,30 @@ mod tests {
             bad("copy"),
             format!("case {FOUR}: family copy did not run in this window, or took no stacks")
         );
+    }
+
+    /// The runs of one case are the runs `rig ab` keyed alike, whatever the
+    /// arms are called: an arm named like the suite and the path (`calib`)
+    /// still meets its other arm in one differential graph.
+    #[test]
+    fn rig_ab_draws_each_case_key_once_across_its_arms() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (ONE, "calib/dyn/h1/calib/closed/1x1/ka/#1");
+        let lines = [
+            counted_by("calib", a, vec![alloc_row(3, 72, "a")]),
+            counted_by("dyn", b, vec![alloc_row(2, 48, "a")]),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.path().join("cases.jsonl"), text).unwrap();
+        let key = "calib/h1/calib/closed/1x1/ka".to_string();
+        let keys = BTreeMap::from([(a.to_string(), key.clone()), (b.to_string(), key)]);
+        write_ab(dir.path(), &["calib".into(), "dyn".into()], &keys).unwrap();
+        let folded = std::fs::read_to_string(
+            dir.path()
+                .join("flame/calib_h1_calib_closed_1x1_ka/alloc.diff.folded"),
+        )
+        .unwrap();
+        let rows: Vec<&str> = folded.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(rows, ["main;serve;build_reply;malloc 3 2"], "{folded}");
     }
 }

@@ -30,9 +30,20 @@ const LAYERS: &[(&str, &[&str])] = &[
     // What a window becomes.
     (
         "report",
-        &["fsutil", "host", "load", "probe", "process", "symbolize"],
+        &[
+            "fsutil",
+            "host",
+            "load",
+            "probe",
+            "process",
+            "stats",
+            "symbolize",
+        ],
     ),
-    ("metrics", &["probe", "report", "scenario", "symbolize"]),
+    (
+        "metrics",
+        &["probe", "report", "scenario", "stats", "symbolize"],
+    ),
     // report.html of an output directory, from its files.
     ("html", &["fsutil", "load", "metrics", "scenario"]),
     // The fixed-count window.
@@ -69,11 +80,13 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // `rig flame`, and the flamegraphs of output directories.
-    ("flamegraph", &["fsutil", "report", "scenario"]),
+    ("flamegraph", &["exit", "fsutil", "report", "scenario"]),
     (
         "run",
         &[
             "case",
+            "exit",
+            "flamegraph",
             "html",
             "launch",
             "load",
@@ -88,6 +101,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         "ab",
         &[
             "case",
+            "exit",
+            "flamegraph",
             "fsutil",
             "html",
             "launch",
@@ -117,22 +132,39 @@ const LAYERS: &[(&str, &[&str])] = &[
             "window",
         ],
     ),
+    // The small commands (attach and demo output, instructions,
+    // probe-cost, check-config, report).
+    (
+        "commands",
+        &[
+            "exit",
+            "flamegraph",
+            "fsutil",
+            "host",
+            "html",
+            "interrupt",
+            "launch",
+            "probe",
+            "report",
+            "scenario",
+            "session",
+            "window",
+        ],
+    ),
     // Flags into settings, settings into a command.
     (
         "cli",
         &[
             "ab",
+            "commands",
             "exit",
             "flamegraph",
             "fsutil",
             "gate",
-            "host",
-            "html",
             "interrupt",
             "launch",
             "load",
             "probe",
-            "report",
             "run",
             "scenario",
             "session",
@@ -142,22 +174,74 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// The crate modules `text` names (`crate::x`).
+/// The crate modules `text` names: `crate::x`, and every first segment of
+/// a group, `crate::{x, y::{z, w}}` (x and y). Without the groups, one
+/// `use crate::{..}` line could import upward unseen.
 fn uses(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for (i, _) in text.match_indices("crate::") {
-        let rest = &text[i + "crate::".len()..];
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
-            .collect();
-        // `crate::name!` is a macro exported at the root, not a module.
-        let is_macro = rest[name.len()..].starts_with('!');
-        if !name.is_empty() && !is_macro {
-            out.insert(name);
+        let rest = text[i + "crate::".len()..].trim_start();
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                for item in top_level_items(group) {
+                    add_module(item, &mut out);
+                }
+            }
+            None => add_module(rest, &mut out),
         }
     }
     out
+}
+
+/// The module a path starts with, unless it is `self`, a type or a macro
+/// exported at the root (`crate::name!`).
+fn add_module(path: &str, out: &mut BTreeSet<String>) {
+    let path = path.trim_start();
+    let name: String = path
+        .chars()
+        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+        .collect();
+    let is_macro = path[name.len()..].starts_with('!');
+    if !name.is_empty() && name != "self" && !is_macro {
+        out.insert(name);
+    }
+}
+
+/// The comma-separated items of a group whose `{` was just read, up to its
+/// closing `}`; braces of nested groups stay inside their item.
+fn top_level_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[start..i]);
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    // An unclosed group (a string, a comment): what was read still counts.
+    items.push(&group[start..]);
+    items
+}
+
+/// The imports of `module`'s file `text` that its row of [`LAYERS`] does
+/// not allow.
+fn against_layers(module: &str, text: &str) -> Vec<String> {
+    let Some((_, allowed)) = LAYERS.iter().find(|(m, _)| *m == module) else {
+        panic!("module `{module}` is not in LAYERS: give it a tier");
+    };
+    uses(text)
+        .into_iter()
+        .filter(|used| used != module && !allowed.contains(&used.as_str()))
+        .collect()
 }
 
 fn sources(p: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -202,14 +286,9 @@ fn no_module_imports_upward() {
         if ["lib", "main", "layers"].contains(&module.as_str()) {
             continue;
         }
-        let Some((_, allowed)) = LAYERS.iter().find(|(m, _)| *m == module) else {
-            panic!("module `{module}` is not in LAYERS: give it a tier");
-        };
         seen.insert(module.clone());
-        for used in uses(&std::fs::read_to_string(&f).unwrap()) {
-            if used != module && !allowed.contains(&used.as_str()) {
-                wrong.push(format!("{} uses crate::{used}", rel.display()));
-            }
+        for used in against_layers(&module, &std::fs::read_to_string(&f).unwrap()) {
+            wrong.push(format!("{} uses crate::{used}", rel.display()));
         }
     }
     assert!(
@@ -227,4 +306,32 @@ fn finds_the_modules_a_file_names() {
         uses(text).into_iter().collect::<Vec<_>>(),
         ["launch", "probe"]
     );
+}
+
+#[test]
+fn finds_the_modules_of_grouped_and_nested_imports() {
+    let text = "use crate::{\n    probe::{Family, Scope},\n    launch,\n    self,\n};\n\
+                use crate::report::{table, Attribution};\ncrate::root_or_skip!();";
+    assert_eq!(
+        uses(text).into_iter().collect::<Vec<_>>(),
+        ["launch", "probe", "report"]
+    );
+}
+
+/// A stage that imports a command is caught, written either way.
+#[test]
+fn an_upward_import_fails_the_check_grouped_or_not() {
+    assert_eq!(
+        against_layers("probe", "use crate::gate::GateReport;"),
+        ["gate"]
+    );
+    assert_eq!(
+        against_layers("probe", "use crate::{process::Pid, run::{Status, table}};"),
+        ["run"]
+    );
+    assert_eq!(
+        against_layers("load", "use crate::{interrupt, cli::{Cli}};"),
+        ["cli"]
+    );
+    assert!(against_layers("probe", "use crate::{host, process::{self, Pid}};").is_empty());
 }

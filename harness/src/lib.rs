@@ -3,8 +3,10 @@
 //! Layers, imports pointing down only (checked by `layers.rs`; drawn in
 //! docs/architecture.md):
 //! - `cli`: flags into settings, settings into a command; `exit` codes.
-//! - commands: `session` (attach, demo), `run`, `ab`, `gate`, `flamegraph`
-//!   (`rig flame`, the flamegraphs of output directories).
+//! - commands: `session` (the attach window), `run`, `ab`, `gate`,
+//!   `flamegraph` (`rig flame`, the flamegraphs of output directories),
+//!   `commands` (attach and demo output, instructions, probe-cost,
+//!   check-config, report).
 //! - `case`: one case on fresh servers (clean, counted, memory passes).
 //! - `window`: the fixed-count window, once (warm-up, counters, N requests).
 //! - `report` (attribution, tables, output directory) and `metrics`
@@ -19,6 +21,7 @@
 pub mod ab;
 pub mod case;
 pub mod cli;
+pub mod commands;
 pub mod exit;
 pub mod flamegraph;
 pub mod fsutil;

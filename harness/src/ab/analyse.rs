@@ -82,6 +82,10 @@ pub(super) fn analyse(
         .map(|(_, _, r)| format!("{}: {}", r.case.id, r.reasons.join("; ")))
         .collect();
     let (metrics, code_differences) = collect(s, n_arms, &results);
+    let case_keys = results
+        .iter()
+        .map(|(_, _, r)| (r.case.id.clone(), CaseKey::of(&r.case).path_form()))
+        .collect();
     let compared = compare_metrics(metrics, n_arms);
     let drift = drift(&compared, names);
     let evidence = evidence(equality.as_ref(), &code_differences, &compared);
@@ -124,6 +128,7 @@ pub(super) fn analyse(
         metrics: compared,
         drift,
         verdict,
+        case_keys,
     }
 }
 

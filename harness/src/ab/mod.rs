@@ -130,6 +130,12 @@ pub struct AbReport {
     /// Negative controls that moved: the machine moved.
     pub drift: Vec<String>,
     pub verdict: String,
+    /// Every run's case id → its case key ([`CaseKey::path_form`]): the
+    /// runs the differential flamegraphs sum into one case. Not in ab.json.
+    ///
+    /// [`CaseKey::path_form`]: crate::metrics::CaseKey::path_form
+    #[serde(skip)]
+    pub case_keys: std::collections::BTreeMap<String, String>,
 }
 
 /// Send each endpoint of each arm's spec to a fresh server and compare.
@@ -178,6 +184,30 @@ fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
         paths,
         differences,
         responses,
+    })
+}
+
+/// `rig ab`: the comparison, its table, flamegraphs (differential too) and
+/// report.html. Exit 130 when interrupted, 6 when a run failed or nothing
+/// was measured.
+pub fn command(s: &AbSettings, stop: &AtomicBool) -> Result<i32> {
+    let report = run(s, stop)?;
+    print!("{}", render(&report));
+    let flames = crate::flamegraph::write_ab(&s.out, &report.arms, &report.case_keys)?;
+    print!("{}", crate::flamegraph::where_written(&s.out, &flames));
+    // After the flamegraphs: the page embeds them.
+    crate::html::write_or_warn(&s.out);
+    println!("results: {}", s.out.display());
+    print!("{}", crate::html::report_line(&s.out));
+    if !report.measured && !report.interrupted {
+        eprintln!("rig ab: {}", report.verdict);
+    }
+    Ok(if report.interrupted {
+        crate::exit::INTERRUPTED
+    } else if !report.failed_runs.is_empty() || !report.measured {
+        crate::exit::CASE_FAILED
+    } else {
+        crate::exit::OK
     })
 }
 

@@ -1,4 +1,7 @@
-//! Command line: flags (clap) → validated settings → the session → output.
+//! Command line: flags (clap) → validated settings → one command, and the
+//! command's error → its documented exit code. What a command prints and
+//! writes is the command's own (`commands/`, `run`, `ab`, `gate`,
+//! `flamegraph`).
 
 mod args;
 mod settings;
@@ -11,76 +14,16 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use crate::commands::attach::{DemoSettings, Output};
 use crate::launch::spec::TargetSpec;
 use crate::load::url::DriveChoice;
 use crate::probe::{Family, ProbeError};
-use crate::report::{table, Attribution};
-use crate::session::{self, AttachSettings, Drive};
+use crate::session::{AttachSettings, Drive};
 
 pub use crate::exit;
 
 pub use args::*;
 use settings::*;
-
-fn flame(a: &FlameArgs) -> Result<i32> {
-    let format = a
-        .format
-        .parse()
-        .map_err(|e: String| anyhow::Error::new(crate::usage::BadValue(format!("--format {e}"))))?;
-    new_output_file("--out", &a.out)?;
-    let bytes = crate::flamegraph::render(&crate::flamegraph::FlameSettings {
-        file: a.file.clone(),
-        case: a.case.clone(),
-        graph: a.family.clone(),
-        format,
-        out: a.out.clone(),
-    })?;
-    match &a.out {
-        Some(p) => crate::fsutil::write_new(p, &bytes).context("--out")?,
-        None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
-    }
-    Ok(exit::OK)
-}
-
-/// The path of report.html, when the command wrote one.
-fn print_report_path(dir: &std::path::Path) {
-    let p = dir.join(crate::html::FILE);
-    if p.exists() {
-        println!("report: {}", p.display());
-    }
-}
-
-fn instructions(a: &InstructionsArgs) -> Result<i32> {
-    use crate::probe::instructions::{self as instr, Choice};
-    let choice = Choice::parse(&a.backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
-    // The flags first (exit 2), then the host.
-    let mut spec = crate::launch::spec::TargetSpec::load(&a.target)
-        .with_context(|| format!("--target {}", a.target.display()))?;
-    args::apply_user(a.user.as_deref(), &mut spec)?;
-    let (backend, why) = instr::select(choice, &crate::host::detect_pmu())?;
-    println!("instructions counted by {why}");
-    let w = crate::window::instructions::measure(backend, &spec, &a.path, a.requests, a.warmup)?;
-    print!("{}", crate::probe::callgrind::render(&w, a.top));
-    Ok(exit::OK)
-}
-
-fn output(a: &Attribution, common: &Common) -> Result<i32> {
-    print!("{}", table::render(a, common.top));
-    if let Some(path) = &common.json {
-        let f = crate::fsutil::create_new(path).context("--json")?;
-        serde_json::to_writer_pretty(std::io::BufWriter::new(f), a)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    if let Some(dir) = &common.flame {
-        let files = crate::flamegraph::write_window(dir, a)?;
-        println!("flamegraphs: {} ({} files)", dir.display(), files.len());
-    }
-    Ok(if a.complete {
-        exit::OK
-    } else {
-        exit::INCOMPLETE
-    })
-}
 
 /// The load may open as many connections as the matrix check allowed.
 fn raise_nofile() {
@@ -124,42 +67,6 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
     .context("installing signal handlers")
 }
 
-/// Validate one config file: a matrix (it has `[[suite]]`) or a target spec.
-fn check_config(path: &std::path::Path) -> Result<i32> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    // A matrix has suites or defaults; a target spec has neither.
-    if text.contains("[[suite]]") || text.contains("[defaults]") {
-        match crate::scenario::Matrix::load(path) {
-            Ok(m) => {
-                println!(
-                    "{}: a valid matrix with {} suites",
-                    path.display(),
-                    m.suites.len()
-                );
-                Ok(exit::OK)
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                Ok(exit::ERROR)
-            }
-        }
-    } else {
-        match crate::launch::spec::check_config(path) {
-            Ok(summary) => {
-                println!("{summary}");
-                Ok(exit::OK)
-            }
-            Err(errors) => {
-                for e in &errors {
-                    eprintln!("{e}");
-                }
-                Ok(exit::ERROR)
-            }
-        }
-    }
-}
-
 /// Parse flags and run; returns the exit code.
 pub fn run() -> Result<i32> {
     let cli = Cli::parse();
@@ -171,143 +78,52 @@ pub fn run() -> Result<i32> {
             let s = settings(&a)?;
             new_output_file("--json", &a.common.json)?;
             new_output_dir("--flame", &a.common.flame)?;
-            let stop = stop_flag()?;
-            let attribution = session::run_attach(&s, &stop)?;
-            output(&attribution, &a.common)
+            crate::commands::attach::attach(&s, &output(&a.common), &*stop_flag()?)
         }
-        Cmd::ProbeCost(p) => probe_cost(&p),
-        Cmd::Run(a) => run_matrix(&a),
-        Cmd::CheckConfig(c) => check_config(&c.file),
-        Cmd::Instructions(a) => instructions(&a),
-        Cmd::Ab(a) => ab(&a),
+        Cmd::ProbeCost(p) => {
+            crate::probe::require_root()?;
+            new_output_file("--json", &p.json)?;
+            crate::commands::probe_cost::command(&probe_cost_settings(&p))
+        }
+        Cmd::Run(a) => {
+            let s = run_settings(&a)?;
+            if !s.families.is_empty() && s.passes.counted {
+                crate::probe::require_root()?;
+            }
+            crate::run::command(&s, &*stop_flag()?)
+        }
+        Cmd::CheckConfig(c) => crate::commands::check_config::command(&c.file),
+        Cmd::Instructions(a) => crate::commands::instructions::command(&instructions_settings(&a)?),
+        Cmd::Ab(a) => {
+            let s = ab_settings(&a)?;
+            if !s.families.is_empty() && s.passes.counted {
+                crate::probe::require_root()?;
+            }
+            crate::ab::command(&s, &*stop_flag()?)
+        }
         Cmd::Gate(g) => {
             let s = gate_settings(&g)?;
-            let code = crate::gate::command(&s, &*stop_flag()?)?;
-            if let Some(d) = &s.out {
-                print_report_path(d);
-            }
-            Ok(code)
+            crate::gate::command(&s, &*stop_flag()?)
         }
-        Cmd::Report(r) => {
-            let p = crate::html::write(&r.dir)?;
-            println!("report: {}", p.display());
-            Ok(exit::OK)
+        Cmd::Report(r) => crate::commands::report(&r.dir),
+        Cmd::Flame(a) => {
+            let s = flame_settings(&a)?;
+            new_output_file("--out", &a.out)?;
+            crate::flamegraph::command(&s)
         }
-        Cmd::Flame(a) => flame(&a),
-        Cmd::Demo(d) => demo(&d),
+        Cmd::Demo(d) => {
+            new_output_file("--json", &d.common.json)?;
+            new_output_dir("--flame", &d.common.flame)?;
+            let s = DemoSettings {
+                probes: d.common.probes.clone(),
+                wrappers: d.common.wrappers.clone(),
+                connections: d.connections,
+                requests: d.requests,
+                output: output(&d.common),
+            };
+            crate::commands::attach::demo(&s, &*stop_flag()?)
+        }
     }
-}
-
-/// `rig probe-cost`.
-fn probe_cost(p: &ProbeCostArgs) -> Result<i32> {
-    crate::probe::require_root()?;
-    new_output_file("--json", &p.json)?;
-    let rows = crate::probe::cost::measure(p.iterations, p.rounds)?;
-    println!("{}", crate::probe::cost::render(&rows));
-    if let Some(path) = &p.json {
-        crate::fsutil::write_new(path, &serde_json::to_vec_pretty(&rows)?).context("--json")?;
-    }
-    Ok(exit::OK)
-}
-
-/// `rig run`: exit 130 when interrupted, 6 when a case failed or nothing
-/// was measured.
-fn run_matrix(a: &RunArgs) -> Result<i32> {
-    let s = run_settings(a)?;
-    if !s.families.is_empty() && s.passes.counted {
-        crate::probe::require_root()?;
-    }
-    let stop = stop_flag()?;
-    let results = crate::run::run(&s, &stop)?;
-    println!("{}", crate::run::table::render(&results));
-    let counted = results
-        .iter()
-        .filter_map(|r| Some((r.case.id.as_str(), &r.counted.as_ref()?.attribution)));
-    print!("{}", crate::flamegraph::top_sites(counted, 3));
-    let flames = crate::flamegraph::write_cases(&s.out)?;
-    print!("{}", crate::flamegraph::where_written(&s.out, &flames));
-    // After the flamegraphs: the page embeds them.
-    crate::html::write_or_warn(&s.out);
-    println!("results: {}", s.out.display());
-    print_report_path(&s.out);
-    let failed = results
-        .iter()
-        .any(|r| r.status == crate::run::Status::Failed);
-    let measured = results.iter().any(|r| r.status.measured());
-    if !measured && !failed {
-        eprintln!(
-            "rig: nothing was measured: all {} case(s) were skipped (see the reasons above and in {}/report.json)",
-            results.len(),
-            s.out.display()
-        );
-    }
-    Ok(if stop.load(std::sync::atomic::Ordering::Relaxed) {
-        exit::INTERRUPTED
-    } else if failed || !measured {
-        exit::CASE_FAILED
-    } else {
-        exit::OK
-    })
-}
-
-/// `rig ab`.
-fn ab(a: &AbArgs) -> Result<i32> {
-    let s = ab_settings(a)?;
-    if !s.families.is_empty() && s.passes.counted {
-        crate::probe::require_root()?;
-    }
-    let stop = stop_flag()?;
-    let report = crate::ab::run(&s, &stop)?;
-    print!("{}", crate::ab::render(&report));
-    let flames = crate::flamegraph::write_ab(&s.out, &report.arms)?;
-    print!("{}", crate::flamegraph::where_written(&s.out, &flames));
-    // After the flamegraphs: the page embeds them.
-    crate::html::write_or_warn(&s.out);
-    println!("results: {}", s.out.display());
-    print_report_path(&s.out);
-    if !report.measured && !report.interrupted {
-        eprintln!("rig ab: {}", report.verdict);
-    }
-    Ok(if report.interrupted {
-        exit::INTERRUPTED
-    } else if !report.failed_runs.is_empty() || !report.measured {
-        exit::CASE_FAILED
-    } else {
-        exit::OK
-    })
-}
-
-/// `rig demo`: the calibration server, driven and attributed.
-fn demo(d: &DemoArgs) -> Result<i32> {
-    new_output_file("--json", &d.common.json)?;
-    new_output_dir("--flame", &d.common.flame)?;
-    let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
-    cmd.args(["--port", "0", "--threads", "2", "--contend"]);
-    let target = session::Child::spawn_ready(cmd)?;
-    eprintln!(
-        "rig demo: calibration server pid {} on 127.0.0.1:{} (costs per request: fixtures/calib/COSTS.md)",
-        target.pid(),
-        target.port
-    );
-    let s = AttachSettings {
-        pid: target.pid(),
-        families: Family::parse_list(&d.common.probes)?,
-        duration: Duration::ZERO,
-        per: None,
-        drive: Some(Drive::h1(
-            &format!("http://127.0.0.1:{}/calib", target.port),
-            d.connections,
-            crate::window::WarmUp::ATTACH_DEFAULT,
-            d.requests,
-        )?),
-        command: Vec::new(),
-        tree: None,
-        wrappers: d.common.wrappers.clone(),
-    };
-    let stop = stop_flag()?;
-    let attribution = session::run_attach(&s, &stop)?;
-    drop(target);
-    output(&attribution, &d.common)
 }
 
 /// Map an error to its documented exit code.

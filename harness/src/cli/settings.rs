@@ -192,3 +192,54 @@ pub(super) fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
         argv: std::env::args().collect(),
     })
 }
+
+/// Where `rig attach` and `rig demo` write their window besides the terminal.
+pub(super) fn output(c: &Common) -> Output {
+    Output {
+        top: c.top,
+        json: c.json.clone(),
+        flame: c.flame.clone(),
+    }
+}
+
+pub(super) fn probe_cost_settings(
+    p: &ProbeCostArgs,
+) -> crate::commands::probe_cost::ProbeCostSettings {
+    crate::commands::probe_cost::ProbeCostSettings {
+        iterations: p.iterations,
+        rounds: p.rounds,
+        json: p.json.clone(),
+    }
+}
+
+pub(super) fn instructions_settings(
+    a: &InstructionsArgs,
+) -> Result<crate::commands::instructions::InstructionsSettings> {
+    let choice = crate::probe::instructions::Choice::parse(&a.backend)
+        .map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
+    let mut spec =
+        TargetSpec::load(&a.target).with_context(|| format!("--target {}", a.target.display()))?;
+    super::args::apply_user(a.user.as_deref(), &mut spec)?;
+    Ok(crate::commands::instructions::InstructionsSettings {
+        spec,
+        path: a.path.clone(),
+        requests: a.requests,
+        warmup: a.warmup,
+        top: a.top,
+        choice,
+    })
+}
+
+pub(super) fn flame_settings(a: &FlameArgs) -> Result<crate::flamegraph::FlameSettings> {
+    let format = a
+        .format
+        .parse()
+        .map_err(|e: String| anyhow::Error::new(crate::usage::BadValue(format!("--format {e}"))))?;
+    Ok(crate::flamegraph::FlameSettings {
+        file: a.file.clone(),
+        case: a.case.clone(),
+        graph: a.family.clone(),
+        format,
+        out: a.out.clone(),
+    })
+}

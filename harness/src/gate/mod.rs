@@ -146,6 +146,9 @@ pub fn command(s: &GateSettings, stop: &AtomicBool) -> Result<i32> {
     if r.is_err() && stop.load(std::sync::atomic::Ordering::Relaxed) {
         write_interrupted(s)?;
     }
+    if let (Ok(_), Some(d)) = (&r, &s.out) {
+        print!("{}", crate::html::report_line(d));
+    }
     r
 }
 

@@ -226,6 +226,17 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// `report: <path>` and a newline when `dir` has a report.html, else
+/// nothing: the line `rig run`, `rig ab` and `rig gate` end with.
+pub fn report_line(dir: &Path) -> String {
+    let p = dir.join(FILE);
+    if p.exists() {
+        format!("report: {}\n", p.display())
+    } else {
+        String::new()
+    }
+}
+
 /// After a command's results are written: the page too, but a page that
 /// cannot be made never costs the results (they are on disk already).
 pub fn write_or_warn(dir: &Path) -> Option<PathBuf> {

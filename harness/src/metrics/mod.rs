@@ -1,9 +1,10 @@
 //! Per-request metrics: the one place a window's counts are divided by its
 //! request count ([`per_request`]), the counter vocabulary `rig run`, `rig
 //! ab`, `rig gate` and report.html share, and the identity of a case across
-//! arms, runs and baselines. (The report's own terminal table and
-//! flamegraphs sit below this module, which is built from their
-//! `Attribution`, and scale their counts themselves.)
+//! arms, runs and baselines. (The report's terminal table and flamegraph
+//! sites sit below this module, which is built from their `Attribution`:
+//! they divide by the same [`per_request`], from `stats`; flamegraphs scale
+//! their integer counts for display in `report::flame::Scale`.)
 //!
 //! In: an [`Attribution`](crate::report::Attribution) (a finished window,
 //! symbolized) and a [`Case`](crate::scenario::Case). Out: per-request
@@ -65,12 +66,9 @@ impl PerRequest {
     }
 }
 
-/// `total` per request, or `None` when the request count is unknown or
-/// zero (then nothing is per request).
-pub fn per_request(total: u64, requests: Option<u64>) -> Option<f64> {
-    let n = requests.filter(|n| *n > 0)?;
-    Some(total as f64 / n as f64)
-}
+/// The one per-request division. It is defined in the leaf `stats` so the
+/// report's table and flamegraph sites, below this module, divide by it too.
+pub use crate::stats::per_request;
 
 /// Every exact per-request counter of a counted window, by name: the totals
 /// and one entry per call site (alloc/copy/faults) and per syscall.

@@ -11,7 +11,6 @@
 pub mod allocators;
 pub mod attach;
 pub mod callgrind;
-pub mod cost;
 pub mod ifunc;
 pub mod instructions;
 pub mod perf;

@@ -226,6 +226,9 @@ fn finds_direct_branch_targets_in_real_libc() {
 /// pthread_mutex_lock move to a branch every call passes, unless a jump from
 /// elsewhere lands in the skipped prefix; the allocators that start with a
 /// push stay where they are.
+// Long by design: the facts of one libc (branch targets, code, the live
+// child's IFUNC picks) are read once and every entry point is checked
+// against them in one table.
 #[test]
 fn places_probes_on_real_libc_on_instructions_the_kernel_emulates() {
     let (child, maps) = crate::symbolize::elf::tests::spawn_sleep();

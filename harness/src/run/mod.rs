@@ -154,6 +154,40 @@ pub fn groups(results: &[CaseResult]) -> Vec<Group> {
         .collect()
 }
 
+/// `rig run`: the matrix run, its table, top sites and flamegraphs, and
+/// report.html. Exit 130 when interrupted, 6 when a case failed or nothing
+/// was measured.
+pub fn command(s: &RunSettings, stop: &AtomicBool) -> Result<i32> {
+    let results = run(s, stop)?;
+    println!("{}", table::render(&results));
+    let counted = results
+        .iter()
+        .filter_map(|r| Some((r.case.id.as_str(), &r.counted.as_ref()?.attribution)));
+    print!("{}", crate::flamegraph::top_sites(counted, 3));
+    let flames = crate::flamegraph::write_cases(&s.out)?;
+    print!("{}", crate::flamegraph::where_written(&s.out, &flames));
+    // After the flamegraphs: the page embeds them.
+    crate::html::write_or_warn(&s.out);
+    println!("results: {}", s.out.display());
+    print!("{}", crate::html::report_line(&s.out));
+    let failed = results.iter().any(|r| r.status == Status::Failed);
+    let measured = results.iter().any(|r| r.status.measured());
+    if !measured && !failed {
+        eprintln!(
+            "rig: nothing was measured: all {} case(s) were skipped (see the reasons above and in {}/report.json)",
+            results.len(),
+            s.out.display()
+        );
+    }
+    Ok(if stop.load(Ordering::Relaxed) {
+        crate::exit::INTERRUPTED
+    } else if failed || !measured {
+        crate::exit::CASE_FAILED
+    } else {
+        crate::exit::OK
+    })
+}
+
 /// Run the matrix. `stop` (Ctrl-C) ends the run after the current case; the
 /// report is written either way.
 // Long by design: the case loop and the Ctrl-C watcher share one thread

@@ -58,7 +58,7 @@ pub use rank::{
     mann_whitney_min_p, mann_whitney_u, normal_sf, wilcoxon_min_p, wilcoxon_signed_rank,
     EXACT_MAX_N,
 };
-pub use summary::{mad, median, outlier_runs, spread, MAD_TO_SIGMA, OUTLIER_Z};
+pub use summary::{mad, median, outlier_runs, per_request, spread, MAD_TO_SIGMA, OUTLIER_Z};
 pub use table::{benchstat_header, benchstat_row};
 
 use table::num;

@@ -90,6 +90,16 @@ pub fn outlier_runs(v: &[f64]) -> Vec<usize> {
         .collect()
 }
 
+/// `total` per request, or `None` when the request count is unknown or
+/// zero (then nothing is per request). Every per-request value rig shows is
+/// this one division: `metrics` re-exports it for the commands, and the
+/// report's terminal table and flamegraph sites, which sit below `metrics`
+/// (it is built from their `Attribution`), reach it here.
+pub fn per_request(total: u64, requests: Option<u64>) -> Option<f64> {
+    let n = requests.filter(|n| *n > 0)?;
+    Some(total as f64 / n as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -153,6 +153,8 @@ fn objdump_plt_addr(exe: &str, sym: &str) -> Vec<(String, u64)> {
     v
 }
 
+// Long by design: one compiled program per PLT layout (lazy, IBT, now),
+// each stub checked against objdump and named the same from both ends.
 #[test]
 fn plt_stubs_are_named() {
     let dir = tempdir("plt");
@@ -196,7 +198,8 @@ fn plt_stubs_are_named() {
             let labels = objdump_plt_addr(exe_s, sym);
             assert!(!labels.is_empty(), "{tag}: objdump shows no {sym}@plt");
             for (sec, vaddr) in labels {
-                // Brief's index rule: .plt entry i+1 / .plt.sec entry i in .rela.plt order.
+                // .plt entry i+1 / .plt.sec entry i for the i-th .rela.plt
+                // relocation: .plt opens with the lazy resolver's stub, .plt.sec does not.
                 if sec == ".plt" || sec == ".plt.sec" {
                     let idx = rela_plt
                         .iter()

@@ -18,6 +18,9 @@ pub mod nested {
     }
 }
 
+// Long by design: one live libc address followed through every way of
+// naming it (symbol, DWARF line against addr2line, return address, after
+// the process is gone), each step using the previous one's answer.
 #[test]
 fn malloc_with_debug_info_has_file_and_line() {
     let (child, maps) = spawn_sleep();

@@ -376,11 +376,9 @@ fn ab_report_shows_the_proof_order_verdicts_and_the_changed_site_in_chromium() {
     assert!(p
         .dom
         .contains("<h2>differential flamegraphs (A → B per request: red grew, blue shrank)</h2>"));
-    let key = rig::report::flame::outdir::case_key(
-        cs[0]["id"].as_str().unwrap(),
-        cs[0]["target_name"].as_str().unwrap(),
-    );
-    let slug = rig::scenario::slug(&key);
+    let ab: Value = serde_json::from_slice(&std::fs::read(out.join("ab.json")).unwrap()).unwrap();
+    let key = ab["code_differences"][0]["case"].as_str().unwrap();
+    let slug = rig::scenario::slug(key);
     let diffs = flame_files(&out.join("flame").join(&slug), true);
     assert!(
         diffs.iter().any(|(g, _)| g == "alloc"),

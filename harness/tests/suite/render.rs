@@ -252,6 +252,7 @@ fn ab_report() -> AbReport {
         ],
         drift: Vec::new(),
         verdict: "B allocates less (allocs/req 3 → 2)".into(),
+        case_keys: Default::default(),
     }
 }
 

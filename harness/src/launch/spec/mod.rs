@@ -68,6 +68,7 @@
 //!   "no readiness check").
 
 mod command;
+mod extends;
 mod parse;
 mod raw;
 #[cfg(test)]
@@ -79,7 +80,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use parse::{parse, program_error, resolve_extends};
+use extends::resolve as resolve_extends;
+use parse::{parse, program_error};
 
 /// Errors loading a spec.
 #[derive(Debug, thiserror::Error)]
@@ -363,7 +365,7 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> 
     if text != own_text {
         diags = diags
             .into_iter()
-            .map(|d| parse::relocate(d, &own_text))
+            .map(|d| extends::relocate(d, &own_text))
             .collect();
     }
     let (warnings, errors): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.warning);
@@ -395,7 +397,7 @@ impl TargetSpec {
             }
             errors
                 .into_iter()
-                .map(|d| parse::relocate(d, &text))
+                .map(|d| extends::relocate(d, &text))
                 .collect()
         };
         let spec = Self::from_text(&path, &merged).map_err(|e| match e {

@@ -56,29 +56,26 @@ pub fn cases(dir: &Path, slug: fn(&str) -> String) -> Result<Vec<PathBuf>, Flame
     Ok(written)
 }
 
-/// A case id without its arm (the segment naming the target) and its run
-/// (`/#n`): `http/B/h1/plain/r1000/1x1/ka/#2` → `http/h1/plain/r1000/1x1/ka`.
-pub fn case_key(id: &str, arm: &str) -> String {
-    let id = id.rsplit_once("/#").map_or(id, |(k, _)| k);
-    id.split('/')
-        .filter(|seg| *seg != arm)
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
 /// `rig ab`: for every case, arm i ≥ 1 against arm 0 (`arms[0]`), each
-/// summed over its runs. With two arms the directory is the case key's
-/// slug; with more, the key and arm i.
+/// summed over its runs. A run's case is `keys[id]`, the case key the
+/// command grouped it by (identity is built in one place, `metrics`, above
+/// this module); a case id without a key is no run of this comparison. With
+/// two arms the directory is the case key's slug; with more, the key and
+/// arm i.
 pub fn ab(
     dir: &Path,
     arms: &[String],
+    keys: &BTreeMap<String, String>,
     slug: fn(&str) -> String,
 ) -> Result<Vec<PathBuf>, FlameError> {
     let cases = read_cases(dir)?;
     // case key → arm → windows
-    let mut by: BTreeMap<String, BTreeMap<&str, Vec<&Recorded>>> = BTreeMap::new();
+    let mut by: BTreeMap<&str, BTreeMap<&str, Vec<&Recorded>>> = BTreeMap::new();
     for c in &cases {
-        by.entry(case_key(&c.id, &c.arm))
+        let Some(key) = keys.get(&c.id) else {
+            continue;
+        };
+        by.entry(key.as_str())
             .or_default()
             .entry(c.arm.as_str())
             .or_default()
@@ -106,16 +103,4 @@ pub fn ab(
         }
     }
     Ok(written)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_case_key_drops_the_arm_and_the_run() {
-        assert_eq!(
-            super::case_key("http/B/h1/plain/r1000/1x1/ka/#2", "B"),
-            "http/h1/plain/r1000/1x1/ka"
-        );
-        assert_eq!(super::case_key("memory/A/tls/#1", "A"), "memory/tls");
-    }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::input::Recorded;
 use super::{measures, row_values, Measure};
 use crate::probe::Family;
+use crate::stats::per_request;
 
 /// One user site and its value of a measure.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,17 +59,17 @@ pub fn top(r: &Recorded, top: usize) -> Vec<FamilySites> {
         }
         let mut sites: Vec<(String, u64)> = by.into_iter().collect();
         sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let n = r.window.requests.filter(|n| *n > 0);
+        let n = r.window.requests;
         out.push(FamilySites {
             family,
             measure: measures(family)[0],
-            per_request: n.is_some(),
+            per_request: n.is_some_and(|n| n > 0),
             sites: sites
                 .into_iter()
                 .take(top)
                 .map(|(site, v)| SiteCost {
                     site,
-                    value: n.map_or(v as f64, |n| v as f64 / n as f64),
+                    value: per_request(v, n).unwrap_or(v as f64),
                 })
                 .collect(),
         });

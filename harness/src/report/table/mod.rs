@@ -7,18 +7,20 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, ContentArrangemen
 
 use super::Attribution;
 use crate::probe::Family;
+use crate::stats::per_request;
 
 mod stacks;
 pub use stacks::{short_name, stacks};
 
-/// `v / per` with up to three decimals, or the raw count when `per` is unknown.
+/// `v / per` with up to six decimals, or the raw count when `per` is unknown.
 pub fn per(v: u64, per: Option<u64>) -> String {
-    match per {
-        Some(0) | None => v.to_string(),
-        Some(n) if v.is_multiple_of(n) => (v / n).to_string(),
+    match (per, per_request(v, per)) {
+        (_, None) => v.to_string(),
+        // Exact in integers: no float rounding in a whole count.
+        (Some(n), Some(_)) if v.is_multiple_of(n) => (v / n).to_string(),
         // Enough decimals that an inexact ratio never prints as an integer.
-        Some(n) => {
-            let s = format!("{:.6}", v as f64 / n as f64);
+        (_, Some(x)) => {
+            let s = format!("{x:.6}");
             s.trim_end_matches('0').to_string()
         }
     }

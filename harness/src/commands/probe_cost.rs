@@ -1,4 +1,6 @@
-//! What a probe hit costs on this host, measured, not assumed.
+//! `rig probe-cost`: what a probe hit costs on this host, measured, not
+//! assumed. A command, not part of the probe stage: it starts processes and
+//! drives them, and only attaches through `probe`.
 //!
 //! The `hitloop` fixture runs a tight loop of one kind of call (malloc+free,
 //! memcpy, mutex lock+unlock, a syscall) and reports its own elapsed time.
@@ -7,12 +9,34 @@
 //! hits per iteration is the cost of one hit.
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use super::{Family, ProbeSet, Scope, Stacks};
+use crate::exit;
+use crate::probe::{Family, ProbeSet, Scope, Stacks};
+
+#[derive(Clone, Debug)]
+pub struct ProbeCostSettings {
+    /// Loop iterations per run.
+    pub iterations: u64,
+    /// A B C C B A rounds per probe kind.
+    pub rounds: usize,
+    /// Also write the measurements here, as JSON.
+    pub json: Option<PathBuf>,
+}
+
+/// Measure, print the table, write `--json`.
+pub fn command(s: &ProbeCostSettings) -> Result<i32> {
+    let rows = measure(s.iterations, s.rounds)?;
+    println!("{}", render(&rows));
+    if let Some(path) = &s.json {
+        crate::fsutil::write_new(path, &serde_json::to_vec_pretty(&rows)?).context("--json")?;
+    }
+    Ok(exit::OK)
+}
 
 /// One probe kind's measured cost.
 #[derive(Clone, Debug, Serialize)]
