@@ -10,6 +10,7 @@
 mod clean;
 mod counted;
 mod memory;
+mod memslope;
 mod request;
 mod server;
 
@@ -17,6 +18,8 @@ use clean::*;
 pub use counted::counted_metrics;
 use counted::*;
 use memory::*;
+use memslope::memslope_pass;
+pub use memslope::{ConnPoint, MemSlopePass, MIN_R2};
 use request::*;
 use server::*;
 
@@ -153,6 +156,9 @@ pub struct CaseResult {
     pub status: Status,
     pub reasons: Vec<String>,
     pub memory: Option<MemoryPass>,
+    /// A memslope case: memory against open connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memslope: Option<MemSlopePass>,
     pub clean: Option<CleanPass>,
     pub counted: Option<CountedPass>,
     pub elapsed_ms: u64,
@@ -169,6 +175,7 @@ impl CaseResult {
             status: Status::Skipped,
             reasons: vec![why],
             memory: None,
+            memslope: None,
             clean: None,
             counted: None,
             elapsed_ms: 0,
@@ -240,6 +247,7 @@ pub fn run_case(
         status: Status::Ok,
         reasons: Vec::new(),
         memory: None,
+        memslope: None,
         clean: None,
         counted: None,
         elapsed_ms: 0,
@@ -256,6 +264,13 @@ pub fn run_case(
                 res.reasons.extend(reasons);
             }
             Err(Fail(why)) => res.reasons.push(format!("memory: {why}")),
+        },
+        CaseKind::MemSlope(m) => match memslope_pass(rs, case, m, spec, &mut res.objects) {
+            Ok((p, reasons)) => {
+                res.memslope = Some(p);
+                res.reasons.extend(reasons);
+            }
+            Err(Fail(why)) => res.reasons.push(format!("memslope: {why}")),
         },
         CaseKind::Http(http) => {
             if rs.passes.clean {

@@ -56,6 +56,10 @@ pub enum SuiteKind {
     Memory,
     /// Request load on one protocol × path × load × topology.
     Http,
+    /// Memory against the number of open idle connections: tiers of
+    /// connections, each verified with a request, then a least-squares
+    /// line (bytes per connection).
+    Memslope,
 }
 
 /// Wire protocol of a load case.
@@ -156,6 +160,10 @@ pub struct SuiteSpec {
     /// listener (the target's `tls_variant`).
     #[serde(default = "d_listeners")]
     pub listeners: Vec<Listener>,
+    /// Memslope suites: the tiers of open connections, ascending (e.g.
+    /// `[0, 64, 128, 256]`); memory is sampled at each.
+    #[serde(default)]
+    pub connections: Vec<usize>,
 }
 
 /// The listener an idle (memory) case launches.
@@ -234,6 +242,19 @@ pub enum CaseKind {
     Memory { listener: Listener },
     /// Request load.
     Http(HttpCase),
+    /// Memory at tiers of open idle connections.
+    MemSlope(MemSlopeCase),
+}
+
+/// One protocol × path of a memslope suite: the connections of each tier
+/// are opened on one server, each answers one request on `path` (proof it
+/// is serviceable), and stays open, idle, while memory is sampled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemSlopeCase {
+    pub protocol: Proto,
+    pub path: String,
+    /// Open connections at each sample, ascending.
+    pub tiers: Vec<usize>,
 }
 
 /// One protocol × path × load × topology (× keep-alive for h1).
@@ -252,6 +273,7 @@ impl CaseKind {
         match self {
             CaseKind::Memory { .. } => SuiteKind::Memory,
             CaseKind::Http(_) => SuiteKind::Http,
+            CaseKind::MemSlope(_) => SuiteKind::Memslope,
         }
     }
 
@@ -267,6 +289,7 @@ impl CaseKind {
                 listener: Listener::Plain,
             } => None,
             CaseKind::Http(h) => Some(h.protocol),
+            CaseKind::MemSlope(m) => Some(m.protocol),
         }
     }
 }
@@ -286,6 +309,9 @@ struct FlatCase {
     load: Option<LoadShape>,
     topology: Option<Topology>,
     keepalive: bool,
+    /// Memslope cases: the tiers of open connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connections: Option<Vec<usize>>,
     warmup_ms: u64,
     duration_ms: u64,
     counted_requests: u64,
@@ -296,9 +322,16 @@ impl From<Case> for FlatCase {
     fn from(c: Case) -> FlatCase {
         let protocol = c.what.listener_protocol();
         let kind = c.what.suite_kind();
-        let (path, load, topology, keepalive) = match c.what {
-            CaseKind::Memory { .. } => (None, None, None, true),
-            CaseKind::Http(h) => (Some(h.path), Some(h.load), Some(h.topology), h.keepalive),
+        let (path, load, topology, keepalive, connections) = match c.what {
+            CaseKind::Memory { .. } => (None, None, None, true, None),
+            CaseKind::Http(h) => (
+                Some(h.path),
+                Some(h.load),
+                Some(h.topology),
+                h.keepalive,
+                None,
+            ),
+            CaseKind::MemSlope(m) => (Some(m.path), None, None, true, Some(m.tiers)),
         };
         FlatCase {
             id: c.id,
@@ -312,6 +345,7 @@ impl From<Case> for FlatCase {
             load,
             topology,
             keepalive,
+            connections,
             warmup_ms: c.warmup_ms,
             duration_ms: c.duration_ms,
             counted_requests: c.counted_requests,
@@ -325,7 +359,7 @@ impl Case {
     pub fn http(&self) -> Option<&HttpCase> {
         match &self.what {
             CaseKind::Http(h) => Some(h),
-            CaseKind::Memory { .. } => None,
+            CaseKind::Memory { .. } | CaseKind::MemSlope(_) => None,
         }
     }
 
@@ -439,6 +473,33 @@ impl Matrix {
                                 };
                                 c.id = format!("{}/{}/{name}/#{round}", s.name, targets[t]);
                                 cases.push(c);
+                            }
+                        }
+                    }
+                    SuiteKind::Memslope => {
+                        for &protocol in &s.protocols {
+                            for path in &s.paths {
+                                for &t in &order {
+                                    let m = MemSlopeCase {
+                                        protocol,
+                                        path: path.clone(),
+                                        tiers: s.connections.clone(),
+                                    };
+                                    let mut c = base(t, CaseKind::MemSlope(m));
+                                    c.id = format!(
+                                        "{}/{}/{}/{}/c{}/#{round}",
+                                        s.name,
+                                        targets[t],
+                                        protocol.name(),
+                                        path.trim_start_matches('/'),
+                                        s.connections
+                                            .iter()
+                                            .map(usize::to_string)
+                                            .collect::<Vec<_>>()
+                                            .join("-"),
+                                    );
+                                    cases.push(c);
+                                }
                             }
                         }
                     }

@@ -43,6 +43,7 @@ mod html;
 mod integrity;
 mod launch;
 mod load;
+mod memslope;
 mod redis;
 mod render;
 mod run;
