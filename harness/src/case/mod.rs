@@ -11,6 +11,7 @@ mod clean;
 mod counted;
 mod memory;
 mod memslope;
+mod recovery;
 mod request;
 mod server;
 
@@ -20,6 +21,8 @@ use counted::*;
 use memory::*;
 use memslope::memslope_pass;
 pub use memslope::{ConnPoint, MemSlopePass, MIN_R2};
+use recovery::recovery_pass;
+pub use recovery::{Cycle, RecoveryPass};
 use request::*;
 use server::*;
 
@@ -159,6 +162,9 @@ pub struct CaseResult {
     /// A memslope case: memory against open connections.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memslope: Option<MemSlopePass>,
+    /// A recovery case: its cycles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryPass>,
     pub clean: Option<CleanPass>,
     pub counted: Option<CountedPass>,
     pub elapsed_ms: u64,
@@ -176,6 +182,7 @@ impl CaseResult {
             reasons: vec![why],
             memory: None,
             memslope: None,
+            recovery: None,
             clean: None,
             counted: None,
             elapsed_ms: 0,
@@ -248,6 +255,7 @@ pub fn run_case(
         reasons: Vec::new(),
         memory: None,
         memslope: None,
+        recovery: None,
         clean: None,
         counted: None,
         elapsed_ms: 0,
@@ -271,6 +279,13 @@ pub fn run_case(
                 res.reasons.extend(reasons);
             }
             Err(Fail(why)) => res.reasons.push(format!("memslope: {why}")),
+        },
+        CaseKind::Recovery(r) => match recovery_pass(rs, case, r, spec, &mut res.objects) {
+            Ok((p, reasons)) => {
+                res.recovery = Some(p);
+                res.reasons.extend(reasons);
+            }
+            Err(Fail(why)) => res.reasons.push(format!("recovery: {why}")),
         },
         CaseKind::Http(http) => {
             if rs.passes.clean {

@@ -32,6 +32,17 @@ impl CaseKey {
                 };
                 format!("{}/{listener}", self.suite)
             }
+            CaseKind::Recovery(r) => format!(
+                "{}/{}/{}/r{}/{}x{}/{}/x{}",
+                self.suite,
+                r.protocol.name(),
+                r.path.trim_start_matches('/'),
+                r.rate,
+                r.topology.connections,
+                r.topology.streams,
+                r.close.name(),
+                r.cycles
+            ),
             CaseKind::MemSlope(m) => format!(
                 "{}/{}/{}/c{}",
                 self.suite,
@@ -72,6 +83,15 @@ impl fmt::Display for CaseKey {
                 Some(p) => write!(f, "{}", p.name()),
                 None => write!(f, "memory"),
             },
+            CaseKind::Recovery(r) => write!(
+                f,
+                "{} {} recovery c{}x{} {}",
+                r.protocol.name(),
+                r.path,
+                r.topology.connections,
+                r.topology.streams,
+                r.close.name()
+            ),
             CaseKind::MemSlope(m) => write!(
                 f,
                 "{} {} memslope c{}",

@@ -108,6 +108,7 @@ pub fn render(results: &[CaseResult]) -> String {
     }
     out.push_str(&open_loop_lines(results));
     out.push_str(&memslope_lines(results));
+    out.push_str(&recovery_lines(results));
     for r in results {
         if let Some(s) = r
             .clean
@@ -159,6 +160,40 @@ fn memslope_lines(results: &[CaseResult]) -> String {
         ));
         for w in &m.warnings {
             out.push_str(&format!("\n{}: {w}", r.case.id));
+        }
+    }
+    out
+}
+
+/// One line per recovery case: per cycle, handshakes, requests answered
+/// of those scheduled, FDs against READY's and RSS after the close; then
+/// the RSS drift per cycle.
+fn recovery_lines(results: &[CaseResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let Some(p) = r.recovery.as_ref() else {
+            continue;
+        };
+        let cycles: Vec<String> = p
+            .cycles
+            .iter()
+            .map(|c| {
+                format!(
+                    "#{} {}/{} ok, {} tcp/{} tls/{} h2, FDs {:+}, RSS {:.1} MiB",
+                    c.cycle,
+                    c.succeeded,
+                    c.scheduled,
+                    c.handshakes.tcp,
+                    c.handshakes.tls,
+                    c.handshakes.h2,
+                    c.fds_delta,
+                    c.rss_after_bytes as f64 / (1024.0 * 1024.0)
+                )
+            })
+            .collect();
+        out.push_str(&format!("\n{}: cycles: {}", r.case.id, cycles.join("; ")));
+        if let Some(f) = &p.rss_drift {
+            out.push_str(&format!("; RSS drift {:+.1} KiB/cycle", f.slope / 1024.0));
         }
     }
     out

@@ -200,3 +200,45 @@ fn a_memslope_suite_needs_three_ascending_tiers() {
     let e = Matrix::parse("t.toml", &text).unwrap_err().to_string();
     assert!(e.contains("a memslope suite needs protocols, paths"), "{e}");
 }
+
+#[test]
+fn a_recovery_suite_is_a_case_per_protocol_rate_topology_and_close() {
+    let text = r#"
+[[suite]]
+name = "rec"
+kind = "recovery"
+protocols = ["h2c"]
+paths = ["/plain"]
+rates = [500.0]
+topologies = ["4x16"]
+cycles = 5
+"#;
+    let m = Matrix::parse("t.toml", text).unwrap();
+    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
+    let ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec![
+            "rec/peer/h2c/plain/r500/4x16/graceful/x5/#1",
+            "rec/peer/h2c/plain/r500/4x16/abrupt/x5/#1"
+        ]
+    );
+    let j = serde_json::to_value(&cases[1]).unwrap();
+    assert_eq!(
+        (&j["kind"], &j["close"], &j["cycles"]),
+        (&"recovery".into(), &"abrupt".into(), &5.into())
+    );
+    assert_eq!(
+        j["topology"],
+        serde_json::json!({"connections": 4, "streams": 16})
+    );
+    for (from, to, says) in [
+        ("cycles = 5", "cycles = 1", "give at least 2"),
+        ("rates = [500.0]\n", "", "a recovery suite needs rates"),
+    ] {
+        let e = Matrix::parse("t.toml", &text.replace(from, to))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{e}");
+    }
+}

@@ -77,7 +77,30 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
             memslope(s, nofile, &bad)?;
             continue;
         }
-        if s.kind != SuiteKind::Http {
+        if s.kind == SuiteKind::Recovery {
+            if s.rates.is_empty() {
+                return Err(bad(
+                    Some("kind"),
+                    "a recovery suite needs rates: each cycle runs fixed-rate load".into(),
+                ));
+            }
+            if s.cycles < 2 {
+                return Err(bad(
+                    Some("cycles"),
+                    format!(
+                        "cycles = {}: give at least 2, or there is nothing to recover from",
+                        s.cycles
+                    ),
+                ));
+            }
+            if s.close.is_empty() {
+                return Err(bad(
+                    Some("close"),
+                    "close = []: give \"graceful\", \"abrupt\" or both".into(),
+                ));
+            }
+        }
+        if s.kind != SuiteKind::Http && s.kind != SuiteKind::Recovery {
             continue;
         }
         if s.protocols.is_empty() || s.paths.is_empty() || s.topologies.is_empty() {

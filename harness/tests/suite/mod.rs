@@ -44,6 +44,7 @@ mod integrity;
 mod launch;
 mod load;
 mod memslope;
+mod recovery;
 mod redis;
 mod render;
 mod run;
