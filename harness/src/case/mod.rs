@@ -10,6 +10,8 @@
 mod clean;
 mod counted;
 mod memory;
+mod memslope;
+mod recovery;
 mod request;
 mod server;
 
@@ -17,6 +19,10 @@ use clean::*;
 pub use counted::counted_metrics;
 use counted::*;
 use memory::*;
+use memslope::memslope_pass;
+pub use memslope::{ConnPoint, MemSlopePass, MIN_R2};
+use recovery::recovery_pass;
+pub use recovery::{Cycle, RecoveryPass};
 use request::*;
 use server::*;
 
@@ -153,6 +159,12 @@ pub struct CaseResult {
     pub status: Status,
     pub reasons: Vec<String>,
     pub memory: Option<MemoryPass>,
+    /// A memslope case: memory against open connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memslope: Option<MemSlopePass>,
+    /// A recovery case: its cycles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryPass>,
     pub clean: Option<CleanPass>,
     pub counted: Option<CountedPass>,
     pub elapsed_ms: u64,
@@ -169,6 +181,8 @@ impl CaseResult {
             status: Status::Skipped,
             reasons: vec![why],
             memory: None,
+            memslope: None,
+            recovery: None,
             clean: None,
             counted: None,
             elapsed_ms: 0,
@@ -240,6 +254,8 @@ pub fn run_case(
         status: Status::Ok,
         reasons: Vec::new(),
         memory: None,
+        memslope: None,
+        recovery: None,
         clean: None,
         counted: None,
         elapsed_ms: 0,
@@ -256,6 +272,20 @@ pub fn run_case(
                 res.reasons.extend(reasons);
             }
             Err(Fail(why)) => res.reasons.push(format!("memory: {why}")),
+        },
+        CaseKind::MemSlope(m) => match memslope_pass(rs, case, m, spec, &mut res.objects) {
+            Ok((p, reasons)) => {
+                res.memslope = Some(p);
+                res.reasons.extend(reasons);
+            }
+            Err(Fail(why)) => res.reasons.push(format!("memslope: {why}")),
+        },
+        CaseKind::Recovery(r) => match recovery_pass(rs, case, r, spec, &mut res.objects) {
+            Ok((p, reasons)) => {
+                res.recovery = Some(p);
+                res.reasons.extend(reasons);
+            }
+            Err(Fail(why)) => res.reasons.push(format!("recovery: {why}")),
         },
         CaseKind::Http(http) => {
             if rs.passes.clean {

@@ -137,7 +137,12 @@ fn matrix_row(c: &Value, counters: &[&(&str, &str)]) -> Value {
     let lat = &clean["load"]["latency"];
     let rss = clean["server"]["rss_max_kib"]
         .as_f64()
-        .or(c["memory"]["proc"]["rss_kib"].as_f64());
+        .or(c["memory"]["proc"]["rss_kib"].as_f64())
+        .or(c["memslope"]["opened"]
+            .as_array()
+            .and_then(|o| o.last())
+            .and_then(|p| p["rss_bytes"].as_f64())
+            .map(|b| b / 1024.0));
     let mut cells = vec![
         text(c["id"].as_str().unwrap_or_default()),
         text(c["suite"].as_str().unwrap_or_default()),
@@ -207,6 +212,10 @@ pub fn views(cases: &[Value], flames: &Flames, charts: &mut Map<String, Value>) 
                 charts.insert(format!("cpu-{slug}"), cpu);
                 plots.push(json!({"kind": "memory", "chart": format!("memory-{slug}")}));
                 plots.push(json!({"kind": "cpu", "chart": format!("cpu-{slug}")}));
+            }
+            if let Some(v) = chart::memslope_chart(&c["memslope"]) {
+                charts.insert(format!("memslope-{slug}"), v);
+                plots.push(json!({"kind": "memslope", "chart": format!("memslope-{slug}")}));
             }
             let counted = &c["counted"];
             json!({

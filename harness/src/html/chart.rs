@@ -82,6 +82,60 @@ pub fn series_charts(points: &[Value]) -> (Value, Value) {
     )
 }
 
+/// A memslope case's memory against open connections (MiB): RSS, PSS and
+/// cgroup memory at each tier, RSS again while closing, and the RSS line
+/// fitted by least squares; the title gives bytes per connection and R².
+/// `None` without points.
+pub fn memslope_chart(m: &Value) -> Option<Value> {
+    let mib = |v: f64| v / (1024.0 * 1024.0);
+    let pts = |arr: &Value, key: &str| -> Vec<[f64; 2]> {
+        arr.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some([p["connections"].as_f64()?, mib(p[key].as_f64()?)]))
+            .collect()
+    };
+    let opened = &m["opened"];
+    let rss = pts(opened, "rss_bytes");
+    if rss.is_empty() {
+        return None;
+    }
+    let mut series = vec![
+        json!({"name": "RSS", "points": rss}),
+        json!({"name": "PSS", "points": pts(opened, "pss_bytes")}),
+    ];
+    let cg = pts(opened, "cgroup_bytes");
+    if !cg.is_empty() {
+        series.push(json!({"name": "cgroup memory", "points": cg}));
+    }
+    series.push(json!({"name": "RSS while closing", "points": pts(&m["closed"], "rss_bytes")}));
+    let fit = &m["rss"];
+    let mut title = "memory by open connections".to_string();
+    if let (Some(a), Some(b), Some(r2)) = (
+        fit["slope"].as_f64(),
+        fit["intercept"].as_f64(),
+        fit["r2"].as_f64(),
+    ) {
+        let xs: Vec<f64> = opened
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["connections"].as_f64())
+            .collect();
+        let (lo, hi) = xs
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+        series.push(
+            json!({"name": "RSS fit", "points": [[lo, mib(a * lo + b)], [hi, mib(a * hi + b)]]}),
+        );
+        title = format!("RSS {:.1} KiB per connection (R² {r2:.3})", a / 1024.0);
+    }
+    Some(
+        json!({"title": title, "xlabel": "open connections", "ylabel": "MiB",
+                "x": "lin", "ylog": false, "series": series}),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -329,3 +329,35 @@ fn an_open_loop_case_gets_its_dispatch_lag_plot_beside_its_latency() {
     assert!(html.contains(&format!("\"lag-{slug}\":")));
     assert!(!html.contains("no dispatch lag recorded"));
 }
+
+#[test]
+fn a_memslope_case_draws_memory_against_connections_with_its_fitted_line() {
+    let id = "memslope/conn/h1/c0-64-128/#1";
+    let pt = |n: u64, rss: u64| json!({"connections": n, "rss_bytes": rss, "pss_bytes": rss, "cgroup_bytes": null, "fds": 7 + n, "threads": 1});
+    let c = json!({
+        "id": id, "suite": "memslope", "kind": "memslope", "target": 0, "target_name": "conn",
+        "repeat": 1, "protocol": "h1", "path": "/", "connections": [0, 64, 128],
+        "status": "ok", "reasons": [],
+        "memslope": {
+            "opened": [pt(0, 1 << 20), pt(64, (1 << 20) + 64 * 65552), pt(128, (1 << 20) + 128 * 65552)],
+            "closed": [pt(64, (1 << 20) + 64 * 65552), pt(0, 1 << 20)],
+            "rss": {"slope": 65552.0, "intercept": 1048576.0, "r2": 1.0, "residuals": [0.0, 0.0, 0.0]},
+        },
+    });
+    let d = out_dir("memslope", &[c]);
+    let html = std::fs::read_to_string(write(&d.0).unwrap()).unwrap();
+    let slug = crate::scenario::slug(id);
+    assert!(
+        html.contains(&format!(
+            "<figure class=\"chart memslope\" data-chart=\"memslope-{slug}\" data-case=\"{id}\">"
+        )),
+        "{html}"
+    );
+    assert!(
+        html.contains("RSS 64.0 KiB per connection (R² 1.000)"),
+        "{html}"
+    );
+    // The matrix row's RSS is the top tier's (KiB).
+    let top = ((1u64 << 20) + 128 * 65552) / 1024;
+    assert!(html.contains(&format!("data-sort=\"{top}.0\"")), "{html}");
+}

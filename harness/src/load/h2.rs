@@ -89,6 +89,25 @@ impl H2Conn {
         self.fails.get() >= MAX_CONSECUTIVE_CONN_FAILURES
     }
 
+    /// Close the connection gracefully: with no request handle left the h2
+    /// connection sends GOAWAY (NO_ERROR) and closes the socket. True when
+    /// it did so within `wait`. Every stream of the connection must have
+    /// dropped its handle first ([`H2Stream::release`]).
+    pub async fn go_away(&self, wait: std::time::Duration) -> bool {
+        *self.current.borrow_mut() = None;
+        let Some(driver) = self.driver.borrow_mut().take() else {
+            return false;
+        };
+        let abort = driver.abort_handle();
+        match tokio::time::timeout(wait, driver).await {
+            Ok(r) => r.is_ok(),
+            Err(_) => {
+                abort.abort();
+                false
+            }
+        }
+    }
+
     /// The connection of generation `generation` is unusable.
     fn broke(&self, generation: u64) {
         let mut cur = self.current.borrow_mut();
@@ -157,6 +176,12 @@ impl H2Stream {
 
     pub fn dead(&self) -> bool {
         self.conn.dead()
+    }
+
+    /// Drop this stream's request handle (before [`H2Conn::go_away`]).
+    pub fn release(&mut self) -> Rc<H2Conn> {
+        self.send = None;
+        self.conn.clone()
     }
 
     pub fn revive(&mut self) {

@@ -406,6 +406,22 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Close every connection: `graceful` sends each h2 connection's
+    /// GOAWAY and waits (up to a second each) for it to close; otherwise
+    /// the sockets are closed with nothing said (an abrupt disconnect).
+    /// Returns the h2 connections that went away gracefully.
+    pub fn close(self, graceful: bool) -> u64 {
+        for w in &self.workers {
+            w.send(worker::Job {
+                start: Instant::now(),
+                plan: worker::Plan::Close { graceful },
+            });
+        }
+        self.workers.iter().map(|w| w.wait().went_away).sum()
+    }
+}
+
 fn thread_count(spec: &LoadSpec) -> Result<usize, LoadError> {
     if spec.connections == 0 {
         return Err(LoadError::Spec("connections must be at least 1".into()));

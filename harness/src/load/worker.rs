@@ -22,6 +22,11 @@ pub(crate) enum Plan {
     /// Stop sending at this instant.
     Closed(Instant),
     Open(Schedule),
+    /// Close every connection and end the thread: gracefully (h2: GOAWAY
+    /// first) or abruptly (the sockets closed, nothing said).
+    Close {
+        graceful: bool,
+    },
 }
 
 pub(crate) struct Job {
@@ -36,6 +41,8 @@ pub(crate) struct ThreadReport {
     pub handshakes: Handshakes,
     pub cpu_ns: u64,
     pub dispatch: DispatchFacts,
+    /// `Plan::Close`: h2 connections that sent GOAWAY and closed in time.
+    pub went_away: u64,
 }
 
 impl ThreadReport {
@@ -185,6 +192,14 @@ impl Worker {
                     };
                     let _ = ready_tx.send(Ok((*stats.handshakes.borrow(), dispatch)));
                     while let Some(job) = job_rx.recv().await {
+                        if let Plan::Close { graceful } = job.plan {
+                            let went_away = close_all(std::mem::take(&mut slots), graceful).await;
+                            let _ = report_tx.send(ThreadReport {
+                                went_away,
+                                ..ThreadReport::default()
+                            });
+                            break;
+                        }
                         let mut r =
                             run_job(&mut slots, job, &stats, ticker.as_mut(), dispatch).await;
                         r.dispatch = dispatch;
@@ -325,6 +340,34 @@ async fn connect_all(
     Ok(slots)
 }
 
+/// How long a graceful close waits for each h2 connection's GOAWAY.
+const GOAWAY_WAIT: Duration = Duration::from_secs(1);
+
+/// Close every connection of `slots`: h2 ones gracefully when asked (each
+/// stream drops its handle, then each connection sends GOAWAY and closes);
+/// everything else by dropping it (the socket closes). Returns the h2
+/// connections that went away gracefully.
+async fn close_all(slots: Vec<Slot>, graceful: bool) -> u64 {
+    if !graceful {
+        drop(slots);
+        return 0;
+    }
+    let mut conns: Vec<Rc<H2Conn>> = Vec::new();
+    for s in slots {
+        if let Slot::H2(mut st) = s {
+            let c = st.release();
+            if !conns.iter().any(|x| Rc::ptr_eq(x, &c)) {
+                conns.push(c);
+            }
+        }
+    }
+    let mut n = 0;
+    for c in &conns {
+        n += u64::from(c.go_away(GOAWAY_WAIT).await);
+    }
+    n
+}
+
 async fn run_job(
     slots: &mut Vec<Slot>,
     job: Job,
@@ -377,6 +420,8 @@ async fn run_job(
             let spin = super::open::run(slots, stats, schedule, ticker, dispatch.spin_window());
             stats.run.borrow_mut().spin_ns += spin.await;
         }
+        // Handled by the thread's loop, which ends with it.
+        Plan::Close { .. } => {}
     }
     let mut run = stats.take_run();
     if !open {
@@ -389,6 +434,7 @@ async fn run_job(
         handshakes: stats.handshakes.borrow().minus(hs0),
         cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
         dispatch,
+        went_away: 0,
     }
 }
 

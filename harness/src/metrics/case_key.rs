@@ -32,6 +32,28 @@ impl CaseKey {
                 };
                 format!("{}/{listener}", self.suite)
             }
+            CaseKind::Recovery(r) => format!(
+                "{}/{}/{}/r{}/{}x{}/{}/x{}",
+                self.suite,
+                r.protocol.name(),
+                r.path.trim_start_matches('/'),
+                r.rate,
+                r.topology.connections,
+                r.topology.streams,
+                r.close.name(),
+                r.cycles
+            ),
+            CaseKind::MemSlope(m) => format!(
+                "{}/{}/{}/c{}",
+                self.suite,
+                m.protocol.name(),
+                m.path.trim_start_matches('/'),
+                m.tiers
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join("-")
+            ),
             CaseKind::Http(h) => {
                 let load = match h.load {
                     LoadShape::Open { rate } => format!("r{rate}"),
@@ -61,6 +83,22 @@ impl fmt::Display for CaseKey {
                 Some(p) => write!(f, "{}", p.name()),
                 None => write!(f, "memory"),
             },
+            CaseKind::Recovery(r) => write!(
+                f,
+                "{} {} recovery c{}x{} {}",
+                r.protocol.name(),
+                r.path,
+                r.topology.connections,
+                r.topology.streams,
+                r.close.name()
+            ),
+            CaseKind::MemSlope(m) => write!(
+                f,
+                "{} {} memslope c{}",
+                m.protocol.name(),
+                m.path,
+                m.tiers.last().copied().unwrap_or(0)
+            ),
             CaseKind::Http(h) => {
                 write!(
                     f,

@@ -48,6 +48,11 @@ pub fn render(results: &[CaseResult]) -> String {
         let rss = clean
             .map(|c| c.server.rss_max_kib)
             .or(r.memory.as_ref().map(|m| m.proc.rss_kib))
+            .or(r
+                .memslope
+                .as_ref()
+                .and_then(|m| m.opened.last())
+                .map(|p| p.rss_bytes / 1024))
             .map(|k| k as f64 / 1024.0);
         t.add_row(vec![
             r.case.id.clone(),
@@ -102,6 +107,8 @@ pub fn render(results: &[CaseResult]) -> String {
         out.push_str(&format!("\n{}: {}", r.case.id, r.reasons.join("; ")));
     }
     out.push_str(&open_loop_lines(results));
+    out.push_str(&memslope_lines(results));
+    out.push_str(&recovery_lines(results));
     for r in results {
         if let Some(s) = r
             .clean
@@ -112,6 +119,81 @@ pub fn render(results: &[CaseResult]) -> String {
                 "\n{}: load generator may have limited this case: {s}",
                 r.case.id
             ));
+        }
+    }
+    out
+}
+
+/// One line per memslope case: bytes per connection by RSS, PSS and cgroup
+/// memory (with R²), the intercept, the line after closing, and the FDs
+/// left once every connection closed.
+fn memslope_lines(results: &[CaseResult]) -> String {
+    let kib = |b: f64| format!("{:.1} KiB", b / 1024.0);
+    let mut out = String::new();
+    for r in results {
+        let Some(m) = r.memslope.as_ref() else {
+            continue;
+        };
+        let per = |what: &str, f: &Option<crate::stats::LineFit>| {
+            f.as_ref()
+                .map(|f| format!("{what} {}/conn (R² {:.3})", kib(f.slope), f.r2))
+        };
+        let mut parts: Vec<String> = [
+            per("RSS", &m.rss),
+            per("PSS", &m.pss),
+            per("cgroup", &m.cgroup),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if let Some(f) = &m.rss {
+            parts.push(format!("RSS at 0 connections {}", kib(f.intercept)));
+        }
+        if let Some(f) = &m.rss_after_close {
+            parts.push(format!("closing: RSS {}/conn", kib(f.slope)));
+        }
+        parts.push(format!("FDs after close {:+}", m.fds_left_after_close));
+        out.push_str(&format!(
+            "\n{}: memory per connection: {}",
+            r.case.id,
+            parts.join(", ")
+        ));
+        for w in &m.warnings {
+            out.push_str(&format!("\n{}: {w}", r.case.id));
+        }
+    }
+    out
+}
+
+/// One line per recovery case: per cycle, handshakes, requests answered
+/// of those scheduled, FDs against READY's and RSS after the close; then
+/// the RSS drift per cycle.
+fn recovery_lines(results: &[CaseResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let Some(p) = r.recovery.as_ref() else {
+            continue;
+        };
+        let cycles: Vec<String> = p
+            .cycles
+            .iter()
+            .map(|c| {
+                format!(
+                    "#{} {}/{} ok, {} tcp/{} tls/{} h2, FDs {:+}, RSS {:.1} MiB",
+                    c.cycle,
+                    c.succeeded,
+                    c.scheduled,
+                    c.handshakes.tcp,
+                    c.handshakes.tls,
+                    c.handshakes.h2,
+                    c.fds_delta,
+                    c.rss_after_bytes as f64 / (1024.0 * 1024.0)
+                )
+            })
+            .collect();
+        out.push_str(&format!("\n{}: cycles: {}", r.case.id, cycles.join("; ")));
+        if let Some(f) = &p.rss_drift {
+            out.push_str(&format!("; RSS drift {:+.1} KiB/cycle", f.slope / 1024.0));
         }
     }
     out

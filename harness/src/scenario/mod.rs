@@ -56,6 +56,14 @@ pub enum SuiteKind {
     Memory,
     /// Request load on one protocol × path × load × topology.
     Http,
+    /// Memory against the number of open idle connections: tiers of
+    /// connections, each verified with a request, then a least-squares
+    /// line (bytes per connection).
+    Memslope,
+    /// Connection recovery in one server process: cycles of open
+    /// connections, fixed-rate load, close (gracefully or abruptly), each
+    /// cycle checked on its own.
+    Recovery,
 }
 
 /// Wire protocol of a load case.
@@ -156,6 +164,44 @@ pub struct SuiteSpec {
     /// listener (the target's `tls_variant`).
     #[serde(default = "d_listeners")]
     pub listeners: Vec<Listener>,
+    /// Memslope suites: the tiers of open connections, ascending (e.g.
+    /// `[0, 64, 128, 256]`); memory is sampled at each.
+    #[serde(default)]
+    pub connections: Vec<usize>,
+    /// Recovery suites: cycles per case.
+    #[serde(default = "d_cycles")]
+    pub cycles: u32,
+    /// Recovery suites: how each cycle's connections are closed.
+    #[serde(default = "d_closes")]
+    pub close: Vec<CloseKind>,
+}
+
+/// How a recovery cycle closes its connections.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CloseKind {
+    /// h2: GOAWAY (NO_ERROR), then the socket closes; h1: the socket
+    /// closes between requests.
+    Graceful,
+    /// The sockets close with nothing said first.
+    Abrupt,
+}
+
+impl CloseKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CloseKind::Graceful => "graceful",
+            CloseKind::Abrupt => "abrupt",
+        }
+    }
+}
+
+fn d_cycles() -> u32 {
+    3
+}
+
+fn d_closes() -> Vec<CloseKind> {
+    vec![CloseKind::Graceful, CloseKind::Abrupt]
 }
 
 /// The listener an idle (memory) case launches.
@@ -234,6 +280,33 @@ pub enum CaseKind {
     Memory { listener: Listener },
     /// Request load.
     Http(HttpCase),
+    /// Memory at tiers of open idle connections.
+    MemSlope(MemSlopeCase),
+    /// Cycles of connect, load, close on one server.
+    Recovery(RecoveryCase),
+}
+
+/// One protocol × path × rate × topology × close of a recovery suite.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecoveryCase {
+    pub protocol: Proto,
+    pub path: String,
+    /// Requests per second during each cycle's load window.
+    pub rate: f64,
+    pub topology: Topology,
+    pub cycles: u32,
+    pub close: CloseKind,
+}
+
+/// One protocol × path of a memslope suite: the connections of each tier
+/// are opened on one server, each answers one request on `path` (proof it
+/// is serviceable), and stays open, idle, while memory is sampled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemSlopeCase {
+    pub protocol: Proto,
+    pub path: String,
+    /// Open connections at each sample, ascending.
+    pub tiers: Vec<usize>,
 }
 
 /// One protocol × path × load × topology (× keep-alive for h1).
@@ -252,6 +325,8 @@ impl CaseKind {
         match self {
             CaseKind::Memory { .. } => SuiteKind::Memory,
             CaseKind::Http(_) => SuiteKind::Http,
+            CaseKind::MemSlope(_) => SuiteKind::Memslope,
+            CaseKind::Recovery(_) => SuiteKind::Recovery,
         }
     }
 
@@ -267,6 +342,8 @@ impl CaseKind {
                 listener: Listener::Plain,
             } => None,
             CaseKind::Http(h) => Some(h.protocol),
+            CaseKind::MemSlope(m) => Some(m.protocol),
+            CaseKind::Recovery(r) => Some(r.protocol),
         }
     }
 }
@@ -286,6 +363,14 @@ struct FlatCase {
     load: Option<LoadShape>,
     topology: Option<Topology>,
     keepalive: bool,
+    /// Memslope cases: the tiers of open connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connections: Option<Vec<usize>>,
+    /// Recovery cases: cycles and how each closes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cycles: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    close: Option<CloseKind>,
     warmup_ms: u64,
     duration_ms: u64,
     counted_requests: u64,
@@ -296,9 +381,28 @@ impl From<Case> for FlatCase {
     fn from(c: Case) -> FlatCase {
         let protocol = c.what.listener_protocol();
         let kind = c.what.suite_kind();
-        let (path, load, topology, keepalive) = match c.what {
-            CaseKind::Memory { .. } => (None, None, None, true),
-            CaseKind::Http(h) => (Some(h.path), Some(h.load), Some(h.topology), h.keepalive),
+        let (mut cycles, mut close) = (None, None);
+        let (path, load, topology, keepalive, connections) = match c.what {
+            CaseKind::Memory { .. } => (None, None, None, true, None),
+            CaseKind::Recovery(r) => {
+                cycles = Some(r.cycles);
+                close = Some(r.close);
+                (
+                    Some(r.path),
+                    Some(LoadShape::Open { rate: r.rate }),
+                    Some(r.topology),
+                    true,
+                    None,
+                )
+            }
+            CaseKind::Http(h) => (
+                Some(h.path),
+                Some(h.load),
+                Some(h.topology),
+                h.keepalive,
+                None,
+            ),
+            CaseKind::MemSlope(m) => (Some(m.path), None, None, true, Some(m.tiers)),
         };
         FlatCase {
             id: c.id,
@@ -312,6 +416,9 @@ impl From<Case> for FlatCase {
             load,
             topology,
             keepalive,
+            connections,
+            cycles,
+            close,
             warmup_ms: c.warmup_ms,
             duration_ms: c.duration_ms,
             counted_requests: c.counted_requests,
@@ -325,7 +432,7 @@ impl Case {
     pub fn http(&self) -> Option<&HttpCase> {
         match &self.what {
             CaseKind::Http(h) => Some(h),
-            CaseKind::Memory { .. } => None,
+            CaseKind::Memory { .. } | CaseKind::MemSlope(_) | CaseKind::Recovery(_) => None,
         }
     }
 
@@ -439,6 +546,69 @@ impl Matrix {
                                 };
                                 c.id = format!("{}/{}/{name}/#{round}", s.name, targets[t]);
                                 cases.push(c);
+                            }
+                        }
+                    }
+                    SuiteKind::Memslope => {
+                        for &protocol in &s.protocols {
+                            for path in &s.paths {
+                                for &t in &order {
+                                    let m = MemSlopeCase {
+                                        protocol,
+                                        path: path.clone(),
+                                        tiers: s.connections.clone(),
+                                    };
+                                    let mut c = base(t, CaseKind::MemSlope(m));
+                                    c.id = format!(
+                                        "{}/{}/{}/{}/c{}/#{round}",
+                                        s.name,
+                                        targets[t],
+                                        protocol.name(),
+                                        path.trim_start_matches('/'),
+                                        s.connections
+                                            .iter()
+                                            .map(usize::to_string)
+                                            .collect::<Vec<_>>()
+                                            .join("-"),
+                                    );
+                                    cases.push(c);
+                                }
+                            }
+                        }
+                    }
+                    SuiteKind::Recovery => {
+                        for &protocol in &s.protocols {
+                            for path in &s.paths {
+                                for &rate in &s.rates {
+                                    for topo in &s.topologies {
+                                        let topology = Topology::parse(topo).expect("validated");
+                                        for &close in &s.close {
+                                            for &t in &order {
+                                                let r = RecoveryCase {
+                                                    protocol,
+                                                    path: path.clone(),
+                                                    rate,
+                                                    topology,
+                                                    cycles: s.cycles,
+                                                    close,
+                                                };
+                                                let mut c = base(t, CaseKind::Recovery(r));
+                                                c.id = format!(
+                                                    "{}/{}/{}/{}/r{rate}/{}x{}/{}/x{}/#{round}",
+                                                    s.name,
+                                                    targets[t],
+                                                    protocol.name(),
+                                                    path.trim_start_matches('/'),
+                                                    topology.connections,
+                                                    topology.streams,
+                                                    close.name(),
+                                                    s.cycles,
+                                                );
+                                                cases.push(c);
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }

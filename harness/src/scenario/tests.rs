@@ -154,3 +154,91 @@ fn parses_topologies() {
     assert_eq!(Topology::parse("0x1"), None);
     assert_eq!(Topology::parse("x"), None);
 }
+
+const MEMSLOPE: &str = r#"
+[[suite]]
+name = "ms"
+kind = "memslope"
+protocols = ["h1", "h2c"]
+paths = ["/plain"]
+connections = [0, 32, 64]
+"#;
+
+#[test]
+fn a_memslope_suite_is_a_case_per_protocol_and_path_with_its_tiers() {
+    let m = Matrix::parse("t.toml", MEMSLOPE).unwrap();
+    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
+    let ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec![
+            "ms/peer/h1/plain/c0-32-64/#1",
+            "ms/peer/h2c/plain/c0-32-64/#1"
+        ]
+    );
+    let j = serde_json::to_value(&cases[1]).unwrap();
+    assert_eq!(j["kind"], "memslope");
+    assert_eq!(j["protocol"], "h2c");
+    assert_eq!(j["path"], "/plain");
+    assert_eq!(j["connections"], serde_json::json!([0, 32, 64]));
+    assert!(j["topology"].is_null() && j["load"].is_null());
+}
+
+#[test]
+fn a_memslope_suite_needs_three_ascending_tiers() {
+    for (tiers, says) in [
+        ("[0, 32]", "give at least 3"),
+        ("[0, 64, 32]", "tiers must ascend: 64 then 32"),
+        ("[0, 32, 32]", "tiers must ascend: 32 then 32"),
+    ] {
+        let text = MEMSLOPE.replace("[0, 32, 64]", tiers);
+        let e = Matrix::parse("t.toml", &text).unwrap_err().to_string();
+        assert!(e.starts_with("t.toml:7:"), "{e}");
+        assert!(e.contains(says), "{tiers}: {e}");
+    }
+    let text = MEMSLOPE.replace("paths = [\"/plain\"]\n", "");
+    let e = Matrix::parse("t.toml", &text).unwrap_err().to_string();
+    assert!(e.contains("a memslope suite needs protocols, paths"), "{e}");
+}
+
+#[test]
+fn a_recovery_suite_is_a_case_per_protocol_rate_topology_and_close() {
+    let text = r#"
+[[suite]]
+name = "rec"
+kind = "recovery"
+protocols = ["h2c"]
+paths = ["/plain"]
+rates = [500.0]
+topologies = ["4x16"]
+cycles = 5
+"#;
+    let m = Matrix::parse("t.toml", text).unwrap();
+    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
+    let ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec![
+            "rec/peer/h2c/plain/r500/4x16/graceful/x5/#1",
+            "rec/peer/h2c/plain/r500/4x16/abrupt/x5/#1"
+        ]
+    );
+    let j = serde_json::to_value(&cases[1]).unwrap();
+    assert_eq!(
+        (&j["kind"], &j["close"], &j["cycles"]),
+        (&"recovery".into(), &"abrupt".into(), &5.into())
+    );
+    assert_eq!(
+        j["topology"],
+        serde_json::json!({"connections": 4, "streams": 16})
+    );
+    for (from, to, says) in [
+        ("cycles = 5", "cycles = 1", "give at least 2"),
+        ("rates = [500.0]\n", "", "a recovery suite needs rates"),
+    ] {
+        let e = Matrix::parse("t.toml", &text.replace(from, to))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{e}");
+    }
+}

@@ -73,7 +73,34 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
                 "duration_ms = 0: give at least 1".into(),
             ));
         }
-        if s.kind != SuiteKind::Http {
+        if s.kind == SuiteKind::Memslope {
+            memslope(s, nofile, &bad)?;
+            continue;
+        }
+        if s.kind == SuiteKind::Recovery {
+            if s.rates.is_empty() {
+                return Err(bad(
+                    Some("kind"),
+                    "a recovery suite needs rates: each cycle runs fixed-rate load".into(),
+                ));
+            }
+            if s.cycles < 2 {
+                return Err(bad(
+                    Some("cycles"),
+                    format!(
+                        "cycles = {}: give at least 2, or there is nothing to recover from",
+                        s.cycles
+                    ),
+                ));
+            }
+            if s.close.is_empty() {
+                return Err(bad(
+                    Some("close"),
+                    "close = []: give \"graceful\", \"abrupt\" or both".into(),
+                ));
+            }
+        }
+        if s.kind != SuiteKind::Http && s.kind != SuiteKind::Recovery {
             continue;
         }
         if s.protocols.is_empty() || s.paths.is_empty() || s.topologies.is_empty() {
@@ -86,6 +113,61 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
         rates(s, text, sec, &bad)?;
         if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
             return Err(bad(Some("paths"), format!("path `{p}` must start with /")));
+        }
+    }
+    Ok(())
+}
+
+/// A memslope suite: protocols and a path to verify each connection with,
+/// and at least three ascending tiers of connections (two points always
+/// lie on a line: R² says nothing), within the file descriptors this
+/// process may open.
+fn memslope(
+    s: &SuiteSpec,
+    nofile: Option<u64>,
+    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
+) -> Result<(), MatrixError> {
+    if s.protocols.is_empty() || s.paths.is_empty() {
+        return Err(bad(
+            None,
+            "a memslope suite needs protocols, paths (each connection is verified with one \
+             request on the path) and connections (the tiers)"
+                .into(),
+        ));
+    }
+    if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
+        return Err(bad(Some("paths"), format!("path `{p}` must start with /")));
+    }
+    if s.connections.len() < 3 {
+        return Err(bad(
+            Some("connections"),
+            format!(
+                "{} tier(s) of connections: give at least 3, e.g. [0, 64, 128, 256], so the \
+                 fit of memory against connections can show whether it is a line",
+                s.connections.len()
+            ),
+        ));
+    }
+    if let Some(w) = s.connections.windows(2).find(|w| w[0] >= w[1]) {
+        return Err(bad(
+            Some("connections"),
+            format!(
+                "tiers must ascend: {} then {}; rig opens connections from one tier to the next",
+                w[0], w[1]
+            ),
+        ));
+    }
+    let top = *s.connections.last().expect("three tiers");
+    if let Some(limit) = nofile {
+        if top as u64 + FD_HEADROOM > limit {
+            return Err(bad(
+                Some("connections"),
+                format!(
+                    "{top} connections need more file descriptors than this process may open \
+                     (RLIMIT_NOFILE hard limit {limit}, {FD_HEADROOM} kept for rig); raise the \
+                     limit (ulimit -Hn) or use fewer connections"
+                ),
+            ));
         }
     }
     Ok(())

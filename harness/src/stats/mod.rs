@@ -45,6 +45,7 @@
 //! (warm-up leaking into the window) is a finding about the rig, not noise.
 
 mod bootstrap;
+mod fit;
 mod pairing;
 mod rank;
 mod summary;
@@ -53,6 +54,7 @@ mod table;
 use serde::Serialize;
 
 pub use bootstrap::{bootstrap_median_diff, bootstrap_paired_median, Interval, SplitMix64, LEVEL};
+pub use fit::{least_squares, LineFit};
 pub use pairing::{pair_blocks, paired_diffs};
 pub use rank::{
     mann_whitney_min_p, mann_whitney_u, normal_sf, wilcoxon_min_p, wilcoxon_signed_rank,

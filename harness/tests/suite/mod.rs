@@ -43,6 +43,8 @@ mod html;
 mod integrity;
 mod launch;
 mod load;
+mod memslope;
+mod recovery;
 mod redis;
 mod render;
 mod run;

@@ -272,6 +272,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "calibwork_d",
     "calibwork_e",
     "stall_server",
+    "conn_server",
 ];
 
 /// The A/B calibration fixtures of `rig-fixtures` (fixtures/calib/COSTS.md,
@@ -287,6 +288,7 @@ pub fn fixture_placeholder(name: &str) -> Option<PathBuf> {
         "calibwork_d" => rig_fixtures::calibwork_dir('d'),
         "calibwork_e" => rig_fixtures::calibwork_dir('e'),
         "stall_server" => rig_fixtures::stall_server(),
+        "conn_server" => rig_fixtures::conn_server(),
         _ => return None,
     };
     Some(p.to_path_buf())

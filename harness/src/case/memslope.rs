@@ -1,0 +1,340 @@
+//! The memslope pass: the server's memory against the number of open, idle
+//! connections, fitted to a line whose slope is what one connection costs.
+//!
+//! One fresh server. After a warm-up ([`WARMUP_CONNECTIONS`] connections
+//! opened, used and closed), memory is sampled with no connection open
+//! (the baseline, "READY"), then at each tier, ascending: rig opens the tier's new
+//! connections (with the TCP, TLS and h2 handshakes the protocol has, each
+//! counted), sends exactly one request on each (so every connection is
+//! proven serviceable, not merely accepted by the kernel), leaves them open
+//! and idle, waits `settle_ms` and samples RSS, PSS, the cgroup's
+//! memory.current, FDs and threads. RSS, PSS and cgroup memory are fitted
+//! against the connection count by least squares (slope in bytes per
+//! connection, intercept, R², every residual). Then the connections are
+//! closed tier by tier, top down, and memory is sampled again: memory after
+//! close is another line (does the server give memory back, not what a
+//! connection costs), and once every connection is closed the server must
+//! hold exactly the file descriptors it held at READY.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::launch::spec::TargetSpec;
+use crate::launch::start::{ExitInfo, Launched, ObjectFact};
+use crate::load::{Client, Handshakes, Mode};
+use crate::sample::{CgroupSnapshot, ProcSnapshot};
+use crate::scenario::{Case, HttpCase, LoadShape, MemSlopeCase, Topology};
+use crate::stats::{least_squares, LineFit};
+
+use super::*;
+
+/// Below this R² the points are not a line: the slope is reported, with a
+/// warning that it is not one connection's cost.
+pub const MIN_R2: f64 = 0.99;
+
+/// Connections opened (one request each) and closed before the READY
+/// baseline: the first connections a server ever takes pay one-time costs
+/// (lazily built runtime state, a worker thread's first allocation arena,
+/// TLS configuration caches) that are no connection's cost. Measured on
+/// rig-peer without it, the step from 0 to the first tier put R² at 0.91.
+/// Few, because the memory they free stays with the allocator and the
+/// first tier reuses it.
+pub const WARMUP_CONNECTIONS: usize = 4;
+
+/// How long rig waits, after closing connections, for the server to close
+/// its side (it sees the close only when it next reads the socket).
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// The server at one count of open connections.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ConnPoint {
+    pub connections: usize,
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    /// The cgroup's memory.current (user and kernel memory charged to the
+    /// target, socket buffers included), when the target has a cgroup.
+    pub cgroup_bytes: Option<u64>,
+    pub fds: u64,
+    pub threads: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemSlopePass {
+    pub launch: LaunchInfo,
+    pub settle_ms: u64,
+    /// READY (0 connections) first, then each tier as it was opened.
+    pub opened: Vec<ConnPoint>,
+    /// Each tier again as connections were closed, top down, ending at 0.
+    pub closed: Vec<ConnPoint>,
+    /// Bytes against open connections over the tiers (READY included when
+    /// 0 is a tier): `slope` is bytes per connection.
+    pub rss: Option<LineFit>,
+    pub pss: Option<LineFit>,
+    pub cgroup: Option<LineFit>,
+    /// RSS against the connections still open while closing.
+    pub rss_after_close: Option<LineFit>,
+    /// FDs with every connection closed minus FDs at READY: 0 for a server
+    /// that closes what it opened.
+    pub fds_left_after_close: i64,
+    /// Handshakes made (TCP, TLS, h2) over all tiers: exactly one of each
+    /// the protocol has per connection.
+    pub handshakes: Handshakes,
+    /// Fits that are not lines (R² below [`MIN_R2`]).
+    pub warnings: Vec<String>,
+    pub exit: ExitInfo,
+}
+
+/// The median of three samples of the idle server, 20 ms apart: one
+/// sample can land on a moment of transient allocation.
+fn sample(l: &Launched, connections: usize) -> Result<ConnPoint, Fail> {
+    let mut points = Vec::with_capacity(3);
+    for i in 0..3 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let p = ProcSnapshot::read_tree(l.pid)?;
+        let cg = l
+            .cgroup_handle()
+            .and_then(|h| CgroupSnapshot::read(&h).ok())
+            .and_then(|c| c.mem_current_bytes);
+        points.push(ConnPoint {
+            connections,
+            rss_bytes: p.rss_kib * 1024,
+            pss_bytes: p.pss_kib * 1024,
+            cgroup_bytes: cg,
+            fds: p.fds,
+            threads: p.threads,
+        });
+    }
+    let mid = |f: &dyn Fn(&ConnPoint) -> u64| {
+        let mut v: Vec<u64> = points.iter().map(f).collect();
+        v.sort_unstable();
+        v[1]
+    };
+    Ok(ConnPoint {
+        connections,
+        rss_bytes: mid(&|p| p.rss_bytes),
+        pss_bytes: mid(&|p| p.pss_bytes),
+        cgroup_bytes: points
+            .iter()
+            .all(|p| p.cgroup_bytes.is_some())
+            .then(|| mid(&|p| p.cgroup_bytes.unwrap_or(0))),
+        fds: mid(&|p| p.fds),
+        threads: mid(&|p| p.threads),
+    })
+}
+
+fn fit(points: &[ConnPoint], y: impl Fn(&ConnPoint) -> Option<u64>) -> Option<LineFit> {
+    let xy: Option<Vec<(f64, f64)>> = points
+        .iter()
+        .map(|p| y(p).map(|v| (p.connections as f64, v as f64)))
+        .collect();
+    least_squares(&xy?)
+}
+
+/// Open `n` more connections of `m`'s protocol, each answering one
+/// request: the tier's new connections, held open (idle) by the client.
+fn open_tier(
+    rs: &RunSettings,
+    m: &MemSlopeCase,
+    spec: &TargetSpec,
+    port: u16,
+    n: usize,
+) -> Result<Client, Fail> {
+    let http = HttpCase {
+        protocol: m.protocol,
+        path: m.path.clone(),
+        load: LoadShape::Closed,
+        topology: Topology {
+            connections: n,
+            streams: 1,
+        },
+        keepalive: true,
+    };
+    let mut ls = load_spec(rs, &http, spec, port)?;
+    // Idle connections need no parallel generator: one thread holds them.
+    ls.threads = Some(1);
+    let mut client = Client::connect(&ls)?;
+    if let Some(why) = handshake_mismatch(&ls, client.handshakes()) {
+        return Err(Fail(why));
+    }
+    let r = client.run(&Mode::FixedCount { requests: n as u64 });
+    if r.succeeded != n as u64 || r.errors_total() > 0 {
+        return Err(Fail(format!(
+            "{n} new connections: {} of {n} answered their one request (errors: {:?})",
+            r.succeeded, r.errors
+        )));
+    }
+    Ok(client)
+}
+
+/// Close `client`'s connections, then wait until the server holds no more
+/// FDs than `fds_target` (it closes its side when it next reads the
+/// socket) or [`CLOSE_WAIT`] passes.
+fn close(client: Client, l: &Launched, fds_target: u64) {
+    drop(client);
+    let until = Instant::now() + CLOSE_WAIT;
+    while Instant::now() < until {
+        if ProcSnapshot::read_tree(l.pid).is_ok_and(|p| p.fds <= fds_target) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+struct Measured {
+    opened: Vec<ConnPoint>,
+    closed: Vec<ConnPoint>,
+    handshakes: Handshakes,
+}
+
+fn measure(
+    rs: &RunSettings,
+    case: &Case,
+    m: &MemSlopeCase,
+    spec: &TargetSpec,
+    l: &Launched,
+) -> Result<Measured, Fail> {
+    let settle = Duration::from_millis(case.settle_ms);
+    let before = ProcSnapshot::read_tree(l.pid)?.fds;
+    close(
+        open_tier(rs, m, spec, l.port, WARMUP_CONNECTIONS)?,
+        l,
+        before,
+    );
+    std::thread::sleep(settle);
+    let ready = sample(l, 0)?;
+    let mut opened = vec![ready.clone()];
+    let mut clients: Vec<(usize, Client)> = Vec::new();
+    let mut handshakes = Handshakes::default();
+    let mut open = 0;
+    for &tier in m.tiers.iter().filter(|&&t| t > 0) {
+        if crate::interrupt::requested() {
+            return Err(Fail("interrupted by SIGINT/SIGTERM".into()));
+        }
+        let c = open_tier(rs, m, spec, l.port, tier - open)?;
+        let hs = c.handshakes();
+        handshakes.tcp += hs.tcp;
+        handshakes.tls += hs.tls;
+        handshakes.h2 += hs.h2;
+        open = tier;
+        clients.push((open, c));
+        std::thread::sleep(settle);
+        opened.push(sample(l, open)?);
+    }
+    let mut closed = Vec::new();
+    while let Some((_, c)) = clients.pop() {
+        let below = clients.last().map_or(0, |(n, _)| *n);
+        // The server's FDs once these are closed: those at the tier below
+        // (READY's at 0).
+        let target = opened
+            .iter()
+            .find(|p| p.connections == below)
+            .map_or(ready.fds, |p| p.fds);
+        close(c, l, target);
+        std::thread::sleep(settle);
+        closed.push(sample(l, below)?);
+    }
+    Ok(Measured {
+        opened,
+        closed,
+        handshakes,
+    })
+}
+
+pub(super) fn memslope_pass(
+    rs: &RunSettings,
+    case: &Case,
+    m: &MemSlopeCase,
+    spec: &TargetSpec,
+    objs: &mut Option<Vec<ObjectFact>>,
+) -> Result<(MemSlopePass, Vec<String>), Fail> {
+    let (l, arm_proof) = launch_pass(rs, case, spec, "memslope")?;
+    record_objects(&l, objs);
+    let measured = measure(rs, case, m, spec, &l);
+    let died = exited_reason("memslope", &l);
+    let mut info = LaunchInfo::of(&l);
+    info.arm_proof = arm_proof;
+    let exit = stop(l);
+    let mm = measured.map_err(|Fail(why)| failed("memslope", why, died.clone(), &exit))?;
+    // The fit's points: the tiers asked for (READY only when 0 is one).
+    let points: Vec<ConnPoint> = mm
+        .opened
+        .iter()
+        .filter(|p| m.tiers.contains(&p.connections))
+        .cloned()
+        .collect();
+    let rss = fit(&points, |p| Some(p.rss_bytes));
+    let pss = fit(&points, |p| Some(p.pss_bytes));
+    let cgroup = fit(&points, |p| p.cgroup_bytes);
+    let rss_after_close = fit(&mm.closed, |p| Some(p.rss_bytes));
+    let mut warnings = Vec::new();
+    for (what, f) in [("RSS", &rss), ("PSS", &pss), ("cgroup memory", &cgroup)] {
+        if let Some(f) = f.as_ref().filter(|f| f.r2 < MIN_R2) {
+            warnings.push(format!(
+                "{what} against connections is not a line (R² {:.3} < {MIN_R2}): the slope \
+                 {:.0} B/connection is not what one connection costs; see the residuals",
+                f.r2, f.slope
+            ));
+        }
+    }
+    let ready_fds = mm.opened[0].fds;
+    let after = mm.closed.last().map_or(ready_fds, |p| p.fds);
+    let fds_left_after_close = after as i64 - ready_fds as i64;
+    let mut reasons: Vec<String> = Vec::new();
+    if fds_left_after_close != 0 {
+        reasons.push(format!(
+            "memslope: with every connection closed the server holds {after} file descriptors, \
+             {fds_left_after_close:+} against READY's {ready_fds}"
+        ));
+    }
+    reasons.extend(died);
+    reasons.extend(oom_reason("memslope", &exit));
+    Ok((
+        MemSlopePass {
+            launch: info,
+            settle_ms: case.settle_ms,
+            opened: mm.opened,
+            closed: mm.closed,
+            rss,
+            pss,
+            cgroup,
+            rss_after_close,
+            fds_left_after_close,
+            handshakes: mm.handshakes,
+            warnings,
+            exit,
+        },
+        reasons,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(n: usize, rss: u64, cg: Option<u64>) -> ConnPoint {
+        ConnPoint {
+            connections: n,
+            rss_bytes: rss,
+            pss_bytes: rss,
+            cgroup_bytes: cg,
+            fds: 3 + n as u64,
+            threads: 1,
+        }
+    }
+
+    #[test]
+    fn a_fit_needs_every_point_to_have_the_value() {
+        let pts = [
+            point(0, 1_000_000, Some(5)),
+            point(64, 1_000_000 + 64 * 65552, None),
+            point(128, 1_000_000 + 128 * 65552, Some(9)),
+        ];
+        let f = fit(&pts, |p| Some(p.rss_bytes)).unwrap();
+        assert!((f.slope - 65552.0).abs() < 1e-6, "{f:?}");
+        assert!((f.intercept - 1_000_000.0).abs() < 1e-3, "{f:?}");
+        assert_eq!(fit(&pts, |p| p.cgroup_bytes), None);
+    }
+}
