@@ -55,6 +55,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "case",
         &[
+            "interrupt",
             "launch",
             "load",
             "metrics",
@@ -62,6 +63,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "report",
             "sample",
             "scenario",
+            "stats",
             "symbolize",
             "window",
         ],
@@ -94,6 +96,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "probe",
             "report",
             "scenario",
+            "stats",
             "symbolize",
         ],
     ),
