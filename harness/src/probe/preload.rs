@@ -2,11 +2,11 @@
 //! is mostly the kernel's verifier: each program that carries the stack
 //! unwinder takes 0.2–2.5 s to verify on this 2-core VM (strace -T of
 //! `rig attach --probes all`, see docs/guide.md, "How long opening a
-//! window takes"). The verifier runs concurrently for privileged loaders,
-//! so every family is loaded on its own thread (its maps), and then every
-//! program it will attach on a thread of its own: a family with six heavy
-//! programs (alloc) no longer verifies them one after the other while the
-//! other families' threads have finished.
+//! window takes"), one after the other. The verifier runs concurrently
+//! for privileged loaders, so every family is loaded on its own thread:
+//! its maps, then each program it will attach. (A thread per program was
+//! tried: on the shared 2-core machine it did not measurably open windows
+//! sooner, the verifier's CPU time being the same.)
 
 use aya::programs::Program;
 use aya::Ebpf;
@@ -19,14 +19,14 @@ const TREE_ONLY: &[&str] = &["rig_follow_fork"];
 const STACKS_ONLY: &[&str] = &["rig_forget_exec"];
 /// Programs loaded when first attached (`attach::programs::uprobe` loads
 /// what is not loaded yet): `rig_alloc_arg4` serves only Rust's
-/// `__rust_realloc`, absent from most targets, and costs a second of
-/// verifier time (strace -T, docs/guide.md "How long opening a window
-/// takes").
+/// `__rust_realloc`, absent from most targets, and its BPF_PROG_LOAD took
+/// 1.05–1.18 s (strace -T, docs/guide.md "How long opening a window
+/// takes"). A Rust target pays that at attach, on one thread.
 const ON_FIRST_USE: &[&str] = &["rig_alloc_arg4"];
 
-/// `load` every family on its own thread and load its programs, each on a
-/// thread of its own (all but those `tree` / `stacks` say will not be
-/// attached and those loaded on first use), in `families` order.
+/// `load` every family on its own thread and load its programs (all but
+/// those `tree` / `stacks` say will not be attached and those loaded on
+/// first use), in `families` order.
 pub(crate) fn load_all(
     families: &[Family],
     tree: bool,
@@ -40,20 +40,14 @@ pub(crate) fn load_all(
             .map(|&family| {
                 s.spawn(move || -> Result<(Family, Ebpf), ProbeError> {
                     let mut ebpf = load(family)?;
-                    let wanted = ebpf.programs_mut().filter(|(name, _)| {
-                        let unused = (!tree && TREE_ONLY.contains(name))
-                            || (!stacks && STACKS_ONLY.contains(name))
-                            || ON_FIRST_USE.contains(name);
-                        !unused
-                    });
-                    std::thread::scope(|s| {
-                        let loading: Vec<_> = wanted
-                            .map(|(name, p)| s.spawn(move || load_program(family, name, p)))
-                            .collect();
-                        loading
-                            .into_iter()
-                            .try_for_each(|h| h.join().expect("a program loader thread panicked"))
-                    })?;
+                    for (name, p) in ebpf.programs_mut() {
+                        let unused = (!tree && TREE_ONLY.contains(&name))
+                            || (!stacks && STACKS_ONLY.contains(&name))
+                            || ON_FIRST_USE.contains(&name);
+                        if !unused {
+                            load_program(family, name, p)?;
+                        }
+                    }
                     Ok((family, ebpf))
                 })
             })
