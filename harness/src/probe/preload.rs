@@ -4,7 +4,9 @@
 //! `rig attach --probes all`, see docs/guide.md, "How long opening a
 //! window takes"), one after the other. The verifier runs concurrently
 //! for privileged loaders, so every family is loaded on its own thread:
-//! its maps, then each program it will attach.
+//! its maps, then each program it will attach. (A thread per program was
+//! tried: on the shared 2-core machine it did not measurably open windows
+//! sooner, the verifier's CPU time being the same.)
 
 use aya::programs::Program;
 use aya::Ebpf;
@@ -15,9 +17,16 @@ use super::{Family, ProbeError};
 const TREE_ONLY: &[&str] = &["rig_follow_fork"];
 /// Programs loaded only with whole stacks (module table refresh on exec).
 const STACKS_ONLY: &[&str] = &["rig_forget_exec"];
+/// Programs loaded when first attached (`attach::programs::uprobe` loads
+/// what is not loaded yet): `rig_alloc_arg4` serves only Rust's
+/// `__rust_realloc`, absent from most targets, and its BPF_PROG_LOAD took
+/// 1.05–1.18 s (strace -T, docs/guide.md "How long opening a window
+/// takes"). A Rust target pays that at attach, on one thread.
+const ON_FIRST_USE: &[&str] = &["rig_alloc_arg4"];
 
 /// `load` every family on its own thread and load its programs (all but
-/// those `tree` / `stacks` say will not be attached), in `families` order.
+/// those `tree` / `stacks` say will not be attached and those loaded on
+/// first use), in `families` order.
 pub(crate) fn load_all(
     families: &[Family],
     tree: bool,
@@ -33,7 +42,8 @@ pub(crate) fn load_all(
                     let mut ebpf = load(family)?;
                     for (name, p) in ebpf.programs_mut() {
                         let unused = (!tree && TREE_ONLY.contains(&name))
-                            || (!stacks && STACKS_ONLY.contains(&name));
+                            || (!stacks && STACKS_ONLY.contains(&name))
+                            || ON_FIRST_USE.contains(&name);
                         if !unused {
                             load_program(family, name, p)?;
                         }

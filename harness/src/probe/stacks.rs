@@ -14,10 +14,10 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use aya::maps::{Array, HashMap, Map, MapData, StackTraceMap};
-use aya::{Btf, Ebpf, EbpfLoader};
+use aya::{Ebpf, EbpfLoader};
 use rig_ebpf::abi::{StackKey, StackVal, UStack, UnwindProc, UNWIND_MAX_PROCS};
 
 use super::unwind::{Sizes, Tables};
@@ -35,11 +35,18 @@ pub enum Stacks {
     On,
 }
 
-/// Kernel BTF, parsed once per session: parsing it takes about two seconds
-/// here, and every BPF object's load needs it.
-pub fn kernel_btf() -> Option<&'static Btf> {
-    static BTF: OnceLock<Option<Btf>> = OnceLock::new();
-    BTF.get_or_init(|| Btf::from_sys_fs().ok()).as_ref()
+/// One loader for the session, holding the kernel BTF it parsed once:
+/// aya's `EbpfLoader::new()` parses /sys/kernel/btf/vmlinux each time it
+/// is called, which held every loader thread 0.27–0.34 s before its first
+/// `bpf` call (strace -tt, docs/guide.md "How long opening a window
+/// takes"). The lock covers reading the object and creating its maps;
+/// the verifier runs after, when each thread loads its programs.
+fn loader() -> MutexGuard<'static, EbpfLoader<'static>> {
+    static LOADER: OnceLock<Mutex<EbpfLoader<'static>>> = OnceLock::new();
+    LOADER
+        .get_or_init(|| Mutex::new(EbpfLoader::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// Load one family's object with the stack settings in place.
@@ -49,10 +56,14 @@ pub fn load_object(
     stacks: Stacks,
     sizes: Sizes,
 ) -> Result<Ebpf, ProbeError> {
-    let on: u8 = (stacks == Stacks::On) as u8;
-    let mut loader = EbpfLoader::new();
-    loader.btf(kernel_btf());
-    loader.override_global("rig_stacks", &on, true);
+    static ON: u8 = 1;
+    static OFF: u8 = 0;
+    let on = match stacks {
+        Stacks::On => &ON,
+        Stacks::Off => &OFF,
+    };
+    let mut loader = loader();
+    loader.override_global("rig_stacks", on, true);
     loader.map_max_entries("unwind_rows", sizes.rows.max(1) as u32);
     loader.map_max_entries("unwind_index", sizes.index.max(1) as u32);
     loader

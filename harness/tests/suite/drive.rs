@@ -233,6 +233,43 @@ fn drive_reconnects_to_an_http_1_0_server_that_closes_and_says_so() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// nginx with `keepalive_timeout 0` answers `Connection: close` and closes
+/// every connection, as an HTTP/1.0 server does: the keep-alive client
+/// reconnects for each request, says so, and the worker's syscalls per
+/// request are exactly those of fixtures/nginx/COSTS.md ("Per protocol",
+/// the closing server).
+#[test]
+fn drive_reconnects_to_nginx_closing_every_connection_with_its_exact_syscalls() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let Some(closing) = nginx("nginx-close.toml") else {
+        return;
+    };
+    let url = format!("http://127.0.0.1:{}/plain", closing.port);
+    let a = measured(closing.pid, &["--drive", &url]);
+    assert!(
+        drive_says(&a).starts_with(&format!(
+            "HTTP/1.1 keep-alive, 1 connection; handshakes inside the window: {N} TCP, 0 TLS, 0 h2; \
+             the server closed the connection {N} times"
+        )),
+        "{}",
+        drive_says(&a)
+    );
+    let want: Vec<(String, f64)> = [
+        ("accept4", 1.0),
+        ("close", 1.0),
+        ("epoll_ctl", 1.0),
+        ("epoll_wait", 2.0),
+        ("recvfrom", 1.0),
+        ("writev", 1.0),
+    ]
+    .iter()
+    .map(|(n, c)| (n.to_string(), *c))
+    .collect();
+    assert_eq!(per_request(&a), want, "{}", drive_says(&a));
+    closing.stop(Duration::from_secs(2));
+}
+
 /// http.server on an ephemeral loopback port, saying `READY port=N`.
 const PY_SERVER: &str = "
 import http.server, socketserver
