@@ -38,7 +38,7 @@ use rig::exit;
 use serde_json::Value;
 
 use super::hostile::{alive, cgroups_of, children_of, finish, launch_dirs_of, signal, Scratch};
-use super::{probes_shared, program_ids_of, repo, rig_bin, root_or_skip, still_loaded};
+use super::{probes_shared, program_ids_of, repo, rig_bin, still_loaded};
 
 /// The environment variable whose value tags every process of one test's
 /// target tree.
@@ -632,9 +632,7 @@ fn run_case(name: &str, t: Target, passes: &str, phase: Phase, sig: i32) -> (i32
 /// after the signal, nothing left.
 #[test]
 fn run_obeys_signals_in_launch_and_counted_phases_and_leaves_nothing() {
-    if !root_or_skip("run_obeys_signals_in_launch_and_counted_phases_and_leaves_nothing") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let (_, r) = run_case(
         "run-int-launch",
@@ -666,9 +664,7 @@ fn run_obeys_signals_in_launch_and_counted_phases_and_leaves_nothing() {
 /// cgroup take all of it, the kernel drops the probes.
 #[test]
 fn sigkill_of_rig_in_launch_and_counted_phases_leaves_nothing() {
-    if !root_or_skip("sigkill_of_rig_in_launch_and_counted_phases_leaves_nothing") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     run_case(
         "kill-launch",
@@ -690,9 +686,7 @@ fn sigkill_of_rig_in_launch_and_counted_phases_leaves_nothing() {
 /// with the target (its cgroup), and the run still succeeds.
 #[test]
 fn a_forking_target_leaves_no_grandchild_after_a_normal_run() {
-    if !root_or_skip("a_forking_target_leaves_no_grandchild_after_a_normal_run") {
-        return;
-    }
+    root_or_skip!();
     let c = Case::new("forks-normal");
     let spec = c.spec(Target::Forks);
     let m = c.s.write(
@@ -727,9 +721,7 @@ fn a_forking_target_leaves_no_grandchild_after_a_normal_run() {
 /// orphaned `sleep` included).
 #[test]
 fn a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing() {
-    if !root_or_skip("a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing") {
-        return;
-    }
+    root_or_skip!();
     let c = Case::new("target-killed-launch");
     let spec = c.spec(Target::SlowStart);
     let m = c.s.write(
@@ -912,9 +904,7 @@ fn last_case_interrupted(name: &str, cases: &[Value]) {
 /// written is valid and says interrupted, nothing left.
 #[test]
 fn ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing() {
-    if !root_or_skip("ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     // ab: arms A and B of the dynamic calibration server.
     let c = Case::new("ab-int");
@@ -1124,9 +1114,7 @@ fn sigkill_of_ab_gate_instructions_and_probe_cost_while_measuring_leaves_nothing
 /// stops the server it started.
 #[test]
 fn demo_obeys_sigint_and_stops_its_server() {
-    if !root_or_skip("demo_obeys_sigint_and_stops_its_server") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let rig = Command::new(rig_bin())
         .args(["demo", "--requests", "5000000", "--probes", "syscalls"])
@@ -1201,9 +1189,7 @@ impl Drop for Tmpfs {
 /// taken back, a report that did not fit leaves the previous one).
 #[test]
 fn a_full_disk_under_out_fails_cleanly_and_keeps_written_files_valid() {
-    if !root_or_skip("a_full_disk_under_out_fails_cleanly_and_keeps_written_files_valid") {
-        return;
-    }
+    root_or_skip!();
     for when in ["before", "mid-run"] {
         let c = Case::new(&format!("disk-full-{when}"));
         let fs = Tmpfs::mount(c.s.0.join("mnt"), "1m");

@@ -17,7 +17,7 @@ use rig::launch::start::LaunchOptions;
 use serde_json::Value;
 
 use super::chaos::{all_json_valid, tagged, TAG_VAR};
-use super::{calib, probes_shared, repo, rig_bin, root_or_skip, spec};
+use super::{calib, probes_shared, repo, rig_bin, spec};
 
 /// A scratch directory for one test, removed when dropped.
 pub(super) struct Scratch(pub(super) PathBuf);
@@ -189,9 +189,7 @@ pub(super) fn finish(mut child: std::process::Child) -> (i32, String, String) {
 
 #[test]
 fn a_planted_launch_directory_with_a_symlink_cannot_redirect_a_rendered_file() {
-    if !root_or_skip("a_planted_launch_directory_with_a_symlink_cannot_redirect_a_rendered_file") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("planted");
     let victim = s.write("victim", "precious\n");
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -248,10 +246,7 @@ fn a_planted_launch_directory_with_a_symlink_cannot_redirect_a_rendered_file() {
 
 #[test]
 fn attach_json_onto_an_existing_file_or_a_symlink_is_refused_before_the_window() {
-    if !root_or_skip("attach_json_onto_an_existing_file_or_a_symlink_is_refused_before_the_window")
-    {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("json");
     let victim = s.write("root-only", "precious\n");
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -323,9 +318,7 @@ fn start_run(s: &Scratch, matrix: &str, passes: &str) -> std::process::Child {
 
 #[test]
 fn sigkill_of_rig_run_leaves_no_target_running() {
-    if !root_or_skip("sigkill_of_rig_run_leaves_no_target_running") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let s = Scratch::new("sigkill");
     let rig = start_run(&s, LONG_MATRIX, "clean");
@@ -368,9 +361,7 @@ fn sigkill_of_rig_run_leaves_no_target_running() {
 /// target exited"), no counted pass (no new target) follows.
 #[test]
 fn a_signal_during_runs_clean_pass_stops_at_once_and_starts_no_new_target() {
-    if !root_or_skip("a_signal_during_runs_clean_pass_stops_at_once_and_starts_no_new_target") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     for sig in [libc::SIGINT, libc::SIGTERM] {
         let s = Scratch::new(&format!("sig{sig}"));
@@ -428,9 +419,7 @@ fn a_signal_during_runs_clean_pass_stops_at_once_and_starts_no_new_target() {
 /// `rig attach --drive` with a window of 500 000 requests obeys SIGINT.
 #[test]
 fn sigint_ends_a_driven_attach_window_at_once_with_exit_130() {
-    if !root_or_skip("sigint_ends_a_driven_attach_window_at_once_with_exit_130") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let s = Scratch::new("attach-sigint");
     let target = calib(&[]);
@@ -477,9 +466,7 @@ fn sigint_ends_a_driven_attach_window_at_once_with_exit_130() {
 /// obey SIGTERM too.
 #[test]
 fn probe_cost_and_instructions_obey_sigterm_with_exit_130() {
-    if !root_or_skip("probe_cost_and_instructions_obey_sigterm_with_exit_130") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let runs: [(&str, Vec<String>); 2] = [
         (
@@ -534,9 +521,7 @@ fn probe_cost_and_instructions_obey_sigterm_with_exit_130() {
 /// rest of a 2 000 000-request counted pass at a closed port.
 #[test]
 fn the_generator_stops_when_its_target_is_gone() {
-    if !root_or_skip("the_generator_stops_when_its_target_is_gone") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let s = Scratch::new("gone");
     let rig = start_run(&s, LONG_MATRIX, "counted");
@@ -770,9 +755,7 @@ fn a_missing_or_non_executable_program_is_refused_with_its_position() {
 /// measured nothing and says so with a non-zero exit.
 #[test]
 fn a_run_that_measured_nothing_exits_non_zero() {
-    if !root_or_skip("a_run_that_measured_nothing_exits_non_zero") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("nothing");
     let calib = repo().join("config/targets/calib.toml");
     let m = s.write("m.toml", "[defaults]\nwarmup_ms = 100\nduration_ms = 300\n[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/not-an-endpoint\"]\ntopologies = [\"1\"]\n");
@@ -849,9 +832,7 @@ fn an_ab_that_measured_nothing_exits_non_zero_and_says_so() {
 /// A launch whose program cannot be spawned leaves no run directory.
 #[test]
 fn a_failed_spawn_leaves_no_run_directory() {
-    if !root_or_skip("a_failed_spawn_leaves_no_run_directory") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("spawnfail");
     s.write("c.in", "x {port}\n");
     let spec = TargetSpec::from_text(
@@ -874,9 +855,7 @@ fn a_failed_spawn_leaves_no_run_directory() {
 
 #[test]
 fn attach_to_a_zombie_says_it_exited_rather_than_no_such_process() {
-    if !root_or_skip("attach_to_a_zombie_says_it_exited_rather_than_no_such_process") {
-        return;
-    }
+    root_or_skip!();
     let mut child = Command::new("true").spawn().unwrap();
     let pid = child.id();
     let t0 = Instant::now();
@@ -903,9 +882,7 @@ fn attach_to_a_zombie_says_it_exited_rather_than_no_such_process() {
 /// manifest records it; a target left as root gets a one-line warning.
 #[test]
 fn a_target_drops_to_the_user_its_spec_or_user_flag_names() {
-    if !root_or_skip("a_target_drops_to_the_user_its_spec_or_user_flag_names") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("user");
     s.write("c.in", "listen {port}\n");
     let spec = TargetSpec::from_text(
