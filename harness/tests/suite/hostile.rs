@@ -155,33 +155,55 @@ pub(super) fn signal(pid: u32, sig: i32) {
 
 /// Wait for the rig this test started, for at most a minute: a rig that
 /// ignores the signal is killed (with its targets) and reported as -1, so
-/// the test fails instead of hanging.
+/// the test fails instead of hanging. Its output is read by threads: a
+/// process that outlived rig still holding its stdout or stderr (a leak
+/// the caller's audit reports) must not hang the test either.
 pub(super) fn finish(mut child: std::process::Child) -> (i32, String, String) {
+    let stdout = read_to_end(child.stdout.take());
+    let stderr = read_to_end(child.stderr.take());
     let t0 = Instant::now();
+    let mut note = "";
     while child.try_wait().unwrap().is_none() {
         if t0.elapsed() > Duration::from_secs(60) {
             for c in children_of(child.id()) {
                 signal(c, libc::SIGKILL);
             }
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            return (
-                -1,
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                format!(
-                    "(killed after 60 s) {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-            );
+            note = "(killed after 60 s) ";
+            break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let out = child.wait_with_output().unwrap();
+    let status = child.wait().unwrap();
+    let code = match note {
+        "" => status.code().unwrap_or(-1),
+        _ => -1,
+    };
+    let held = "(still held open after rig exited)";
+    let wait = Duration::from_secs(5);
     (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        code,
+        stdout.recv_timeout(wait).unwrap_or_else(|_| held.into()),
+        format!(
+            "{note}{}",
+            stderr.recv_timeout(wait).unwrap_or_else(|_| held.into())
+        ),
     )
+}
+
+/// All of `pipe`, sent when it closes.
+fn read_to_end(
+    pipe: Option<impl std::io::Read + Send + 'static>,
+) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+    });
+    rx
 }
 
 // ---------------------------------------------------------------------------
