@@ -286,7 +286,10 @@ fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<
             Some(command::Running::spawn(&s.command)?)
         }
     };
-    let deadline = Instant::now() + s.duration;
+    // From the start snapshot, not from now: the window is the interval
+    // between the two snapshots, and it is that interval that must last
+    // `s.duration`.
+    let deadline = start.at() + s.duration;
     let (end, status) = loop {
         if stop.load(Ordering::Relaxed) {
             break (WindowEnd::Interrupted, None);

@@ -595,6 +595,76 @@ fn the_generator_stops_when_its_target_is_gone() {
     );
 }
 
+/// A process that makes exactly one syscall, `clock_nanosleep` to the next
+/// millisecond of the monotonic clock's grid (absolute: a late wake-up
+/// returns at once for a tick already past, so every millisecond is one
+/// call however loaded the machine is).
+const TICKER: &str = r#"
+import ctypes
+class T(ctypes.Structure):
+    _fields_ = [('s', ctypes.c_long), ('ns', ctypes.c_long)]
+libc = ctypes.CDLL(None)
+t = T()
+libc.clock_gettime(1, ctypes.byref(t))
+n = t.s * 10**9 + t.ns
+while True:
+    n += 1000000
+    t.s, t.ns = divmod(n, 10**9)
+    libc.clock_nanosleep(1, 1, ctypes.byref(t), None)
+"#;
+
+/// `rig attach --duration 2s`: the window it reports is the interval its
+/// counters saw. A ticker's calls in the window (one a millisecond) equal
+/// the reported length in ms, within 5 ticks (a tick's lateness at each
+/// edge), and it closes at the asked time. This pins the timing (from the
+/// start snapshot's counter reads to the end snapshot's, stack frames read
+/// after every counter); one family on an idle ticker reads in
+/// milliseconds, so it does not reproduce a window stretched by seconds of
+/// frame reads on a busy target.
+#[test]
+fn an_attach_duration_window_reports_the_length_its_counters_saw() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = Scratch::new("window-length");
+    // The interpreter itself, not a version manager's shim that forks it.
+    let mut ticker = Command::new("/usr/bin/python3")
+        .args(["-c", TICKER])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(ticker.try_wait().unwrap().is_none(), "the ticker runs");
+    let json = s.0.join("a.json");
+    let rig = Command::new(rig_bin())
+        .args(["attach", "--pid", &ticker.id().to_string()])
+        .args(["--probes", "syscalls", "--duration", "2s", "--json"])
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, stdout, stderr) = finish(rig);
+    let _ = ticker.kill();
+    let _ = ticker.wait();
+    assert_eq!(code, exit::OK, "{stdout}\n{stderr}");
+    let a: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let ms = a["window"]["elapsed_ns"].as_u64().unwrap() as i64 / 1_000_000;
+    let ticks = a["syscalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "clock_nanosleep")
+        .and_then(|r| r["count"].as_i64())
+        .unwrap_or_else(|| panic!("no clock_nanosleep: {:#}\n{stderr}", a["syscalls"]));
+    eprintln!("window {ms} ms, {ticks} ticks");
+    assert!((ticks - ms).abs() <= 5, "window {ms} ms, {ticks} ticks");
+    // The window closes at the asked time, not at the end of the reads.
+    assert!(
+        (2000..2050).contains(&ms),
+        "window {ms} ms for --duration 2s"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Defects 5, 6, 9: what cannot work is refused before anything starts.
 
