@@ -540,7 +540,10 @@ fn probe_cost_and_instructions_obey_sigterm_with_exit_130() {
 }
 
 /// The generator stops when its target is gone instead of sending the
-/// rest of a 2 000 000-request counted pass at a closed port.
+/// rest of a 2 000 000-request counted pass at a closed port: the run goes
+/// on to its next case. (How much the generator still schedules after the
+/// target's last answer is pinned on its own ledger in
+/// `load::an_open_loop_stops_scheduling_within_100_ms_of_schedule_when_its_target_is_gone`.)
 #[test]
 fn the_generator_stops_when_its_target_is_gone() {
     root_or_skip!();
