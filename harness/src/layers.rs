@@ -44,6 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "case",
         &[
+            "interrupt",
             "launch",
             "load",
             "metrics",
