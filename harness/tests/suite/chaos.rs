@@ -75,6 +75,8 @@ impl Target {
 struct Case {
     s: Scratch,
     tag: String,
+    /// The rig binary: this build's, unless a measurement names another.
+    bin: PathBuf,
 }
 
 impl Case {
@@ -82,6 +84,7 @@ impl Case {
         Case {
             s: Scratch::new(&format!("chaos-{name}")),
             tag: format!("{name}-{}", std::process::id()),
+            bin: PathBuf::from(rig_bin()),
         }
     }
 
@@ -118,7 +121,7 @@ impl Case {
     }
 
     fn rig(&self, args: &[&str]) -> std::process::Child {
-        Command::new(rig_bin())
+        Command::new(&self.bin)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -130,7 +133,7 @@ impl Case {
     /// server, probe-cost's fixture) inherits it and is audited as its
     /// target tree.
     fn rig_tagged(&self, args: &[&str]) -> std::process::Child {
-        Command::new(rig_bin())
+        Command::new(&self.bin)
             .args(args)
             .env(TAG_VAR, &self.tag)
             .stdout(Stdio::piped())
@@ -1452,4 +1455,103 @@ fn the_readme_failure_tables_name_only_tests_that_exist_and_every_chaos_test() {
         Vec::<&str>::new(),
         "chaos tests with no README row"
     );
+}
+
+/// Not a check but a measurement, run by hand (the README's table of exit
+/// times comes from it): each command SIGINTed in its measuring phase, 3
+/// rounds, each printing `chaos: m-<command>: exit 130 <ms> ms after
+/// SIGINT`. `RIG_MEASURE_BIN` names another rig binary (a release build);
+/// `RIG_MEASURE_ONLY` a comma-separated subset of the commands.
+#[test]
+#[ignore]
+fn measure_exit_times_after_sigint_in_each_commands_measuring_phase() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let only = std::env::var("RIG_MEASURE_ONLY").unwrap_or_default();
+    let want = |n: &str| only.is_empty() || only.split(',').any(|o| o == n);
+    let case = |name: &str| {
+        let mut c = Case::new(name);
+        if let Ok(b) = std::env::var("RIG_MEASURE_BIN") {
+            c.bin = PathBuf::from(b);
+        }
+        c
+    };
+    let int = libc::SIGINT;
+    for round in 0..3 {
+        if want("attach") {
+            let target = super::calib(&[]);
+            let url = format!("http://127.0.0.1:{}/calib", target.port);
+            let pid = target.pid().to_string();
+            let c = case(&format!("m-attach-{round}"));
+            let rig = c.rig_tagged(&[
+                "attach",
+                "--pid",
+                &pid,
+                "--probes",
+                "syscalls",
+                "--drive",
+                &url,
+                "--requests",
+                "50000000",
+            ]);
+            signal_in_phase("m-attach", &c, rig, Phase::Counted, int, None);
+        }
+        if want("run-clean") {
+            let c = case(&format!("m-run-clean-{round}"));
+            let rig = c.run(Target::Plain, "clean,counted");
+            signal_in_phase(
+                "m-run-clean",
+                &c,
+                rig,
+                Phase::Clean,
+                int,
+                Some("report.json"),
+            );
+        }
+        if want("run-counted") {
+            let c = case(&format!("m-run-counted-{round}"));
+            let rig = c.run(Target::Plain, "counted");
+            let (name, r) = ("m-run-counted", Some("report.json"));
+            signal_in_phase(name, &c, rig, Phase::Counted, int, r);
+        }
+        if want("ab") {
+            let c = case(&format!("m-ab-{round}"));
+            let a = tagged_arm(&c, "a.toml", "calib-dyn-a.toml");
+            let b = tagged_arm(&c, "b.toml", "calib-dyn-b.toml");
+            let ab = c.ab(&a, &b, "/work", "counted");
+            signal_in_phase("m-ab", &c, ab, Phase::Counted, int, Some("ab.json"));
+        }
+        if want("gate") {
+            let c = case(&format!("m-gate-{round}"));
+            let spec = c.spec(Target::Plain);
+            let gate = c.gate(&spec, "/calib", 3, 2_000_000, "");
+            signal_in_phase("m-gate", &c, gate, Phase::Counted, int, Some("gate.json"));
+        }
+        if want("instructions") {
+            let c = case(&format!("m-instructions-{round}"));
+            let calib = tagged_arm(&c, "t.toml", "calib.toml");
+            let rig = c.rig(&[
+                "instructions",
+                "--target",
+                calib.to_str().unwrap(),
+                "--path",
+                "/calib",
+                "--backend",
+                "callgrind",
+                "--requests",
+                "1000000",
+            ]);
+            signal_in_phase("m-instructions", &c, rig, Phase::Window, int, None);
+        }
+        if want("probe-cost") {
+            let c = case(&format!("m-probe-cost-{round}"));
+            let rig = c.rig_tagged(&["probe-cost", "--iterations", "5000000", "--rounds", "20"]);
+            signal_in_phase("m-probe-cost", &c, rig, Phase::Counted, int, None);
+        }
+        if want("demo") {
+            let c = case(&format!("m-demo-{round}"));
+            let rig = c.rig_tagged(&["demo", "--requests", "50000000", "--probes", "syscalls"]);
+            signal_in_phase("m-demo", &c, rig, Phase::Counted, int, None);
+        }
+    }
 }
