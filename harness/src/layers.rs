@@ -49,7 +49,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The fixed-count window.
     (
         "window",
-        &["fsutil", "launch", "load", "metrics", "probe", "process"],
+        &[
+            "fsutil",
+            "interrupt",
+            "launch",
+            "load",
+            "metrics",
+            "probe",
+            "process",
+        ],
     ),
     // The case runner (`rig run`, `rig ab`, `rig gate`).
     (

@@ -286,7 +286,10 @@ fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<
             Some(command::Running::spawn(&s.command)?)
         }
     };
-    let deadline = Instant::now() + s.duration;
+    // From the start snapshot, not from now: the window is the interval
+    // between the two snapshots, and it is that interval that must last
+    // `s.duration`.
+    let deadline = start.at() + s.duration;
     let (end, status) = loop {
         if stop.load(Ordering::Relaxed) {
             break (WindowEnd::Interrupted, None);
@@ -342,7 +345,8 @@ fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<
 }
 
 /// A process rig started (the bundled calibration target for `rig demo`):
-/// killed and reaped when dropped, whatever happened.
+/// killed and reaped when dropped, whatever happened, and killed by the
+/// kernel when rig dies (a SIGKILL of rig included), as launched targets are.
 pub struct Child {
     child: std::process::Child,
     pub port: u16,
@@ -353,7 +357,20 @@ impl Child {
     pub fn spawn_ready(mut cmd: std::process::Command) -> Result<Child> {
         use std::io::{BufRead, BufReader};
         cmd.stdout(std::process::Stdio::piped());
+        crate::launch::die_with_rig(&mut cmd);
         let mut child = cmd.spawn().context("starting the target")?;
+        // As for a launched target: say it when it runs with rig's root.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let name = std::path::Path::new(cmd.get_program())
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            eprintln!(
+                "rig: warning: target {name} (pid {}) runs as root",
+                child.id()
+            );
+        }
         let stdout = child.stdout.take().context("target stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let port = loop {

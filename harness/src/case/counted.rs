@@ -62,6 +62,12 @@ pub(super) fn counted_measure(
         open,
     )?;
     drop(client);
+    // The commands report nothing of a case cut by SIGINT/SIGTERM: do not
+    // spend the exit's second on symbolizing its window (reading DWARF of
+    // every library it touched).
+    if crate::interrupt::requested() {
+        return Err(Fail("interrupted by SIGINT/SIGTERM".into()));
+    }
     let (report, reading) = (driven.report, driven.reading);
     let window = reading.window;
     let mut reasons = Vec::new();

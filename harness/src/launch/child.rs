@@ -20,6 +20,34 @@ pub(super) struct ChildSetup {
     pub run_as: Option<RunAs>,
 }
 
+/// Make the child `cmd` spawns die with this rig: the kernel SIGKILLs it
+/// when rig's launching thread ends, a SIGKILL of rig included. For
+/// children rig starts outside a launch (`rig demo`'s server).
+pub fn die_with_rig(cmd: &mut Command) {
+    // SAFETY: getpid has no preconditions.
+    let rig_pid = unsafe { libc::getpid() };
+    // SAFETY: the closure only calls prctl and getppid (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(move || death_signal(rig_pid));
+    }
+}
+
+/// In the child, between fork and exec: SIGKILL when the parent dies, and
+/// give up with ESRCH if rig died before the prctl (the child was already
+/// reparented and would run unowned). Async-signal-safe.
+fn death_signal(rig_pid: libc::pid_t) -> std::io::Result<()> {
+    // SAFETY: prctl and getppid have no memory preconditions.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::getppid() != rig_pid {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+    }
+    Ok(())
+}
+
 /// Spawn `rc` as the leader of a new process group with piped stdout and
 /// stderr and a null stdin.
 // Long by design: the pre-exec closure is one unit that may only make
@@ -62,15 +90,8 @@ pub(super) fn spawn(rc: &ResolvedCommand, setup: &ChildSetup) -> std::io::Result
         cmd.pre_exec(move || {
             // A SIGKILLed rig cannot stop its target: the kernel does it.
             // (The death signal follows the forking thread; rig launches
-            // from the thread that also stops the target.) If rig died
-            // between fork and prctl the child was already reparented:
-            // give up rather than run unowned.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != rig_pid {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
+            // from the thread that also stops the target.)
+            death_signal(rig_pid)?;
             // In the cgroup before exec: the target's first allocation is
             // already accounted and limited.
             for f in &procs_files {
@@ -100,12 +121,7 @@ pub(super) fn spawn(rc: &ResolvedCommand, setup: &ChildSetup) -> std::io::Result
                     return Err(std::io::Error::last_os_error());
                 }
                 // A credential change clears the death signal: set it again.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() != rig_pid {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
+                death_signal(rig_pid)?;
             }
             Ok(())
         });

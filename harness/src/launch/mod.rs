@@ -22,6 +22,7 @@ pub mod watchdog;
 
 pub use crate::process::{cmdline, maps, ProcessId};
 pub use cgroup::{reap_stale_cgroups, CgroupHandle};
+pub use child::die_with_rig;
 pub use port::{descendants, port_holders};
 pub use spec::{check_config, ConfigError, SpecError, TargetSpec};
 pub use start::{cleanup_all, launch, ExitInfo, LaunchError, LaunchOptions, Launched};

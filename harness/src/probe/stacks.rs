@@ -252,13 +252,25 @@ pub fn read_stacks(
     family: Family,
     with_frames: bool,
 ) -> Result<StackSnapshot, ProbeError> {
-    let counts: BTreeMap<StackKey, StackVal> = read::percpu_hash(ebpf, family, "stack_counts")?;
-    let mut out = StackSnapshot {
-        counts,
+    let mut out = read_stack_counts(ebpf, family)?;
+    if with_frames {
+        read_frames(ebpf, family, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// One object's per-stack counts, no frames yet ([`read_frames`]).
+pub fn read_stack_counts(ebpf: &Ebpf, family: Family) -> Result<StackSnapshot, ProbeError> {
+    Ok(StackSnapshot {
+        counts: read::percpu_hash(ebpf, family, "stack_counts")?,
         ..Default::default()
-    };
-    if !with_frames || out.counts.is_empty() {
-        return Ok(out);
+    })
+}
+
+/// The frames of every stack `out`'s counts name.
+pub fn read_frames(ebpf: &Ebpf, family: Family, out: &mut StackSnapshot) -> Result<(), ProbeError> {
+    if out.counts.is_empty() {
+        return Ok(());
     }
     let ustacks: HashMap<&MapData, u64, UStack> =
         HashMap::try_from(ebpf.map("ustacks").ok_or_else(|| ProbeError::Missing {
@@ -286,5 +298,5 @@ pub fn read_stacks(
             }
         }
     }
-    Ok(out)
+    Ok(())
 }

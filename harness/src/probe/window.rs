@@ -13,10 +13,18 @@ use crate::process::ProcessId;
 /// Counters at the start of a window.
 pub struct WindowStart {
     snapshot: Snapshot,
+    /// When its counters were read: the window's start.
     at: Instant,
     maps: BTreeMap<u32, ProcMaps>,
     /// The pids measured when the window started.
     processes: Vec<u32>,
+}
+
+impl WindowStart {
+    /// When the window started (its counters were read).
+    pub fn at(&self) -> Instant {
+        self.at
+    }
 }
 
 /// Why a window ended.
@@ -99,9 +107,10 @@ impl ProbeSet {
         // Modules loaded since attach (dlopen) get their unwind tables now;
         // ones loaded during the window end their stacks, marked.
         self.refresh_tables(&maps)?;
+        let (snapshot, at) = self.snapshot_at()?;
         Ok(WindowStart {
-            snapshot: self.snapshot()?,
-            at: Instant::now(),
+            snapshot,
+            at,
             maps,
             processes: procs.iter().map(|p| p.pid).collect(),
         })
@@ -111,8 +120,9 @@ impl ProbeSet {
     pub fn end_window(&self, start: WindowStart, end: WindowEnd) -> Result<Window, ProbeError> {
         // Catch up first: a process forked late in the window is named.
         self.catch_up();
-        let snap = self.snapshot()?;
-        let elapsed = start.at.elapsed();
+        // From counter reads to counter reads: the interval the counts are of.
+        let (snap, end_at) = self.snapshot_at()?;
+        let elapsed = end_at - start.at;
         let procs = self.processes();
         // Prefer the map at the end (libraries loaded during the window), but
         // a process that died has none: use the one from the start, or the

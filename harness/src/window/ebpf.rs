@@ -68,7 +68,11 @@ impl Counters for ProbeWindow<'_> {
 
     /// Stops, and detaches the probes: symbolizing needs none.
     fn stop(self) -> Result<ProbeReading> {
+        // A window cut by SIGINT/SIGTERM ends now: a target that never
+        // settles (a background thread) would hold the exit for the whole
+        // patience.
         let quiet_end = match self.settle_end {
+            _ if crate::interrupt::requested() => false,
             SettleEnd::Always => self.probes.quiesce(SETTLE, PATIENCE)?,
             SettleEnd::IfStartSettled => {
                 self.quiet_start && self.probes.quiesce(SETTLE, PATIENCE)?

@@ -38,7 +38,7 @@ use rig::exit;
 use serde_json::Value;
 
 use super::hostile::{alive, cgroups_of, children_of, finish, launch_dirs_of, signal, Scratch};
-use super::{probes_shared, program_ids_of, repo, rig_bin, root_or_skip, still_loaded};
+use super::{probes_shared, program_ids_of, repo, rig_bin, still_loaded};
 
 /// The environment variable whose value tags every process of one test's
 /// target tree.
@@ -75,6 +75,8 @@ impl Target {
 struct Case {
     s: Scratch,
     tag: String,
+    /// The rig binary: this build's, unless a measurement names another.
+    bin: PathBuf,
 }
 
 impl Case {
@@ -82,6 +84,7 @@ impl Case {
         Case {
             s: Scratch::new(&format!("chaos-{name}")),
             tag: format!("{name}-{}", std::process::id()),
+            bin: PathBuf::from(rig_bin()),
         }
     }
 
@@ -118,8 +121,21 @@ impl Case {
     }
 
     fn rig(&self, args: &[&str]) -> std::process::Child {
-        Command::new(rig_bin())
+        Command::new(&self.bin)
             .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// rig carrying the tag itself: what it starts without a spec (demo's
+    /// server, probe-cost's fixture) inherits it and is audited as its
+    /// target tree.
+    fn rig_tagged(&self, args: &[&str]) -> std::process::Child {
+        Command::new(&self.bin)
+            .args(args)
+            .env(TAG_VAR, &self.tag)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -632,9 +648,7 @@ fn run_case(name: &str, t: Target, passes: &str, phase: Phase, sig: i32) -> (i32
 /// after the signal, nothing left.
 #[test]
 fn run_obeys_signals_in_launch_and_counted_phases_and_leaves_nothing() {
-    if !root_or_skip("run_obeys_signals_in_launch_and_counted_phases_and_leaves_nothing") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let (_, r) = run_case(
         "run-int-launch",
@@ -666,9 +680,7 @@ fn run_obeys_signals_in_launch_and_counted_phases_and_leaves_nothing() {
 /// cgroup take all of it, the kernel drops the probes.
 #[test]
 fn sigkill_of_rig_in_launch_and_counted_phases_leaves_nothing() {
-    if !root_or_skip("sigkill_of_rig_in_launch_and_counted_phases_leaves_nothing") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     run_case(
         "kill-launch",
@@ -690,9 +702,7 @@ fn sigkill_of_rig_in_launch_and_counted_phases_leaves_nothing() {
 /// with the target (its cgroup), and the run still succeeds.
 #[test]
 fn a_forking_target_leaves_no_grandchild_after_a_normal_run() {
-    if !root_or_skip("a_forking_target_leaves_no_grandchild_after_a_normal_run") {
-        return;
-    }
+    root_or_skip!();
     let c = Case::new("forks-normal");
     let spec = c.spec(Target::Forks);
     let m = c.s.write(
@@ -727,9 +737,7 @@ fn a_forking_target_leaves_no_grandchild_after_a_normal_run() {
 /// orphaned `sleep` included).
 #[test]
 fn a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing() {
-    if !root_or_skip("a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing") {
-        return;
-    }
+    root_or_skip!();
     let c = Case::new("target-killed-launch");
     let spec = c.spec(Target::SlowStart);
     let m = c.s.write(
@@ -837,15 +845,17 @@ impl Case {
 
 /// Signal `rig` once it reaches `phase`: no target after the signal, the
 /// audit; unless the signal is SIGKILL, also exit 130 and `report` (a file
-/// in --out, not read after a SIGKILL) marked interrupted, which is
-/// returned with cases.jsonl's lines.
+/// in --out, not read after a SIGKILL; `None` for a command that writes
+/// none when interrupted) marked interrupted, which is returned with
+/// cases.jsonl's lines. A run, ab or gate report says so at its top, an
+/// attach window (`rig attach`, `rig demo`) in how its window ended.
 fn signal_in_phase(
     name: &str,
     c: &Case,
     rig: std::process::Child,
     phase: Phase,
     sig: i32,
-    report: &str,
+    report: Option<&str>,
 ) -> (Value, Vec<Value>) {
     let rig_pid = rig.id();
     let w = Watcher::start(rig_pid, &c.tag);
@@ -878,9 +888,15 @@ fn signal_in_phase(
     assert_eq!(code, exit::INTERRUPTED, "{name}: {stdout}\n{stderr}");
     // Far below the 30 s pass; the exact time is printed above.
     assert!(took < Duration::from_secs(10), "{name}: {took:?}");
+    let Some(report) = report else {
+        return (Value::Null, Vec::new());
+    };
     let r: Value = serde_json::from_slice(&std::fs::read(c.out().join(report)).unwrap())
         .unwrap_or_else(|e| panic!("{name}: {report}: {e}\n{stderr}"));
-    assert_eq!(r["interrupted"], true, "{name}: {r:#}");
+    assert!(
+        r["interrupted"] == true || r["window"]["end"] == "interrupted",
+        "{name}: {r:#}"
+    );
     let cases = std::fs::read_to_string(c.out().join("cases.jsonl"))
         .unwrap_or_default()
         .lines()
@@ -912,9 +928,7 @@ fn last_case_interrupted(name: &str, cases: &[Value]) {
 /// written is valid and says interrupted, nothing left.
 #[test]
 fn ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing() {
-    if !root_or_skip("ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     // ab: arms A and B of the dynamic calibration server.
     let c = Case::new("ab-int");
@@ -927,7 +941,7 @@ fn ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing() {
         ab,
         Phase::Counted,
         libc::SIGINT,
-        "ab.json",
+        Some("ab.json"),
     );
     last_case_interrupted("ab-int-counted", &cases);
     // gate: a baseline with no counters, its runs long.
@@ -940,7 +954,7 @@ fn ab_and_gate_obey_signals_during_a_counted_pass_and_leave_nothing() {
         gate,
         Phase::Counted,
         libc::SIGTERM,
-        "gate.json",
+        Some("gate.json"),
     );
     last_case_interrupted("gate-term-counted", &cases);
 }
@@ -965,7 +979,7 @@ fn ab_obeys_signals_in_its_launch_and_clean_phases_and_leaves_nothing() {
         ab,
         Phase::Launch,
         libc::SIGINT,
-        "ab.json",
+        Some("ab.json"),
     );
     assert_eq!(r["order"], serde_json::json!([]), "no run began: {r:#}");
     assert_eq!(r["measured"], false, "{r:#}");
@@ -981,7 +995,7 @@ fn ab_obeys_signals_in_its_launch_and_clean_phases_and_leaves_nothing() {
         ab,
         Phase::Clean,
         libc::SIGTERM,
-        "ab.json",
+        Some("ab.json"),
     );
     assert_eq!(
         r["order"],
@@ -1009,7 +1023,7 @@ fn gate_obeys_signals_in_its_launch_phase_and_instruction_window_and_leaves_noth
         gate,
         Phase::Launch,
         libc::SIGINT,
-        "gate.json",
+        Some("gate.json"),
     );
     assert!(r["passed"].is_null(), "no verdict: {r:#}");
     assert_eq!(cases.len(), 1, "only the cut case: {cases:#?}");
@@ -1033,7 +1047,7 @@ fn gate_obeys_signals_in_its_launch_phase_and_instruction_window_and_leaves_noth
         gate,
         Phase::Window,
         libc::SIGTERM,
-        "gate.json",
+        Some("gate.json"),
     );
     assert!(r["passed"].is_null(), "no verdict: {r:#}");
     assert_eq!(cases.len(), 2, "the counted runs: {cases:#?}");
@@ -1062,7 +1076,7 @@ fn sigkill_of_ab_gate_instructions_and_probe_cost_while_measuring_leaves_nothing
         ab,
         Phase::Counted,
         libc::SIGKILL,
-        "ab.json",
+        Some("ab.json"),
     );
 
     let c = Case::new("kill-gate-counted");
@@ -1074,7 +1088,7 @@ fn sigkill_of_ab_gate_instructions_and_probe_cost_while_measuring_leaves_nothing
         gate,
         Phase::Counted,
         libc::SIGKILL,
-        "gate.json",
+        Some("gate.json"),
     );
 
     // As hostile::probe_cost_and_instructions_obey_sigterm_with_exit_130
@@ -1098,25 +1112,19 @@ fn sigkill_of_ab_gate_instructions_and_probe_cost_while_measuring_leaves_nothing
         instructions,
         Phase::Window,
         libc::SIGKILL,
-        "-",
+        None,
     );
 
     // rig itself carries the tag, so its hitloop fixture does too.
     let c = Case::new("kill-probe-cost");
-    let probe_cost = Command::new(rig_bin())
-        .args(["probe-cost", "--iterations", "5000000", "--rounds", "20"])
-        .env(TAG_VAR, &c.tag)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let probe_cost = c.rig_tagged(&["probe-cost", "--iterations", "5000000", "--rounds", "20"]);
     signal_in_phase(
         "kill-probe-cost",
         &c,
         probe_cost,
         Phase::Counted,
         libc::SIGKILL,
-        "-",
+        None,
     );
 }
 
@@ -1124,9 +1132,7 @@ fn sigkill_of_ab_gate_instructions_and_probe_cost_while_measuring_leaves_nothing
 /// stops the server it started.
 #[test]
 fn demo_obeys_sigint_and_stops_its_server() {
-    if !root_or_skip("demo_obeys_sigint_and_stops_its_server") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let rig = Command::new(rig_bin())
         .args(["demo", "--requests", "5000000", "--probes", "syscalls"])
@@ -1155,6 +1161,145 @@ fn demo_obeys_sigint_and_stops_its_server() {
     assert_eq!(server.len(), 1, "demo's server");
     assert!(wait_until(Duration::from_secs(5), || !alive(server[0])
         && still_loaded(&progs).is_empty()));
+}
+
+/// `rig demo` SIGTERMed and SIGKILLed while its probes count the driven
+/// load: its calibration server (which inherits rig's tag) dies with it,
+/// by rig's clean-up after SIGTERM and by the kernel (`PR_SET_PDEATHSIG`)
+/// after SIGKILL; the window written under SIGTERM says it was
+/// interrupted; nothing is left.
+#[test]
+fn sigterm_and_sigkill_of_demo_leave_nothing_of_its_server() {
+    root_or_skip!();
+    let _g = probes_shared();
+    for (name, sig) in [("demo-term", libc::SIGTERM), ("demo-kill", libc::SIGKILL)] {
+        let c = Case::new(name);
+        std::fs::create_dir_all(c.out()).unwrap();
+        let json = c.out().join("demo.json");
+        let demo = c.rig_tagged(&[
+            "demo",
+            "--requests",
+            "5000000",
+            "--probes",
+            "syscalls",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        signal_in_phase(name, &c, demo, Phase::Counted, sig, Some("demo.json"));
+    }
+}
+
+/// `rig attach` on a server the test started: SIGTERM in a duration window
+/// and in a `--drive` window, SIGKILL during `--drive`: exit 130 and the
+/// `--json` window marked interrupted (after SIGTERM), no BPF program or
+/// uprobe left, and the server, which attach did not start, still runs.
+#[test]
+fn attach_obeys_sigterm_in_both_windows_and_sigkill_leaves_nothing() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let target = super::calib(&[]);
+    let pid = target.pid().to_string();
+    let url = format!("http://127.0.0.1:{}/calib", target.port);
+    let cases: [(&str, i32, &[&str]); 3] = [
+        (
+            "attach-term-duration",
+            libc::SIGTERM,
+            &["--duration", "60s"],
+        ),
+        (
+            "attach-term-drive",
+            libc::SIGTERM,
+            &["--drive", &url, "--requests", "5000000"],
+        ),
+        (
+            "attach-kill-drive",
+            libc::SIGKILL,
+            &["--drive", &url, "--requests", "5000000"],
+        ),
+    ];
+    for (name, sig, window) in cases {
+        let c = Case::new(name);
+        std::fs::create_dir_all(c.out()).unwrap();
+        let json = c.out().join("attach.json");
+        let mut args = vec!["attach", "--pid", &pid, "--probes", "syscalls"];
+        args.extend_from_slice(window);
+        args.extend_from_slice(&["--json", json.to_str().unwrap()]);
+        let attach = c.rig_tagged(&args);
+        signal_in_phase(name, &c, attach, Phase::Counted, sig, Some("attach.json"));
+        assert!(
+            alive(target.pid()),
+            "{name}: attach stopped a server it did not start"
+        );
+    }
+}
+
+/// `rig instructions` SIGINTed while its window runs under callgrind, `rig
+/// probe-cost` while it measures a probed loop: exit 130, no target or
+/// fixture after the signal, nothing left (neither writes a report when
+/// interrupted).
+#[test]
+fn instructions_and_probe_cost_obey_sigint_and_leave_nothing() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let c = Case::new("instructions-int-window");
+    let calib = tagged_arm(&c, "t.toml", "calib.toml");
+    let instructions = c.rig(&[
+        "instructions",
+        "--target",
+        calib.to_str().unwrap(),
+        "--path",
+        "/calib",
+        "--backend",
+        "callgrind",
+        "--requests",
+        "1000000",
+    ]);
+    signal_in_phase(
+        "instructions-int-window",
+        &c,
+        instructions,
+        Phase::Window,
+        libc::SIGINT,
+        None,
+    );
+
+    let c = Case::new("probe-cost-int");
+    let probe_cost = c.rig_tagged(&["probe-cost", "--iterations", "5000000", "--rounds", "20"]);
+    signal_in_phase(
+        "probe-cost-int",
+        &c,
+        probe_cost,
+        Phase::Counted,
+        libc::SIGINT,
+        None,
+    );
+}
+
+/// SIGKILL of `rig gate` while it waits for its first target to become
+/// ready, and of `rig ab` during a clean pass (no probes: only the launch
+/// protections stand): the targets die with rig, the watchdogs remove
+/// their cgroups and run directories, what was written is valid JSON.
+#[test]
+fn sigkill_of_gate_in_its_launch_and_of_ab_in_its_clean_pass_leaves_nothing() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let c = Case::new("kill-gate-launch");
+    let slow = c.spec(Target::SlowStart);
+    let gate = c.gate(&slow, "/calib", 3, 2_000_000, "");
+    signal_in_phase(
+        "kill-gate-launch",
+        &c,
+        gate,
+        Phase::Launch,
+        libc::SIGKILL,
+        None,
+    );
+
+    let c = Case::new("kill-ab-clean");
+    let a = tagged_arm(&c, "a.toml", "calib-dyn-a.toml");
+    let b = tagged_arm(&c, "b.toml", "calib-dyn-b.toml");
+    let ab = c.ab(&a, &b, "/work", "clean");
+    signal_in_phase("kill-ab-clean", &c, ab, Phase::Clean, libc::SIGKILL, None);
 }
 
 /// The tmpfs of one test, unmounted when dropped.
@@ -1201,9 +1346,7 @@ impl Drop for Tmpfs {
 /// taken back, a report that did not fit leaves the previous one).
 #[test]
 fn a_full_disk_under_out_fails_cleanly_and_keeps_written_files_valid() {
-    if !root_or_skip("a_full_disk_under_out_fails_cleanly_and_keeps_written_files_valid") {
-        return;
-    }
+    root_or_skip!();
     for when in ["before", "mid-run"] {
         let c = Case::new(&format!("disk-full-{when}"));
         let fs = Tmpfs::mount(c.s.0.join("mnt"), "1m");
@@ -1248,6 +1391,167 @@ fn a_full_disk_under_out_fails_cleanly_and_keeps_written_files_valid() {
             let lines = std::fs::read_to_string(out.join("cases.jsonl")).unwrap();
             assert!(lines.lines().count() >= 1, "the first case is kept");
             assert!(out.join("report.json").exists());
+        }
+    }
+}
+
+/// The README's "Failure behaviour" tables and the tests cannot drift:
+/// every test a row names exists (`file::test` of this suite, or
+/// `module::tests::test` of the library), and every chaos test is a row.
+#[test]
+fn the_readme_failure_tables_name_only_tests_that_exist_and_every_chaos_test() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Failure behaviour\n")
+        .nth(1)
+        .expect("README has a Failure behaviour section");
+    let section = section.split("\n## ").next().unwrap();
+    // A row's last cell (its test column) lies between its last two `|`.
+    let named: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .filter_map(|l| l.trim_end().strip_suffix('|')?.rsplit('|').next())
+        .filter(|cell| cell.contains("::"))
+        .flat_map(|cell| cell.split(','))
+        .map(str::trim)
+        .collect();
+    let mut missing = Vec::new();
+    for path in &named {
+        let parts: Vec<&str> = path.split("::").collect();
+        let (name, modules) = parts.split_last().unwrap();
+        let modules: Vec<&str> = modules.iter().copied().filter(|m| *m != "tests").collect();
+        let dir = modules.join("/");
+        let src = repo().join("harness/src");
+        let candidates = [
+            repo().join(format!("harness/tests/suite/{dir}.rs")),
+            src.join(format!("{dir}/tests.rs")),
+            src.join(format!("{dir}.rs")),
+            src.join(format!("{dir}/mod.rs")),
+        ];
+        let found = candidates
+            .iter()
+            .any(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains(&format!("fn {name}()"))));
+        if !found {
+            missing.push(*path);
+        }
+    }
+    assert_eq!(
+        missing,
+        Vec::<&str>::new(),
+        "README rows name tests that do not exist"
+    );
+    let chaos = std::fs::read_to_string(repo().join("harness/tests/suite/chaos.rs")).unwrap();
+    // This test checks the table; it is no case of it.
+    let this = test_name!();
+    let unlisted: Vec<&str> = chaos
+        .split("#[test]\nfn ")
+        .skip(1)
+        .filter_map(|t| t.split('(').next())
+        .filter(|name| *name != this)
+        .filter(|name| !named.contains(&format!("chaos::{name}").as_str()))
+        .collect();
+    assert_eq!(
+        unlisted,
+        Vec::<&str>::new(),
+        "chaos tests with no README row"
+    );
+}
+
+/// Not a check but a measurement, run by hand (the README's table of exit
+/// times comes from it): each command SIGINTed in its measuring phase, 3
+/// rounds, each printing `chaos: m-<command>: exit 130 <ms> ms after
+/// SIGINT`. `RIG_MEASURE_BIN` names another rig binary (a release build);
+/// `RIG_MEASURE_ONLY` a comma-separated subset of the commands.
+#[test]
+#[ignore]
+fn measure_exit_times_after_sigint_in_each_commands_measuring_phase() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let only = std::env::var("RIG_MEASURE_ONLY").unwrap_or_default();
+    let want = |n: &str| only.is_empty() || only.split(',').any(|o| o == n);
+    let case = |name: &str| {
+        let mut c = Case::new(name);
+        if let Ok(b) = std::env::var("RIG_MEASURE_BIN") {
+            c.bin = PathBuf::from(b);
+        }
+        c
+    };
+    let int = libc::SIGINT;
+    for round in 0..3 {
+        if want("attach") {
+            let target = super::calib(&[]);
+            let url = format!("http://127.0.0.1:{}/calib", target.port);
+            let pid = target.pid().to_string();
+            let c = case(&format!("m-attach-{round}"));
+            let rig = c.rig_tagged(&[
+                "attach",
+                "--pid",
+                &pid,
+                "--probes",
+                "syscalls",
+                "--drive",
+                &url,
+                "--requests",
+                "50000000",
+            ]);
+            signal_in_phase("m-attach", &c, rig, Phase::Counted, int, None);
+        }
+        if want("run-clean") {
+            let c = case(&format!("m-run-clean-{round}"));
+            let rig = c.run(Target::Plain, "clean,counted");
+            signal_in_phase(
+                "m-run-clean",
+                &c,
+                rig,
+                Phase::Clean,
+                int,
+                Some("report.json"),
+            );
+        }
+        if want("run-counted") {
+            let c = case(&format!("m-run-counted-{round}"));
+            let rig = c.run(Target::Plain, "counted");
+            let (name, r) = ("m-run-counted", Some("report.json"));
+            signal_in_phase(name, &c, rig, Phase::Counted, int, r);
+        }
+        if want("ab") {
+            let c = case(&format!("m-ab-{round}"));
+            let a = tagged_arm(&c, "a.toml", "calib-dyn-a.toml");
+            let b = tagged_arm(&c, "b.toml", "calib-dyn-b.toml");
+            let ab = c.ab(&a, &b, "/work", "counted");
+            signal_in_phase("m-ab", &c, ab, Phase::Counted, int, Some("ab.json"));
+        }
+        if want("gate") {
+            let c = case(&format!("m-gate-{round}"));
+            let spec = c.spec(Target::Plain);
+            let gate = c.gate(&spec, "/calib", 3, 2_000_000, "");
+            signal_in_phase("m-gate", &c, gate, Phase::Counted, int, Some("gate.json"));
+        }
+        if want("instructions") {
+            let c = case(&format!("m-instructions-{round}"));
+            let calib = tagged_arm(&c, "t.toml", "calib.toml");
+            let rig = c.rig(&[
+                "instructions",
+                "--target",
+                calib.to_str().unwrap(),
+                "--path",
+                "/calib",
+                "--backend",
+                "callgrind",
+                "--requests",
+                "1000000",
+            ]);
+            signal_in_phase("m-instructions", &c, rig, Phase::Window, int, None);
+        }
+        if want("probe-cost") {
+            let c = case(&format!("m-probe-cost-{round}"));
+            let rig = c.rig_tagged(&["probe-cost", "--iterations", "5000000", "--rounds", "20"]);
+            signal_in_phase("m-probe-cost", &c, rig, Phase::Counted, int, None);
+        }
+        if want("demo") {
+            let c = case(&format!("m-demo-{round}"));
+            let rig = c.rig_tagged(&["demo", "--requests", "50000000", "--probes", "syscalls"]);
+            signal_in_phase("m-demo", &c, rig, Phase::Counted, int, None);
         }
     }
 }

@@ -17,7 +17,7 @@ use rig::launch::start::LaunchOptions;
 use serde_json::Value;
 
 use super::chaos::{all_json_valid, tagged, TAG_VAR};
-use super::{calib, probes_shared, repo, rig_bin, root_or_skip, spec};
+use super::{calib, probes_shared, repo, rig_bin, spec};
 
 /// A scratch directory for one test, removed when dropped.
 pub(super) struct Scratch(pub(super) PathBuf);
@@ -155,33 +155,55 @@ pub(super) fn signal(pid: u32, sig: i32) {
 
 /// Wait for the rig this test started, for at most a minute: a rig that
 /// ignores the signal is killed (with its targets) and reported as -1, so
-/// the test fails instead of hanging.
+/// the test fails instead of hanging. Its output is read by threads: a
+/// process that outlived rig still holding its stdout or stderr (a leak
+/// the caller's audit reports) must not hang the test either.
 pub(super) fn finish(mut child: std::process::Child) -> (i32, String, String) {
+    let stdout = read_to_end(child.stdout.take());
+    let stderr = read_to_end(child.stderr.take());
     let t0 = Instant::now();
+    let mut note = "";
     while child.try_wait().unwrap().is_none() {
         if t0.elapsed() > Duration::from_secs(60) {
             for c in children_of(child.id()) {
                 signal(c, libc::SIGKILL);
             }
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            return (
-                -1,
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                format!(
-                    "(killed after 60 s) {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-            );
+            note = "(killed after 60 s) ";
+            break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let out = child.wait_with_output().unwrap();
+    let status = child.wait().unwrap();
+    let code = match note {
+        "" => status.code().unwrap_or(-1),
+        _ => -1,
+    };
+    let held = "(still held open after rig exited)";
+    let wait = Duration::from_secs(5);
     (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        code,
+        stdout.recv_timeout(wait).unwrap_or_else(|_| held.into()),
+        format!(
+            "{note}{}",
+            stderr.recv_timeout(wait).unwrap_or_else(|_| held.into())
+        ),
     )
+}
+
+/// All of `pipe`, sent when it closes.
+fn read_to_end(
+    pipe: Option<impl std::io::Read + Send + 'static>,
+) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+    });
+    rx
 }
 
 // ---------------------------------------------------------------------------
@@ -189,9 +211,7 @@ pub(super) fn finish(mut child: std::process::Child) -> (i32, String, String) {
 
 #[test]
 fn a_planted_launch_directory_with_a_symlink_cannot_redirect_a_rendered_file() {
-    if !root_or_skip("a_planted_launch_directory_with_a_symlink_cannot_redirect_a_rendered_file") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("planted");
     let victim = s.write("victim", "precious\n");
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -248,10 +268,7 @@ fn a_planted_launch_directory_with_a_symlink_cannot_redirect_a_rendered_file() {
 
 #[test]
 fn attach_json_onto_an_existing_file_or_a_symlink_is_refused_before_the_window() {
-    if !root_or_skip("attach_json_onto_an_existing_file_or_a_symlink_is_refused_before_the_window")
-    {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("json");
     let victim = s.write("root-only", "precious\n");
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -323,9 +340,7 @@ fn start_run(s: &Scratch, matrix: &str, passes: &str) -> std::process::Child {
 
 #[test]
 fn sigkill_of_rig_run_leaves_no_target_running() {
-    if !root_or_skip("sigkill_of_rig_run_leaves_no_target_running") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let s = Scratch::new("sigkill");
     let rig = start_run(&s, LONG_MATRIX, "clean");
@@ -368,9 +383,7 @@ fn sigkill_of_rig_run_leaves_no_target_running() {
 /// target exited"), no counted pass (no new target) follows.
 #[test]
 fn a_signal_during_runs_clean_pass_stops_at_once_and_starts_no_new_target() {
-    if !root_or_skip("a_signal_during_runs_clean_pass_stops_at_once_and_starts_no_new_target") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     for sig in [libc::SIGINT, libc::SIGTERM] {
         let s = Scratch::new(&format!("sig{sig}"));
@@ -428,9 +441,7 @@ fn a_signal_during_runs_clean_pass_stops_at_once_and_starts_no_new_target() {
 /// `rig attach --drive` with a window of 500 000 requests obeys SIGINT.
 #[test]
 fn sigint_ends_a_driven_attach_window_at_once_with_exit_130() {
-    if !root_or_skip("sigint_ends_a_driven_attach_window_at_once_with_exit_130") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let s = Scratch::new("attach-sigint");
     let target = calib(&[]);
@@ -477,9 +488,7 @@ fn sigint_ends_a_driven_attach_window_at_once_with_exit_130() {
 /// obey SIGTERM too.
 #[test]
 fn probe_cost_and_instructions_obey_sigterm_with_exit_130() {
-    if !root_or_skip("probe_cost_and_instructions_obey_sigterm_with_exit_130") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let runs: [(&str, Vec<String>); 2] = [
         (
@@ -531,12 +540,13 @@ fn probe_cost_and_instructions_obey_sigterm_with_exit_130() {
 }
 
 /// The generator stops when its target is gone instead of sending the
-/// rest of a 2 000 000-request counted pass at a closed port.
+/// rest of a 2 000 000-request counted pass at a closed port: the run goes
+/// on to its next case. (How much the generator still schedules after the
+/// target's last answer is pinned on its own ledger in
+/// `load::an_open_loop_stops_scheduling_within_100_ms_of_schedule_when_its_target_is_gone`.)
 #[test]
 fn the_generator_stops_when_its_target_is_gone() {
-    if !root_or_skip("the_generator_stops_when_its_target_is_gone") {
-        return;
-    }
+    root_or_skip!();
     let _g = probes_shared();
     let s = Scratch::new("gone");
     let rig = start_run(&s, LONG_MATRIX, "counted");
@@ -585,6 +595,76 @@ fn the_generator_stops_when_its_target_is_gone() {
         c["reasons"].to_string().contains("exited"),
         "{:#}",
         c["reasons"]
+    );
+}
+
+/// A process that makes exactly one syscall, `clock_nanosleep` to the next
+/// millisecond of the monotonic clock's grid (absolute: a late wake-up
+/// returns at once for a tick already past, so every millisecond is one
+/// call however loaded the machine is).
+const TICKER: &str = r#"
+import ctypes
+class T(ctypes.Structure):
+    _fields_ = [('s', ctypes.c_long), ('ns', ctypes.c_long)]
+libc = ctypes.CDLL(None)
+t = T()
+libc.clock_gettime(1, ctypes.byref(t))
+n = t.s * 10**9 + t.ns
+while True:
+    n += 1000000
+    t.s, t.ns = divmod(n, 10**9)
+    libc.clock_nanosleep(1, 1, ctypes.byref(t), None)
+"#;
+
+/// `rig attach --duration 2s`: the window it reports is the interval its
+/// counters saw. A ticker's calls in the window (one a millisecond) equal
+/// the reported length in ms, within 5 ticks (a tick's lateness at each
+/// edge), and it closes at the asked time. This pins the timing (from the
+/// start snapshot's counter reads to the end snapshot's, stack frames read
+/// after every counter); one family on an idle ticker reads in
+/// milliseconds, so it does not reproduce a window stretched by seconds of
+/// frame reads on a busy target.
+#[test]
+fn an_attach_duration_window_reports_the_length_its_counters_saw() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = Scratch::new("window-length");
+    // The interpreter itself, not a version manager's shim that forks it.
+    let mut ticker = Command::new("/usr/bin/python3")
+        .args(["-c", TICKER])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(ticker.try_wait().unwrap().is_none(), "the ticker runs");
+    let json = s.0.join("a.json");
+    let rig = Command::new(rig_bin())
+        .args(["attach", "--pid", &ticker.id().to_string()])
+        .args(["--probes", "syscalls", "--duration", "2s", "--json"])
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, stdout, stderr) = finish(rig);
+    let _ = ticker.kill();
+    let _ = ticker.wait();
+    assert_eq!(code, exit::OK, "{stdout}\n{stderr}");
+    let a: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let ms = a["window"]["elapsed_ns"].as_u64().unwrap() as i64 / 1_000_000;
+    let ticks = a["syscalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "clock_nanosleep")
+        .and_then(|r| r["count"].as_i64())
+        .unwrap_or_else(|| panic!("no clock_nanosleep: {:#}\n{stderr}", a["syscalls"]));
+    eprintln!("window {ms} ms, {ticks} ticks");
+    assert!((ticks - ms).abs() <= 5, "window {ms} ms, {ticks} ticks");
+    // The window closes at the asked time, not at the end of the reads.
+    assert!(
+        (2000..2050).contains(&ms),
+        "window {ms} ms for --duration 2s"
     );
 }
 
@@ -770,9 +850,7 @@ fn a_missing_or_non_executable_program_is_refused_with_its_position() {
 /// measured nothing and says so with a non-zero exit.
 #[test]
 fn a_run_that_measured_nothing_exits_non_zero() {
-    if !root_or_skip("a_run_that_measured_nothing_exits_non_zero") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("nothing");
     let calib = repo().join("config/targets/calib.toml");
     let m = s.write("m.toml", "[defaults]\nwarmup_ms = 100\nduration_ms = 300\n[[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/not-an-endpoint\"]\ntopologies = [\"1\"]\n");
@@ -849,9 +927,7 @@ fn an_ab_that_measured_nothing_exits_non_zero_and_says_so() {
 /// A launch whose program cannot be spawned leaves no run directory.
 #[test]
 fn a_failed_spawn_leaves_no_run_directory() {
-    if !root_or_skip("a_failed_spawn_leaves_no_run_directory") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("spawnfail");
     s.write("c.in", "x {port}\n");
     let spec = TargetSpec::from_text(
@@ -874,9 +950,7 @@ fn a_failed_spawn_leaves_no_run_directory() {
 
 #[test]
 fn attach_to_a_zombie_says_it_exited_rather_than_no_such_process() {
-    if !root_or_skip("attach_to_a_zombie_says_it_exited_rather_than_no_such_process") {
-        return;
-    }
+    root_or_skip!();
     let mut child = Command::new("true").spawn().unwrap();
     let pid = child.id();
     let t0 = Instant::now();
@@ -903,9 +977,7 @@ fn attach_to_a_zombie_says_it_exited_rather_than_no_such_process() {
 /// manifest records it; a target left as root gets a one-line warning.
 #[test]
 fn a_target_drops_to_the_user_its_spec_or_user_flag_names() {
-    if !root_or_skip("a_target_drops_to_the_user_its_spec_or_user_flag_names") {
-        return;
-    }
+    root_or_skip!();
     let s = Scratch::new("user");
     s.write("c.in", "listen {port}\n");
     let spec = TargetSpec::from_text(

@@ -588,3 +588,66 @@ fn refuses_specs_it_cannot_run() {
     let e = Client::connect(&spec(addr, Protocol::H1 { keepalive: true }, 0, 1)).err();
     assert!(matches!(e, Some(LoadError::Spec(_))));
 }
+
+/// An HTTP/1.1 keep-alive server on plain threads that takes exactly
+/// `connections` connections (then closes its listener: a reconnect is
+/// refused), answers `answers` requests in all, and then closes every
+/// connection: a target that dies mid-run.
+fn dying_server(connections: usize, answers: u64) -> SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = Arc::new(AtomicU64::new(0));
+    std::thread::spawn(move || {
+        for _ in 0..connections {
+            let (mut s, _) = listener.accept().unwrap();
+            let served = served.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    buf.drain(..end);
+                    if served.fetch_add(1, Ordering::Relaxed) >= answers {
+                        return;
+                    }
+                    let r = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{BODY}",
+                        BODY.len()
+                    );
+                    if s.write_all(r.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// An open loop whose target dies stops scheduling once every stream is
+/// given up: of a 10 s schedule at 2000 requests/s (20 000 requests), what
+/// it schedules after the target's last answer is at most what 100 ms of
+/// the schedule holds (200), not the rest of the window.
+#[test]
+fn an_open_loop_stops_scheduling_within_100_ms_of_schedule_when_its_target_is_gone() {
+    const RATE: f64 = 2000.0;
+    const ANSWERS: u64 = 200;
+    let addr = dying_server(2, ANSWERS);
+    let mut c = Client::connect(&spec(addr, Protocol::H1 { keepalive: true }, 2, 1)).unwrap();
+    let r = run(&mut c, open(RATE, 10_000));
+    assert_eq!(r.succeeded, ANSWERS, "{:?}", r.errors);
+    let after = r.scheduled - r.succeeded;
+    let bound = (RATE * 0.1) as u64;
+    assert!(
+        after <= bound,
+        "{after} requests scheduled after the target's last answer (at most {bound}): {r:?}"
+    );
+    assert!(r.sent - r.succeeded <= bound, "{r:?}");
+}

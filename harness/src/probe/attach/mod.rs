@@ -412,8 +412,18 @@ impl ProbeSet {
 
     /// Read every counter now.
     pub fn snapshot(&self) -> Result<Snapshot, ProbeError> {
+        Ok(self.snapshot_at()?.0)
+    }
+
+    /// Read every counter, and say when: the instant the counter reads
+    /// began. Every family's counters (its per-stack counts included) are
+    /// read before any stack's frames: the frames are thousands of lookups
+    /// on a busy target, and read between the counters they would stretch
+    /// a window's end past its deadline by that long, unseen.
+    pub fn snapshot_at(&self) -> Result<(Snapshot, std::time::Instant), ProbeError> {
         let shared = self.shared();
         let mut s = Snapshot::default();
+        let at = std::time::Instant::now();
         for (family, ebpf) in &shared.objects {
             let f = *family;
             s.stats.insert(f, read::stats(ebpf, f)?);
@@ -427,10 +437,15 @@ impl ProbeSet {
                 Family::Cpu => s.cpu = read::percpu_hash(ebpf, f, "cpu_samples")?,
             }
             if shared.stacks.mode == Stacks::On {
-                s.stacks.insert(f, stacks::read_stacks(ebpf, f, true)?);
+                s.stacks.insert(f, stacks::read_stack_counts(ebpf, f)?);
             }
         }
-        Ok(s)
+        for (family, ebpf) in &shared.objects {
+            if let Some(st) = s.stacks.get_mut(family) {
+                stacks::read_frames(ebpf, *family, st)?;
+            }
+        }
+        Ok((s, at))
     }
 }
 
