@@ -198,6 +198,24 @@ mod tests {
     }
 
     #[test]
+    fn a_site_named_bytes_does_not_make_a_calls_counter_a_bytes_counter() {
+        // rig-peer's gate has sites in the `bytes` crate: its rare-event
+        // tolerance once missed them, and a once-a-second date render
+        // breached the gate on a slow machine.
+        let site = "bytes::bytes::Bytes::copy_from_slice (bytes.rs:348) < core::ops::function::FnOnce::call_once";
+        assert!(names::is_event_count(&format!(
+            "malloc stack calls @ {site}"
+        )));
+        assert!(names::is_event_count(&format!("free calls @ {site}")));
+        assert!(!names::is_event_count(&format!(
+            "malloc stack bytes @ {site}"
+        )));
+        assert!(!names::is_event_count("alloc bytes/req"));
+        assert!(names::is_event_count("allocs/req"));
+        assert!(!names::is_event_count("Ir @ bytes::Bytes::len"));
+    }
+
+    #[test]
     fn the_per_request_fields_are_the_schema_in_order() {
         let json = serde_json::to_string(&PerRequest::default()).unwrap();
         let fields: Vec<String> = names::PER_REQUEST_FIELDS

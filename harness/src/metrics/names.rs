@@ -34,9 +34,12 @@ pub const PER_REQUEST_FIELDS: &[(&str, &str)] = &[
 ];
 
 /// Is `name` (without a case key) a count of events (calls, syscalls,
-/// faults, lock acquisitions), not bytes or instructions?
+/// faults, lock acquisitions), not bytes or instructions? Only the
+/// counter's kind, before ` @ `, says: a site such as
+/// `bytes::Bytes::copy_from_slice` is no bytes counter.
 pub fn is_event_count(name: &str) -> bool {
-    !is_instr(name) && !name.contains("bytes")
+    let kind = name.split_once(" @ ").map_or(name, |(k, _)| k);
+    !is_instr(name) && !kind.contains("bytes")
 }
 
 /// The events counter a bytes counter is made of: `alloc bytes/req` →

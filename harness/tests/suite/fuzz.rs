@@ -1,6 +1,6 @@
 //! Property tests of every parser that reads untrusted input: target specs,
-//! matrices, gate baselines, ELF files of targets, `/proc` and cgroup
-//! files. Arbitrary and mutated inputs must give a value or an error, never
+//! matrices, gate baselines, ELF files of targets and their DWARF, `/proc`
+//! and cgroup files. Arbitrary and mutated inputs must give a value or an error, never
 //! a panic. Each property runs a fixed number of cases (`CASES`, seeded
 //! deterministically by proptest's defaults) so the suite stays fast.
 
@@ -9,7 +9,7 @@ use std::path::Path;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
-/// Cases per property (the suite runs 10 properties: 10 × CASES inputs).
+/// Cases per property (the suite runs 11 properties: 11 × CASES inputs).
 const CASES: u32 = 256;
 
 fn config() -> Config {
@@ -24,6 +24,36 @@ fn config() -> Config {
 fn calib_elf() -> &'static [u8] {
     static ELF: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     ELF.get_or_init(|| std::fs::read(rig_fixtures::calib_server()).unwrap())
+}
+
+/// The calibration server's bytes, the file ranges of its DWARF sections,
+/// and a file offset in each of its functions (for symbolizing).
+fn calib_dwarf() -> (&'static [u8], &'static [(usize, usize)], &'static [u64]) {
+    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+    static DWARF: std::sync::OnceLock<(Vec<(usize, usize)>, Vec<u64>)> = std::sync::OnceLock::new();
+    let elf = calib_elf();
+    let (ranges, offsets) = DWARF.get_or_init(|| {
+        let f = object::File::parse(elf).unwrap();
+        let ranges: Vec<(usize, usize)> = f
+            .sections()
+            .filter(|s| s.name().is_ok_and(|n| n.starts_with(".debug_")))
+            .filter_map(|s| s.file_range())
+            .filter(|&(_, n)| n > 0)
+            .map(|(o, n)| (o as usize, (o + n) as usize))
+            .collect();
+        let text = f.section_by_name(".text").unwrap();
+        let (toff, _) = text.file_range().unwrap();
+        let offsets: Vec<u64> = f
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+            .filter(|s| s.address() >= text.address() && s.address() < text.address() + text.size())
+            .map(|s| s.address() - text.address() + toff + 1)
+            .collect();
+        assert!(ranges.len() >= 3, "calib_server has DWARF: {ranges:?}");
+        assert!(offsets.len() >= 10, "calib_server has functions");
+        (ranges, offsets)
+    });
+    (elf, ranges, offsets)
 }
 
 const SPEC: &str = r#"name = "calib"
@@ -155,6 +185,25 @@ proptest! {
         let _ = rig::sample::parse_stat(&text);
         let _ = rig::launch::port::parse_stat_ppid(&text);
         let _ = rig::launch::port::parse_stat_pgrp(&text);
+    }
+
+    #[test]
+    fn mutated_dwarf_never_panics_the_symbolizer(edits in prop::collection::vec((any::<usize>(), any::<u8>()), 1..48)) {
+        // File and line come from the target's own DWARF (.debug_info,
+        // .debug_line, .debug_abbrev, .debug_str ...), which blazesym
+        // parses: a target's file is untrusted input too. Bytes inside
+        // those sections are changed, and every function of the text is
+        // symbolized with debug info on.
+        let (elf, dwarf, text) = calib_dwarf();
+        let mut b = elf.to_vec();
+        for (at, byte) in edits {
+            let (lo, hi) = dwarf[at % dwarf.len()];
+            b[lo + (at / dwarf.len()) % (hi - lo)] = byte;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("calib_server");
+        std::fs::write(&path, &b).unwrap();
+        let _ = rig::symbolize::symbolize_elf_with(&path, text, true);
     }
 
     #[test]
