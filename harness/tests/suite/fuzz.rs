@@ -26,11 +26,14 @@ fn calib_elf() -> &'static [u8] {
     ELF.get_or_init(|| std::fs::read(rig_fixtures::calib_server()).unwrap())
 }
 
+/// File ranges of DWARF sections, and a file offset in each function.
+type DwarfFacts = (Vec<(usize, usize)>, Vec<u64>);
+
 /// The calibration server's bytes, the file ranges of its DWARF sections,
 /// and a file offset in each of its functions (for symbolizing).
 fn calib_dwarf() -> (&'static [u8], &'static [(usize, usize)], &'static [u64]) {
     use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
-    static DWARF: std::sync::OnceLock<(Vec<(usize, usize)>, Vec<u64>)> = std::sync::OnceLock::new();
+    static DWARF: std::sync::OnceLock<DwarfFacts> = std::sync::OnceLock::new();
     let elf = calib_elf();
     let (ranges, offsets) = DWARF.get_or_init(|| {
         let f = object::File::parse(elf).unwrap();
