@@ -494,3 +494,30 @@ fn counts_a_static_mimalloc_and_the_rust_shim_above_it_per_layer() {
         1,
     );
 }
+
+/// fixtures/alloc/staleslot.c: per request, malloc(24) in `first`, freed,
+/// then malloc(40) in `second`, freed, from 8 KiB further down the stack,
+/// where `first`'s call left its return address unwritten. Neither call is
+/// inside the other: 2 allocations, 64 bytes and 2 frees per request, none
+/// inner. Before the nesting check bounded its depth, the second malloc
+/// read as inner and the request as 1 allocation (rig-peer's new
+/// connections as 2.3 instead of 14).
+#[test]
+fn an_allocation_below_a_returned_ones_stale_return_slot_is_not_inner() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let mut fx = super::stacks::Fixture::start(&rig_fixtures::staleslot());
+    let n = 500;
+    let a = super::stacks::measure(&mut fx, &[Family::Alloc], n);
+    assert_eq!(
+        (
+            a.alloc_totals.allocations,
+            a.alloc_totals.bytes,
+            a.alloc_totals.frees
+        ),
+        (2 * n, 64 * n, 2 * n),
+        "{:#?}",
+        a.alloc
+    );
+    assert!(a.alloc.iter().all(|r| !r.inner), "{:#?}", a.alloc);
+}
