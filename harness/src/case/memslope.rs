@@ -16,7 +16,7 @@
 //! connection costs), and once every connection is closed the server must
 //! hold exactly the file descriptors it held at READY.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -174,13 +174,7 @@ fn open_tier(
 /// socket) or [`CLOSE_WAIT`] passes.
 fn close(client: Client, l: &Launched, fds_target: u64) {
     drop(client);
-    let until = Instant::now() + CLOSE_WAIT;
-    while Instant::now() < until {
-        if ProcSnapshot::read_tree(l.pid).is_ok_and(|p| p.fds <= fds_target) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_fds(l, fds_target, CLOSE_WAIT);
 }
 
 struct Measured {

@@ -14,7 +14,7 @@
 //! READY. Cycles are reported one by one, never blended; the RSS after each
 //! cycle is kept as a series, with its least-squares drift per cycle.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -72,13 +72,7 @@ pub struct RecoveryPass {
 /// away gracefully.
 fn close(client: Client, graceful: bool, l: &Launched, fds: u64) -> u64 {
     let went_away = client.close(graceful);
-    let until = Instant::now() + CLOSE_WAIT;
-    while Instant::now() < until {
-        if ProcSnapshot::read_tree(l.pid).is_ok_and(|p| p.fds <= fds) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_fds(l, fds, CLOSE_WAIT);
     went_away
 }
 

@@ -94,3 +94,16 @@ pub(super) fn failed(pass: &str, why: String, died: Option<String>, exit: &ExitI
     r.extend(oom_reason(pass, exit));
     Fail(r.join("; "))
 }
+
+/// Wait until the target tree holds no more than `fds` file descriptors,
+/// or `within` passes: a server closes its side of a connection only when
+/// it next reads the socket.
+pub(super) fn wait_for_fds(l: &Launched, fds: u64, within: Duration) {
+    let until = std::time::Instant::now() + within;
+    while std::time::Instant::now() < until {
+        if crate::sample::ProcSnapshot::read_tree(l.pid).is_ok_and(|p| p.fds <= fds) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
