@@ -267,9 +267,29 @@ fn run_report_shows_every_case_its_latency_plot_sites_and_flamegraph_in_chromium
         for v in [
             "<td class=\"n\" data-sort=\"8.0\">8</td>",
             "<td class=\"n\" data-sort=\"6004.0\">6004</td>",
-            "<td class=\"n\" data-sort=\"9.0\">9</td>",
         ] {
             assert!(row_html.contains(v), "{v} not in {row_html}");
+        }
+        // Syscalls: 9 per request, plus the futex calls of g_mu when two
+        // workers are busy at once (COSTS.md: several concurrent
+        // connections contend on it), which the case records exactly.
+        let counted = &c["counted"]["attribution"];
+        let futex = counted["syscalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["name"] == "futex")
+            .map(|s| s["count"].as_u64().unwrap())
+            .sum::<u64>();
+        let total = counted["processes"][0]["syscalls"].as_u64().unwrap();
+        assert_eq!(total - futex, 9000, "{counted:#}");
+        let per_req = c["counted"]["per_request"]["syscalls"].as_f64().unwrap();
+        assert_eq!(per_req, total as f64 / 1000.0);
+        let cell = format!("<td class=\"n\" data-sort=\"{per_req:?}\">");
+        assert!(row_html.contains(&cell), "{cell} not in {row_html}");
+        if futex == 0 {
+            let exact = "<td class=\"n\" data-sort=\"9.0\">9</td>";
+            assert!(row_html.contains(exact), "{exact} not in {row_html}");
         }
         let a = article(&p.dom, id);
         // The latency percentile curve, drawn by the page's script.
