@@ -16,9 +16,12 @@ use crate::window::ebpf::{ProbeWindow, SettleEnd};
 use crate::window::{drive, Phase, WarmUp};
 
 pub(super) struct CountedMeasure {
-    report: LoadReport,
-    attribution: Attribution,
-    reasons: Vec<String>,
+    pub(super) report: LoadReport,
+    pub(super) attribution: Attribution,
+    pub(super) reasons: Vec<String>,
+    /// Requests the warm-ups before and under the probes answered: with
+    /// the report's, everything the window made the server serve.
+    pub(super) warmed: u64,
 }
 
 pub(super) fn counted_measure(
@@ -37,7 +40,9 @@ pub(super) fn counted_measure(
     let slots = (ls.connections * ls.streams) as u64;
     // A failed warm-up before the probes fails the pass; the one under them
     // only faults in BPF state, its answers are not judged.
+    let warmed = std::cell::Cell::new(0);
     let check = |phase: Phase, warm: &LoadReport| -> anyhow::Result<()> {
+        warmed.set(warmed.get() + warm.succeeded);
         let reasons = match phase {
             Phase::Before => check_load("counted warm-up", warm),
             Phase::Under => Vec::new(),
@@ -86,6 +91,7 @@ pub(super) fn counted_measure(
         report,
         attribution,
         reasons,
+        warmed: warmed.get(),
     })
 }
 

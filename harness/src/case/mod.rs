@@ -14,6 +14,7 @@ mod memslope;
 mod recovery;
 mod request;
 mod server;
+mod soak;
 
 use clean::*;
 pub use counted::counted_metrics;
@@ -25,6 +26,8 @@ use recovery::recovery_pass;
 pub use recovery::{Cycle, RecoveryPass};
 use request::*;
 use server::*;
+use soak::soak_pass;
+pub use soak::{SoakInterval, SoakPass, SoakSite, SoakWindow};
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -165,6 +168,9 @@ pub struct CaseResult {
     /// A recovery case: its cycles.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryPass>,
+    /// A soak case: its intervals and drift.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak: Option<SoakPass>,
     pub clean: Option<CleanPass>,
     pub counted: Option<CountedPass>,
     pub elapsed_ms: u64,
@@ -183,6 +189,7 @@ impl CaseResult {
             memory: None,
             memslope: None,
             recovery: None,
+            soak: None,
             clean: None,
             counted: None,
             elapsed_ms: 0,
@@ -256,6 +263,7 @@ pub fn run_case(
         memory: None,
         memslope: None,
         recovery: None,
+        soak: None,
         clean: None,
         counted: None,
         elapsed_ms: 0,
@@ -286,6 +294,13 @@ pub fn run_case(
                 res.reasons.extend(reasons);
             }
             Err(Fail(why)) => res.reasons.push(format!("recovery: {why}")),
+        },
+        CaseKind::Soak(k) => match soak_pass(rs, case, k, spec, sym, &mut res.objects) {
+            Ok((p, reasons)) => {
+                res.soak = Some(p);
+                res.reasons.extend(reasons);
+            }
+            Err(Fail(why)) => res.reasons.push(format!("soak: {why}")),
         },
         CaseKind::Http(http) => {
             if rs.passes.clean {

@@ -163,6 +163,10 @@ pub struct RunArgs {
     /// Rounds of the whole matrix (overrides the matrix default).
     #[arg(long)]
     pub repeats: Option<u32>,
+    /// Soak suites run this long (e.g. 30m, 2h) instead of their
+    /// duration_ms; each still needs two whole intervals.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub soak_duration: Option<std::time::Duration>,
     #[command(flatten)]
     pub budget: Budget,
 }

@@ -92,7 +92,12 @@ pub(super) fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
             a.budget.apply_user(t)?;
         }
     }
-    let matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    let mut matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    if let Some(d) = a.soak_duration {
+        if let Err(why) = matrix.set_soak_duration(d.as_millis() as u64) {
+            crate::refuse!("--soak-duration {}: {why}", humantime::format_duration(d));
+        }
+    }
     raise_nofile();
     Ok(crate::run::RunSettings {
         targets,

@@ -217,6 +217,12 @@ pub fn views(cases: &[Value], flames: &Flames, charts: &mut Map<String, Value>) 
                 charts.insert(format!("memslope-{slug}"), v);
                 plots.push(json!({"kind": "memslope", "chart": format!("memslope-{slug}")}));
             }
+            if let Some((lat, mem)) = chart::soak_charts(&c["soak"]) {
+                charts.insert(format!("soak-latency-{slug}"), lat);
+                charts.insert(format!("soak-memory-{slug}"), mem);
+                plots.push(json!({"kind": "soak-latency", "chart": format!("soak-latency-{slug}")}));
+                plots.push(json!({"kind": "soak-memory", "chart": format!("soak-memory-{slug}")}));
+            }
             let counted = &c["counted"];
             json!({
                 "id": id,

@@ -136,6 +136,48 @@ pub fn memslope_chart(m: &Value) -> Option<Value> {
     )
 }
 
+/// A soak case's intervals: latency percentiles per interval (ms, log
+/// scale) against the interval's end, and RSS against requests served with
+/// its least-squares line (the title gives bytes per request and R²).
+/// `None` without intervals.
+pub fn soak_charts(s: &Value) -> Option<(Value, Value)> {
+    let intervals = s["intervals"].as_array().filter(|i| !i.is_empty())?;
+    let pts = |x: &str, xs: f64, y: &str, ys: f64| -> Vec<[f64; 2]> {
+        intervals
+            .iter()
+            .filter_map(|i| Some([i[x].as_f64()? / xs, i[y].as_f64()? / ys]))
+            .collect()
+    };
+    let latency = json!({
+    "title": "latency per interval (from the scheduled time)",
+    "xlabel": "minutes", "ylabel": "ms", "x": "lin", "ylog": true,
+    "series": [
+        {"name": "p50", "points": pts("end_ms", 60_000.0, "p50_ns", 1e6)},
+        {"name": "p99", "points": pts("end_ms", 60_000.0, "p99_ns", 1e6)},
+        {"name": "p99.9", "points": pts("end_ms", 60_000.0, "p999_ns", 1e6)},
+    ]});
+    let mib = 1024.0 * 1024.0;
+    let rss = pts("served", 1.0, "rss_bytes", mib);
+    let mut series = vec![json!({"name": "RSS", "points": rss})];
+    let mut title = "RSS by requests served".to_string();
+    let fit = &s["rss_per_request"];
+    if let (Some(a), Some(b), Some(r2)) = (
+        fit["slope"].as_f64(),
+        fit["intercept"].as_f64(),
+        fit["r2"].as_f64(),
+    ) {
+        let (lo, hi) = rss
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(p[0]), h.max(p[0])));
+        series.push(json!({"name": "RSS fit",
+            "points": [[lo, (a * lo + b) / mib], [hi, (a * hi + b) / mib]]}));
+        title = format!("RSS {a:+.1} B per request served (R² {r2:.3})");
+    }
+    let memory = json!({"title": title, "xlabel": "requests served", "ylabel": "MiB",
+        "x": "lin", "ylog": false, "series": series});
+    Some((latency, memory))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -361,3 +361,38 @@ fn a_memslope_case_draws_memory_against_connections_with_its_fitted_line() {
     let top = ((1u64 << 20) + 128 * 65552) / 1024;
     assert!(html.contains(&format!("data-sort=\"{top}.0\"")), "{html}");
 }
+
+#[test]
+fn a_soak_case_draws_latency_per_interval_and_rss_by_requests_with_its_line() {
+    let id = "soak/conn/h1/r1000/4x1/i1000ms/#1";
+    let iv = |n: u64| {
+        json!({"interval": n, "end_ms": n as f64 * 1000.0, "served": n * 1500,
+               "p50_ns": 40_000, "p99_ns": 900_000 * n, "p999_ns": 2_000_000 * n,
+               "rss_bytes": (4u64 << 20) + n * 1500 * 4112})
+    };
+    let c = json!({
+        "id": id, "suite": "soak", "kind": "soak", "target": 0, "target_name": "conn",
+        "repeat": 1, "protocol": "h1", "path": "/", "interval_ms": 1000,
+        "status": "ok", "reasons": [],
+        "soak": {
+            "intervals": [iv(1), iv(2), iv(3)],
+            "rss_per_request": {"slope": 4112.0, "intercept": 4194304.0, "r2": 1.0, "residuals": [0.0, 0.0, 0.0]},
+        },
+    });
+    let d = out_dir("soak", &[c]);
+    let html = std::fs::read_to_string(write(&d.0).unwrap()).unwrap();
+    let slug = crate::scenario::slug(id);
+    for kind in ["soak-latency", "soak-memory"] {
+        assert!(
+            html.contains(&format!(
+                "<figure class=\"chart {kind}\" data-chart=\"{kind}-{slug}\" data-case=\"{id}\">"
+            )),
+            "{kind}: {html}"
+        );
+    }
+    assert!(
+        html.contains("RSS +4112.0 B per request served (R² 1.000)"),
+        "{html}"
+    );
+    assert!(html.contains("latency per interval (from the scheduled time)"));
+}

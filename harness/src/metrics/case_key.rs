@@ -43,6 +43,16 @@ impl CaseKey {
                 r.close.name(),
                 r.cycles
             ),
+            CaseKind::Soak(k) => format!(
+                "{}/{}/{}/r{}/{}x{}/i{}ms",
+                self.suite,
+                k.protocol.name(),
+                k.path.trim_start_matches('/'),
+                k.rate,
+                k.topology.connections,
+                k.topology.streams,
+                k.interval_ms
+            ),
             CaseKind::MemSlope(m) => format!(
                 "{}/{}/{}/c{}",
                 self.suite,
@@ -91,6 +101,14 @@ impl fmt::Display for CaseKey {
                 r.topology.connections,
                 r.topology.streams,
                 r.close.name()
+            ),
+            CaseKind::Soak(k) => write!(
+                f,
+                "{} {} soak c{}x{}",
+                k.protocol.name(),
+                k.path,
+                k.topology.connections,
+                k.topology.streams
             ),
             CaseKind::MemSlope(m) => write!(
                 f,

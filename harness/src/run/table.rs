@@ -109,6 +109,7 @@ pub fn render(results: &[CaseResult]) -> String {
     out.push_str(&open_loop_lines(results));
     out.push_str(&memslope_lines(results));
     out.push_str(&recovery_lines(results));
+    out.push_str(&soak_lines(results));
     for r in results {
         if let Some(s) = r
             .clean
@@ -194,6 +195,57 @@ fn recovery_lines(results: &[CaseResult]) -> String {
         out.push_str(&format!("\n{}: cycles: {}", r.case.id, cycles.join("; ")));
         if let Some(f) = &p.rss_drift {
             out.push_str(&format!("; RSS drift {:+.1} KiB/cycle", f.slope / 1024.0));
+        }
+    }
+    out
+}
+
+/// Per soak case: one line per interval (requests answered of those
+/// scheduled, latency p50/p99/p99.9, RSS, descriptors, and the counted
+/// window's allocations minus frees per request), then the drift lines and
+/// warnings.
+fn soak_lines(results: &[CaseResult]) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let mut out = String::new();
+    for r in results {
+        let Some(p) = r.soak.as_ref() else {
+            continue;
+        };
+        for i in &p.intervals {
+            let net = i
+                .counted
+                .as_ref()
+                .and_then(|w| w.net_allocations_per_request)
+                .map(|n| format!(", allocs−frees {n:+.3}/req"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "\n{}: interval {} {}/{} ok, p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, RSS {:.1} MiB, FDs {}{net}",
+                r.case.id,
+                i.interval,
+                i.succeeded,
+                i.scheduled,
+                ms(i.p50_ns),
+                ms(i.p99_ns),
+                ms(i.p999_ns),
+                mib(i.rss_bytes),
+                i.fds,
+            ));
+        }
+        let mut drift = Vec::new();
+        if let Some(f) = &p.rss_per_request {
+            drift.push(format!("RSS {:+.1} B/request (R² {:.3})", f.slope, f.r2));
+        }
+        if let Some(f) = &p.rss_per_minute {
+            drift.push(format!("{:+.1} KiB/min", f.slope / 1024.0));
+        }
+        if let Some(f) = &p.fds_per_minute {
+            drift.push(format!("FDs {:+.1}/min", f.slope));
+        }
+        drift.push(format!("FDs after close {:+}", p.fds_delta));
+        out.push_str(&format!("\n{}: drift: {}", r.case.id, drift.join(", ")));
+        for w in &p.warnings {
+            out.push_str(&format!("\n{}: {w}", r.case.id));
         }
     }
     out

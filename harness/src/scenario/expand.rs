@@ -7,6 +7,23 @@ use std::path::Path;
 use super::*;
 
 impl Matrix {
+    /// Every soak suite runs `ms` long (`rig run --soak-duration`); each
+    /// must still hold two whole intervals.
+    pub fn set_soak_duration(&mut self, ms: u64) -> Result<(), String> {
+        for s in self.suites.iter_mut().filter(|s| s.kind == SuiteKind::Soak) {
+            let interval = s.interval_ms.expect("validated");
+            if ms / interval < 2 {
+                return Err(format!(
+                    "suite `{}` has interval_ms = {interval}: give at least two whole intervals ({} ms)",
+                    s.name,
+                    2 * interval
+                ));
+            }
+            s.duration_ms = Some(ms);
+        }
+        Ok(())
+    }
+
     pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
         let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
@@ -150,6 +167,38 @@ impl Matrix {
                                                 );
                                                 cases.push(c);
                                             }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    SuiteKind::Soak => {
+                        let interval_ms = s.interval_ms.expect("validated");
+                        for &protocol in &s.protocols {
+                            for path in &s.paths {
+                                for &rate in &s.rates {
+                                    for topo in &s.topologies {
+                                        let topology = Topology::parse(topo).expect("validated");
+                                        for &t in &order {
+                                            let k = SoakCase {
+                                                protocol,
+                                                path: path.clone(),
+                                                rate,
+                                                topology,
+                                                interval_ms,
+                                            };
+                                            let mut c = base(t, CaseKind::Soak(k));
+                                            c.id = format!(
+                                                "{}/{}/{}/{}/r{rate}/{}x{}/i{interval_ms}ms/#{round}",
+                                                s.name,
+                                                targets[t],
+                                                protocol.name(),
+                                                path.trim_start_matches('/'),
+                                                topology.connections,
+                                                topology.streams,
+                                            );
+                                            cases.push(c);
                                         }
                                     }
                                 }

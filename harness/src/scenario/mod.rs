@@ -63,6 +63,10 @@ pub enum SuiteKind {
     /// connections, fixed-rate load, close (gracefully or abruptly), each
     /// cycle checked on its own.
     Recovery,
+    /// A long fixed-rate run on one server, in intervals: latency, memory
+    /// and descriptors per interval, and a counted window after each
+    /// (allocations minus frees per request), fitted for drift.
+    Soak,
 }
 
 /// Wire protocol of a load case.
@@ -173,6 +177,10 @@ pub struct SuiteSpec {
     /// Recovery suites: how each cycle's connections are closed.
     #[serde(default = "d_closes")]
     pub close: Vec<CloseKind>,
+    /// Soak suites: the length of one interval (its latency, memory and
+    /// counted window are reported on their own); `duration_ms` is the
+    /// whole run.
+    pub interval_ms: Option<u64>,
 }
 
 /// How a recovery cycle closes its connections.
@@ -283,6 +291,28 @@ pub enum CaseKind {
     MemSlope(MemSlopeCase),
     /// Cycles of connect, load, close on one server.
     Recovery(RecoveryCase),
+    /// Fixed-rate load in intervals on one server, for drift.
+    Soak(SoakCase),
+}
+
+/// One protocol × path × rate × topology of a soak suite.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SoakCase {
+    pub protocol: Proto,
+    pub path: String,
+    /// Requests per second, the whole run.
+    pub rate: f64,
+    pub topology: Topology,
+    /// One interval; the case's `duration_ms` holds
+    /// `duration_ms / interval_ms` of them.
+    pub interval_ms: u64,
+}
+
+impl SoakCase {
+    /// Whole intervals in `duration_ms`.
+    pub fn intervals(&self, duration_ms: u64) -> u64 {
+        duration_ms / self.interval_ms
+    }
 }
 
 /// One protocol × path × rate × topology × close of a recovery suite.
@@ -326,6 +356,7 @@ impl CaseKind {
             CaseKind::Http(_) => SuiteKind::Http,
             CaseKind::MemSlope(_) => SuiteKind::Memslope,
             CaseKind::Recovery(_) => SuiteKind::Recovery,
+            CaseKind::Soak(_) => SuiteKind::Soak,
         }
     }
 
@@ -343,6 +374,7 @@ impl CaseKind {
             CaseKind::Http(h) => Some(h.protocol),
             CaseKind::MemSlope(m) => Some(m.protocol),
             CaseKind::Recovery(r) => Some(r.protocol),
+            CaseKind::Soak(k) => Some(k.protocol),
         }
     }
 }
@@ -370,6 +402,9 @@ struct FlatCase {
     cycles: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     close: Option<CloseKind>,
+    /// Soak cases: one interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interval_ms: Option<u64>,
     warmup_ms: u64,
     duration_ms: u64,
     counted_requests: u64,
@@ -380,7 +415,7 @@ impl From<Case> for FlatCase {
     fn from(c: Case) -> FlatCase {
         let protocol = c.what.listener_protocol();
         let kind = c.what.suite_kind();
-        let (mut cycles, mut close) = (None, None);
+        let (mut cycles, mut close, mut interval_ms) = (None, None, None);
         let (path, load, topology, keepalive, connections) = match c.what {
             CaseKind::Memory { .. } => (None, None, None, true, None),
             CaseKind::Recovery(r) => {
@@ -390,6 +425,16 @@ impl From<Case> for FlatCase {
                     Some(r.path),
                     Some(LoadShape::Open { rate: r.rate }),
                     Some(r.topology),
+                    true,
+                    None,
+                )
+            }
+            CaseKind::Soak(k) => {
+                interval_ms = Some(k.interval_ms);
+                (
+                    Some(k.path),
+                    Some(LoadShape::Open { rate: k.rate }),
+                    Some(k.topology),
                     true,
                     None,
                 )
@@ -418,6 +463,7 @@ impl From<Case> for FlatCase {
             connections,
             cycles,
             close,
+            interval_ms,
             warmup_ms: c.warmup_ms,
             duration_ms: c.duration_ms,
             counted_requests: c.counted_requests,
@@ -431,7 +477,10 @@ impl Case {
     pub fn http(&self) -> Option<&HttpCase> {
         match &self.what {
             CaseKind::Http(h) => Some(h),
-            CaseKind::Memory { .. } | CaseKind::MemSlope(_) | CaseKind::Recovery(_) => None,
+            CaseKind::Memory { .. }
+            | CaseKind::MemSlope(_)
+            | CaseKind::Recovery(_)
+            | CaseKind::Soak(_) => None,
         }
     }
 

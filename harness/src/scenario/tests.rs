@@ -242,3 +242,69 @@ cycles = 5
         assert!(e.contains(says), "{e}");
     }
 }
+
+#[test]
+fn a_soak_suite_is_a_case_per_protocol_rate_and_topology_with_its_interval() {
+    let text = r#"
+[[suite]]
+name = "soak"
+kind = "soak"
+protocols = ["h1", "h2c"]
+paths = ["/plain"]
+rates = [500.0]
+topologies = ["4"]
+duration_ms = 60000
+interval_ms = 10000
+"#;
+    let m = Matrix::parse("t.toml", text).unwrap();
+    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
+    let ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec![
+            "soak/peer/h1/plain/r500/4x1/i10000ms/#1",
+            "soak/peer/h2c/plain/r500/4x1/i10000ms/#1"
+        ]
+    );
+    let CaseKind::Soak(k) = &cases[0].what else {
+        panic!("{:?}", cases[0].what);
+    };
+    assert_eq!(k.intervals(cases[0].duration_ms), 6);
+    let j = serde_json::to_value(&cases[1]).unwrap();
+    assert_eq!(
+        (&j["kind"], &j["interval_ms"], &j["duration_ms"]),
+        (&"soak".into(), &10000.into(), &60000.into())
+    );
+    assert_eq!(
+        j["load"],
+        serde_json::json!({"kind": "open", "rate": 500.0})
+    );
+    for (from, to, says) in [
+        ("rates = [500.0]\n", "", "a soak suite needs rates"),
+        (
+            "interval_ms = 10000\n",
+            "",
+            "a soak suite needs interval_ms",
+        ),
+        (
+            "interval_ms = 10000",
+            "interval_ms = 40000",
+            "at least two whole intervals",
+        ),
+        (
+            "interval_ms = 10000",
+            "interval_ms = 0",
+            "at least two whole intervals",
+        ),
+    ] {
+        let e = Matrix::parse("t.toml", &text.replace(from, to))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{from} -> {to}: {e}");
+    }
+    let http = text
+        .replace("kind = \"soak\"", "kind = \"http\"")
+        .replace("name = \"soak\"", "name = \"h\"");
+    let e = Matrix::parse("t.toml", &http).unwrap_err().to_string();
+    assert!(e.contains("interval_ms belongs to soak suites"), "{e}");
+}

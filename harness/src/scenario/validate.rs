@@ -100,7 +100,18 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
                 ));
             }
         }
-        if s.kind != SuiteKind::Http && s.kind != SuiteKind::Recovery {
+        if s.kind == SuiteKind::Soak {
+            soak(s, m, &bad)?;
+        } else if s.interval_ms.is_some() {
+            return Err(bad(
+                Some("interval_ms"),
+                "interval_ms belongs to soak suites".into(),
+            ));
+        }
+        if !matches!(
+            s.kind,
+            SuiteKind::Http | SuiteKind::Recovery | SuiteKind::Soak
+        ) {
             continue;
         }
         if s.protocols.is_empty() || s.paths.is_empty() || s.topologies.is_empty() {
@@ -114,6 +125,37 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
         if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
             return Err(bad(Some("paths"), format!("path `{p}` must start with /")));
         }
+    }
+    Ok(())
+}
+
+/// A soak suite: fixed-rate load (rates), and an interval that fits at
+/// least twice into the run, so that there is a drift to fit.
+fn soak(
+    s: &SuiteSpec,
+    m: &Matrix,
+    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
+) -> Result<(), MatrixError> {
+    if s.rates.is_empty() {
+        return Err(bad(
+            Some("kind"),
+            "a soak suite needs rates: it runs fixed-rate load".into(),
+        ));
+    }
+    let Some(interval) = s.interval_ms else {
+        return Err(bad(
+            Some("kind"),
+            "a soak suite needs interval_ms: the length of one reported interval".into(),
+        ));
+    };
+    let duration = s.duration_ms.unwrap_or(m.defaults.duration_ms);
+    if interval == 0 || duration / interval < 2 {
+        return Err(bad(
+            Some("interval_ms"),
+            format!(
+                "interval_ms = {interval} with duration_ms = {duration}: give at least two whole intervals, or there is no drift to fit"
+            ),
+        ));
     }
     Ok(())
 }

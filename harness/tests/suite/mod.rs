@@ -48,6 +48,7 @@ mod recovery;
 mod redis;
 mod render;
 mod run;
+mod soak;
 mod stacks;
 mod stall;
 mod symbols;

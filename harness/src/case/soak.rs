@@ -1,0 +1,399 @@
+//! The soak pass: one server process under fixed-rate load for a long
+//! time, reported interval by interval, with a counted window after each.
+//!
+//! What a short case cannot show is drift: memory that grows with every
+//! request, descriptors that are never closed, latency that creeps up as a
+//! heap fragments. So the same process serves `rate` requests per second
+//! on the case's connections for `duration_ms`, cut into intervals of
+//! `interval_ms`. Each interval is reported on its own (its ledger,
+//! latency percentiles from the scheduled time, requests per second, the
+//! server's RSS, PSS, descriptors, threads and CPU per request), never
+//! blended into one histogram. After each interval, when the run counts,
+//! a fixed-count window with probes attached measures exact allocations
+//! and frees per request: a per-request leak shows as allocations minus
+//! frees above zero, with the sites that allocate. Then least-squares
+//! lines through the interval ends give the drift: RSS per request served
+//! and per minute, descriptors per minute. At the end every connection is
+//! closed and the server must be back at READY's descriptors.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::launch::spec::TargetSpec;
+use crate::launch::start::{ExitInfo, Launched, ObjectFact};
+use crate::load::{Client, LoadReport, Mode};
+use crate::report::Attribution;
+use crate::sample::ProcSnapshot;
+use crate::scenario::{Case, HttpCase, LoadShape, SoakCase};
+use crate::stats::{least_squares, LineFit};
+use crate::symbolize::Symbolizer;
+
+use super::counted::counted_measure;
+use super::*;
+
+/// How long rig waits, after closing the soak's connections, for the
+/// server to close its side.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// A counted window whose allocations exceed its frees by at least this
+/// many per request, in every interval, is a leak worth a warning: one
+/// block kept per hundred requests, far above what a cache settling in
+/// leaves over a few windows.
+const LEAK_PER_REQUEST: f64 = 0.01;
+
+/// The sites listed per counted window.
+const TOP_SITES: usize = 5;
+
+/// One allocating site of a counted window, per request.
+#[derive(Clone, Debug, Serialize)]
+pub struct SoakSite {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// `malloc`, `calloc`, `operator new`, ...
+    pub kind: String,
+    pub calls_per_request: f64,
+    pub bytes_per_request: f64,
+}
+
+/// The counted window after one interval: exact counts over
+/// `requests` requests.
+#[derive(Clone, Debug, Serialize)]
+pub struct SoakWindow {
+    pub requests: u64,
+    pub allocations_per_request: Option<f64>,
+    pub frees_per_request: Option<f64>,
+    /// Allocations minus frees: above zero, memory the requests kept.
+    pub net_allocations_per_request: Option<f64>,
+    pub alloc_bytes_per_request: Option<f64>,
+    pub syscalls_per_request: Option<f64>,
+    /// The sites allocating the most per request (not counting calls made
+    /// inside another allocator call).
+    pub top_alloc_sites: Vec<SoakSite>,
+    /// The probes lost no event.
+    pub complete: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SoakInterval {
+    /// 1-based.
+    pub interval: u32,
+    /// When the interval ended, from the first interval's start (counted
+    /// windows included).
+    pub end_ms: f64,
+    /// Requests the server answered since READY up to this interval's end:
+    /// warm-up, intervals and counted windows.
+    pub served: u64,
+    pub scheduled: u64,
+    pub sent: u64,
+    pub succeeded: u64,
+    pub errors: u64,
+    pub expired: u64,
+    pub late: u64,
+    pub generator_late: u64,
+    pub rps: f64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub dispatch_lag_p99_ns: u64,
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    pub fds: u64,
+    pub threads: u64,
+    /// Server CPU over the interval's load (not its counted window) per
+    /// answered request.
+    pub cpu_us_per_request: Option<f64>,
+    pub counted: Option<SoakWindow>,
+    pub problems: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SoakPass {
+    pub launch: LaunchInfo,
+    pub ready_fds: u64,
+    pub ready_rss_bytes: u64,
+    pub intervals: Vec<SoakInterval>,
+    /// RSS at each interval's end against requests served: `slope` is
+    /// bytes kept per request.
+    pub rss_per_request: Option<LineFit>,
+    /// RSS against minutes: bytes per minute at this rate.
+    pub rss_per_minute: Option<LineFit>,
+    /// Descriptors against minutes.
+    pub fds_per_minute: Option<LineFit>,
+    /// After closing every connection: descriptors, and their difference
+    /// to READY's.
+    pub fds_after_close: u64,
+    pub fds_delta: i64,
+    /// Drift worth a look that does not fail the case.
+    pub warnings: Vec<String>,
+    pub exit: ExitInfo,
+}
+
+impl SoakWindow {
+    fn of(a: &Attribution) -> SoakWindow {
+        let per = PerRequest::of(a);
+        let n = a.window.requests.unwrap_or(0).max(1) as f64;
+        let mut sites: Vec<SoakSite> = a
+            .alloc
+            .iter()
+            .filter(|r| !r.inner && r.kind != "free" && r.calls > 0)
+            .map(|r| SoakSite {
+                function: r.site.function.clone(),
+                file: r.site.file.clone(),
+                line: r.site.line,
+                kind: r.kind.clone(),
+                calls_per_request: r.calls as f64 / n,
+                bytes_per_request: r.bytes as f64 / n,
+            })
+            .collect();
+        sites.sort_by(|x, y| y.calls_per_request.total_cmp(&x.calls_per_request));
+        sites.truncate(TOP_SITES);
+        SoakWindow {
+            requests: a.window.requests.unwrap_or(0),
+            allocations_per_request: per.allocations,
+            frees_per_request: per.frees,
+            net_allocations_per_request: per.allocations.zip(per.frees).map(|(a, f)| a - f),
+            alloc_bytes_per_request: per.alloc_bytes,
+            syscalls_per_request: per.syscalls,
+            top_alloc_sites: sites,
+            complete: a.complete,
+        }
+    }
+}
+
+/// The case's connections and path, at its rate (the soak's load) or
+/// closed (its counted windows).
+fn http_of(k: &SoakCase, load: LoadShape) -> HttpCase {
+    HttpCase {
+        protocol: k.protocol,
+        path: k.path.clone(),
+        load,
+        topology: k.topology,
+        keepalive: true,
+    }
+}
+
+struct Soaked {
+    ready: ProcSnapshot,
+    intervals: Vec<SoakInterval>,
+    after_close: ProcSnapshot,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn interval(
+    n: u32,
+    report: &LoadReport,
+    before: &ProcSnapshot,
+    after: &ProcSnapshot,
+    t0: Instant,
+    served: u64,
+    counted: Option<SoakWindow>,
+    problems: Vec<String>,
+) -> SoakInterval {
+    let cpu_ns = after.cpu_ns.saturating_sub(before.cpu_ns);
+    SoakInterval {
+        interval: n,
+        end_ms: t0.elapsed().as_secs_f64() * 1e3,
+        served,
+        scheduled: report.scheduled,
+        sent: report.sent,
+        succeeded: report.succeeded,
+        errors: report.errors_total(),
+        expired: report.expired,
+        late: report.late,
+        generator_late: report.generator_late,
+        rps: report.rps,
+        p50_ns: report.latency.p50_ns,
+        p99_ns: report.latency.p99_ns,
+        p999_ns: report.latency.p999_ns,
+        max_ns: report.latency.max_ns,
+        dispatch_lag_p99_ns: report.dispatch_lag.p99_ns,
+        rss_bytes: after.rss_kib * 1024,
+        pss_bytes: after.pss_kib * 1024,
+        fds: after.fds,
+        threads: after.threads,
+        cpu_us_per_request: (report.succeeded > 0)
+            .then(|| cpu_ns as f64 / 1e3 / report.succeeded as f64),
+        counted,
+        problems,
+    }
+}
+
+fn soak(
+    rs: &RunSettings,
+    case: &Case,
+    k: &SoakCase,
+    spec: &TargetSpec,
+    l: &Launched,
+    sym: &mut Symbolizer,
+) -> Result<Soaked, Fail> {
+    let interrupted =
+        || crate::interrupt::requested().then(|| Fail("interrupted by SIGINT/SIGTERM".into()));
+    let ready = ProcSnapshot::read_tree(l.pid)?;
+    let ls = load_spec(
+        rs,
+        &http_of(k, LoadShape::Open { rate: k.rate }),
+        spec,
+        l.port,
+    )?;
+    let mut client = Client::connect(&ls)?;
+    let warm = client.run(&Mode::Open {
+        rate: k.rate,
+        duration: Duration::from_millis(case.warmup_ms),
+    });
+    let warm_problems = check_load("soak warm-up", &warm);
+    if !warm_problems.is_empty() {
+        return Err(Fail(warm_problems.join("; ")));
+    }
+    let mut served = warm.succeeded;
+    let counts = rs.passes.counted && !rs.families.is_empty();
+    let closed = http_of(k, LoadShape::Closed);
+    let t0 = Instant::now();
+    let mut intervals = Vec::new();
+    for n in 1..=k.intervals(case.duration_ms) as u32 {
+        if let Some(f) = interrupted() {
+            return Err(f);
+        }
+        let before = ProcSnapshot::read_tree(l.pid)?;
+        let report = client.run(&Mode::Open {
+            rate: k.rate,
+            duration: Duration::from_millis(k.interval_ms),
+        });
+        let after = ProcSnapshot::read_tree(l.pid)?;
+        served += report.succeeded;
+        let mut problems = check_load("load", &report);
+        let counted = if counts {
+            if let Some(f) = interrupted() {
+                return Err(f);
+            }
+            let m = counted_measure(rs, case, &closed, spec, l, sym)?;
+            served += m.warmed + m.report.succeeded;
+            problems.extend(m.reasons.iter().cloned());
+            Some(SoakWindow::of(&m.attribution))
+        } else {
+            None
+        };
+        intervals.push(interval(
+            n, &report, &before, &after, t0, served, counted, problems,
+        ));
+    }
+    client.close(true);
+    wait_for_fds(l, ready.fds, CLOSE_WAIT);
+    let after_close = ProcSnapshot::read_tree(l.pid)?;
+    Ok(Soaked {
+        ready,
+        intervals,
+        after_close,
+    })
+}
+
+/// Drift worth a look: allocations kept per request in every counted
+/// window, and descriptors that grew while the connections stayed the
+/// same.
+fn warnings(intervals: &[SoakInterval], fds_per_minute: &Option<LineFit>) -> Vec<String> {
+    let mut out = Vec::new();
+    let nets: Vec<f64> = intervals
+        .iter()
+        .filter_map(|i| i.counted.as_ref()?.net_allocations_per_request)
+        .collect();
+    if !nets.is_empty()
+        && nets.len() == intervals.len()
+        && nets.iter().all(|&n| n >= LEAK_PER_REQUEST)
+    {
+        let site = intervals
+            .last()
+            .and_then(|i| i.counted.as_ref())
+            .and_then(|w| w.top_alloc_sites.first())
+            .map(|s| {
+                format!(
+                    "; the top allocating site is {} ({}:{}), {:.2} calls and {:.0} B per request",
+                    s.function.as_deref().unwrap_or("?"),
+                    s.file.as_deref().unwrap_or("?"),
+                    s.line.unwrap_or(0),
+                    s.calls_per_request,
+                    s.bytes_per_request
+                )
+            })
+            .unwrap_or_default();
+        out.push(format!(
+            "allocations minus frees per request stayed above zero in every counted window ({}): the requests keep memory{site}",
+            nets.iter()
+                .map(|n| format!("{n:+.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let (first, last) = (intervals.first(), intervals.last());
+    if let (Some(f), Some(l), Some(fit)) = (first, last, fds_per_minute) {
+        if l.fds > f.fds {
+            out.push(format!(
+                "the server's descriptors grew from {} to {} over the intervals ({:+.1} per minute) on the same connections",
+                f.fds, l.fds, fit.slope
+            ));
+        }
+    }
+    out
+}
+
+pub(super) fn soak_pass(
+    rs: &RunSettings,
+    case: &Case,
+    k: &SoakCase,
+    spec: &TargetSpec,
+    sym: &mut Symbolizer,
+    objs: &mut Option<Vec<ObjectFact>>,
+) -> Result<(SoakPass, Vec<String>), Fail> {
+    let (l, arm_proof) = launch_pass(rs, case, spec, "soak")?;
+    record_objects(&l, objs);
+    std::thread::sleep(Duration::from_millis(case.settle_ms));
+    let measured = soak(rs, case, k, spec, &l, sym);
+    let died = exited_reason("soak", &l);
+    let mut info = LaunchInfo::of(&l);
+    info.arm_proof = arm_proof;
+    let exit = stop(l);
+    let s = measured.map_err(|Fail(why)| failed("soak", why, died.clone(), &exit))?;
+    let mut reasons: Vec<String> = s
+        .intervals
+        .iter()
+        .flat_map(|i| {
+            i.problems
+                .iter()
+                .map(move |p| format!("soak interval {}: {p}", i.interval))
+        })
+        .collect();
+    let fds_delta = s.after_close.fds as i64 - s.ready.fds as i64;
+    if fds_delta != 0 {
+        reasons.push(format!(
+            "after closing every connection the server holds {} file descriptors, {fds_delta:+} against READY's {}",
+            s.after_close.fds, s.ready.fds
+        ));
+    }
+    reasons.extend(died);
+    reasons.extend(oom_reason("soak", &exit));
+    let fit = |f: &dyn Fn(&SoakInterval) -> (f64, f64)| {
+        least_squares(&s.intervals.iter().map(f).collect::<Vec<_>>())
+    };
+    let minutes = |i: &SoakInterval| i.end_ms / 60_000.0;
+    let rss_per_request = fit(&|i| (i.served as f64, i.rss_bytes as f64));
+    let rss_per_minute = fit(&|i| (minutes(i), i.rss_bytes as f64));
+    let fds_per_minute = fit(&|i| (minutes(i), i.fds as f64));
+    let warnings = warnings(&s.intervals, &fds_per_minute);
+    Ok((
+        SoakPass {
+            launch: info,
+            ready_fds: s.ready.fds,
+            ready_rss_bytes: s.ready.rss_kib * 1024,
+            intervals: s.intervals,
+            rss_per_request,
+            rss_per_minute,
+            fds_per_minute,
+            fds_after_close: s.after_close.fds,
+            fds_delta,
+            warnings,
+            exit,
+        },
+        reasons,
+    ))
+}
