@@ -27,7 +27,7 @@ use aya::Ebpf;
 use rig_ebpf::abi::{ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, TARGET_ONE, TARGET_TREE};
 use serde::Serialize;
 
-use super::placement::{safe_probe_offset, Placement, Why};
+use super::placement::{safe_probe_offset_joining, Placement, Why};
 use super::read;
 use super::stacks::{self, StackTables, Stacks};
 use super::{Family, ProbeError, Snapshot};

@@ -4,6 +4,14 @@
 use super::*;
 use crate::probe::allocators::Entry;
 
+/// The copy family's APIs, resolved through their IFUNCs.
+const COPY_APIS: [&str; 4] = ["memcpy", "memmove", "memset", "mempcpy"];
+
+/// The copy APIs whose implementations may be counted by another's probe
+/// when they jump into it (`placement::Join`): mempcpy copies as memmove
+/// does, with the same arguments, and returns dest + n.
+const JOINS_COPIES: [&str; 1] = ["mempcpy"];
+
 impl Attacher<'_> {
     pub(super) fn note(
         &mut self,
@@ -244,8 +252,8 @@ impl Attacher<'_> {
         let libc = maps.open_path(&libc_maps_path);
         // The implementations of this process; one CopyImpl per distinct
         // (library, offset) across the tree, whose index is the cookie.
-        let mut mine: Vec<usize> = Vec::new();
-        for api in ["memcpy", "memmove", "memset"] {
+        let mut resolved = Vec::new();
+        for api in COPY_APIS {
             let r = crate::probe::ifunc::resolve_ifunc(self.pid, maps, &libc_maps_path, api)
                 .map_err(|source| ProbeError::Resolve {
                     pid: self.pid,
@@ -253,19 +261,51 @@ impl Attacher<'_> {
                     api: api.to_string(),
                     source,
                 })?;
+            resolved.push((api, r));
+        }
+        // mempcpy's implementation jumps into memmove's past its entry, so
+        // memmove's probe may move past that landing and count mempcpy's
+        // calls too; an implementation whose calls reach another's probe
+        // that way is counted there and gets no probe of its own.
+        let joining: Vec<u64> = resolved
+            .iter()
+            .filter(|(api, _)| JOINS_COPIES.contains(api))
+            .map(|(_, r)| r.file_offset)
+            .collect();
+        let mut placements: Vec<(u64, Placement)> = Vec::new();
+        for (_, r) in &resolved {
+            if placements.iter().all(|(e, _)| *e != r.file_offset) {
+                let p = placement(family, "rig_copy", &libc, r.file_offset, &joining)?;
+                placements.push((r.file_offset, p));
+            }
+        }
+        let owner = |entry: u64| -> u64 {
+            placements
+                .iter()
+                .find(|(e, p)| *e != entry && p.joined.contains(&entry))
+                .map_or(entry, |(e, _)| *e)
+        };
+        let mut mine: Vec<(usize, Placement)> = Vec::new();
+        for (api, r) in &resolved {
+            let at = owner(r.file_offset);
+            let own = resolved
+                .iter()
+                .map(|(_, o)| o)
+                .find(|o| o.file_offset == at)
+                .expect("an owner is a resolved implementation");
             let i = match self
                 .copy_impls
                 .iter()
-                .position(|c| c.lib == libc_maps_path && c.file_offset == r.file_offset)
+                .position(|c| c.lib == libc_maps_path && c.file_offset == at)
             {
                 Some(i) => i,
                 None => {
                     self.copy_impls.push(CopyImpl {
                         apis: Vec::new(),
                         lib: libc_maps_path.clone(),
-                        file_offset: r.file_offset,
-                        impl_name: r.impl_name.clone(),
-                        method: r.method.clone(),
+                        file_offset: at,
+                        impl_name: own.impl_name.clone(),
+                        method: own.method.clone(),
                     });
                     self.copy_impls.len() - 1
                 }
@@ -273,18 +313,23 @@ impl Attacher<'_> {
             if !self.copy_impls[i].apis.iter().any(|a| a == api) {
                 self.copy_impls[i].apis.push(api.to_string());
             }
-            if !mine.contains(&i) {
-                mine.push(i);
+            if mine.iter().all(|(j, _)| *j != i) {
+                let p = placements
+                    .iter()
+                    .find(|(e, _)| *e == at)
+                    .map(|(_, p)| p.clone())
+                    .expect("every owner was placed");
+                mine.push((i, p));
             }
         }
-        for i in mine {
+        for (i, p) in mine {
             let c = self.copy_impls[i].clone();
-            let at = uprobe(
+            let at = uprobe_placed(
                 ebpf,
                 family,
                 "rig_copy",
                 &libc,
-                c.file_offset,
+                p,
                 Some(i as u64),
                 self.pid,
             )?;
