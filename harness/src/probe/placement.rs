@@ -272,8 +272,7 @@ pub fn join_of(code: &[u8], file_offset: u64, args: usize) -> Option<Join> {
         if ins.is_invalid() {
             return None;
         }
-        if ins.flow_control() == FlowControl::UnconditionalBranch && ins.near_branch_target() != 0
-        {
+        if ins.flow_control() == FlowControl::UnconditionalBranch && ins.near_branch_target() != 0 {
             return Some(Join {
                 entry: file_offset,
                 jump_from: ins.ip(),
@@ -467,7 +466,10 @@ impl BranchTargets {
     /// The (target, source) pairs whose target lies in `lo..=hi`.
     pub fn in_range(&self, lo: u64, hi: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
         let i = self.edges.partition_point(|&(o, _)| o < lo);
-        self.edges[i..].iter().copied().take_while(move |&(o, _)| o <= hi)
+        self.edges[i..]
+            .iter()
+            .copied()
+            .take_while(move |&(o, _)| o <= hi)
     }
 
     /// Decode every executable section of `lib` and collect its targets.

@@ -102,7 +102,10 @@ fn a_wanted_siblings_jump_into_the_skipped_prefix_lets_the_probe_move() {
     let p = place_joining(&MEMMOVE, 0x100, 3, Some(&t2), &[join]).unwrap();
     assert_eq!((p.file_offset, p.why), (0x100, Why::Entry));
     // A wanted jump that lands inside an instruction is no join.
-    let odd = Join { lands: 0x104, ..join };
+    let odd = Join {
+        lands: 0x104,
+        ..join
+    };
     let t3 = BranchTargets::from_edges(vec![(0x104, 0xc6)]);
     let p = place_joining(&MEMMOVE, 0x100, 3, Some(&t3), &[odd]).unwrap();
     assert_eq!((p.file_offset, p.why), (0x100, Why::Entry));

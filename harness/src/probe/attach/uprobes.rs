@@ -5,12 +5,25 @@ use super::*;
 use crate::probe::allocators::Entry;
 
 /// The copy family's APIs, resolved through their IFUNCs.
-const COPY_APIS: [&str; 4] = ["memcpy", "memmove", "memset", "mempcpy"];
+const COPY_APIS: [&str; 3] = ["memcpy", "memmove", "memset"];
 
 /// The copy APIs whose implementations may be counted by another's probe
 /// when they jump into it (`placement::Join`): mempcpy copies as memmove
-/// does, with the same arguments, and returns dest + n.
-const JOINS_COPIES: [&str; 1] = ["mempcpy"];
+/// does, with the same arguments, and returns dest + n. Counted when the C
+/// library has them (a libc without mempcpy copies nothing through it).
+pub(super) const JOINS_COPIES: [&str; 1] = ["mempcpy"];
+
+/// The implementations of [`JOINS_COPIES`] the process `pid` runs.
+pub(super) fn copy_joiners(
+    pid: u32,
+    maps: &ProcMaps,
+    libc_maps_path: &str,
+) -> Vec<crate::probe::ifunc::ResolvedImpl> {
+    JOINS_COPIES
+        .iter()
+        .filter_map(|api| crate::probe::ifunc::resolve_ifunc(pid, maps, libc_maps_path, api).ok())
+        .collect()
+}
 
 impl Attacher<'_> {
     pub(super) fn note(
@@ -263,6 +276,13 @@ impl Attacher<'_> {
                 })?;
             resolved.push((api, r));
         }
+        for r in copy_joiners(self.pid, maps, &libc_maps_path) {
+            let api = JOINS_COPIES
+                .into_iter()
+                .find(|a| *a == r.api)
+                .expect("resolved from the list");
+            resolved.push((api, r));
+        }
         // mempcpy's implementation jumps into memmove's past its entry, so
         // memmove's probe may move past that landing and count mempcpy's
         // calls too; an implementation whose calls reach another's probe
@@ -324,15 +344,7 @@ impl Attacher<'_> {
         }
         for (i, p) in mine {
             let c = self.copy_impls[i].clone();
-            let at = uprobe_placed(
-                ebpf,
-                family,
-                "rig_copy",
-                &libc,
-                p,
-                Some(i as u64),
-                self.pid,
-            )?;
+            let at = uprobe_placed(ebpf, family, "rig_copy", &libc, p, Some(i as u64), self.pid)?;
             self.note(
                 family,
                 c.apis.join("/"),
