@@ -460,6 +460,38 @@ impl Drop for Bpftrace {
     }
 }
 
+/// A process running under valgrind, by the name of its tool's process
+/// (`memcheck-amd64-linux`, `callgrind-amd64-linux`, ...): bpftrace 0.17's
+/// uprobes go into every process that maps the library, and valgrind,
+/// which runs the code it reads, dies of the breakpoint (SIGTRAP).
+fn valgrind_running() -> Option<String> {
+    let tools = [
+        "memcheck-",
+        "callgrind-",
+        "cachegrind-",
+        "helgrind-",
+        "drd-",
+        "massif-",
+    ];
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .find_map(|e| {
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            let comm = comm.trim();
+            tools
+                .iter()
+                .any(|t| comm.starts_with(t))
+                .then(|| format!("{comm} (pid {})", e.file_name().to_string_lossy()))
+        })
+}
+
 /// Whether `bpftrace` is on the PATH.
 fn bpftrace_installed() -> bool {
     std::env::var_os("PATH")
@@ -513,6 +545,15 @@ pub fn measure_against_bpftrace(iterations: u64, rounds: usize) -> Result<Vec<Ag
                         "interrupted by SIGINT/SIGTERM before the {} probe was measured",
                         kind.name
                     );
+                }
+                if arm == Arm::Bpftrace {
+                    if let Some(v) = valgrind_running() {
+                        bail!(
+                            "{v} runs under valgrind: bpftrace's uprobe would go into it too \
+                             (bpftrace 0.17 does not scope uprobes to one process) and kill it \
+                             with SIGTRAP; run --against-bpftrace when no valgrind is running"
+                        );
+                    }
                 }
                 let run = run_once(kind, iterations, arm)
                     .with_context(|| format!("measuring the {} probe", kind.name))?;
