@@ -193,18 +193,29 @@ fn counts_exact_mempcpy_calls_and_bytes_at_their_callers_through_the_memmove_pro
     let _g = probes_shared();
     let target = calib(&["--threads", "2"]);
     let a = attribute_path(&target, &[Family::Copy], "/mempcpy", N, 2);
-    for (marker, bucket, bytes) in [("mempcpy_a", "<64", 40), ("mempcpy_b", "<16K", 7000)] {
+    let sites = rig_fixtures::calib::MEMPCPY_SITES;
+    // The size buckets of 40 and 7000 B.
+    assert_eq!(
+        sites.iter().map(|s| s.bytes).collect::<Vec<_>>(),
+        [40, 7000]
+    );
+    for (s, bucket) in sites.iter().zip(["<64", "<16K"]) {
         let rows: Vec<_> = a
             .copy
             .iter()
-            .filter(|r| r.site.file_line() == Some(at(marker)))
+            .filter(|r| r.site.file_line() == Some(at(s.marker)))
             .collect();
-        assert_eq!(rows.len(), 1, "one row at {}: {:#?}", at(marker), a.copy);
+        assert_eq!(rows.len(), 1, "one row at {}: {:#?}", at(s.marker), a.copy);
         let r = rows[0];
-        assert_eq!(r.site.function.as_deref(), Some("calib_copy_p"));
+        assert_eq!(r.site.function.as_deref(), Some(s.function));
         assert_eq!(r.kind, "memcpy/memmove/mempcpy");
         assert_eq!(r.bucket, bucket);
-        assert_eq!((r.calls, r.bytes), (N, bytes * N), "at {}", at(marker));
+        assert_eq!(
+            (r.calls, r.bytes),
+            (s.count as u64 * N, s.bytes * N),
+            "at {}",
+            at(s.marker)
+        );
     }
     // Nothing else copies per request.
     let calls: u64 = a.copy.iter().map(|r| r.calls).sum();
