@@ -293,10 +293,15 @@ impl Attacher<'_> {
             .map(|(_, r)| r.file_offset)
             .collect();
         let mut placements: Vec<(u64, Placement)> = Vec::new();
-        for (_, r) in &resolved {
+        for (api, r) in &resolved {
             if placements.iter().all(|(e, _)| *e != r.file_offset) {
-                let p = placement(family, "rig_copy", &libc, r.file_offset, &joining)?;
-                placements.push((r.file_offset, p));
+                match placement(family, "rig_copy", &libc, r.file_offset, &joining) {
+                    Ok(p) => placements.push((r.file_offset, p)),
+                    // A joining API is counted when it can be; memcpy,
+                    // memmove and memset must be.
+                    Err(_) if JOINS_COPIES.contains(api) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         let owner = |entry: u64| -> u64 {
@@ -308,6 +313,13 @@ impl Attacher<'_> {
         let mut mine: Vec<(usize, Placement)> = Vec::new();
         for (api, r) in &resolved {
             let at = owner(r.file_offset);
+            let Some(p) = placements
+                .iter()
+                .find(|(e, _)| *e == at)
+                .map(|(_, p)| p.clone())
+            else {
+                continue; // a joining API with no safe probe of its own
+            };
             let own = resolved
                 .iter()
                 .map(|(_, o)| o)
@@ -334,11 +346,6 @@ impl Attacher<'_> {
                 self.copy_impls[i].apis.push(api.to_string());
             }
             if mine.iter().all(|(j, _)| *j != i) {
-                let p = placements
-                    .iter()
-                    .find(|(e, _)| *e == at)
-                    .map(|(_, p)| p.clone())
-                    .expect("every owner was placed");
                 mine.push((i, p));
             }
         }
