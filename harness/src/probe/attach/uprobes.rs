@@ -293,13 +293,14 @@ impl Attacher<'_> {
             .map(|(_, r)| r.file_offset)
             .collect();
         let mut placements: Vec<(u64, Placement)> = Vec::new();
+        let mut unplaced = Vec::new();
         for (api, r) in &resolved {
             if placements.iter().all(|(e, _)| *e != r.file_offset) {
                 match placement(family, "rig_copy", &libc, r.file_offset, &joining) {
                     Ok(p) => placements.push((r.file_offset, p)),
                     // A joining API is counted when it can be; memcpy,
                     // memmove and memset must be.
-                    Err(_) if JOINS_COPIES.contains(api) => {}
+                    Err(e) if JOINS_COPIES.contains(api) => unplaced.push((*api, e)),
                     Err(e) => return Err(e),
                 }
             }
@@ -318,7 +319,12 @@ impl Attacher<'_> {
                 .find(|(e, _)| *e == at)
                 .map(|(_, p)| p.clone())
             else {
-                continue; // a joining API with no safe probe of its own
+                // A joining API that reaches no other probe and has no safe
+                // probe of its own: not counted, and the notes say so.
+                if let Some((_, e)) = unplaced.iter().find(|(a, _)| a == api) {
+                    self.note(family, api.to_string(), format!("not counted: {e}"));
+                }
+                continue;
             };
             let own = resolved
                 .iter()
