@@ -376,6 +376,11 @@ pub struct ProbeCostArgs {
     /// Also write the measurements as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Measure rig's probes on free, the memcpy implementation and
+    /// pthread_mutex_lock side by side with a bpftrace uprobe on the same
+    /// functions, in the same rounds (needs bpftrace).
+    #[arg(long)]
+    pub against_bpftrace: bool,
 }
 
 #[derive(Args, Debug)]

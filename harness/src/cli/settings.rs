@@ -214,6 +214,7 @@ pub(super) fn probe_cost_settings(
         iterations: p.iterations,
         rounds: p.rounds,
         json: p.json.clone(),
+        against_bpftrace: p.against_bpftrace,
     }
 }
 

@@ -7,6 +7,12 @@
 //! Each kind runs clean and probed in interleaved rounds (A B B A ...), a fresh
 //! process each run; the difference of the medians over the number of probe
 //! hits per iteration is the cost of one hit.
+//!
+//! `--against-bpftrace` measures, in the same rounds, a bpftrace uprobe on
+//! the same function (a count per thread, bpftrace's usual one-liner)
+//! beside rig's probe, for the probes whose first instruction the kernel
+//! would single-step: a benchmark, not a test, and it needs `bpftrace` on
+//! the PATH.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -26,14 +32,23 @@ pub struct ProbeCostSettings {
     pub rounds: usize,
     /// Also write the measurements here, as JSON.
     pub json: Option<PathBuf>,
+    /// Measure rig's probes against bpftrace's instead.
+    pub against_bpftrace: bool,
 }
 
 /// Measure, print the table, write `--json`.
 pub fn command(s: &ProbeCostSettings) -> Result<i32> {
-    let rows = measure(s.iterations, s.rounds)?;
-    println!("{}", render(&rows));
+    let json = if s.against_bpftrace {
+        let rows = measure_against_bpftrace(s.iterations, s.rounds)?;
+        println!("{}", render_against_bpftrace(&rows));
+        serde_json::to_vec_pretty(&rows)?
+    } else {
+        let rows = measure(s.iterations, s.rounds)?;
+        println!("{}", render(&rows));
+        serde_json::to_vec_pretty(&rows)?
+    };
     if let Some(path) = &s.json {
-        crate::fsutil::write_new(path, &serde_json::to_vec_pretty(&rows)?).context("--json")?;
+        crate::fsutil::write_new(path, &json).context("--json")?;
     }
     Ok(exit::OK)
 }
@@ -75,12 +90,24 @@ pub struct CostRow {
 pub const STACK_DEPTH: u32 = 20;
 const EXTRA_FRAMES: u32 = STACK_DEPTH - 6;
 
-/// The three arms of one cost measurement.
+/// The arms of one cost measurement.
 #[derive(Clone, Copy, PartialEq)]
 enum Arm {
     Clean,
     Probed,
     Stacked,
+    /// A bpftrace uprobe instead of rig's.
+    Bpftrace,
+}
+
+/// Where bpftrace's uprobe goes, in the C library the hitloop maps.
+#[derive(Clone, Copy)]
+enum BpftraceAt {
+    /// At this exported function's entry, by name.
+    Symbol(&'static str),
+    /// At the implementation this IFUNC resolves to in the live hitloop, by
+    /// address (glibc exports no name for it).
+    Implementation(&'static str),
 }
 
 /// What to attach for one measurement.
@@ -102,6 +129,9 @@ struct Kind {
     attach: Attach,
     hits: &'static str,
     hits_per_iteration: u32,
+    /// The same function for bpftrace, for the probes `--against-bpftrace`
+    /// compares.
+    bpftrace: Option<BpftraceAt>,
 }
 
 /// One row per probe, so a costly one is not hidden in an average: on x86 a
@@ -118,6 +148,7 @@ const KINDS: &[Kind] = &[
         },
         hits: "uprobe",
         hits_per_iteration: 1,
+        bpftrace: None,
     },
     Kind {
         name: "free entry",
@@ -129,6 +160,7 @@ const KINDS: &[Kind] = &[
         },
         hits: "uprobe",
         hits_per_iteration: 1,
+        bpftrace: Some(BpftraceAt::Symbol("free")),
     },
     Kind {
         name: "memcpy implementation entry",
@@ -140,6 +172,7 @@ const KINDS: &[Kind] = &[
         },
         hits: "uprobe",
         hits_per_iteration: 1,
+        bpftrace: Some(BpftraceAt::Implementation("memcpy")),
     },
     Kind {
         name: "pthread_mutex_lock entry",
@@ -151,6 +184,7 @@ const KINDS: &[Kind] = &[
         },
         hits: "uprobe",
         hits_per_iteration: 1,
+        bpftrace: Some(BpftraceAt::Symbol("pthread_mutex_lock")),
     },
     Kind {
         name: "pthread_mutex_lock return",
@@ -162,6 +196,7 @@ const KINDS: &[Kind] = &[
         },
         hits: "uretprobe",
         hits_per_iteration: 1,
+        bpftrace: None,
     },
     Kind {
         name: "pthread_mutex_unlock entry",
@@ -173,6 +208,7 @@ const KINDS: &[Kind] = &[
         },
         hits: "uprobe",
         hits_per_iteration: 1,
+        bpftrace: None,
     },
     Kind {
         name: "syscall enter + exit",
@@ -181,6 +217,7 @@ const KINDS: &[Kind] = &[
         attach: Attach::Family,
         hits: "raw tracepoints",
         hits_per_iteration: 2,
+        bpftrace: None,
     },
 ];
 
@@ -198,8 +235,16 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// Run `hitloop KIND ITERS DEPTH` once, in one arm. One run: ns per loop iteration, and the BPF program's ns per run.
-fn run_once(kind: &Kind, iterations: u64, arm: Arm) -> Result<(f64, Option<f64>)> {
+/// One run of the hitloop: ns per loop iteration, the BPF program's ns per
+/// run (rig's arms) and the hits bpftrace counted (its arm).
+struct Run {
+    ns: f64,
+    program: Option<f64>,
+    bpftrace_hits: Option<u64>,
+}
+
+/// Run `hitloop KIND ITERS DEPTH` once, in one arm.
+fn run_once(kind: &Kind, iterations: u64, arm: Arm) -> Result<Run> {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(rig_fixtures::hitloop());
     cmd.arg(kind.hitloop)
@@ -255,8 +300,8 @@ fn run_hitloop(
     kind: &Kind,
     iterations: u64,
     arm: Arm,
-) -> Result<(f64, Option<f64>)> {
-    (|| -> Result<(f64, Option<f64>)> {
+) -> Result<Run> {
+    (|| -> Result<Run> {
         let mut out = BufReader::new(child.stdout.take().context("hitloop stdout")?);
         let mut line = String::new();
         out.read_line(&mut line)?;
@@ -269,8 +314,13 @@ fn run_hitloop(
         } else {
             Stacks::Off
         };
+        let mut bpftrace = match (arm, kind.bpftrace) {
+            (Arm::Bpftrace, Some(at)) => Some(Bpftrace::start(pid, at)?),
+            (Arm::Bpftrace, None) => bail!("{}: no bpftrace probe to compare", kind.name),
+            _ => None,
+        };
         let probes = match (arm, &kind.attach) {
-            (Arm::Clean, _) => None,
+            (Arm::Clean | Arm::Bpftrace, _) => None,
             (_, Attach::Family) => Some(ProbeSet::attach_with(
                 pid,
                 &[kind.family],
@@ -297,13 +347,285 @@ fn run_hitloop(
             (n > 0).then(|| t.as_nanos() as f64 / n as f64)
         });
         drop(probes);
+        let bpftrace_hits = match bpftrace.as_mut() {
+            Some(b) => Some(b.stop()?),
+            None => None,
+        };
         let ns: f64 = line
             .trim()
             .strip_prefix("ns=")
             .and_then(|s| s.parse().ok())
             .with_context(|| format!("hitloop printed {line:?}"))?;
-        Ok((ns / iterations as f64, program))
+        Ok(Run {
+            ns: ns / iterations as f64,
+            program,
+            bpftrace_hits,
+        })
     })()
+}
+
+/// A bpftrace process counting hits of one uprobe in one process.
+struct Bpftrace {
+    child: std::process::Child,
+}
+
+impl Bpftrace {
+    /// Start bpftrace on `at` in the hitloop `pid`; returns once its probe
+    /// is attached (bpftrace runs `BEGIN` after attaching every probe).
+    fn start(pid: u32, at: BpftraceAt) -> Result<Bpftrace> {
+        use std::os::unix::process::CommandExt;
+        let (api, by_address) = match at {
+            BpftraceAt::Symbol(s) => (s, false),
+            BpftraceAt::Implementation(s) => (s, true),
+        };
+        let r = crate::probe::ifunc::resolve_in_libc(pid, api)
+            .with_context(|| format!("resolving {api} for bpftrace"))?;
+        let point = if by_address {
+            format!("{}:{:#x}", r.lib, r.vaddr)
+        } else {
+            format!("{}:{api}", r.lib)
+        };
+        // bpftrace 0.17's uprobes fire in every process mapping the
+        // library (its -p does not scope them): the predicate keeps the
+        // count to the hitloop, as rig's probe is scoped to it.
+        let program = format!(
+            "uprobe:{point} /pid == {pid}/ {{ @[tid] = count(); }} BEGIN {{ printf(\"ready\\n\"); }}"
+        );
+        let mut cmd = Command::new("bpftrace");
+        cmd.arg("-e")
+            .arg(&program)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // A probe left behind by a killed rig would trap every process
+        // mapping libc: bpftrace dies with rig.
+        // SAFETY: prctl is async-signal-safe; nothing is allocated.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting bpftrace -e '{program}'"))?;
+        let mut b = Bpftrace { child };
+        let out = b.child.stdout.as_mut().context("bpftrace stdout")?;
+        let mut out = BufReader::new(out);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if out.read_line(&mut line)? == 0 {
+                let mut err = String::new();
+                if let Some(e) = b.child.stderr.as_mut() {
+                    let _ = std::io::Read::read_to_string(e, &mut err);
+                }
+                bail!(
+                    "bpftrace -e '{program}' ended before attaching: {}",
+                    err.trim()
+                );
+            }
+            if line.trim() == "ready" {
+                return Ok(b);
+            }
+        }
+    }
+
+    /// Stop bpftrace (SIGINT: it prints its map and exits) and return the
+    /// hits it counted.
+    fn stop(&mut self) -> Result<u64> {
+        // SAFETY: plain syscall on our own unreaped child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let mut out = String::new();
+        if let Some(o) = self.child.stdout.as_mut() {
+            std::io::Read::read_to_string(o, &mut out)?;
+        }
+        let _ = self.child.wait();
+        Ok(out
+            .lines()
+            .filter(|l| l.starts_with("@["))
+            .filter_map(|l| l.rsplit(": ").next()?.trim().parse::<u64>().ok())
+            .sum())
+    }
+}
+
+impl Drop for Bpftrace {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A process running under valgrind, by the name of its tool's process
+/// (`memcheck-amd64-linux`, `callgrind-amd64-linux`, ...): bpftrace 0.17's
+/// uprobes go into every process that maps the library, and valgrind,
+/// which runs the code it reads, dies of the breakpoint (SIGTRAP).
+fn valgrind_running() -> Option<String> {
+    let tools = [
+        "memcheck-",
+        "callgrind-",
+        "cachegrind-",
+        "helgrind-",
+        "drd-",
+        "massif-",
+    ];
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .find_map(|e| {
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            let comm = comm.trim();
+            tools
+                .iter()
+                .any(|t| comm.starts_with(t))
+                .then(|| format!("{comm} (pid {})", e.file_name().to_string_lossy()))
+        })
+}
+
+/// Whether `bpftrace` is on the PATH.
+fn bpftrace_installed() -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join("bpftrace").is_file()))
+}
+
+/// One probe measured against bpftrace's on the same function.
+#[derive(Clone, Debug, Serialize)]
+pub struct AgainstRow {
+    pub kind: &'static str,
+    pub iterations: u64,
+    /// ns per iteration, every run, in run order.
+    pub clean_runs: Vec<f64>,
+    pub rig_runs: Vec<f64>,
+    pub bpftrace_runs: Vec<f64>,
+    pub clean_median: f64,
+    pub rig_median: f64,
+    pub bpftrace_median: f64,
+    /// (arm median - clean median) / hits per iteration.
+    pub rig_ns_per_hit: f64,
+    pub bpftrace_ns_per_hit: f64,
+    /// The hits bpftrace counted in each of its runs (the loop's
+    /// iterations, and any call the hitloop makes after `go`).
+    pub bpftrace_hits: Vec<u64>,
+}
+
+/// Measure rig's probe and bpftrace's on each function both probe:
+/// `rounds` blocks of clean, rig, bpftrace, bpftrace, rig, clean runs.
+pub fn measure_against_bpftrace(iterations: u64, rounds: usize) -> Result<Vec<AgainstRow>> {
+    if !bpftrace_installed() {
+        bail!(
+            "--against-bpftrace: bpftrace is not on the PATH (Debian: apt-get install bpftrace); \
+             nothing was measured"
+        );
+    }
+    let mut rows = Vec::new();
+    for kind in KINDS.iter().filter(|k| k.bpftrace.is_some()) {
+        let (mut clean, mut rig, mut bpf, mut hits) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            for arm in [
+                Arm::Clean,
+                Arm::Probed,
+                Arm::Bpftrace,
+                Arm::Bpftrace,
+                Arm::Probed,
+                Arm::Clean,
+            ] {
+                if crate::interrupt::requested() {
+                    bail!(
+                        "interrupted by SIGINT/SIGTERM before the {} probe was measured",
+                        kind.name
+                    );
+                }
+                if arm == Arm::Bpftrace {
+                    if let Some(v) = valgrind_running() {
+                        bail!(
+                            "{v} runs under valgrind: bpftrace's uprobe would go into it too \
+                             (bpftrace 0.17 does not scope uprobes to one process) and kill it \
+                             with SIGTRAP; run --against-bpftrace when no valgrind is running"
+                        );
+                    }
+                }
+                let run = run_once(kind, iterations, arm)
+                    .with_context(|| format!("measuring the {} probe", kind.name))?;
+                match arm {
+                    Arm::Clean => clean.push(run.ns),
+                    Arm::Probed => rig.push(run.ns),
+                    _ => {
+                        let n = run.bpftrace_hits.unwrap_or(0);
+                        if n < iterations {
+                            bail!(
+                                "bpftrace counted {n} hits of the {} probe in a loop of {iterations}: \
+                                 its probe was not on the function the loop calls",
+                                kind.name
+                            );
+                        }
+                        bpf.push(run.ns);
+                        hits.push(n);
+                    }
+                }
+            }
+        }
+        let (cm, rm, bm) = (median(&clean), median(&rig), median(&bpf));
+        let per = kind.hits_per_iteration as f64;
+        rows.push(AgainstRow {
+            // Both probes are on the function, not necessarily its entry.
+            kind: kind.name.trim_end_matches(" entry"),
+            iterations,
+            clean_median: cm,
+            rig_median: rm,
+            bpftrace_median: bm,
+            rig_ns_per_hit: (rm - cm) / per,
+            bpftrace_ns_per_hit: (bm - cm) / per,
+            clean_runs: clean,
+            rig_runs: rig,
+            bpftrace_runs: bpf,
+            bpftrace_hits: hits,
+        });
+    }
+    Ok(rows)
+}
+
+/// The side-by-side table for a terminal.
+pub fn render_against_bpftrace(rows: &[AgainstRow]) -> String {
+    use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "probe",
+        "clean ns/iter (median)",
+        "rig ns/iter (median)",
+        "bpftrace ns/iter (median)",
+        "rig ns per hit",
+        "bpftrace ns per hit",
+        "bpftrace ÷ rig",
+    ]);
+    for r in rows {
+        t.add_row(vec![
+            r.kind.to_string(),
+            format!("{:.1}", r.clean_median),
+            format!("{:.1}", r.rig_median),
+            format!("{:.1}", r.bpftrace_median),
+            format!("{:.0}", r.rig_ns_per_hit),
+            format!("{:.0}", r.bpftrace_ns_per_hit),
+            format!("{:.1}", r.bpftrace_ns_per_hit / r.rig_ns_per_hit),
+        ]);
+    }
+    format!(
+        "rig's probes against bpftrace's on the same functions ({} iterations per run, {} runs \
+         per arm, interleaved clean, rig, bpftrace, bpftrace, rig, clean; bpftrace: `uprobe:LIB:FUNCTION \
+         /pid == PID/ {{ @[tid] = count(); }}`, the copy implementation by address)\n{t}",
+        rows.first().map_or(0, |r| r.iterations),
+        rows.first().map_or(0, |r| r.clean_runs.len()),
+    )
 }
 
 /// Measure every probe kind: `rounds` A B C C B A blocks of clean, probed
@@ -331,12 +653,12 @@ pub fn measure(iterations: u64, rounds: usize) -> Result<Vec<CostRow>> {
                         kind.name
                     );
                 }
-                let (ns, program) = run_once(kind, iterations, arm)
+                let Run { ns, program, .. } = run_once(kind, iterations, arm)
                     .with_context(|| format!("measuring the {} probe", kind.name))?;
                 match arm {
                     Arm::Clean => clean.push(ns),
                     Arm::Probed => probed.push(ns),
-                    Arm::Stacked => stacked.push(ns),
+                    Arm::Stacked | Arm::Bpftrace => stacked.push(ns),
                 }
                 match (arm, program) {
                     (Arm::Probed, Some(p)) => prog.push(p),

@@ -22,6 +22,7 @@ fn names_are_checked() {
     assert!(check_counter_name("malloc calls @ f (a.c:3)").is_ok());
     assert!(check_counter_name("syscall sendto").is_ok());
     assert!(check_counter_name("memcpy/memmove bytes @ g (c.c:94)").is_ok());
+    assert!(check_counter_name("memcpy/memmove/mempcpy calls @ g (c.c:94)").is_ok());
     let e = check_counter_name("alocs/req").unwrap_err();
     assert!(e.contains("did you mean `allocs/req`"), "{e}");
     assert!(check_counter_name("mallc calls @ f").is_err());

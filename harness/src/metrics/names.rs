@@ -109,6 +109,7 @@ pub(crate) const SITE_KINDS: &[&str] = &[
     "operator delete[]",
     "memcpy",
     "memmove",
+    "mempcpy",
     "memset",
 ];
 

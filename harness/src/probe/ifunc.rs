@@ -224,6 +224,16 @@ pub fn resolve_ifunc(pid: u32, maps: &ProcMaps, lib_path: &str, api: &str) -> Re
     })
 }
 
+/// [`resolve_ifunc`] for `api` of the C library the live process `pid`
+/// maps.
+pub fn resolve_in_libc(pid: u32, api: &str) -> Result<ResolvedImpl> {
+    let maps = ProcMaps::read(pid).with_context(|| format!("reading the maps of pid {pid}"))?;
+    let libc = maps
+        .libc_path()
+        .ok_or_else(|| anyhow!("pid {pid} maps no C library"))?;
+    resolve_ifunc(pid, &maps, &libc, api)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

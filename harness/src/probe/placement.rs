@@ -19,11 +19,21 @@
 //!   entry executes the probed instruction exactly once;
 //! - no direct jump, call or RIP-relative address anywhere in the library's
 //!   code lands after the entry and up to the probed instruction, so no call
-//!   that skipped the entry reaches the probe (glibc's `mempcpy` jumps to
-//!   `memmove`+3, for one). An indirect jump through a table of computed
-//!   offsets could still land there; rig assumes none does, as compilers
-//!   put switch and computed-goto targets after the code that dispatches to
-//!   them, never inside a function's first few instructions;
+//!   that skipped the entry reaches the probe. An indirect jump through a
+//!   table of computed offsets could still land there; rig assumes none
+//!   does, as compilers put switch and computed-goto targets after the code
+//!   that dispatches to them, never inside a function's first few
+//!   instructions. One kind of landing is allowed: the jump that ends a
+//!   *sibling* entry the caller names because it wants that entry's calls
+//!   counted with this function's ([`Join`]). glibc's `mempcpy`
+//!   implementation is `mov %rdi,%rax; add %rdx,%rax; jmp memmove+3`: it
+//!   is a copy with memmove's arguments, and its calls skip memmove's entry
+//!   instruction, so an entry probe misses them while a probe on memmove's
+//!   `jb` at +7 counts both. A sibling qualifies when its entry reaches the
+//!   jump by instructions that fall through and write nothing the probe
+//!   reads (the same test as below), and the jump lands on an instruction
+//!   boundary of the skipped prefix; the probe then sees the sibling call's
+//!   arguments and return address;
 //! - the skipped instructions write no memory, not `rsp` nor `rbp`, and none
 //!   of the argument registers the program reads: the arguments, the return
 //!   address at `*rsp` (read for the immediate caller) and the unwinder's
@@ -62,6 +72,22 @@ pub struct Placement {
     pub instruction: String,
     pub skipped: Vec<String>,
     pub why: Why,
+    /// The sibling entries (file offsets) whose calls jump into the skipped
+    /// prefix and so are counted by this probe too; empty at the entry.
+    pub joined: Vec<u64>,
+}
+
+/// A sibling entry point that ends in a direct jump into a function's
+/// first instructions, found by [`join_of`]: its calls reach the probe of
+/// that function when the probe is past the landing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Join {
+    /// The sibling's entry.
+    pub entry: u64,
+    /// Where its jump instruction is.
+    pub jump_from: u64,
+    /// Where the jump lands.
+    pub lands: u64,
 }
 
 /// Why the probe sits where it does.
@@ -198,14 +224,72 @@ pub fn kernel_emulates(bytes: &[u8]) -> bool {
 /// `lib` (x86_64 code), for a program that reads the first `args` argument
 /// registers.
 pub fn safe_probe_offset(lib: &Path, file_offset: u64, args: usize) -> Result<Placement, String> {
+    safe_probe_offset_joining(lib, file_offset, args, &[])
+}
+
+/// [`safe_probe_offset`], letting the probe move past the landings of the
+/// jumps that end the sibling entries at `siblings` (file offsets in the
+/// same library) when those calls are wanted too; [`Placement::joined`]
+/// says which did.
+pub fn safe_probe_offset_joining(
+    lib: &Path,
+    file_offset: u64,
+    args: usize,
+    siblings: &[u64],
+) -> Result<Placement, String> {
     let f = std::fs::File::open(lib).map_err(|e| format!("{}: {e}", lib.display()))?;
-    let mut code = [0u8; 15 * (MAX_SKIP + 1)];
-    let n = f
-        .read_at(&mut code, file_offset)
-        .map_err(|e| format!("{}+{file_offset:#x}: {e}", lib.display()))?;
+    let read = |at: u64| -> Result<Vec<u8>, String> {
+        let mut code = vec![0u8; 15 * (MAX_SKIP + 1)];
+        let n = f
+            .read_at(&mut code, at)
+            .map_err(|e| format!("{}+{at:#x}: {e}", lib.display()))?;
+        code.truncate(n);
+        Ok(code)
+    };
+    let code = read(file_offset)?;
+    let mut joins = Vec::new();
+    for &s in siblings.iter().filter(|&&s| s != file_offset) {
+        joins.extend(join_of(&read(s)?, s, args));
+    }
     // Without the library's branch targets the probe cannot move safely.
     let targets = BranchTargets::shared(lib).ok();
-    place(&code[..n], file_offset, args, targets.as_deref())
+    place_joining(&code[..], file_offset, args, targets.as_deref(), &joins)
+}
+
+/// The jump that ends the sibling entry whose code (`code`, at
+/// `file_offset`) reaches it by instructions that fall through and write
+/// no memory, `rsp`, `rbp` nor the first `args` argument registers; `None`
+/// when it does anything else first.
+pub fn join_of(code: &[u8], file_offset: u64, args: usize) -> Option<Join> {
+    let protected = protected(args);
+    let mut decoder = Decoder::with_ip(64, code, file_offset, DecoderOptions::NONE);
+    let mut info = InstructionInfoFactory::new();
+    for _ in 0..=MAX_SKIP {
+        if !decoder.can_decode() {
+            return None;
+        }
+        let ins = decoder.decode();
+        if ins.is_invalid() {
+            return None;
+        }
+        if ins.flow_control() == FlowControl::UnconditionalBranch && ins.near_branch_target() != 0 {
+            return Some(Join {
+                entry: file_offset,
+                jump_from: ins.ip(),
+                lands: ins.near_branch_target(),
+            });
+        }
+        if !skippable(&ins, &mut info, &protected) {
+            return None;
+        }
+    }
+    None
+}
+
+fn protected(args: usize) -> Vec<Register> {
+    let mut protected: Vec<Register> = ARGS[..args.min(ARGS.len())].to_vec();
+    protected.extend([Register::RSP, Register::RBP]);
+    protected
 }
 
 /// The decision on raw code bytes starting at `file_offset` (the entry);
@@ -216,8 +300,19 @@ pub fn place(
     args: usize,
     targets: Option<&BranchTargets>,
 ) -> Result<Placement, String> {
-    let mut protected: Vec<Register> = ARGS[..args.min(ARGS.len())].to_vec();
-    protected.extend([Register::RSP, Register::RBP]);
+    place_joining(code, file_offset, args, targets, &[])
+}
+
+/// [`place`], where the jumps of `joins` may land in the skipped prefix.
+pub fn place_joining(
+    code: &[u8],
+    file_offset: u64,
+    args: usize,
+    targets: Option<&BranchTargets>,
+    joins: &[Join],
+) -> Result<Placement, String> {
+    let protected = protected(args);
+    let mut boundaries = vec![file_offset];
     let mut decoder = Decoder::with_ip(64, code, file_offset, DecoderOptions::NONE);
     let mut info = InstructionInfoFactory::new();
     let mut skipped = Vec::new();
@@ -238,23 +333,39 @@ pub fn place(
                     instruction: gas(&ins),
                     skipped,
                     why: Why::Entry,
+                    joined: Vec::new(),
                 });
             }
-            let reached = targets.is_some_and(|t| !t.any_in(file_offset + 1, ins.ip()));
-            if !reached {
+            let Some(t) = targets else { break };
+            // Every landing in the prefix must be a wanted sibling's jump,
+            // onto an instruction of the prefix or the probed one.
+            boundaries.push(ins.ip());
+            let mut joined = Vec::new();
+            let all_joins = t.in_range(file_offset + 1, ins.ip()).all(|(to, from)| {
+                let j = joins.iter().find(|j| j.jump_from == from && j.lands == to);
+                if let Some(j) = j {
+                    joined.push(j.entry);
+                }
+                j.is_some() && boundaries.contains(&to)
+            });
+            if !all_joins {
                 break;
             }
+            joined.sort_unstable();
+            joined.dedup();
             return Ok(Placement {
                 file_offset: ins.ip(),
                 instruction: gas(&ins),
                 skipped,
                 why: Why::Emulated,
+                joined,
             });
         }
         if !skippable(&ins, &mut info, &protected) {
             break;
         }
         skipped.push(gas(&ins));
+        boundaries.push(ins.next_ip());
     }
     past_vectors(code, file_offset)
 }
@@ -298,6 +409,7 @@ fn past_vectors(code: &[u8], file_offset: u64) -> Result<Placement, String> {
                 instruction: text,
                 skipped,
                 why,
+                joined: Vec::new(),
             });
         }
         let writes_gpr = info
@@ -321,23 +433,43 @@ fn past_vectors(code: &[u8], file_offset: u64) -> Result<Placement, String> {
 
 /// Every file offset of a library that a direct jump or call, or a
 /// RIP-relative address (a `lea` of a label, a jump target taken as data),
-/// in its code points at, sorted.
+/// in its code points at, each with the offset of the instruction that
+/// points there; sorted by target.
 #[derive(Debug, Default)]
 pub struct BranchTargets {
-    offsets: Vec<u64>,
+    /// (target, source)
+    edges: Vec<(u64, u64)>,
 }
 
+/// The source of a target given without one (`from_offsets`): matches no
+/// instruction.
+const UNKNOWN_SOURCE: u64 = u64::MAX;
+
 impl BranchTargets {
-    pub fn from_offsets(mut offsets: Vec<u64>) -> BranchTargets {
-        offsets.sort_unstable();
-        offsets.dedup();
-        BranchTargets { offsets }
+    /// Targets whose sources are unknown.
+    pub fn from_offsets(offsets: Vec<u64>) -> BranchTargets {
+        BranchTargets::from_edges(offsets.into_iter().map(|o| (o, UNKNOWN_SOURCE)).collect())
+    }
+
+    /// (target, source) pairs.
+    pub fn from_edges(mut edges: Vec<(u64, u64)>) -> BranchTargets {
+        edges.sort_unstable();
+        edges.dedup();
+        BranchTargets { edges }
     }
 
     /// Whether any target lies in `lo..=hi`.
     pub fn any_in(&self, lo: u64, hi: u64) -> bool {
-        let i = self.offsets.partition_point(|&o| o < lo);
-        self.offsets.get(i).is_some_and(|&o| o <= hi)
+        self.in_range(lo, hi).next().is_some()
+    }
+
+    /// The (target, source) pairs whose target lies in `lo..=hi`.
+    pub fn in_range(&self, lo: u64, hi: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let i = self.edges.partition_point(|&(o, _)| o < lo);
+        self.edges[i..]
+            .iter()
+            .copied()
+            .take_while(move |&(o, _)| o <= hi)
     }
 
     /// Decode every executable section of `lib` and collect its targets.
@@ -370,7 +502,7 @@ impl BranchTargets {
         }
         starts.sort_unstable();
         starts.dedup();
-        let mut offsets = Vec::new();
+        let mut edges = Vec::new();
         for sec in file.sections().filter(|s| s.kind() == SectionKind::Text) {
             let (Some((_, size)), Ok(bytes)) = (sec.file_range(), sec.data()) else {
                 continue;
@@ -408,12 +540,12 @@ impl BranchTargets {
                         _ => None,
                     };
                     if let Some(o) = target.and_then(to_offset) {
-                        offsets.push(o);
+                        edges.push((o, to_offset(ins.ip()).unwrap_or(UNKNOWN_SOURCE)));
                     }
                 }
             }
         }
-        Ok(BranchTargets::from_offsets(offsets))
+        Ok(BranchTargets::from_edges(edges))
     }
 
     /// `scan`, once per file per rig process (keyed by the file's identity,

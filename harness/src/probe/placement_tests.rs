@@ -71,6 +71,58 @@ fn a_branch_target_inside_the_skipped_prefix_or_on_the_jump_refuses_the_move() {
     assert_eq!(place(&code, 0x100, 3, Some(&t)).unwrap().file_offset, 0x107);
 }
 
+/// glibc 2.36 `__mempcpy_avx512_unaligned_erms` at 0xc0 and
+/// `__memmove_avx512_unaligned_erms` at 0x100: mempcpy is `mov %rdi,%rax;
+/// add %rdx,%rax; jmp memmove+3`, memmove `mov %rdi,%rax; cmp $0x40,%rdx;
+/// jb`.
+const MEMPCPY: [u8; 8] = [0x48, 0x89, 0xf8, 0x48, 0x01, 0xd0, 0xeb, 0x3b];
+const MEMMOVE: [u8; 9] = [0x48, 0x89, 0xf8, 0x48, 0x83, 0xfa, 0x40, 0x72, 0x37];
+
+#[test]
+fn a_wanted_siblings_jump_into_the_skipped_prefix_lets_the_probe_move() {
+    let join = join_of(&MEMPCPY, 0xc0, 3).unwrap();
+    assert_eq!(
+        join,
+        Join {
+            entry: 0xc0,
+            jump_from: 0xc6,
+            lands: 0x103
+        }
+    );
+    let t = BranchTargets::from_edges(vec![(0x103, 0xc6)]);
+    let p = place_joining(&MEMMOVE, 0x100, 3, Some(&t), &[join]).unwrap();
+    assert_eq!((p.file_offset, p.why), (0x107, Why::Emulated));
+    assert_eq!(p.joined, vec![0xc0]);
+    // Not named as wanted: the landing keeps the probe at the entry.
+    let p = place_joining(&MEMMOVE, 0x100, 3, Some(&t), &[]).unwrap();
+    assert_eq!((p.file_offset, p.why), (0x100, Why::Entry));
+    assert!(p.joined.is_empty());
+    // Another jump to the same place, from elsewhere, keeps it there too.
+    let t2 = BranchTargets::from_edges(vec![(0x103, 0xc6), (0x103, 0x400)]);
+    let p = place_joining(&MEMMOVE, 0x100, 3, Some(&t2), &[join]).unwrap();
+    assert_eq!((p.file_offset, p.why), (0x100, Why::Entry));
+    // A wanted jump that lands inside an instruction is no join.
+    let odd = Join {
+        lands: 0x104,
+        ..join
+    };
+    let t3 = BranchTargets::from_edges(vec![(0x104, 0xc6)]);
+    let p = place_joining(&MEMMOVE, 0x100, 3, Some(&t3), &[odd]).unwrap();
+    assert_eq!((p.file_offset, p.why), (0x100, Why::Entry));
+}
+
+#[test]
+fn a_sibling_that_changes_what_the_probe_reads_before_its_jump_is_no_join() {
+    // add %rdx,%rdi ; jmp: the copy's destination would not be the call's.
+    assert_eq!(join_of(&[0x48, 0x01, 0xd7, 0xeb, 0x3b], 0xc0, 3), None);
+    // ...but a program reading no argument does not care.
+    assert!(join_of(&[0x48, 0x01, 0xd7, 0xeb, 0x3b], 0xc0, 0).is_some());
+    // push %rbx ; jmp: moves rsp, so *rsp is no longer the return address.
+    assert_eq!(join_of(&[0x53, 0xeb, 0x3b], 0xc0, 3), None);
+    // A conditional jump first: not every call reaches the jump.
+    assert_eq!(join_of(&[0x74, 0x02, 0xeb, 0x3b], 0xc0, 3), None);
+}
+
 #[test]
 fn an_instruction_writing_an_argument_the_program_reads_refuses_the_move() {
     let jz = [0x74, 0x10];
@@ -253,7 +305,7 @@ fn places_probes_on_real_libc_on_instructions_the_kernel_emulates() {
             args,
         ));
     }
-    for api in ["memmove", "memcpy", "memset"] {
+    for api in ["memmove", "memcpy", "memset", "mempcpy"] {
         let r = crate::probe::ifunc::resolve_ifunc(child.0.id(), &maps, &libc_maps, api).unwrap();
         let name = format!("{api} = {}", r.impl_name.unwrap_or_default());
         entries.push((name, r.file_offset, 3));
@@ -324,12 +376,27 @@ fn places_probes_on_real_libc_on_instructions_the_kernel_emulates() {
         assert_eq!((p.file_offset, p.why), (*entry, Why::Entry), "{api}");
         assert!(p.instruction.starts_with("push "), "{api}: {p:?}");
     }
-    // memcpy and memmove share an implementation, and mempcpy jumps into it
-    // past its first instruction (`mov %rdi,%rax`): moving the probe there
-    // would count every mempcpy as a memmove. It stays at the entry.
+    // memcpy and memmove share an implementation, and mempcpy's jumps into
+    // it past its first instruction (`mov %rdi,%rax`): alone, the probe
+    // stays at the entry, where mempcpy's calls do not pass.
     let (mm, mm_entry) = &by_name["memmove"];
     assert_eq!(by_name["memcpy"].1, *mm_entry);
     let first = decode_at(&code, 0, *mm_entry);
     assert!(targets.any_in(first.next_ip(), first.next_ip()));
     assert_eq!((mm.file_offset, mm.why), (*mm_entry, Why::Entry));
+    // Named as a wanted sibling, mempcpy's implementation (which rig's copy
+    // probes resolve the same way) lets the probe move to the `jb` every
+    // memcpy, memmove and mempcpy call passes, and only mempcpy's jump
+    // lands in between.
+    let pcpy = by_name["mempcpy"].1;
+    let joined = safe_probe_offset_joining(&libc, *mm_entry, 3, &[pcpy]).unwrap();
+    assert_eq!(joined.why, Why::Emulated, "{joined:?}");
+    assert_eq!(joined.joined, vec![pcpy]);
+    assert_eq!(joined.file_offset - mm_entry, 7, "{joined:?}");
+    assert!(joined.instruction.starts_with("jb "), "{joined:?}");
+    let sources: Vec<(u64, u64)> = targets.in_range(mm_entry + 1, joined.file_offset).collect();
+    assert!(!sources.is_empty());
+    for (to, from) in sources {
+        assert!(from > pcpy && from < pcpy + 16, "{from:#x} -> {to:#x}");
+    }
 }

@@ -4,7 +4,7 @@
 use rig::probe::{Family, ProbeSet, WindowEnd};
 use rig::report::Attribution;
 
-use super::{at, attribute, calib, probes_shared};
+use super::{at, attribute, attribute_path, calib, probes_shared};
 
 const N: u64 = 1000;
 
@@ -168,12 +168,61 @@ fn counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation() {
         .unwrap()
         .starts_with("__memset_"));
     // The exact bytes above hold with memset's probe off its first (vector)
-    // instruction; memcpy/memmove's stays on its entry: mempcpy jumps to the
-    // instruction after it, so a probe further on would count mempcpy calls.
+    // instruction and memcpy/memmove's on the `jb` at +7, past `mov
+    // %rdi,%rax`, where mempcpy's implementation jumps in: mempcpy shares
+    // the probe (the calibration server calls it nowhere).
     let memset = attach_note(&a, Family::Copy, "memset");
     assert!(memset.contains("placed at entry+"), "{memset}");
-    let memmove = attach_note(&a, Family::Copy, "memcpy/memmove");
-    assert!(!memmove.contains("placed at entry+"), "{memmove}");
+    assert!(
+        memcpy.apis.contains(&"mempcpy".to_string()),
+        "{:?}",
+        a.copy_impls
+    );
+    let memmove = attach_note(&a, Family::Copy, "memcpy/memmove/mempcpy");
+    assert!(memmove.contains("placed at entry+0x7 on `jb "), "{memmove}");
+    assert!(memmove.contains("its calls are counted here"), "{memmove}");
+}
+
+/// glibc's mempcpy jumps into memmove's implementation past its first
+/// instruction; with the probe on memmove's `jb` at +7 its calls are counted,
+/// at their callers, with their lengths (`GET /mempcpy`: two calls, 40 and
+/// 7000 B, fixtures/calib/COSTS.md).
+#[test]
+fn counts_exact_mempcpy_calls_and_bytes_at_their_callers_through_the_memmove_probe() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2"]);
+    let a = attribute_path(&target, &[Family::Copy], "/mempcpy", N, 2);
+    let sites = rig_fixtures::calib::MEMPCPY_SITES;
+    // The size buckets of 40 and 7000 B.
+    assert_eq!(
+        sites.iter().map(|s| s.bytes).collect::<Vec<_>>(),
+        [40, 7000]
+    );
+    for (s, bucket) in sites.iter().zip(["<64", "<16K"]) {
+        let rows: Vec<_> = a
+            .copy
+            .iter()
+            .filter(|r| r.site.file_line() == Some(at(s.marker)))
+            .collect();
+        assert_eq!(rows.len(), 1, "one row at {}: {:#?}", at(s.marker), a.copy);
+        let r = rows[0];
+        assert_eq!(r.site.function.as_deref(), Some(s.function));
+        assert_eq!(r.kind, "memcpy/memmove/mempcpy");
+        assert_eq!(r.bucket, bucket);
+        assert_eq!(
+            (r.calls, r.bytes),
+            (s.count as u64 * N, s.bytes * N),
+            "at {}",
+            at(s.marker)
+        );
+    }
+    // Nothing else copies per request.
+    let calls: u64 = a.copy.iter().map(|r| r.calls).sum();
+    let bytes: u64 = a.copy.iter().map(|r| r.bytes).sum();
+    assert_eq!((calls, bytes), (2 * N, (40 + 7000) * N), "{:#?}", a.copy);
+    let note = attach_note(&a, Family::Copy, "memcpy/memmove/mempcpy");
+    assert!(note.contains("placed at entry+0x7 on `jb "), "{note}");
 }
 
 #[test]

@@ -11,10 +11,12 @@ use rig::symbolize::Symbolizer;
 use super::{probes_shared, Driven};
 
 const SRC: &str = r#"
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <string.h>
 static unsigned char src[70000], dst[70000];
-/* One round: memset + memcpy + memmove of many lengths, every result checked. */
+/* One round: memset + memcpy + memmove + mempcpy of many lengths, every
+ * result checked (mempcpy's return value too). */
 __attribute__((noinline)) long round_trip(int salt) {
     long bad = 0;
     for (size_t len = 1; len < 66000; len = len * 3 / 2 + 1) {
@@ -26,6 +28,8 @@ __attribute__((noinline)) long round_trip(int salt) {
         if (memcmp(dst, src, len) != 0) bad++;
         memmove(dst + 1, dst, len);
         if (memcmp(dst + 1, src, len) != 0) bad++;
+        unsigned char *end = mempcpy(dst, src, len);
+        if (end != dst + len || memcmp(dst, src, len) != 0) bad++;
     }
     return bad;
 }
@@ -76,7 +80,7 @@ fn probing_copy_routines_never_changes_what_they_compute() {
 
     assert_eq!(
         bad, 0,
-        "every memset/memcpy/memmove result was right under probes"
+        "every memset/memcpy/memmove/mempcpy result was right under probes"
     );
     let calls = |api: &str| -> u64 {
         a.copy
@@ -88,9 +92,11 @@ fn probing_copy_routines_never_changes_what_they_compute() {
             .map(|r| r.calls)
             .sum()
     };
-    // memset once per length; memcpy and memmove share one implementation.
+    // memset once per length; memcpy, memmove and mempcpy share one
+    // implementation (mempcpy's jumps into it), one call each per length.
     assert_eq!(calls("memset"), lengths() * N, "{:#?}", a.copy);
-    assert_eq!(calls("memcpy"), 2 * lengths() * N, "{:#?}", a.copy);
+    assert_eq!(calls("memcpy"), 3 * lengths() * N, "{:#?}", a.copy);
+    assert_eq!(calls("mempcpy"), 3 * lengths() * N, "{:#?}", a.copy);
     // memset's implementation starts with a vector instruction, so its probe
     // moved (past it to an emulated jump, or just past the vector run), and
     // the report says so and why.

@@ -115,12 +115,23 @@ pub fn attribute(
     requests: u64,
     connections: usize,
 ) -> Attribution {
+    attribute_path(target, families, "/calib", requests, connections)
+}
+
+/// [`attribute`], driving `path` instead of `/calib`.
+pub fn attribute_path(
+    target: &Child,
+    families: &[Family],
+    path: &str,
+    requests: u64,
+    connections: usize,
+) -> Attribution {
     let s = AttachSettings {
         pid: target.pid(),
         families: families.to_vec(),
         duration: std::time::Duration::ZERO,
         per: None,
-        drive: Some(drive(target.port, "/calib", requests, connections)),
+        drive: Some(drive(target.port, path, requests, connections)),
         command: Vec::new(),
         tree: None,
         wrappers: Vec::new(),

@@ -27,7 +27,7 @@ use aya::Ebpf;
 use rig_ebpf::abi::{ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, TARGET_ONE, TARGET_TREE};
 use serde::Serialize;
 
-use super::placement::{safe_probe_offset, Placement, Why};
+use super::placement::{safe_probe_offset_joining, Placement, Why};
 use super::read;
 use super::stacks::{self, StackTables, Stacks};
 use super::{Family, ProbeError, Snapshot};
@@ -292,12 +292,23 @@ impl ProbeSet {
         let offset = crate::probe::ifunc::resolve_ifunc(pid, &maps, &libc_maps_path, symbol)
             .map_err(resolve_err)?
             .file_offset;
+        // The copy probe sits where `attach_copy` puts it: past mempcpy's
+        // landing when mempcpy's implementation jumps into this one.
+        let siblings: Vec<u64> = if family == Family::Copy {
+            uprobes::copy_joiners(pid, &maps, &libc_maps_path)
+                .iter()
+                .map(|r| r.file_offset)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut tables = StackTables::new(stack_mode, &[&maps]);
         let mut objects = vec![(family, load(family, stack_mode, tables.capacity())?)];
         tables.install(&mut objects, pid, &maps)?;
         let (_, ebpf) = &mut objects[0];
         set_target(ebpf, family, pid, TARGET_ONE)?;
-        uprobe(ebpf, family, program, &libc, offset, Some(1), pid)?;
+        let at = placement(family, program, &libc, offset, &siblings)?;
+        uprobe_placed(ebpf, family, program, &libc, at, Some(1), pid)?;
         let mut procs = BTreeMap::new();
         procs.insert(pid, Followed::new(pid, Joined::Root, Some(maps)));
         Ok(ProbeSet {

@@ -155,13 +155,39 @@ pub(super) fn uprobe(
     cookie: Option<u64>,
     pid: u32,
 ) -> Result<Placement, ProbeError> {
-    let placement = safe_probe_offset(lib, file_offset, args_read(program)).map_err(|why| {
+    let placement = placement(family, program, lib, file_offset, &[])?;
+    uprobe_placed(ebpf, family, program, lib, placement, cookie, pid)
+}
+
+/// Where `program` goes for the function at `file_offset` of `lib`, letting
+/// it move past the jumps of the sibling entries at `siblings` whose calls
+/// are wanted too (`placement::safe_probe_offset_joining`).
+pub(super) fn placement(
+    family: Family,
+    program: &str,
+    lib: &Path,
+    file_offset: u64,
+    siblings: &[u64],
+) -> Result<Placement, ProbeError> {
+    safe_probe_offset_joining(lib, file_offset, args_read(program), siblings).map_err(|why| {
         ProbeError::Unsafe {
             family,
             what: format!("{program} at {}+{file_offset:#x}", lib.display()),
             why,
         }
-    })?;
+    })
+}
+
+/// Attach `program` at a placement already decided.
+pub(super) fn uprobe_placed(
+    ebpf: &mut Ebpf,
+    family: Family,
+    program: &str,
+    lib: &Path,
+    placement: Placement,
+    cookie: Option<u64>,
+    pid: u32,
+) -> Result<Placement, ProbeError> {
     let p: &mut UProbe = ebpf
         .program_mut(program)
         .ok_or_else(|| missing_program(family, program))?
@@ -216,10 +242,16 @@ pub(super) fn moved(p: &Placement, entry: u64) -> String {
             p.skipped.join("; ")
         ),
         Why::Emulated => format!(
-            "; placed at entry+{:#x} on `{}`, after `{}` (the kernel emulates it, not the instructions before it)",
+            "; placed at entry+{:#x} on `{}`, after `{}` (the kernel emulates it, not the instructions before it){}",
             p.file_offset - entry,
             p.instruction,
-            p.skipped.join("; ")
+            p.skipped.join("; "),
+            p.joined
+                .iter()
+                .map(|j| format!(
+                    "; the entry at {j:#x} jumps into the skipped instructions and its calls are counted here"
+                ))
+                .collect::<String>()
         ),
     }
 }

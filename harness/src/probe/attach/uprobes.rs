@@ -4,6 +4,27 @@
 use super::*;
 use crate::probe::allocators::Entry;
 
+/// The copy family's APIs, resolved through their IFUNCs.
+const COPY_APIS: [&str; 3] = ["memcpy", "memmove", "memset"];
+
+/// The copy APIs whose implementations may be counted by another's probe
+/// when they jump into it (`placement::Join`): mempcpy copies as memmove
+/// does, with the same arguments, and returns dest + n. Counted when the C
+/// library has them (a libc without mempcpy copies nothing through it).
+pub(super) const JOINS_COPIES: [&str; 1] = ["mempcpy"];
+
+/// The implementations of [`JOINS_COPIES`] the process `pid` runs.
+pub(super) fn copy_joiners(
+    pid: u32,
+    maps: &ProcMaps,
+    libc_maps_path: &str,
+) -> Vec<crate::probe::ifunc::ResolvedImpl> {
+    JOINS_COPIES
+        .iter()
+        .filter_map(|api| crate::probe::ifunc::resolve_ifunc(pid, maps, libc_maps_path, api).ok())
+        .collect()
+}
+
 impl Attacher<'_> {
     pub(super) fn note(
         &mut self,
@@ -244,8 +265,8 @@ impl Attacher<'_> {
         let libc = maps.open_path(&libc_maps_path);
         // The implementations of this process; one CopyImpl per distinct
         // (library, offset) across the tree, whose index is the cookie.
-        let mut mine: Vec<usize> = Vec::new();
-        for api in ["memcpy", "memmove", "memset"] {
+        let mut resolved = Vec::new();
+        for api in COPY_APIS {
             let r = crate::probe::ifunc::resolve_ifunc(self.pid, maps, &libc_maps_path, api)
                 .map_err(|source| ProbeError::Resolve {
                     pid: self.pid,
@@ -253,19 +274,76 @@ impl Attacher<'_> {
                     api: api.to_string(),
                     source,
                 })?;
+            resolved.push((api, r));
+        }
+        for r in copy_joiners(self.pid, maps, &libc_maps_path) {
+            let api = JOINS_COPIES
+                .into_iter()
+                .find(|a| *a == r.api)
+                .expect("resolved from the list");
+            resolved.push((api, r));
+        }
+        // mempcpy's implementation jumps into memmove's past its entry, so
+        // memmove's probe may move past that landing and count mempcpy's
+        // calls too; an implementation whose calls reach another's probe
+        // that way is counted there and gets no probe of its own.
+        let joining: Vec<u64> = resolved
+            .iter()
+            .filter(|(api, _)| JOINS_COPIES.contains(api))
+            .map(|(_, r)| r.file_offset)
+            .collect();
+        let mut placements: Vec<(u64, Placement)> = Vec::new();
+        let mut unplaced = Vec::new();
+        for (api, r) in &resolved {
+            if placements.iter().all(|(e, _)| *e != r.file_offset) {
+                match placement(family, "rig_copy", &libc, r.file_offset, &joining) {
+                    Ok(p) => placements.push((r.file_offset, p)),
+                    // A joining API is counted when it can be; memcpy,
+                    // memmove and memset must be.
+                    Err(e) if JOINS_COPIES.contains(api) => unplaced.push((*api, e)),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let owner = |entry: u64| -> u64 {
+            placements
+                .iter()
+                .find(|(e, p)| *e != entry && p.joined.contains(&entry))
+                .map_or(entry, |(e, _)| *e)
+        };
+        let mut mine: Vec<(usize, Placement)> = Vec::new();
+        for (api, r) in &resolved {
+            let at = owner(r.file_offset);
+            let Some(p) = placements
+                .iter()
+                .find(|(e, _)| *e == at)
+                .map(|(_, p)| p.clone())
+            else {
+                // A joining API that reaches no other probe and has no safe
+                // probe of its own: not counted, and the notes say so.
+                if let Some((_, e)) = unplaced.iter().find(|(a, _)| a == api) {
+                    self.note(family, api.to_string(), format!("not counted: {e}"));
+                }
+                continue;
+            };
+            let own = resolved
+                .iter()
+                .map(|(_, o)| o)
+                .find(|o| o.file_offset == at)
+                .expect("an owner is a resolved implementation");
             let i = match self
                 .copy_impls
                 .iter()
-                .position(|c| c.lib == libc_maps_path && c.file_offset == r.file_offset)
+                .position(|c| c.lib == libc_maps_path && c.file_offset == at)
             {
                 Some(i) => i,
                 None => {
                     self.copy_impls.push(CopyImpl {
                         apis: Vec::new(),
                         lib: libc_maps_path.clone(),
-                        file_offset: r.file_offset,
-                        impl_name: r.impl_name.clone(),
-                        method: r.method.clone(),
+                        file_offset: at,
+                        impl_name: own.impl_name.clone(),
+                        method: own.method.clone(),
                     });
                     self.copy_impls.len() - 1
                 }
@@ -273,21 +351,13 @@ impl Attacher<'_> {
             if !self.copy_impls[i].apis.iter().any(|a| a == api) {
                 self.copy_impls[i].apis.push(api.to_string());
             }
-            if !mine.contains(&i) {
-                mine.push(i);
+            if mine.iter().all(|(j, _)| *j != i) {
+                mine.push((i, p));
             }
         }
-        for i in mine {
+        for (i, p) in mine {
             let c = self.copy_impls[i].clone();
-            let at = uprobe(
-                ebpf,
-                family,
-                "rig_copy",
-                &libc,
-                c.file_offset,
-                Some(i as u64),
-                self.pid,
-            )?;
+            let at = uprobe_placed(ebpf, family, "rig_copy", &libc, p, Some(i as u64), self.pid)?;
             self.note(
                 family,
                 c.apis.join("/"),
