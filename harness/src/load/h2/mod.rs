@@ -143,7 +143,9 @@ struct Pending {
     stream: u32,
     /// 0 until the final response HEADERS.
     status: u16,
-    content_type: Option<Vec<u8>>,
+    /// The final response's `content-type`, when it had one.
+    content_type: Vec<u8>,
+    has_type: bool,
     body: Vec<u8>,
     /// DATA bytes of this stream not yet given back by WINDOW_UPDATE.
     unacked: u32,
@@ -252,7 +254,7 @@ impl Proto {
         let result = check(
             &self.setup.expect,
             s.status,
-            s.content_type.as_deref(),
+            s.has_type.then_some(&s.content_type[..]),
             body.unwrap_or(&s.body),
         );
         self.finish(
@@ -391,7 +393,7 @@ impl Proto {
         if h.flags & frame::ACK != 0 {
             return Ok(());
         }
-        if h.stream != 0 || b.len() % 6 != 0 {
+        if h.stream != 0 || !b.len().is_multiple_of(6) {
             return Err("h2: FRAME_SIZE_ERROR (SETTINGS)".into());
         }
         for s in b.chunks_exact(6) {
@@ -425,25 +427,21 @@ impl Proto {
         let Some(i) = self.slot_of(stream) else {
             return Ok(());
         };
-        if self.slots[i].status == 0 {
+        let s = &mut self.slots[i];
+        if s.status == 0 {
             let mut status = 0;
-            let mut content_type = self.slots[i].content_type.take();
-            if let Some(c) = content_type.as_mut() {
-                c.clear();
-            }
-            let mut has_type = false;
+            s.content_type.clear();
+            s.has_type = false;
             for (name, value, _) in &self.fields {
                 match name.as_slice() {
                     b":status" => status = parse_status(value).unwrap_or(0),
                     b"content-type" => {
-                        content_type.get_or_insert_with(Vec::new).extend_from_slice(value);
-                        has_type = true;
+                        s.content_type.extend_from_slice(value);
+                        s.has_type = true;
                     }
                     _ => {}
                 }
             }
-            let s = &mut self.slots[i];
-            s.content_type = content_type.filter(|_| has_type);
             if status == 0 {
                 self.finish(i, protocol_error("no :status"));
                 return Ok(());
@@ -519,6 +517,13 @@ fn parse_status(v: &[u8]) -> Option<u16> {
     Some(v.iter().fold(0u16, |n, &d| n * 10 + u16::from(d - b'0')))
 }
 
+/// Store `cx`'s waker unless the one stored already wakes the same task.
+fn keep_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        *slot = Some(cx.waker().clone());
+    }
+}
+
 fn io_kind(e: &std::io::Error) -> String {
     format!("io: {:?}", e.kind())
 }
@@ -549,9 +554,7 @@ impl Wire {
     /// connection fails, drains after a GOAWAY, or closes on request.
     /// `true`: it closed on request, having sent its GOAWAY.
     fn poll_drive(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
-        if !self.p.driver.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            self.p.driver = Some(cx.waker().clone());
-        }
+        keep_waker(&mut self.p.driver, cx);
         loop {
             if self.p.broken.is_some() {
                 return Poll::Ready(false);
@@ -685,9 +688,7 @@ impl Wire {
         match s.done.take() {
             Some(o) => Poll::Ready(o),
             None => {
-                if !s.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    s.waker = Some(cx.waker().clone());
-                }
+                keep_waker(&mut s.waker, cx);
                 Poll::Pending
             }
         }

@@ -1,6 +1,6 @@
 //! The client against the `h2` crate's server, in process: many streams
 //! on one connection under the server's stream limit, bodies beyond every
-//! window, wrong answers, GOAWAY both ways.
+//! window, wrong answers, a reset stream, GOAWAY both ways.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -17,6 +17,8 @@ struct Answer {
     status: u16,
     content_type: &'static str,
     body: Bytes,
+    /// Reset the stream with this code instead of answering.
+    reset: Option<h2::Reason>,
 }
 
 fn ok(body: impl Into<Bytes>) -> Answer {
@@ -24,6 +26,7 @@ fn ok(body: impl Into<Bytes>) -> Answer {
         status: 200,
         content_type: "text/plain",
         body: body.into(),
+        reset: None,
     }
 }
 
@@ -100,6 +103,10 @@ async fn server_conn(
                 tokio::task::yield_now().await;
             }
             seen.open.set(seen.open.get() - 1);
+            if let Some(r) = a.reset {
+                respond.send_reset(r);
+                return;
+            }
             let resp = http::Response::builder()
                 .status(a.status)
                 .header("content-type", a.content_type)
@@ -151,7 +158,7 @@ fn local<F: std::future::Future<Output = ()>>(f: F) {
         .enable_all()
         .build()
         .unwrap();
-    let bounded = tokio::time::timeout(Duration::from_secs(60), f);
+    let bounded = async { tokio::time::timeout(Duration::from_secs(60), f).await };
     tokio::task::LocalSet::new()
         .block_on(&rt, bounded)
         .expect("the client finished within 60 s");
@@ -270,6 +277,26 @@ fn a_wrong_status_content_type_or_body_is_counted_under_its_kind() {
         assert_eq!(errors, want);
         // Wrong answers are the requests' failures, not the connection's.
         assert_eq!(stats.handshakes.borrow().h2, 1);
+    });
+}
+
+#[test]
+fn a_reset_stream_fails_its_request_only() {
+    local(async {
+        let answers = vec![
+            ok("hello"),
+            Answer {
+                reset: Some(h2::Reason::INTERNAL_ERROR),
+                ..ok("hello")
+            },
+        ];
+        let (addr, seen) = serve(answers, ServerOpts::default());
+        let setup = setup(addr, 1, Bytes::from_static(b"hello"));
+        let stats = Rc::new(Stats::new());
+        let (errors, _) = drive(&setup, &stats, 10).await;
+        let want: BTreeMap<String, u32> = [("h2: reset INTERNAL_ERROR".to_string(), 5)].into();
+        assert_eq!(errors, want);
+        assert_eq!(seen.conns.get(), 1);
     });
 }
 
