@@ -652,7 +652,13 @@ impl Wire {
         if let Some(k) = &p.broken {
             return Poll::Ready(Err(k.clone()));
         }
-        if p.goaway.is_some() || p.closing || p.next_id > MAX_STREAM_ID {
+        if p.next_id > MAX_STREAM_ID {
+            // Stream ids used up: drain like after a GOAWAY, so that the
+            // driver ends once the last request is done.
+            p.goaway.get_or_insert(MAX_STREAM_ID);
+            p.wake_driver();
+        }
+        if p.goaway.is_some() || p.closing {
             return Poll::Ready(Err("h2: connection going away".into()));
         }
         p.cancel(i);
