@@ -27,8 +27,8 @@ pub(crate) struct Setup {
     pub streams: usize,
     /// HTTP/1.1: the whole request, serialized once.
     pub h1_request: Vec<u8>,
-    /// HTTP/2: `scheme://authority/path`.
-    pub uri: http::Uri,
+    /// HTTP/2: the request's header block, HPACK-encoded once.
+    pub h2_block: Vec<u8>,
     pub expect: Expect,
 }
 
@@ -88,10 +88,7 @@ impl Setup {
             h1_request.push_str("Connection: close\r\n");
         }
         h1_request.push_str("\r\n");
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let uri: http::Uri = format!("{scheme}://{authority}{path}")
-            .parse()
-            .map_err(|e| LoadError::Spec(format!("endpoint path `{path}`: {e}")))?;
+        let h2_block = super::h2::request_block(tls.is_some(), &authority, path);
         Ok(Setup {
             addr: spec.addr,
             tls,
@@ -99,7 +96,7 @@ impl Setup {
             keepalive,
             streams: spec.streams,
             h1_request: h1_request.into_bytes(),
-            uri,
+            h2_block,
             expect: spec.endpoint.expect.clone(),
         })
     }

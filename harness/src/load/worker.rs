@@ -318,7 +318,7 @@ async fn connect_all(
                     handshake(&setup, &stats).await.map(|(s, d)| {
                         let conn = H2Conn::new(setup.clone(), s, d);
                         (0..setup.streams)
-                            .map(|_| Slot::H2(H2Stream::new(conn.clone())))
+                            .map(|i| Slot::H2(H2Stream::new(conn.clone(), i)))
                             .collect::<Vec<_>>()
                     })
                 } else {
