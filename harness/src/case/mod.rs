@@ -5,10 +5,12 @@
 //! exit said). The runner of `rig run`, `rig ab` and `rig gate`: the clean
 //! pass (no probes: throughput, latency, CPU, memory), the counted pass (one
 //! fixed-count window, [`crate::window`]) and the memory pass, each on its
-//! own fresh server.
+//! own fresh server; memslope, recovery and live cases have a pass of
+//! their own.
 
 mod clean;
 mod counted;
+mod live;
 mod memory;
 mod memslope;
 mod recovery;
@@ -18,6 +20,8 @@ mod server;
 use clean::*;
 pub use counted::counted_metrics;
 use counted::*;
+use live::live_pass;
+pub use live::{live_spec, LiveCycle, LivePass, PhaseSample};
 use memory::*;
 use memslope::memslope_pass;
 pub use memslope::{ConnPoint, MemSlopePass, MIN_R2};
@@ -165,6 +169,9 @@ pub struct CaseResult {
     /// A recovery case: its cycles.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryPass>,
+    /// A live case: its cycles of long-lived connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<LivePass>,
     pub clean: Option<CleanPass>,
     pub counted: Option<CountedPass>,
     pub elapsed_ms: u64,
@@ -183,6 +190,7 @@ impl CaseResult {
             memory: None,
             memslope: None,
             recovery: None,
+            live: None,
             clean: None,
             counted: None,
             elapsed_ms: 0,
@@ -256,6 +264,7 @@ pub fn run_case(
         memory: None,
         memslope: None,
         recovery: None,
+        live: None,
         clean: None,
         counted: None,
         elapsed_ms: 0,
@@ -286,6 +295,16 @@ pub fn run_case(
                 res.reasons.extend(reasons);
             }
             Err(Fail(why)) => res.reasons.push(format!("recovery: {why}")),
+        },
+        CaseKind::Live(l) => match live_spec(spec, l.protocol) {
+            Err(why) => return CaseResult::skipped(case, why),
+            Ok(ls) => match live_pass(rs, case, l, &ls, &mut res.objects) {
+                Ok((p, reasons)) => {
+                    res.live = Some(p);
+                    res.reasons.extend(reasons);
+                }
+                Err(Fail(why)) => res.reasons.push(format!("live: {why}")),
+            },
         },
         CaseKind::Http(http) => {
             if rs.passes.clean {

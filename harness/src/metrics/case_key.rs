@@ -43,6 +43,13 @@ impl CaseKey {
                 r.close.name(),
                 r.cycles
             ),
+            CaseKind::Live(l) => format!(
+                "{}/{}/c{}/x{}",
+                self.suite,
+                l.protocol.name(),
+                l.connections,
+                l.cycles
+            ),
             CaseKind::MemSlope(m) => format!(
                 "{}/{}/{}/c{}",
                 self.suite,
@@ -92,6 +99,7 @@ impl fmt::Display for CaseKey {
                 r.topology.streams,
                 r.close.name()
             ),
+            CaseKind::Live(l) => write!(f, "{} live c{}", l.protocol.name(), l.connections),
             CaseKind::MemSlope(m) => write!(
                 f,
                 "{} {} memslope c{}",

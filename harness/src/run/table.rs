@@ -109,6 +109,7 @@ pub fn render(results: &[CaseResult]) -> String {
     out.push_str(&open_loop_lines(results));
     out.push_str(&memslope_lines(results));
     out.push_str(&recovery_lines(results));
+    out.push_str(&live_lines(results));
     for r in results {
         if let Some(s) = r
             .clean
@@ -195,6 +196,47 @@ fn recovery_lines(results: &[CaseResult]) -> String {
         if let Some(f) = &p.rss_drift {
             out.push_str(&format!("; RSS drift {:+.1} KiB/cycle", f.slope / 1024.0));
         }
+    }
+    out
+}
+
+/// One line per live case: per cycle, connections opened, echoes of
+/// messages (or heartbeats), clients reclaimed, FDs against READY's, RSS
+/// while held and the generator's CPU.
+fn live_lines(results: &[CaseResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let Some(p) = r.live.as_ref() else {
+            continue;
+        };
+        let cycles: Vec<String> = p
+            .cycles
+            .iter()
+            .map(|c| {
+                let traffic = if c.heartbeats > 0 || c.sent == 0 {
+                    format!("{} heartbeats (≥{}/conn)", c.heartbeats, c.heartbeats_needed)
+                } else {
+                    format!("{}/{} echoed", c.echoed, c.sent)
+                };
+                let held = c.phases[1]
+                    .rss_max_bytes
+                    .map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)));
+                format!(
+                    "#{} {} open, {traffic}, {} reclaimed, RSS held {held}, FDs {:+}, client CPU {:.0} ms",
+                    c.cycle,
+                    c.connected,
+                    c.reclaimed,
+                    c.fds_delta,
+                    c.client_cpu_ns as f64 / 1e6
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "\n{}: {}: {}",
+            r.case.id,
+            p.endpoint,
+            cycles.join("; ")
+        ));
     }
     out
 }

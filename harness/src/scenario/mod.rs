@@ -63,6 +63,32 @@ pub enum SuiteKind {
     /// connections, fixed-rate load, close (gracefully or abruptly), each
     /// cycle checked on its own.
     Recovery,
+    /// Long-lived connections (TCP echo, WebSocket, SSE) at tiers of
+    /// connections: cycles of connecting, holding with traffic checked
+    /// end to end, closing, and the server back at READY's descriptors.
+    Live,
+}
+
+/// The protocol of a live case's connections.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum LiveProto {
+    /// Raw TCP echo: newline-terminated messages come back.
+    Tcp,
+    /// WebSocket echo (HTTP/1.1 upgrade): text messages come back.
+    Ws,
+    /// Server-sent events: an event at once, then heartbeats.
+    Sse,
+}
+
+impl LiveProto {
+    pub fn name(self) -> &'static str {
+        match self {
+            LiveProto::Tcp => "tcp",
+            LiveProto::Ws => "ws",
+            LiveProto::Sse => "sse",
+        }
+    }
 }
 
 /// Wire protocol of a load case.
@@ -167,7 +193,15 @@ pub struct SuiteSpec {
     /// `[0, 64, 128, 256]`); memory is sampled at each.
     #[serde(default)]
     pub connections: Vec<usize>,
-    /// Recovery suites: cycles per case.
+    /// Live suites: the protocols of the connections (`tcp`, `ws`, `sse`);
+    /// `connections` are the tiers, one case each.
+    #[serde(default)]
+    pub live: Vec<LiveProto>,
+    /// Live suites: ms between the messages of a TCP or WebSocket
+    /// connection while it is held.
+    #[serde(default = "d_message_ms")]
+    pub message_ms: u64,
+    /// Recovery and live suites: cycles per case.
     #[serde(default = "d_cycles")]
     pub cycles: u32,
     /// Recovery suites: how each cycle's connections are closed.
@@ -193,6 +227,10 @@ impl CloseKind {
             CloseKind::Abrupt => "abrupt",
         }
     }
+}
+
+fn d_message_ms() -> u64 {
+    100
 }
 
 fn d_cycles() -> u32 {
@@ -283,6 +321,20 @@ pub enum CaseKind {
     MemSlope(MemSlopeCase),
     /// Cycles of connect, load, close on one server.
     Recovery(RecoveryCase),
+    /// Cycles of connect, hold, close of long-lived connections.
+    Live(LiveCase),
+}
+
+/// One protocol × tier of a live suite: `cycles` times on one server,
+/// open `connections` connections, hold them for the case's `duration_ms`
+/// (TCP and WebSocket send a message every `message_ms`; SSE waits for
+/// heartbeats), close them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveCase {
+    pub protocol: LiveProto,
+    pub connections: usize,
+    pub cycles: u32,
+    pub message_ms: u64,
 }
 
 /// One protocol × path × rate × topology × close of a recovery suite.
@@ -326,6 +378,7 @@ impl CaseKind {
             CaseKind::Http(_) => SuiteKind::Http,
             CaseKind::MemSlope(_) => SuiteKind::Memslope,
             CaseKind::Recovery(_) => SuiteKind::Recovery,
+            CaseKind::Live(_) => SuiteKind::Live,
         }
     }
 
@@ -343,6 +396,9 @@ impl CaseKind {
             CaseKind::Http(h) => Some(h.protocol),
             CaseKind::MemSlope(m) => Some(m.protocol),
             CaseKind::Recovery(r) => Some(r.protocol),
+            // Not an HTTP listener: the live pass finds the target's live
+            // endpoints (or its live variant) itself.
+            CaseKind::Live(_) => None,
         }
     }
 }
@@ -370,6 +426,11 @@ struct FlatCase {
     cycles: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     close: Option<CloseKind>,
+    /// Live cases: the connections' protocol and ms between messages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live: Option<LiveProto>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_ms: Option<u64>,
     warmup_ms: u64,
     duration_ms: u64,
     counted_requests: u64,
@@ -380,7 +441,7 @@ impl From<Case> for FlatCase {
     fn from(c: Case) -> FlatCase {
         let protocol = c.what.listener_protocol();
         let kind = c.what.suite_kind();
-        let (mut cycles, mut close) = (None, None);
+        let (mut cycles, mut close, mut live, mut message_ms) = (None, None, None, None);
         let (path, load, topology, keepalive, connections) = match c.what {
             CaseKind::Memory { .. } => (None, None, None, true, None),
             CaseKind::Recovery(r) => {
@@ -402,6 +463,12 @@ impl From<Case> for FlatCase {
                 None,
             ),
             CaseKind::MemSlope(m) => (Some(m.path), None, None, true, Some(m.tiers)),
+            CaseKind::Live(l) => {
+                cycles = Some(l.cycles);
+                live = Some(l.protocol);
+                message_ms = Some(l.message_ms);
+                (None, None, None, true, Some(vec![l.connections]))
+            }
         };
         FlatCase {
             id: c.id,
@@ -418,6 +485,8 @@ impl From<Case> for FlatCase {
             connections,
             cycles,
             close,
+            live,
+            message_ms,
             warmup_ms: c.warmup_ms,
             duration_ms: c.duration_ms,
             counted_requests: c.counted_requests,
@@ -431,7 +500,10 @@ impl Case {
     pub fn http(&self) -> Option<&HttpCase> {
         match &self.what {
             CaseKind::Http(h) => Some(h),
-            CaseKind::Memory { .. } | CaseKind::MemSlope(_) | CaseKind::Recovery(_) => None,
+            CaseKind::Memory { .. }
+            | CaseKind::MemSlope(_)
+            | CaseKind::Recovery(_)
+            | CaseKind::Live(_) => None,
         }
     }
 
