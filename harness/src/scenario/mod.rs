@@ -426,9 +426,10 @@ struct FlatCase {
     cycles: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     close: Option<CloseKind>,
-    /// Live cases: the connections' protocol and ms between messages.
+    /// Live cases: the connections' protocol (`live` is the pass's
+    /// results) and ms between messages.
     #[serde(skip_serializing_if = "Option::is_none")]
-    live: Option<LiveProto>,
+    live_protocol: Option<LiveProto>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message_ms: Option<u64>,
     warmup_ms: u64,
@@ -441,7 +442,7 @@ impl From<Case> for FlatCase {
     fn from(c: Case) -> FlatCase {
         let protocol = c.what.listener_protocol();
         let kind = c.what.suite_kind();
-        let (mut cycles, mut close, mut live, mut message_ms) = (None, None, None, None);
+        let (mut cycles, mut close, mut live_protocol, mut message_ms) = (None, None, None, None);
         let (path, load, topology, keepalive, connections) = match c.what {
             CaseKind::Memory { .. } => (None, None, None, true, None),
             CaseKind::Recovery(r) => {
@@ -465,7 +466,7 @@ impl From<Case> for FlatCase {
             CaseKind::MemSlope(m) => (Some(m.path), None, None, true, Some(m.tiers)),
             CaseKind::Live(l) => {
                 cycles = Some(l.cycles);
-                live = Some(l.protocol);
+                live_protocol = Some(l.protocol);
                 message_ms = Some(l.message_ms);
                 (None, None, None, true, Some(vec![l.connections]))
             }
@@ -485,7 +486,7 @@ impl From<Case> for FlatCase {
             connections,
             cycles,
             close,
-            live,
+            live_protocol,
             message_ms,
             warmup_ms: c.warmup_ms,
             duration_ms: c.duration_ms,
