@@ -491,8 +491,8 @@ impl SseReader {
     /// Wait for the next whole event (a block ended by a blank line).
     pub async fn event(&mut self, s: &mut TcpStream) -> Result<(), String> {
         loop {
-            let normalized = self.body.iter().any(|&b| b == b'\r');
-            if normalized {
+            // CRLF line ends become LF, so one blank-line search fits both.
+            if self.body.contains(&b'\r') {
                 self.body.retain(|&b| b != b'\r');
             }
             if let Some(p) = find(&self.body, b"\n\n") {

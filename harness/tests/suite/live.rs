@@ -62,7 +62,7 @@ duration_ms = 600
 #[test]
 fn live_echoes_every_message_of_every_connection_and_returns_to_readys_descriptors_each_cycle() {
     root_or_skip!();
-    let (code, text, cases) = run(&spec("peer.toml"), MATRIX);
+    let (code, text, cases) = run(spec("peer.toml"), MATRIX);
     assert_eq!(code, exit::OK, "{text}");
     assert_eq!(cases.len(), 6, "{text}");
     let mut seen = Vec::new();
