@@ -13,6 +13,13 @@
 //! Meanwhile the server is sampled (RSS, PSS, FDs, threads, CPU); a sample
 //! whose reading began in one phase and ended in another belongs to none.
 //!
+//! With probes (a run whose passes include `counted`), they are attached
+//! once READY and each cycle's hold is one window: the generator waits
+//! while rig opens it, after every connection opened, and while rig
+//! closes it, after every hold ended, so the window counts the server's
+//! work for exactly the hold's messages (TCP, WebSocket: echoes; SSE:
+//! heartbeats), reported per message and per connection.
+//!
 //! A cycle fails on a connection that did not open, a wrong or missing
 //! echo, a connection held without a message or an SSE connection without
 //! heartbeats, a close the server did not answer (a client not reclaimed),
@@ -26,9 +33,12 @@ use serde::Serialize;
 
 use crate::launch::spec::TargetSpec;
 use crate::launch::start::{ExitInfo, Launched, ObjectFact};
-use crate::load::live::{ConnLedger, LiveKind, LiveOutcome, LiveRun, LiveSpec, PhaseTimes};
+use crate::load::live::{ConnLedger, LiveKind, LiveOutcome, LiveRun, LiveSpec, Pause, PhaseTimes};
+use crate::probe::{ProbeSet, Scope, Stacks, WindowEnd, WindowStart};
+use crate::report::Attribution;
 use crate::sample::ProcSnapshot;
 use crate::scenario::{Case, LiveCase, LiveProto};
+use crate::symbolize::Symbolizer;
 
 use super::*;
 
@@ -94,8 +104,26 @@ pub struct LiveCycle {
     pub rss_after_bytes: u64,
     /// The generator thread's CPU over the cycle.
     pub client_cpu_ns: u64,
+    /// The probes' counters over the hold, when probes were attached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probes: Option<LiveProbes>,
     /// Why this cycle failed; empty when it did not.
     pub problems: Vec<String>,
+}
+
+/// The probes' counts over one hold (the connected phase).
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveProbes {
+    /// What the counts are divided by: TCP/WebSocket echoes, SSE heartbeats
+    /// the clients read during the hold.
+    pub messages: u64,
+    pub connections: u64,
+    pub per_message: PerRequest,
+    pub per_connection: PerRequest,
+    /// Each system call by name, per message.
+    pub syscalls_per_message: BTreeMap<String, f64>,
+    /// The probes lost no event.
+    pub complete: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -305,6 +333,13 @@ pub fn problems(
     out
 }
 
+/// The probes of a live pass and what they need to name sites.
+struct Probing<'a> {
+    probes: ProbeSet,
+    sym: &'a mut Symbolizer,
+    wrappers: crate::report::stacks::Wrappers,
+}
+
 fn cycle(
     case: &Case,
     l: &LiveCase,
@@ -312,19 +347,50 @@ fn cycle(
     launched: &Launched,
     ready: &ProcSnapshot,
     n: u32,
+    mut probing: Option<&mut Probing>,
 ) -> Result<LiveCycle, Fail> {
     let hold = Duration::from_millis(case.duration_ms);
     let (kind, _) = kind_of(spec, l.protocol);
-    let run = LiveRun::start(LiveSpec {
-        addr: std::net::SocketAddr::from(([127, 0, 0, 1], launched.port)),
-        kind,
-        connections: l.connections,
-        cycle: n,
-        hold,
-        message_every: Duration::from_millis(l.message_ms),
-    })?;
+    let (at_tx, at_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel();
+    let pause = probing.is_some().then_some(Pause {
+        at: at_tx,
+        go: go_rx,
+    });
+    let run = LiveRun::start(
+        LiveSpec {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], launched.port)),
+            kind,
+            connections: l.connections,
+            cycle: n,
+            hold,
+            message_every: Duration::from_millis(l.message_ms),
+        },
+        pause,
+    )?;
     let mut samples = Vec::new();
+    let mut start: Option<WindowStart> = None;
+    let mut window = None;
+    let mut trouble: Option<String> = None;
     while !run.is_finished() {
+        if let (Some(p), Ok(at)) = (probing.as_deref_mut(), at_rx.try_recv()) {
+            match at {
+                "connected" => match p.probes.start_window() {
+                    Ok(s) => start = Some(s),
+                    Err(e) => trouble = Some(format!("opening the probe window: {e}")),
+                },
+                _ => {
+                    if let Some(s) = start.take() {
+                        match p.probes.end_window(s, WindowEnd::Completed) {
+                            Ok(w) => window = Some(w),
+                            Err(e) => trouble = Some(format!("closing the probe window: {e}")),
+                        }
+                    }
+                }
+            }
+            let _ = go_tx.send(());
+            continue;
+        }
         samples.extend(sample(launched.pid));
         std::thread::sleep(SAMPLE_EVERY);
     }
@@ -342,6 +408,21 @@ fn cycle(
         _ => 0,
     };
     let mut problems = problems(l, &out.conns, needed, phases[1].samples);
+    problems.extend(trouble);
+    let messages = match l.protocol {
+        LiveProto::Sse => out.conns.iter().map(|c| c.heartbeats).sum(),
+        _ => out.conns.iter().map(|c| c.echoed).sum(),
+    };
+    let probes = match (probing, window) {
+        (Some(p), Some(w)) => {
+            let a = Attribution::build_with(&w, Some(messages), None, p.sym, &p.wrappers);
+            if !a.complete {
+                problems.push(format!("the probes lost events: {:?}", a.losses));
+            }
+            Some(live_probes(a, messages, l.connections as u64))
+        }
+        _ => None,
+    };
     let fds_delta = after.fds as i64 - ready.fds as i64;
     if fds_delta != 0 {
         problems.push(format!(
@@ -373,8 +454,32 @@ fn cycle(
         fds_delta,
         rss_after_bytes: after.rss_kib * 1024,
         client_cpu_ns: out.client_cpu_ns,
+        probes,
         problems,
     })
+}
+
+fn live_probes(mut a: Attribution, messages: u64, connections: u64) -> LiveProbes {
+    let syscalls_per_message = a
+        .syscalls
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r.name.clone(),
+                crate::stats::per_request(r.count, Some(messages))?,
+            ))
+        })
+        .collect();
+    let per_message = PerRequest::of(&a);
+    a.window.requests = Some(connections);
+    LiveProbes {
+        messages,
+        connections,
+        per_message,
+        per_connection: PerRequest::of(&a),
+        syscalls_per_message,
+        complete: a.complete,
+    }
 }
 
 pub(super) fn live_pass(
@@ -382,19 +487,44 @@ pub(super) fn live_pass(
     case: &Case,
     l: &LiveCase,
     spec: &TargetSpec,
+    sym: &mut Symbolizer,
     objs: &mut Option<Vec<ObjectFact>>,
 ) -> Result<(LivePass, Vec<String>), Fail> {
     let (launched, arm_proof) = launch_pass(rs, case, spec, "live")?;
     record_objects(&launched, objs);
     std::thread::sleep(Duration::from_millis(case.settle_ms));
     let measured = (|| -> Result<(ProcSnapshot, Vec<LiveCycle>), Fail> {
+        // READY's descriptors are read before the probes attach: attaching
+        // opens none in the target, but its sample is the server's own.
         let ready = ProcSnapshot::read_tree(launched.pid)?;
+        let mut probing = match rs.passes.counted && !rs.families.is_empty() {
+            // One frame per event: the live pass reports counts, not stacks.
+            true => Some(Probing {
+                probes: ProbeSet::attach_with(
+                    launched.pid,
+                    &rs.families,
+                    Scope::Tree,
+                    Stacks::Off,
+                )?,
+                sym: &mut *sym,
+                wrappers: crate::report::stacks::Wrappers::with_extra(&spec.wrappers),
+            }),
+            false => None,
+        };
         let mut cycles = Vec::new();
         for n in 1..=l.cycles {
             if crate::interrupt::requested() {
                 return Err(Fail("interrupted by SIGINT/SIGTERM".into()));
             }
-            cycles.push(cycle(case, l, spec, &launched, &ready, n)?);
+            cycles.push(cycle(
+                case,
+                l,
+                spec,
+                &launched,
+                &ready,
+                n,
+                probing.as_mut(),
+            )?);
         }
         Ok((ready, cycles))
     })();

@@ -21,7 +21,7 @@ use clean::*;
 pub use counted::counted_metrics;
 use counted::*;
 use live::live_pass;
-pub use live::{live_spec, LiveCycle, LivePass, PhaseSample};
+pub use live::{live_spec, LiveCycle, LivePass, LiveProbes, PhaseSample};
 use memory::*;
 use memslope::memslope_pass;
 pub use memslope::{ConnPoint, MemSlopePass, MIN_R2};
@@ -298,7 +298,7 @@ pub fn run_case(
         },
         CaseKind::Live(l) => match live_spec(spec, l.protocol) {
             Err(why) => return CaseResult::skipped(case, why),
-            Ok(ls) => match live_pass(rs, case, l, &ls, &mut res.objects) {
+            Ok(ls) => match live_pass(rs, case, l, &ls, sym, &mut res.objects) {
                 Ok((p, reasons)) => {
                     res.live = Some(p);
                     res.reasons.extend(reasons);

@@ -103,15 +103,34 @@ impl LiveOutcome {
     }
 }
 
+/// Where the generator waits for the caller: once every connection is
+/// open (before the hold) and once every hold is over (before the close),
+/// it says which (`"connected"`, `"held"`) on `at` and waits for `go`. No
+/// connection sends anything meanwhile, so a window the caller opens and
+/// closes there holds the hold's messages and nothing else of the client's.
+pub struct Pause {
+    pub at: std::sync::mpsc::Sender<&'static str>,
+    pub go: std::sync::mpsc::Receiver<()>,
+}
+
+impl Pause {
+    fn wait(&self, at: &'static str) {
+        // A caller that went away lets the cycle run on.
+        if self.at.send(at).is_ok() {
+            let _ = self.go.recv();
+        }
+    }
+}
+
 /// A cycle running on its own thread, so the caller can sample the server
 /// meanwhile.
 pub struct LiveRun(JoinHandle<io::Result<LiveOutcome>>);
 
 impl LiveRun {
-    pub fn start(spec: LiveSpec) -> io::Result<LiveRun> {
+    pub fn start(spec: LiveSpec, pause: Option<Pause>) -> io::Result<LiveRun> {
         let h = std::thread::Builder::new()
             .name("rig-live".into())
-            .spawn(move || run(&spec))?;
+            .spawn(move || run(&spec, pause.as_ref()))?;
         Ok(LiveRun(h))
     }
 
@@ -137,12 +156,12 @@ fn thread_cpu_ns() -> u64 {
 }
 
 /// One cycle, on the calling thread.
-pub fn run(spec: &LiveSpec) -> io::Result<LiveOutcome> {
+pub fn run(spec: &LiveSpec, pause: Option<&Pause>) -> io::Result<LiveOutcome> {
     let cpu0 = thread_cpu_ns();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (times, conns) = rt.block_on(cycle(spec));
+    let (times, conns) = rt.block_on(cycle(spec, pause));
     Ok(LiveOutcome {
         times,
         conns,
@@ -157,7 +176,7 @@ enum Open {
     Sse(TcpStream, SseReader),
 }
 
-async fn cycle(spec: &LiveSpec) -> (PhaseTimes, Vec<ConnLedger>) {
+async fn cycle(spec: &LiveSpec, pause: Option<&Pause>) -> (PhaseTimes, Vec<ConnLedger>) {
     let n = spec.connections;
     let connecting = Instant::now();
     let mut set = JoinSet::new();
@@ -182,6 +201,10 @@ async fn cycle(spec: &LiveSpec) -> (PhaseTimes, Vec<ConnLedger>) {
             Ok(Err(e)) => ledgers[i].error = Some(format!("connect: {e}")),
             Err(_) => ledgers[i].error = Some(format!("connect: no answer in {LIVE_TIMEOUT:?}")),
         }
+    }
+    // Blocking the runtime's one thread is the point: nothing runs.
+    if let Some(p) = pause {
+        p.wait("connected");
     }
     let connected = Instant::now();
     let until = tokio::time::Instant::from_std(connected + spec.hold);
@@ -213,6 +236,9 @@ async fn cycle(spec: &LiveSpec) -> (PhaseTimes, Vec<ConnLedger>) {
             g.error = l.error;
         }
         held.extend(o.map(|o| (i, o)));
+    }
+    if let Some(p) = pause {
+        p.wait("held");
     }
     let closing = Instant::now();
     let mut set = JoinSet::new();

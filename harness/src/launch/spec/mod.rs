@@ -476,6 +476,15 @@ impl TargetSpec {
                 ),
             });
         }
+        if self.protocols.tcp_echo {
+            protos.push("TCP echo".to_string());
+        }
+        if let Some(p) = &self.protocols.ws {
+            protos.push(format!("WebSocket {p}"));
+        }
+        if let Some(s) = &self.protocols.sse {
+            protos.push(format!("SSE {} (every {} ms)", s.path, s.interval_ms));
+        }
         format!(
             "{}: {} ({}); ready: {} within {} ms; protocols: {}; {} endpoint(s)",
             self.name,
