@@ -217,6 +217,10 @@ pub fn views(cases: &[Value], flames: &Flames, charts: &mut Map<String, Value>) 
                 charts.insert(format!("memslope-{slug}"), v);
                 plots.push(json!({"kind": "memslope", "chart": format!("memslope-{slug}")}));
             }
+            if let Some(v) = chart::live_chart(&c["live"]) {
+                charts.insert(format!("live-{slug}"), v);
+                plots.push(json!({"kind": "live", "chart": format!("live-{slug}")}));
+            }
             let counted = &c["counted"];
             json!({
                 "id": id,
