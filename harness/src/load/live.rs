@@ -13,7 +13,8 @@
 //!
 //! Echoes are checked end to end: each message names its cycle, its
 //! connection and its sequence number (`c2 n17 s5`), and the echo must be
-//! the same bytes. An SSE connection must get an event at once and then
+//! the same bytes. A TCP connection counts as open once its message 0 came
+//! back (the server accepted it); the hold's messages are 1, 2, …. An SSE connection must get an event at once and then
 //! heartbeats; every event after the first counts as one.
 
 use std::collections::BTreeMap;
@@ -181,11 +182,11 @@ async fn cycle(spec: &LiveSpec, pause: Option<&Pause>) -> (PhaseTimes, Vec<ConnL
     let connecting = Instant::now();
     let mut set = JoinSet::new();
     for i in 0..n {
-        let (addr, kind) = (spec.addr, spec.kind.clone());
+        let (addr, kind, cycle) = (spec.addr, spec.kind.clone(), spec.cycle);
         set.spawn(async move {
             (
                 i,
-                tokio::time::timeout(LIVE_TIMEOUT, open(addr, &kind)).await,
+                tokio::time::timeout(LIVE_TIMEOUT, open(addr, &kind, cycle, i)).await,
             )
         });
     }
@@ -268,13 +269,23 @@ async fn cycle(spec: &LiveSpec, pause: Option<&Pause>) -> (PhaseTimes, Vec<ConnL
     (times, ledgers)
 }
 
-async fn open(addr: SocketAddr, kind: &LiveKind) -> Result<Open, String> {
+async fn open(addr: SocketAddr, kind: &LiveKind, cycle: u32, conn: usize) -> Result<Open, String> {
     let s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let _ = s.set_nodelay(true);
     match kind {
         LiveKind::Tcp => {
+            // A TCP connection is open for the client before the server
+            // has accepted it; its first message (sequence 0, not counted
+            // in the hold's) coming back proves the server holds it, as
+            // the handshake does for WebSocket and SSE.
             let (r, w) = s.into_split();
-            Ok(Open::Tcp(BufReader::new(r), w))
+            let mut o = Open::Tcp(BufReader::new(r), w);
+            let hello = message(cycle, conn, 0);
+            let back = echo(&mut o, &hello).await?;
+            if back != hello {
+                return Err(format!("wrong echo: sent `{hello}`, got `{back}`"));
+            }
+            Ok(o)
         }
         LiveKind::Ws { path } => {
             let url = format!("ws://{addr}{path}");
