@@ -265,3 +265,40 @@ duration_ms = 500
         assert_eq!(p["per_connection"]["allocations"], 0.0, "{p:#}");
     }
 }
+
+/// A WebSocket server nobody here wrote: Debian's websocketd with one
+/// /bin/cat per connection (config/targets/websocketd.toml). Every
+/// message comes back, and once the connections close the process tree
+/// (websocketd and its cats) holds READY's descriptors again.
+#[test]
+fn websocketd_echoes_every_message_and_gives_back_its_descriptors_each_cycle() {
+    root_or_skip!();
+    let (code, text, cases) = run(
+        spec("websocketd.toml"),
+        r#"
+[defaults]
+settle_ms = 200
+
+[[suite]]
+name = "live"
+kind = "live"
+live = ["ws"]
+connections = [16]
+cycles = 2
+message_ms = 100
+duration_ms = 500
+"#,
+        &[],
+    );
+    assert_eq!(code, exit::OK, "{text}");
+    let c = &cases[0];
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert_eq!(c["live"]["endpoint"], "ws /");
+    for cy in c["live"]["cycles"].as_array().unwrap() {
+        assert_eq!(cy["connected"], 16, "{cy:#}");
+        assert_eq!(cy["sent"], 80, "{cy:#}");
+        assert_eq!(cy["echoed"], 80, "{cy:#}");
+        assert_eq!(cy["reclaimed"], 16, "{cy:#}");
+        assert_eq!(cy["fds_delta"], 0, "{cy:#}");
+    }
+}
