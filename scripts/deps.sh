@@ -3,7 +3,7 @@
 # clang + libbpf-dev + kernel UAPI headers to compile the BPF programs, and
 # libc6-dbg so glibc's internal routines get their true names; nginx (not
 # started) for the process-tree tests; chromium for the report.html tests;
-# golang-go for `go tool pprof`.
+# golang-go for `go tool pprof`; websocketd for the live suite.
 set -eu
 need=""
 command -v clang >/dev/null 2>&1 || need="$need clang"
@@ -26,6 +26,8 @@ command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || need="$need golang
 command -v wrk >/dev/null 2>&1 || need="$need wrk"
 command -v h2load >/dev/null 2>&1 || need="$need nghttp2-client"
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
+# The live suite's tests measure a WebSocket server not written here.
+command -v websocketd >/dev/null 2>&1 || need="$need websocketd"
 # The allocator tests: the calibration server linked against Debian's
 # jemalloc, mimalloc and tcmalloc_minimal, a CPython extension (headers),
 # and Debian's redis-server (jemalloc; started by the test itself on a port

@@ -28,8 +28,16 @@
 //!
 //! ```text
 //! rig-peer --port P [--addr 127.0.0.1] [--workers N] [--tls --cert FILE --key FILE]
+//! rig-peer --port P --live [--sse-interval-ms MS] [--wrong-echo]
 //! ```
+//!
+//! `--live` serves long-lived connections for rig's `live` suite on the same
+//! one port: WebSocket echo on `/ws`, server-sent events on `/sse`, and raw
+//! TCP echo for a connection that does not open with an HTTP request (see
+//! `live.rs`). It is a mode of its own so that the default server's request
+//! path, whose costs are gated exactly, stays as it is.
 
+mod live;
 mod routes;
 mod serve;
 mod tls;
@@ -66,6 +74,18 @@ struct Flags {
     /// PEM private key: PKCS#8, PKCS#1 or SEC1 (with --tls).
     #[arg(long, requires = "tls")]
     key: Option<PathBuf>,
+    /// Serve WebSocket echo (/ws), server-sent events (/sse) and TCP echo
+    /// besides the fixed routes (rig's `live` suite).
+    #[arg(long, conflicts_with = "tls")]
+    live: bool,
+    /// --live: ms between SSE heartbeats when the request has no
+    /// `?interval_ms=`.
+    #[arg(long, default_value_t = 1000, requires = "live")]
+    sse_interval_ms: u64,
+    /// --live: answer every echo wrongly (an `x` in front), for rig's tests
+    /// that a wrong echo fails the cycle.
+    #[arg(long, requires = "live")]
+    wrong_echo: bool,
 }
 
 fn main() {
@@ -92,5 +112,16 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         .enable_time()
         .build()
         .context("building the tokio runtime")?;
-    runtime.block_on(serve::serve((flags.addr, flags.port).into(), tls))
+    let addr = (flags.addr, flags.port).into();
+    if flags.live {
+        if flags.sse_interval_ms == 0 {
+            bail!("--sse-interval-ms 0: give at least 1 ms between heartbeats");
+        }
+        let opts = live::LiveOptions {
+            sse_interval: std::time::Duration::from_millis(flags.sse_interval_ms),
+            wrong_echo: flags.wrong_echo,
+        };
+        return runtime.block_on(live::serve(addr, opts));
+    }
+    runtime.block_on(serve::serve(addr, tls))
 }

@@ -52,6 +52,20 @@ fn respond(method: &Method, path: &str) -> Response<Full<Bytes>> {
     response
 }
 
+/// The fixed routes as data, for `--live` mode (its own response type).
+/// `respond` keeps its own copy of this table on purpose: the default
+/// server's per-request costs are gated exactly (`config/gates/peer.toml`),
+/// and routing its hot path through this function would change them. It
+/// sits below `respond` because the gate's call sites carry line numbers.
+pub fn fixed(method: &Method, path: &str) -> (StatusCode, &'static str, &'static [u8]) {
+    match (method, path) {
+        (&Method::GET, "/plain") => (StatusCode::OK, "text/plain", PLAIN),
+        (&Method::GET, "/json") => (StatusCode::OK, "application/json", JSON),
+        (&Method::GET, "/bytes") => (StatusCode::OK, "application/octet-stream", &BYTES[..]),
+        _ => (StatusCode::NOT_FOUND, "text/plain", NOT_FOUND),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +85,18 @@ mod tests {
     fn json_body_is_the_documented_26_bytes() {
         assert_eq!(JSON, b"{\"message\":\"hello\",\"id\":1}");
         assert_eq!(JSON.len(), 26);
+    }
+
+    #[test]
+    fn the_live_modes_table_is_the_default_servers() {
+        for m in [Method::GET, Method::POST] {
+            for p in ["/plain", "/json", "/bytes", "/", "/ws"] {
+                let r = respond(&m, p);
+                let (status, ct, _) = fixed(&m, p);
+                assert_eq!(r.status(), status, "{m} {p}");
+                assert_eq!(r.headers()[CONTENT_TYPE], ct, "{m} {p}");
+            }
+        }
     }
 
     #[test]

@@ -5,10 +5,12 @@
 //! exit said). The runner of `rig run`, `rig ab` and `rig gate`: the clean
 //! pass (no probes: throughput, latency, CPU, memory), the counted pass (one
 //! fixed-count window, [`crate::window`]) and the memory pass, each on its
-//! own fresh server.
+//! own fresh server; memslope, recovery and live cases have a pass of
+//! their own.
 
 mod clean;
 mod counted;
+mod live;
 mod memory;
 mod memslope;
 mod recovery;
@@ -19,6 +21,8 @@ mod soak;
 use clean::*;
 pub use counted::counted_metrics;
 use counted::*;
+use live::live_pass;
+pub use live::{live_spec, LiveCycle, LivePass, LiveProbes, PhaseSample};
 use memory::*;
 use memslope::memslope_pass;
 pub use memslope::{ConnPoint, MemSlopePass, MIN_R2};
@@ -171,6 +175,9 @@ pub struct CaseResult {
     /// A soak case: its intervals and drift.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub soak: Option<SoakPass>,
+    /// A live case: its cycles of long-lived connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<LivePass>,
     pub clean: Option<CleanPass>,
     pub counted: Option<CountedPass>,
     pub elapsed_ms: u64,
@@ -190,6 +197,7 @@ impl CaseResult {
             memslope: None,
             recovery: None,
             soak: None,
+            live: None,
             clean: None,
             counted: None,
             elapsed_ms: 0,
@@ -264,6 +272,7 @@ pub fn run_case(
         memslope: None,
         recovery: None,
         soak: None,
+        live: None,
         clean: None,
         counted: None,
         elapsed_ms: 0,
@@ -301,6 +310,16 @@ pub fn run_case(
                 res.reasons.extend(reasons);
             }
             Err(Fail(why)) => res.reasons.push(format!("soak: {why}")),
+        },
+        CaseKind::Live(l) => match live_spec(spec, l.protocol) {
+            Err(why) => return CaseResult::skipped(case, why),
+            Ok(ls) => match live_pass(rs, case, l, &ls, sym, &mut res.objects) {
+                Ok((p, reasons)) => {
+                    res.live = Some(p);
+                    res.reasons.extend(reasons);
+                }
+                Err(Fail(why)) => res.reasons.push(format!("live: {why}")),
+            },
         },
         CaseKind::Http(http) => {
             if rs.passes.clean {

@@ -223,6 +223,10 @@ pub fn views(cases: &[Value], flames: &Flames, charts: &mut Map<String, Value>) 
                 plots.push(json!({"kind": "soak-latency", "chart": format!("soak-latency-{slug}")}));
                 plots.push(json!({"kind": "soak-memory", "chart": format!("soak-memory-{slug}")}));
             }
+            if let Some(v) = chart::live_chart(&c["live"]) {
+                charts.insert(format!("live-{slug}"), v);
+                plots.push(json!({"kind": "live", "chart": format!("live-{slug}")}));
+            }
             let counted = &c["counted"];
             json!({
                 "id": id,

@@ -178,6 +178,45 @@ pub fn soak_charts(s: &Value) -> Option<(Value, Value)> {
     Some((latency, memory))
 }
 
+/// A live case's server, phase by phase over its cycles: the largest RSS,
+/// PSS (MiB) and descriptor count of each phase's samples, at x = cycle +
+/// phase / 4 (connecting, connected, closing, disconnected), and READY's
+/// descriptors for reference. `None` without cycles.
+pub fn live_chart(p: &Value) -> Option<Value> {
+    let cycles = p["cycles"].as_array().filter(|c| !c.is_empty())?;
+    let pts = |key: &str, scale: f64| -> Vec<[f64; 2]> {
+        cycles
+            .iter()
+            .flat_map(|c| {
+                let n = c["cycle"].as_f64().unwrap_or(0.0);
+                c["phases"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                    .filter_map(move |(i, ph)| {
+                        Some([n + i as f64 / 4.0, ph[key].as_f64()? / scale])
+                    })
+            })
+            .collect()
+    };
+    let mib = 1024.0 * 1024.0;
+    let last = cycles.len() as f64 + 0.75;
+    let ready = p["ready_fds"].as_f64().unwrap_or(0.0);
+    Some(json!({
+        "title": format!("server by phase ({})", p["endpoint"].as_str().unwrap_or("live")),
+        "xlabel": "cycle + phase/4 (connecting, connected, closing, disconnected)",
+        "ylabel": "MiB; descriptors",
+        "x": "lin", "ylog": false,
+        "series": [
+            {"name": "RSS MiB", "points": pts("rss_max_bytes", mib)},
+            {"name": "PSS MiB", "points": pts("pss_max_bytes", mib)},
+            {"name": "FDs", "points": pts("fds_max", 1.0)},
+            {"name": "READY's FDs", "points": [[1.0, ready], [last, ready]]},
+        ],
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

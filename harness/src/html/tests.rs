@@ -396,3 +396,34 @@ fn a_soak_case_draws_latency_per_interval_and_rss_by_requests_with_its_line() {
     );
     assert!(html.contains("latency per interval (from the scheduled time)"));
 }
+
+#[test]
+fn a_live_case_draws_its_server_phase_by_phase() {
+    let id = "live/peer/ws/c32/x1/#1";
+    let ph = |phase: &str, rss: u64, fds: u64| json!({"phase": phase, "samples": 2, "rss_max_bytes": rss, "pss_max_bytes": rss, "fds_min": fds, "fds_max": fds, "threads_max": 2, "server_cpu_ns": 1000});
+    let c = json!({
+        "id": id, "suite": "live", "kind": "live", "target": 0, "target_name": "peer",
+        "repeat": 1, "live_protocol": "ws", "connections": [32], "cycles": 1,
+        "status": "ok", "reasons": [],
+        "live": {
+            "endpoint": "ws /ws", "ready_fds": 12,
+            "cycles": [{"cycle": 1, "phases": [
+                ph("connecting", 8 << 20, 30), ph("connected", 12 << 20, 44),
+                ph("closing", 12 << 20, 20), ph("disconnected", 9 << 20, 12),
+            ]}],
+        },
+    });
+    let d = out_dir("live", &[c]);
+    let html = std::fs::read_to_string(write(&d.0).unwrap()).unwrap();
+    let slug = crate::scenario::slug(id);
+    assert!(
+        html.contains(&format!(
+            "<figure class=\"chart live\" data-chart=\"live-{slug}\" data-case=\"{id}\">"
+        )),
+        "{html}"
+    );
+    assert!(html.contains("server by phase (ws /ws)"), "{html}");
+    let v = chart::live_chart(&serde_json::json!({"endpoint": "ws /ws", "ready_fds": 12, "cycles": [{"cycle": 1, "phases": [ph("connecting", 8 << 20, 30), ph("connected", 12 << 20, 44)]}]})).unwrap();
+    assert_eq!(v["series"][0]["points"], json!([[1.0, 8.0], [1.25, 12.0]]));
+    assert_eq!(v["series"][2]["points"], json!([[1.0, 30.0], [1.25, 44.0]]));
+}

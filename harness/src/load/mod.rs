@@ -18,6 +18,9 @@
 //! validated (status, content type, whole body) and a failed request is
 //! counted by kind, never an abort.
 //!
+//! `live` holds long-lived connections (TCP echo, WebSocket, server-sent
+//! events) through the phases of one cycle, each message's echo checked.
+//!
 //! `blocking` is the small thread-per-connection HTTP/1.1 client that
 //! `rig attach --drive` uses for its fixed-count attribution window.
 
@@ -27,6 +30,7 @@ pub mod dispatch;
 mod h1;
 mod h2;
 pub mod hist;
+pub mod live;
 mod open;
 pub mod schedule;
 mod tls;

@@ -53,6 +53,13 @@ impl CaseKey {
                 k.topology.streams,
                 k.interval_ms
             ),
+            CaseKind::Live(l) => format!(
+                "{}/{}/c{}/x{}",
+                self.suite,
+                l.protocol.name(),
+                l.connections,
+                l.cycles
+            ),
             CaseKind::MemSlope(m) => format!(
                 "{}/{}/{}/c{}",
                 self.suite,
@@ -110,6 +117,7 @@ impl fmt::Display for CaseKey {
                 k.topology.connections,
                 k.topology.streams
             ),
+            CaseKind::Live(l) => write!(f, "{} live c{}", l.protocol.name(), l.connections),
             CaseKind::MemSlope(m) => write!(
                 f,
                 "{} {} memslope c{}",

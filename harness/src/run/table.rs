@@ -110,6 +110,7 @@ pub fn render(results: &[CaseResult]) -> String {
     out.push_str(&memslope_lines(results));
     out.push_str(&recovery_lines(results));
     out.push_str(&soak_lines(results));
+    out.push_str(&live_lines(results));
     for r in results {
         if let Some(s) = r
             .clean
@@ -247,6 +248,47 @@ fn soak_lines(results: &[CaseResult]) -> String {
         for w in &p.warnings {
             out.push_str(&format!("\n{}: {w}", r.case.id));
         }
+    }
+    out
+}
+
+/// One line per live case: per cycle, connections opened, echoes of
+/// messages (or heartbeats), clients reclaimed, FDs against READY's, RSS
+/// while held and the generator's CPU.
+fn live_lines(results: &[CaseResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let Some(p) = r.live.as_ref() else {
+            continue;
+        };
+        let cycles: Vec<String> = p
+            .cycles
+            .iter()
+            .map(|c| {
+                let traffic = if c.heartbeats > 0 || c.sent == 0 {
+                    format!("{} heartbeats (≥{}/conn)", c.heartbeats, c.heartbeats_needed)
+                } else {
+                    format!("{}/{} echoed", c.echoed, c.sent)
+                };
+                let held = c.phases[1]
+                    .rss_max_bytes
+                    .map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)));
+                format!(
+                    "#{} {} open, {traffic}, {} reclaimed, RSS held {held}, FDs {:+}, client CPU {:.0} ms",
+                    c.cycle,
+                    c.connected,
+                    c.reclaimed,
+                    c.fds_delta,
+                    c.client_cpu_ns as f64 / 1e6
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "\n{}: {}: {}",
+            r.case.id,
+            p.endpoint,
+            cycles.join("; ")
+        ));
     }
     out
 }

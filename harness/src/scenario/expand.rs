@@ -137,6 +137,29 @@ impl Matrix {
                             }
                         }
                     }
+                    SuiteKind::Live => {
+                        for &protocol in &s.live {
+                            for &connections in &s.connections {
+                                for &t in &order {
+                                    let l = LiveCase {
+                                        protocol,
+                                        connections,
+                                        cycles: s.cycles,
+                                        message_ms: s.message_ms,
+                                    };
+                                    let mut c = base(t, CaseKind::Live(l));
+                                    c.id = format!(
+                                        "{}/{}/{}/c{connections}/x{}/#{round}",
+                                        s.name,
+                                        targets[t],
+                                        protocol.name(),
+                                        s.cycles,
+                                    );
+                                    cases.push(c);
+                                }
+                            }
+                        }
+                    }
                     SuiteKind::Recovery => {
                         for &protocol in &s.protocols {
                             for path in &s.paths {

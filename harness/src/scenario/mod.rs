@@ -67,6 +67,32 @@ pub enum SuiteKind {
     /// and descriptors per interval, and a counted window after each
     /// (allocations minus frees per request), fitted for drift.
     Soak,
+    /// Long-lived connections (TCP echo, WebSocket, SSE) at tiers of
+    /// connections: cycles of connecting, holding with traffic checked
+    /// end to end, closing, and the server back at READY's descriptors.
+    Live,
+}
+
+/// The protocol of a live case's connections.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum LiveProto {
+    /// Raw TCP echo: newline-terminated messages come back.
+    Tcp,
+    /// WebSocket echo (HTTP/1.1 upgrade): text messages come back.
+    Ws,
+    /// Server-sent events: an event at once, then heartbeats.
+    Sse,
+}
+
+impl LiveProto {
+    pub fn name(self) -> &'static str {
+        match self {
+            LiveProto::Tcp => "tcp",
+            LiveProto::Ws => "ws",
+            LiveProto::Sse => "sse",
+        }
+    }
 }
 
 /// Wire protocol of a load case.
@@ -171,7 +197,15 @@ pub struct SuiteSpec {
     /// `[0, 64, 128, 256]`); memory is sampled at each.
     #[serde(default)]
     pub connections: Vec<usize>,
-    /// Recovery suites: cycles per case.
+    /// Live suites: the protocols of the connections (`tcp`, `ws`, `sse`);
+    /// `connections` are the tiers, one case each.
+    #[serde(default)]
+    pub live: Vec<LiveProto>,
+    /// Live suites: ms between the messages of a TCP or WebSocket
+    /// connection while it is held.
+    #[serde(default = "d_message_ms")]
+    pub message_ms: u64,
+    /// Recovery and live suites: cycles per case.
     #[serde(default = "d_cycles")]
     pub cycles: u32,
     /// Recovery suites: how each cycle's connections are closed.
@@ -201,6 +235,10 @@ impl CloseKind {
             CloseKind::Abrupt => "abrupt",
         }
     }
+}
+
+fn d_message_ms() -> u64 {
+    100
 }
 
 fn d_cycles() -> u32 {
@@ -293,6 +331,8 @@ pub enum CaseKind {
     Recovery(RecoveryCase),
     /// Fixed-rate load in intervals on one server, for drift.
     Soak(SoakCase),
+    /// Cycles of connect, hold, close of long-lived connections.
+    Live(LiveCase),
 }
 
 /// One protocol × path × rate × topology of a soak suite.
@@ -313,6 +353,18 @@ impl SoakCase {
     pub fn intervals(&self, duration_ms: u64) -> u64 {
         duration_ms / self.interval_ms
     }
+}
+
+/// One protocol × tier of a live suite: `cycles` times on one server,
+/// open `connections` connections, hold them for the case's `duration_ms`
+/// (TCP and WebSocket send a message every `message_ms`; SSE waits for
+/// heartbeats), close them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveCase {
+    pub protocol: LiveProto,
+    pub connections: usize,
+    pub cycles: u32,
+    pub message_ms: u64,
 }
 
 /// One protocol × path × rate × topology × close of a recovery suite.
@@ -357,6 +409,7 @@ impl CaseKind {
             CaseKind::MemSlope(_) => SuiteKind::Memslope,
             CaseKind::Recovery(_) => SuiteKind::Recovery,
             CaseKind::Soak(_) => SuiteKind::Soak,
+            CaseKind::Live(_) => SuiteKind::Live,
         }
     }
 
@@ -375,6 +428,9 @@ impl CaseKind {
             CaseKind::MemSlope(m) => Some(m.protocol),
             CaseKind::Recovery(r) => Some(r.protocol),
             CaseKind::Soak(k) => Some(k.protocol),
+            // Not an HTTP listener: the live pass finds the target's live
+            // endpoints (or its live variant) itself.
+            CaseKind::Live(_) => None,
         }
     }
 }
@@ -405,6 +461,12 @@ struct FlatCase {
     /// Soak cases: one interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     interval_ms: Option<u64>,
+    /// Live cases: the connections' protocol (`live` is the pass's
+    /// results) and ms between messages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live_protocol: Option<LiveProto>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_ms: Option<u64>,
     warmup_ms: u64,
     duration_ms: u64,
     counted_requests: u64,
@@ -416,6 +478,7 @@ impl From<Case> for FlatCase {
         let protocol = c.what.listener_protocol();
         let kind = c.what.suite_kind();
         let (mut cycles, mut close, mut interval_ms) = (None, None, None);
+        let (mut live_protocol, mut message_ms) = (None, None);
         let (path, load, topology, keepalive, connections) = match c.what {
             CaseKind::Memory { .. } => (None, None, None, true, None),
             CaseKind::Recovery(r) => {
@@ -447,6 +510,12 @@ impl From<Case> for FlatCase {
                 None,
             ),
             CaseKind::MemSlope(m) => (Some(m.path), None, None, true, Some(m.tiers)),
+            CaseKind::Live(l) => {
+                cycles = Some(l.cycles);
+                live_protocol = Some(l.protocol);
+                message_ms = Some(l.message_ms);
+                (None, None, None, true, Some(vec![l.connections]))
+            }
         };
         FlatCase {
             id: c.id,
@@ -464,6 +533,8 @@ impl From<Case> for FlatCase {
             cycles,
             close,
             interval_ms,
+            live_protocol,
+            message_ms,
             warmup_ms: c.warmup_ms,
             duration_ms: c.duration_ms,
             counted_requests: c.counted_requests,
@@ -480,7 +551,8 @@ impl Case {
             CaseKind::Memory { .. }
             | CaseKind::MemSlope(_)
             | CaseKind::Recovery(_)
-            | CaseKind::Soak(_) => None,
+            | CaseKind::Soak(_)
+            | CaseKind::Live(_) => None,
         }
     }
 

@@ -77,6 +77,10 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
             memslope(s, nofile, &bad)?;
             continue;
         }
+        if s.kind == SuiteKind::Live {
+            live(s, nofile, &bad)?;
+            continue;
+        }
         if s.kind == SuiteKind::Recovery {
             if s.rates.is_empty() {
                 return Err(bad(
@@ -200,6 +204,53 @@ fn memslope(
         ));
     }
     let top = *s.connections.last().expect("three tiers");
+    if let Some(limit) = nofile {
+        if top as u64 + FD_HEADROOM > limit {
+            return Err(bad(
+                Some("connections"),
+                format!(
+                    "{top} connections need more file descriptors than this process may open \
+                     (RLIMIT_NOFILE hard limit {limit}, {FD_HEADROOM} kept for rig); raise the \
+                     limit (ulimit -Hn) or use fewer connections"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A live suite: protocols, tiers of connections (each at least 1, within
+/// the file descriptors this process may open), at least one cycle, and a
+/// message interval the hold can fit.
+fn live(
+    s: &SuiteSpec,
+    nofile: Option<u64>,
+    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
+) -> Result<(), MatrixError> {
+    if s.live.is_empty() || s.connections.is_empty() {
+        return Err(bad(
+            None,
+            "a live suite needs live (protocols: \"tcp\", \"ws\", \"sse\") and connections \
+             (the tiers, e.g. [32, 128])"
+                .into(),
+        ));
+    }
+    if s.connections.contains(&0) {
+        return Err(bad(
+            Some("connections"),
+            "a tier of 0 connections holds nothing; give tiers of at least 1".into(),
+        ));
+    }
+    if s.cycles == 0 {
+        return Err(bad(Some("cycles"), "cycles = 0: give at least 1".into()));
+    }
+    if s.message_ms == 0 {
+        return Err(bad(
+            Some("message_ms"),
+            "message_ms = 0: give the ms between messages, e.g. 100".into(),
+        ));
+    }
+    let top = *s.connections.iter().max().expect("not empty");
     if let Some(limit) = nofile {
         if top as u64 + FD_HEADROOM > limit {
             return Err(bad(

@@ -42,6 +42,7 @@ mod hostile;
 mod html;
 mod integrity;
 mod launch;
+mod live;
 mod load;
 mod memslope;
 mod recovery;

@@ -435,6 +435,7 @@ fn the_run_table_has_a_row_per_case_and_says_why_a_case_failed() {
         memslope: None,
         recovery: None,
         soak: None,
+        live: None,
         clean: Some(CleanPass {
             launch: launch_info(),
             load: load_report(2000, 122, 242),

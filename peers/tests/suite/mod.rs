@@ -2,6 +2,7 @@
 //! hyper clients for each protocol rig drives.
 
 mod endpoints;
+mod live;
 mod shutdown;
 
 use std::io::{BufRead, BufReader, Read};

@@ -54,6 +54,16 @@
 //! - `tls_variant = "peer-tls.toml"`: the same implementation serving TLS
 //!   (a spec whose `[protocols]` has `h2_tls`); a run's TLS cases launch it,
 //!   so one `--target` covers cleartext and TLS.
+//! - Long-lived connections (the `live` suite), also in `[protocols]`:
+//!   `tcp_echo = true` (a connection that does not open with an HTTP
+//!   request gets every byte back), `ws = "/ws"` (WebSocket echo behind an
+//!   HTTP/1.1 upgrade on that path), `sse = { path = "/sse?interval_ms=200",
+//!   interval_ms = 200 }` (`text/event-stream`: an event at once, then one
+//!   every `interval_ms`, which the server is configured with: by the path's
+//!   query here).
+//! - `live_variant = "peer-live.toml"`: the same implementation serving
+//!   those (rig-peer's `--live` mode, kept apart so that its default
+//!   request path is not changed by them); a run's live cases launch it.
 //! - `[[files]] template = "nginx/nginx.conf"  path = "nginx.conf"`: before
 //!   each launch, rig renders the template (relative to the spec's
 //!   directory; the same placeholders, plus `{run_dir}`) into a fresh
@@ -186,6 +196,19 @@ pub struct Protocols {
     pub h1: bool,
     pub h2c: bool,
     pub h2_tls: Option<TlsSpec>,
+    /// Raw TCP echo on the port.
+    pub tcp_echo: bool,
+    /// The path of a WebSocket echo.
+    pub ws: Option<String>,
+    pub sse: Option<SseSpec>,
+}
+
+/// A server-sent event stream: its path (with whatever query configures
+/// it) and the heartbeat interval the server was configured with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SseSpec {
+    pub path: String,
+    pub interval_ms: u64,
 }
 
 /// What a response body must be.
@@ -224,6 +247,9 @@ pub struct TargetSpec {
     /// The same implementation with a TLS listener (another spec file):
     /// cases that need TLS launch that one.
     pub tls_variant: Option<PathBuf>,
+    /// The same implementation serving the live endpoints (WebSocket, SSE,
+    /// TCP echo): a run's live cases launch that one.
+    pub live_variant: Option<PathBuf>,
     /// Files rendered into the launch's `{run_dir}` before it starts.
     pub files: Vec<FileTemplate>,
     /// Extra wrapper patterns for naming user sites (`wrappers = [...]`).
@@ -449,6 +475,15 @@ impl TargetSpec {
                     t.server_name
                 ),
             });
+        }
+        if self.protocols.tcp_echo {
+            protos.push("TCP echo".to_string());
+        }
+        if let Some(p) = &self.protocols.ws {
+            protos.push(format!("WebSocket {p}"));
+        }
+        if let Some(s) = &self.protocols.sse {
+            protos.push(format!("SSE {} (every {} ms)", s.path, s.interval_ms));
         }
         format!(
             "{}: {} ({}); ready: {} within {} ms; protocols: {}; {} endpoint(s)",

@@ -81,6 +81,7 @@ pub(super) fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigE
     let argv = command_line(&mut d, &raw, &dir, &port);
     let (ready, ready_timeout) = readiness(&mut d, &raw);
     let (protocols, tls_variant) = listeners(&mut d, &raw, &dir);
+    let live_variant = variant(&mut d, "live_variant", raw.live_variant.as_ref(), &dir);
     let files = file_templates(&mut d, &raw, &dir);
     let endpoints = endpoints(&mut d, &raw, &dir);
     if let Ready::Http(p) = &ready {
@@ -107,6 +108,7 @@ pub(super) fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigE
         protocols,
         endpoints,
         tls_variant,
+        live_variant,
         files,
         wrappers: raw.wrappers.clone(),
         user: raw.user.as_ref().map(|u| u.get_ref().clone()),
@@ -290,23 +292,63 @@ fn listeners(d: &mut Diag, raw: &RawSpec, dir: &Path) -> (Protocols, Option<Path
             insecure: t.insecure,
         }
     });
+    let ws = raw.protocols.ws.as_ref().map(|w| {
+        if !w.get_ref().starts_with('/') {
+            d.error(
+                w.span(),
+                format!("ws = \"{}\": a path starts with /", w.get_ref()),
+            );
+        }
+        w.get_ref().clone()
+    });
+    let sse = raw.protocols.sse.as_ref().map(|s| {
+        let r = s.get_ref();
+        if !r.path.starts_with('/') {
+            d.error(
+                s.span(),
+                format!("sse.path = \"{}\": a path starts with /", r.path),
+            );
+        }
+        if r.interval_ms == 0 {
+            d.error(
+                s.span(),
+                "sse.interval_ms = 0: give the heartbeat interval the server is configured with",
+            );
+        }
+        SseSpec {
+            path: r.path.clone(),
+            interval_ms: r.interval_ms,
+        }
+    });
     let protocols = Protocols {
         h1: raw.protocols.h1,
         h2c: raw.protocols.h2c,
         h2_tls,
+        tcp_echo: raw.protocols.tcp_echo,
+        ws,
+        sse,
     };
-    let tls_variant = raw.tls_variant.as_ref().map(|t| {
+    let tls_variant = variant(d, "tls_variant", raw.tls_variant.as_ref(), dir);
+    (protocols, tls_variant)
+}
+
+/// A variant spec's path (`tls_variant`, `live_variant`), which must exist.
+fn variant(
+    d: &mut Diag,
+    key: &str,
+    value: Option<&Spanned<String>>,
+    dir: &Path,
+) -> Option<PathBuf> {
+    value.map(|t| {
         let p = under(dir, t.get_ref());
         if !p.is_file() {
             d.error(
                 t.span(),
-                format!("tls_variant: {} does not exist (relative paths are relative to the spec's directory {})", p.display(), dir.display()),
+                format!("{key}: {} does not exist (relative paths are relative to the spec's directory {})", p.display(), dir.display()),
             );
         }
         p
-    });
-
-    (protocols, tls_variant)
+    })
 }
 
 /// `[[files]]`: templates that exist, rendered to relative paths inside

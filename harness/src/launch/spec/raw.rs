@@ -22,6 +22,7 @@ pub(super) struct RawSpec {
     #[serde(default)]
     pub(super) endpoints: Vec<RawEndpoint>,
     pub(super) tls_variant: Option<Spanned<String>>,
+    pub(super) live_variant: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) files: Vec<RawFile>,
     #[serde(default)]
@@ -61,6 +62,17 @@ pub(super) struct RawProtocols {
     #[serde(default)]
     pub(super) h2c: bool,
     pub(super) h2_tls: Option<Spanned<RawTls>>,
+    #[serde(default)]
+    pub(super) tcp_echo: bool,
+    pub(super) ws: Option<Spanned<String>>,
+    pub(super) sse: Option<Spanned<RawSse>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSse {
+    pub(super) path: String,
+    pub(super) interval_ms: u64,
 }
 
 #[derive(Deserialize)]

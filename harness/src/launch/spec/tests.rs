@@ -242,3 +242,44 @@ fn errors_of_an_extending_spec_point_at_the_file_that_sets_the_key() {
     );
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn live_endpoints_are_read_and_checked() {
+    let text = GOOD.replace(
+        "h2c = true",
+        "h2c = true\ntcp_echo = true\nws = \"/ws\"\nsse = { path = \"/sse?interval_ms=200\", interval_ms = 200 }",
+    );
+    let (spec, diags) = parse_str(&text);
+    assert_eq!(diags, vec![]);
+    let p = spec.unwrap().protocols;
+    assert!(p.tcp_echo);
+    assert_eq!(p.ws.as_deref(), Some("/ws"));
+    assert_eq!(
+        p.sse,
+        Some(SseSpec {
+            path: "/sse?interval_ms=200".into(),
+            interval_ms: 200
+        })
+    );
+    let bad = GOOD.replace(
+        "h2c = true",
+        "h2c = true\nws = \"ws\"\nsse = { path = \"/sse\", interval_ms = 0 }",
+    );
+    let (_, diags) = parse_str(&bad);
+    let msgs: Vec<&str> = diags.iter().map(|d| d.message.as_str()).collect();
+    assert_eq!(
+        msgs,
+        [
+            "ws = \"ws\": a path starts with /",
+            "sse.interval_ms = 0: give the heartbeat interval the server is configured with"
+        ]
+    );
+    let missing = format!("live_variant = \"nope.toml\"\n{GOOD}");
+    let (_, diags) = parse_str(&missing);
+    assert!(
+        diags[0]
+            .message
+            .starts_with("live_variant: /specs/nope.toml does not exist"),
+        "{diags:?}"
+    );
+}
