@@ -2,7 +2,12 @@
 /* Allocator calls and bytes by (caller, entry point, size class). Entry-only
  * uprobes: no uretprobe, so no trampoline syscalls and half the traps. The
  * attach cookie says which entry point fired; one program per argument
- * layout. */
+ * layout.
+ *
+ * The live heap is the one exception, and only when the loader sets
+ * rig_live_heap: a uretprobe on each allocating entry point reads the
+ * address the outermost call returned, `live` keeps it (with its size and
+ * caller) until a free or realloc of that address removes it. */
 #include "common.bpf.h"
 #include "sizeclass.bpf.h"
 #include "alloc.h"
@@ -27,6 +32,157 @@ struct {
 	__type(key, __u32); /* tid */
 	__type(value, struct alloc_frame);
 } frames SEC(".maps");
+
+/* Set by the loader; 0 leaves the live heap out (no map is sized, no
+ * uretprobe attached, the entry programs skip it). */
+const volatile __u8 rig_live_heap = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* sized by the loader */
+	__type(key, struct live_key);
+	__type(value, struct live_val);
+} live SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* sized by the loader */
+	__type(key, __u32); /* tid */
+	__type(value, struct live_pending);
+} live_pendings SEC(".maps");
+
+/* The current window's number, written by the harness when it opens one:
+ * a block made under an older number was allocated before the window. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} live_epoch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct live_counts);
+} live_count SEC(".maps");
+
+static __always_inline void live_add_count(__u32 slot, __u64 n)
+{
+	__u32 zero = 0;
+	struct live_counts *c = bpf_map_lookup_elem(&live_count, &zero);
+	if (c && slot < LIVE_COUNT_SLOTS)
+		c->slot[slot] += n;
+}
+
+static __always_inline __u32 live_now(void)
+{
+	__u32 zero = 0;
+	__u32 *e = bpf_map_lookup_elem(&live_epoch, &zero);
+	return e ? *e : 0;
+}
+
+/* A free (or the old block of a realloc) of addr: no longer live. A block
+ * the map does not hold, or holds from before the window, was allocated
+ * before it: counted apart, never subtracted. */
+static __always_inline void live_forget(__u32 tgid, __u64 addr)
+{
+	struct live_key k = { .addr = addr, .tgid = tgid };
+	struct live_val *v = bpf_map_lookup_elem(&live, &k);
+	if (!v || v->epoch != live_now())
+		live_add_count(LIVE_UNMATCHED_FREES, 1);
+	if (v)
+		bpf_map_delete_elem(&live, &k);
+}
+
+static __always_inline int is_free_kind(__u32 kind)
+{
+	switch (kind) {
+	case ALLOC_FREE:
+	case ALLOC_CXX_DELETE:
+	case ALLOC_CXX_DELETE_ARRAY:
+	case ALLOC_SDALLOCX:
+	case ALLOC_DALLOCX:
+	case ALLOC_RUST_DEALLOC:
+		return 1;
+	}
+	return 0;
+}
+
+static __always_inline int is_realloc_kind(__u32 kind)
+{
+	return kind == ALLOC_REALLOC || kind == ALLOC_RALLOCX || kind == ALLOC_RUST_REALLOC;
+}
+
+/* At the entry of an outermost call: a free forgets its block now; an
+ * allocation waits for its return (rig_alloc_ret). Every kind rig probes
+ * takes the block to free or reallocate as its first argument. */
+static __always_inline void live_entry(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u64 bytes,
+				       __u64 caller, __u32 cookie)
+{
+	__u32 kind = cookie & ALLOC_KIND_MASK;
+	__u64 p1 = PT_REGS_PARM1(ctx);
+	if (is_free_kind(kind)) {
+		if (p1)
+			live_forget(tgid, p1);
+		return;
+	}
+	struct live_pending p = {
+		.sp = PT_REGS_SP(ctx),
+		.bytes = bytes,
+		.caller = caller,
+		.old = is_realloc_kind(kind) ? p1 : 0,
+		.out = kind == ALLOC_POSIX_MEMALIGN ? p1 : 0,
+		.kind = cookie,
+	};
+	if (bpf_map_update_elem(&live_pendings, &tid, &p, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+}
+
+/* The return of an allocating entry point: if it is the outermost call's
+ * return, its address is live from now. */
+SEC("uretprobe")
+int rig_alloc_ret(struct pt_regs *ctx)
+{
+	__u32 tgid = current_tgid();
+	if (!rig_live_heap || !is_target(tgid))
+		return 0;
+	__u32 tid = current_tid();
+	struct live_pending *pp = bpf_map_lookup_elem(&live_pendings, &tid);
+	if (!pp || pp->sp + 8 != PT_REGS_SP(ctx))
+		return 0;
+	struct live_pending p = *pp;
+	bpf_map_delete_elem(&live_pendings, &tid);
+	__u64 addr = PT_REGS_RC(ctx);
+	if ((p.kind & ALLOC_KIND_MASK) == ALLOC_POSIX_MEMALIGN) {
+		/* returns an error number; the block is written to *out */
+		__u64 got = 0;
+		if (addr != 0 || !p.out)
+			addr = 0;
+		else if (bpf_probe_read_user(&got, sizeof(got), (void *)p.out))
+			stat_add(RIG_STAT_READ_FAIL, 1);
+		else
+			addr = got;
+	}
+	if (p.old && (addr || p.bytes == 0))
+		/* moved, or realloc(p, 0) freed it */
+		live_forget(tgid, p.old);
+	if (!addr) {
+		if (p.bytes)
+			live_add_count(LIVE_FAILED, 1);
+		return 0;
+	}
+	struct live_key k = { .addr = addr, .tgid = tgid };
+	struct live_val v = {
+		.bytes = p.bytes, .caller = p.caller, .kind = p.kind, .epoch = live_now(),
+	};
+	if (bpf_map_update_elem(&live, &k, &v, BPF_ANY)) {
+		stat_add(RIG_STAT_MAP_FULL, 1);
+		live_add_count(LIVE_DROPPED, 1);
+		live_add_count(LIVE_DROPPED_BYTES, p.bytes);
+	}
+	return 0;
+}
 
 /* How far below the outer call's stack pointer a call still counts as
  * nested in it. An allocator's own nesting takes a few hundred bytes of
@@ -78,6 +234,8 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		bpf_map_delete_elem(&fwds, &tid);
 	}
 	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller, k.kind);
+	if (rig_live_heap && !(k.flags & ALLOC_FLAG_INNER))
+		live_entry(ctx, tid, k.tgid, bytes, k.caller, k.kind);
 	struct alloc_val zero = {};
 	struct alloc_val *v = upsert(&allocs, &k, &zero);
 	if (v) {
