@@ -6,6 +6,7 @@
 
 mod build;
 pub mod flame;
+pub mod live;
 pub mod output;
 pub mod stacks;
 pub mod table;
