@@ -42,6 +42,7 @@ mod hostile;
 mod html;
 mod integrity;
 mod launch;
+mod liveheap;
 mod load;
 mod memslope;
 mod recovery;
@@ -123,6 +124,7 @@ pub fn attribute(
         command: Vec::new(),
         tree: None,
         wrappers: Vec::new(),
+        live_heap: false,
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let a = session::run_attach(&s, &stop).expect("attribution session");

@@ -77,6 +77,9 @@ pub fn render(a: &Attribution, top: usize) -> String {
             section(&mut out, a, top, n);
         }
     }
+    if let Some(h) = &a.live_heap {
+        live_heap(&mut out, h, top);
+    }
     if a.families.contains(&crate::probe::Family::Sched) {
         let s = &a.sched;
         let _ = writeln!(
@@ -506,5 +509,33 @@ mod tests {
         assert_eq!(size_class(Some(5)), "<=32");
         assert_eq!(size_class(Some(13)), "<=8K");
         assert_eq!(size_class(None), "NULL");
+    }
+}
+
+/// `--live-heap`: what the window allocated and did not free, by site
+/// (whole numbers: blocks are not per request).
+fn live_heap(out: &mut String, h: &crate::report::live::LiveHeapSection, top: usize) {
+    let _ = writeln!(
+        out,
+        "\nlive heap at the window's end: {} B in {} blocks allocated in the window and not freed; \
+         {} frees of blocks allocated before it (unmatched, not subtracted)",
+        h.bytes, h.blocks, h.unmatched_frees
+    );
+    if !h.complete {
+        let _ = writeln!(
+            out,
+            "INCOMPLETE: {} allocations ({} B) not recorded, the live-heap map was full",
+            h.dropped, h.dropped_bytes
+        );
+    }
+    for s in h.sites.iter().take(top) {
+        let _ = writeln!(
+            out,
+            "{:>12} B {:>8} blocks  {} {}",
+            s.bytes,
+            s.blocks,
+            s.kind,
+            s.site.label()
+        );
     }
 }

@@ -1,0 +1,184 @@
+//! `rig attach --live-heap` against conn_server (fixtures/conn/conn_server.c),
+//! whose heap is known by construction: one 65536-byte block per open
+//! connection, malloc'd at `SITE:conn_open`, freed at close.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{probes_shared, rig_bin};
+use rig::exit;
+
+const BLOCK: u64 = 65536;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_conn_server() -> (Server, u16) {
+    let mut c = Command::new(rig_fixtures::conn_server())
+        .args(["--port", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("READY port=")
+        .unwrap_or_else(|| panic!("not READY: {line:?}"))
+        .parse()
+        .unwrap();
+    (Server(c), port)
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Wait (up to a deadline that only guards against hanging) for `f`.
+fn wait_until(what: &str, f: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "waited for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A connection that has had its one request answered: the server ran
+/// conn_open for it (before it could read the request).
+fn served(port: u16) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while !got.ends_with(b"ok\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before answering");
+        got.extend_from_slice(&buf[..n]);
+    }
+    s
+}
+
+#[test]
+fn attach_live_heap_counts_blocks_left_and_frees_of_older_blocks_apart() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let (server, port) = start_conn_server();
+    let pid = server.0.id();
+    let base = fds(pid);
+    // Eight connections, and their blocks, from before the window.
+    let before: Vec<TcpStream> = (0..8).map(|_| served(port)).collect();
+    let d = tempfile::tempdir().unwrap();
+    let (open, done, json) = (
+        d.path().join("open"),
+        d.path().join("done"),
+        d.path().join("a.json"),
+    );
+    // The load command marks the window open, then waits for the test.
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.02; done",
+        open.display(),
+        done.display()
+    );
+    let rig = Command::new(rig_bin())
+        .args(["attach", "--pid", &pid.to_string(), "--probes", "alloc"])
+        .arg("--live-heap")
+        .arg("--json")
+        .arg(&json)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the window to open", || {
+        open.exists() || !Path::new(&format!("/proc/{}", rig.id())).exists()
+    });
+    // Inside the window: the eight older blocks are freed, five new
+    // connections each get theirs (and keep it).
+    drop(before);
+    let after: Vec<TcpStream> = (0..5).map(|_| served(port)).collect();
+    // conn_close frees the block before it closes the descriptor.
+    wait_until("the eight closes", || fds(pid) == base + 5);
+    std::fs::write(&done, "").unwrap();
+    let o = rig.wait_with_output().unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(exit::OK), "{text}");
+    let a: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let live = &a["live_heap"];
+    assert_eq!(live["complete"], true, "{live:#}");
+    assert_eq!(live["dropped"], 0, "{live:#}");
+    // Freed in the window, allocated before it: counted, never negative.
+    assert_eq!(live["unmatched_frees"], 8, "{live:#}");
+    assert_eq!(live["bytes"], 5 * BLOCK, "{live:#}");
+    assert_eq!(live["blocks"], 5, "{live:#}");
+    let sites = live["sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "{live:#}");
+    let s = &sites[0];
+    assert_eq!(s["site"]["function"], "conn_open", "{s:#}");
+    assert_eq!(
+        s["site"]["line"],
+        rig_fixtures::conn_line("conn_open"),
+        "{s:#}"
+    );
+    assert!(
+        s["site"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("conn_server.c"),
+        "{s:#}"
+    );
+    assert_eq!(s["kind"], "malloc");
+    assert_eq!(s["bytes"], 5 * BLOCK);
+    assert_eq!(s["blocks"], 5);
+    assert!(
+        text.contains(&format!(
+            "live heap at the window's end: {} B in 5 blocks",
+            5 * BLOCK
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("8 frees of blocks allocated before it"),
+        "{text}"
+    );
+    drop(after);
+}
+
+#[test]
+fn attach_refuses_live_heap_without_the_alloc_probes() {
+    let o = Command::new(rig_bin())
+        .args([
+            "attach",
+            "--pid",
+            "1",
+            "--probes",
+            "syscalls",
+            "--live-heap",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(exit::USAGE));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--live-heap without the alloc probes"),
+        "{err}"
+    );
+}
