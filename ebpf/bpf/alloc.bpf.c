@@ -180,6 +180,8 @@ int rig_alloc_ret(struct pt_regs *ctx)
 		stat_add(RIG_STAT_MAP_FULL, 1);
 		live_add_count(LIVE_DROPPED, 1);
 		live_add_count(LIVE_DROPPED_BYTES, p.bytes);
+	} else {
+		live_add_count(LIVE_RECORDED, 1);
 	}
 	return 0;
 }

@@ -123,11 +123,12 @@ enum live_count {
 	LIVE_DROPPED = 1,         /* allocations not recorded: `live` was full */
 	LIVE_DROPPED_BYTES = 2,
 	LIVE_FAILED = 3,          /* allocations that returned NULL (nothing live) */
-	LIVE_COUNT_SLOTS = 4,
+	LIVE_RECORDED = 4,        /* allocations recorded (each outermost call once) */
+	LIVE_COUNT_SLOTS = 5,
 };
 
 struct live_counts {
 	__u64 slot[LIVE_COUNT_SLOTS];
 };
-_Static_assert(sizeof(struct live_counts) == 32, "live_counts ABI");
+_Static_assert(sizeof(struct live_counts) == 40, "live_counts ABI");
 #endif

@@ -141,15 +141,16 @@ pub mod live_count {
     pub const DROPPED: usize = 1;
     pub const DROPPED_BYTES: usize = 2;
     pub const FAILED: usize = 3;
+    pub const RECORDED: usize = 4;
 }
 
 /// C twin: `struct live_counts` (alloc.h).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LiveCounts {
-    pub slot: [u64; 4],
+    pub slot: [u64; 5],
 }
-const _: () = assert!(size_of::<LiveCounts>() == 32);
+const _: () = assert!(size_of::<LiveCounts>() == 40);
 
 /// C twin: `struct copy_key` (copy.h).
 #[repr(C)]

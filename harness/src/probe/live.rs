@@ -45,6 +45,8 @@ pub struct LiveHeap {
     pub dropped_bytes: u64,
     /// Allocations that returned NULL.
     pub failed: u64,
+    /// Allocations recorded (outermost calls that returned a block).
+    pub recorded: u64,
 }
 
 impl Counter for LiveCounts {
@@ -134,6 +136,7 @@ impl ProbeSet {
                 dropped: c.slot[live_count::DROPPED],
                 dropped_bytes: c.slot[live_count::DROPPED_BYTES],
                 failed: c.slot[live_count::FAILED],
+                recorded: c.slot[live_count::RECORDED],
             })
         })
         .unwrap_or_else(|| Ok(LiveHeap::default()))

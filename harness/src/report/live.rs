@@ -36,6 +36,9 @@ pub struct LiveHeapSection {
     pub blocks: u64,
     /// By site, most bytes first.
     pub sites: Vec<LiveSite>,
+    /// Allocations the window recorded (each outermost call once: a
+    /// malloc inside operator new is not another).
+    pub recorded: u64,
     /// Frees (and reallocs) of blocks allocated before the window opened:
     /// counted here, subtracted from nothing.
     pub unmatched_frees: u64,
@@ -79,6 +82,7 @@ impl LiveHeapSection {
             bytes: total.bytes,
             blocks: total.calls,
             sites,
+            recorded: heap.recorded,
             unmatched_frees: heap.unmatched_frees,
             dropped: heap.dropped,
             dropped_bytes: heap.dropped_bytes,

@@ -182,3 +182,51 @@ fn attach_refuses_live_heap_without_the_alloc_probes() {
         "{err}"
     );
 }
+
+/// calib's /calib allocates 8 blocks per request (3 malloc, calloc, malloc
+/// and its realloc, posix_memalign, memalign: fixtures/calib/COSTS.md) and
+/// frees every one before answering: a window of N requests records 8N
+/// allocations and leaves none live, with every free matched, while the
+/// alloc table's counts stay what they are without the live heap.
+#[test]
+fn every_block_calib_allocates_and_frees_in_the_window_nets_to_nothing_live() {
+    root_or_skip!();
+    let _g = probes_shared();
+    const N: u64 = 300;
+    let target = super::calib(&[]);
+    let s = rig::session::AttachSettings {
+        pid: target.pid(),
+        families: vec![rig::probe::Family::Alloc],
+        duration: Duration::ZERO,
+        per: None,
+        drive: Some(super::drive(target.port, "/calib", N, 1)),
+        command: Vec::new(),
+        tree: None,
+        wrappers: Vec::new(),
+        live_heap: true,
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let a = rig::session::run_attach(&s, &stop).expect("attribution session");
+    assert_eq!(a.window.load.as_ref().unwrap().succeeded, N);
+    assert!(a.complete, "{:?}", a.losses);
+    let live = a.live_heap.as_ref().expect("a live heap");
+    // Each outermost call once: posix_memalign's and realloc's own work
+    // inside glibc is not another allocation.
+    assert_eq!(live.recorded, 8 * N, "{live:#?}");
+    assert_eq!(live.unmatched_frees, 0, "{live:#?}");
+    assert_eq!((live.bytes, live.blocks), (0, 0), "{live:#?}");
+    assert_eq!(live.sites, vec![], "{live:#?}");
+    assert!(live.complete);
+    // The counted table is the one a window without the live heap gives.
+    assert_eq!(a.alloc_totals.allocations, 8 * N, "{:#?}", a.alloc);
+    assert_eq!(a.alloc_totals.frees, 7 * N);
+    assert_eq!(
+        a.alloc_totals.bytes,
+        (3 * 24 + 64 + 5000 + 100 + 256 + 512) * N
+    );
+    assert_eq!(a.alloc_at("calib_alloc_realloc", "realloc"), (N, 100 * N));
+    assert_eq!(
+        a.alloc_at("calib_alloc_aligned", "posix_memalign"),
+        (N, 256 * N)
+    );
+}
