@@ -196,9 +196,60 @@ int rig_alloc_ret(struct pt_regs *ctx)
  * 2.3 allocations per request instead of 14. */
 #define ALLOC_NEST_MAX 2048
 
+/* The kernel's uretprobe state, for the live heap (CO-RE: only the fields
+ * read). A uretprobe replaces the return address in the stack slot with
+ * its trampoline (the first address of the process's uprobe area) and keeps
+ * the real one in the thread's newest return instance. */
+struct xol_area___rig {
+	unsigned long vaddr;
+} __attribute__((preserve_access_index));
+struct uprobes_state___rig {
+	struct xol_area___rig *xol_area;
+} __attribute__((preserve_access_index));
+struct mm_struct___rig {
+	struct uprobes_state___rig uprobes_state;
+} __attribute__((preserve_access_index));
+struct return_instance___rig {
+	unsigned long orig_ret_vaddr;
+} __attribute__((preserve_access_index));
+struct uprobe_task___rig {
+	struct return_instance___rig *return_instances;
+} __attribute__((preserve_access_index));
+struct task_struct___rig {
+	struct mm_struct___rig *mm;
+	struct uprobe_task___rig *utask;
+} __attribute__((preserve_access_index));
+
+/* The uretprobe trampoline's address in this process (0: none yet, or the
+ * live heap is off: no uretprobe of rig's then hijacks an allocator's
+ * return). */
+static __always_inline __u64 uretprobe_trampoline(void)
+{
+	if (!rig_live_heap)
+		return 0;
+	struct task_struct___rig *t = (void *)bpf_get_current_task();
+	return BPF_CORE_READ(t, mm, uprobes_state.xol_area, vaddr);
+}
+
+/* The return address read at an entry, through the trampoline: an entry
+ * reached by a tail jump from an entry whose uretprobe already replaced the
+ * return address (__rust_alloc -> __rdl_alloc -> malloc) reads the
+ * trampoline, and the caller is the one the kernel kept. */
+static __always_inline __u64 real_caller(__u64 ret, __u64 tramp)
+{
+	if (!tramp || ret != tramp)
+		return ret;
+	struct task_struct___rig *t = (void *)bpf_get_current_task();
+	return BPF_CORE_READ(t, utask, return_instances, orig_ret_vaddr);
+}
+
 /* Whether this call runs inside an allocator call still in progress on this
- * thread (struct alloc_frame); if not, it becomes the thread's outermost. */
-static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 cookie)
+ * thread (struct alloc_frame); if not, it becomes the thread's outermost.
+ * With the live heap, the outer call's return slot may hold the uretprobe
+ * trampoline instead of its return address: it is in progress all the same
+ * (the kernel restores the slot's meaning only by returning through it). */
+static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 cookie,
+					__u64 tramp)
 {
 	struct alloc_frame *o = bpf_map_lookup_elem(&frames, &tid);
 	if (o) {
@@ -206,7 +257,8 @@ static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 co
 			return ALLOC_FLAG_INNER;
 		__u64 slot = 0;
 		if (sp < o->sp && o->sp - sp <= ALLOC_NEST_MAX &&
-		    !bpf_probe_read_user(&slot, sizeof(slot), (void *)o->sp) && slot == o->ret)
+		    !bpf_probe_read_user(&slot, sizeof(slot), (void *)o->sp) &&
+		    (slot == o->ret || (tramp && slot == tramp)))
 			return ALLOC_FLAG_INNER;
 	}
 	struct alloc_frame f = { .sp = sp, .ret = ret, .cookie = cookie };
@@ -220,8 +272,9 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 	if (!is_target(current_tgid()))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
+	__u64 tramp = uretprobe_trampoline();
 	struct alloc_key k = {
-		.caller = caller_of(ctx),
+		.caller = real_caller(caller_of(ctx), tramp),
 		.kind = (__u32)bpf_get_attach_cookie(ctx),
 		.size_class = cls,
 		.tgid = current_tgid(),
@@ -235,7 +288,7 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 			k.kind = f->kind;
 		bpf_map_delete_elem(&fwds, &tid);
 	}
-	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller, k.kind);
+	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller, k.kind, tramp);
 	if (rig_live_heap && !(k.flags & ALLOC_FLAG_INNER))
 		live_entry(ctx, tid, k.tgid, bytes, k.caller, k.kind);
 	struct alloc_val zero = {};
@@ -263,7 +316,7 @@ int rig_alloc_fwd(struct pt_regs *ctx)
 	__u32 tid = current_tid();
 	struct alloc_fwd f = {
 		.sp = PT_REGS_SP(ctx),
-		.caller = caller_of(ctx),
+		.caller = real_caller(caller_of(ctx), uretprobe_trampoline()),
 		.kind = (__u32)bpf_get_attach_cookie(ctx),
 	};
 	struct alloc_fwd *outer = bpf_map_lookup_elem(&fwds, &tid);

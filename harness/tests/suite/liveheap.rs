@@ -230,3 +230,80 @@ fn every_block_calib_allocates_and_frees_in_the_window_nets_to_nothing_live() {
         (N, 256 * N)
     );
 }
+
+const CXX_SRC: &str = r#"
+#include <cstdio>
+struct Obj { long a[6]; };               // 48 bytes
+static Obj *kept[100000];
+static int n_kept;
+__attribute__((noinline)) void work() {
+    kept[n_kept++] = new Obj;            // operator new(48), kept: live
+    int *arr = new int[10];              // operator new[](40)
+    arr[0] = 1;
+    delete[] arr;                        // freed in the window
+}
+int main() {
+    char line[16];
+    std::puts("READY");
+    std::fflush(stdout);
+    while (std::fgets(line, sizeof line, stdin)) {
+        work();
+        std::fputs("ok\n", stdout);
+        std::fflush(stdout);
+    }
+}
+"#;
+
+/// operator new and new[] go through libstdc++ to malloc (new[] by way of
+/// new): each is one block, recorded once at its caller, with the size
+/// the program asked for.
+#[test]
+fn cxx_new_is_one_live_block_at_its_caller_and_new_array_freed_is_none() {
+    root_or_skip!();
+    let _g = probes_shared();
+    // -O0: at -O2 g++ may elide a new/delete pair altogether.
+    let mut prog = super::Driven::build(
+        "g++",
+        &["-O0", "-g", "-fno-omit-frame-pointer"],
+        "live.cc",
+        CXX_SRC,
+    );
+    let pid = prog.pid();
+    let mut round = |n: u64| {
+        for _ in 0..n {
+            assert_eq!(prog.ask(), "ok");
+        }
+    };
+    round(50); // warm-up: stdio buffers, lazy binding
+    let probes = rig::probe::ProbeSet::attach_opts(
+        pid,
+        &[rig::probe::Family::Alloc],
+        rig::probe::Scope::Process,
+        rig::probe::Stacks::Off,
+        true,
+    )
+    .unwrap();
+    round(50);
+    const N: u64 = 1000;
+    let start = probes.start_window().unwrap();
+    round(N);
+    let w = probes
+        .end_window(start, rig::probe::WindowEnd::Completed)
+        .unwrap();
+    drop(probes);
+    let a =
+        rig::report::Attribution::build(&w, Some(N), None, &mut rig::symbolize::Symbolizer::new());
+    let live = a.live_heap.as_ref().expect("a live heap");
+    assert_eq!(live.recorded, 2 * N, "{live:#?}");
+    assert_eq!(live.unmatched_frees, 0, "{live:#?}");
+    assert_eq!((live.blocks, live.bytes), (N, 48 * N), "{live:#?}");
+    assert_eq!(live.sites.len(), 1, "{live:#?}");
+    let s = &live.sites[0];
+    assert_eq!(s.site.function.as_deref(), Some("work()"), "{s:#?}");
+    assert_eq!(s.kind, "operator new");
+    assert_eq!((s.blocks, s.bytes), (N, 48 * N));
+    // The counted table is unchanged by the uretprobes.
+    assert_eq!(a.alloc_totals.allocations, 2 * N, "{:#?}", a.alloc);
+    assert_eq!(a.alloc_totals.bytes, 88 * N);
+    assert_eq!(a.alloc_totals.frees, N, "{:#?}", a.alloc);
+}
