@@ -251,7 +251,7 @@ fn measure(
         std::thread::sleep(settle);
         closed.push(sample(l, below)?);
     }
-    if let Some(w) = live.as_deref_mut() {
+    if let Some(w) = live {
         w.closed().map_err(live_err)?;
     }
     Ok(Measured {

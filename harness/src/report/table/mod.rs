@@ -469,6 +469,34 @@ fn alloc_layers(out: &mut String, a: &Attribution, n: Option<u64>, unit: &str) {
     );
 }
 
+/// `--live-heap`: what the window allocated and did not free, by site
+/// (whole numbers: blocks are not per request).
+fn live_heap(out: &mut String, h: &crate::report::live::LiveHeapSection, top: usize) {
+    let _ = writeln!(
+        out,
+        "\nlive heap at the window's end: {} B in {} blocks allocated in the window and not freed; \
+         {} frees of blocks allocated before it (unmatched, not subtracted)",
+        h.bytes, h.blocks, h.unmatched_frees
+    );
+    if !h.complete {
+        let _ = writeln!(
+            out,
+            "INCOMPLETE: {} allocations ({} B) not recorded, the live-heap map was full",
+            h.dropped, h.dropped_bytes
+        );
+    }
+    for s in h.sites.iter().take(top) {
+        let _ = writeln!(
+            out,
+            "{:>12} B {:>8} blocks  {} {}",
+            s.bytes,
+            s.blocks,
+            s.kind,
+            s.site.label()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,33 +537,5 @@ mod tests {
         assert_eq!(size_class(Some(5)), "<=32");
         assert_eq!(size_class(Some(13)), "<=8K");
         assert_eq!(size_class(None), "NULL");
-    }
-}
-
-/// `--live-heap`: what the window allocated and did not free, by site
-/// (whole numbers: blocks are not per request).
-fn live_heap(out: &mut String, h: &crate::report::live::LiveHeapSection, top: usize) {
-    let _ = writeln!(
-        out,
-        "\nlive heap at the window's end: {} B in {} blocks allocated in the window and not freed; \
-         {} frees of blocks allocated before it (unmatched, not subtracted)",
-        h.bytes, h.blocks, h.unmatched_frees
-    );
-    if !h.complete {
-        let _ = writeln!(
-            out,
-            "INCOMPLETE: {} allocations ({} B) not recorded, the live-heap map was full",
-            h.dropped, h.dropped_bytes
-        );
-    }
-    for s in h.sites.iter().take(top) {
-        let _ = writeln!(
-            out,
-            "{:>12} B {:>8} blocks  {} {}",
-            s.bytes,
-            s.blocks,
-            s.kind,
-            s.site.label()
-        );
     }
 }
