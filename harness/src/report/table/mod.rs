@@ -533,6 +533,47 @@ mod tests {
     }
 
     #[test]
+    fn a_live_heap_that_lost_allocations_says_how_many() {
+        let site = crate::symbolize::Site {
+            addr: 0x5010,
+            module: Some("/srv/conn_server".into()),
+            module_offset: 0x1010,
+            build_id: None,
+            function: Some("conn_open".into()),
+            function_offset: 0x1e,
+            file: Some("/src/conn_server.c".into()),
+            line: Some(89),
+            inlined: Vec::new(),
+            naming: crate::symbolize::Naming::Symbol,
+        };
+        let h = crate::report::live::LiveHeapSection {
+            bytes: 3 * 65536,
+            blocks: 3,
+            sites: vec![crate::report::live::LiveSite {
+                site,
+                kind: "malloc".into(),
+                allocator: "glibc".into(),
+                blocks: 3,
+                bytes: 3 * 65536,
+            }],
+            recorded: 5,
+            unmatched_frees: 2,
+            dropped: 7,
+            dropped_bytes: 448,
+            complete: false,
+        };
+        let mut out = String::new();
+        live_heap(&mut out, &h, 10);
+        assert_eq!(
+            out,
+            "\nlive heap at the window's end: 196608 B in 3 blocks allocated in the window and not \
+             freed; 2 frees of blocks allocated before it (unmatched, not subtracted)\n\
+             INCOMPLETE: 7 allocations (448 B) not recorded, the live-heap map was full\n\
+             \x20     196608 B        3 blocks  malloc conn_open+0x1e (conn_server.c:89)\n"
+        );
+    }
+
+    #[test]
     fn size_classes_read_as_upper_bounds() {
         assert_eq!(size_class(Some(5)), "<=32");
         assert_eq!(size_class(Some(13)), "<=8K");
