@@ -307,3 +307,68 @@ fn cxx_new_is_one_live_block_at_its_caller_and_new_array_freed_is_none() {
     assert_eq!(a.alloc_totals.bytes, 88 * N);
     assert_eq!(a.alloc_totals.frees, N, "{:#?}", a.alloc);
 }
+
+const MANY_SRC: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#define BLOCKS 270000
+static void *kept[BLOCKS];
+__attribute__((noinline)) static void keep_all(void) {
+    for (int i = 0; i < BLOCKS; i++)
+        kept[i] = malloc(16);
+}
+int main(void) {
+    char line[16];
+    puts("READY");
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) {
+        keep_all();
+        fputs("ok\n", stdout);
+        fflush(stdout);
+    }
+}
+"#;
+
+/// More live blocks than the map holds (262144): the ones it could not
+/// keep are counted, the result and the window are marked incomplete, and
+/// kept plus dropped is every allocation.
+#[test]
+fn a_full_live_heap_counts_what_it_dropped_and_is_incomplete() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let mut prog = super::Driven::build("gcc", &["-O0", "-g"], "many.c", MANY_SRC);
+    let pid = prog.pid();
+    let probes = rig::probe::ProbeSet::attach_opts(
+        pid,
+        &[rig::probe::Family::Alloc],
+        rig::probe::Scope::Process,
+        rig::probe::Stacks::Off,
+        true,
+    )
+    .unwrap();
+    let start = probes.start_window().unwrap();
+    assert_eq!(prog.ask(), "ok");
+    let w = probes
+        .end_window(start, rig::probe::WindowEnd::Completed)
+        .unwrap();
+    drop(probes);
+    let a = rig::report::Attribution::build(&w, None, None, &mut rig::symbolize::Symbolizer::new());
+    let live = a.live_heap.as_ref().expect("a live heap");
+    const BLOCKS: u64 = 270_000;
+    let max = rig::probe::live::LIVE_MAX_BLOCKS as u64;
+    assert!(!live.complete, "{live:?}");
+    assert!(live.dropped >= BLOCKS - max, "{}", live.dropped);
+    assert_eq!(live.blocks + live.dropped, BLOCKS);
+    assert_eq!(live.bytes + live.dropped_bytes, 16 * BLOCKS);
+    assert_eq!(live.recorded, live.blocks);
+    assert_eq!(live.sites[0].site.function.as_deref(), Some("keep_all"));
+    // The window says it lost events, as every family's full map does.
+    assert!(!a.complete);
+    assert!(
+        a.losses[&rig::probe::Family::Alloc]
+            .iter()
+            .any(|(what, n)| what == "map full" && *n >= live.dropped),
+        "{:?}",
+        a.losses
+    );
+}
