@@ -372,3 +372,44 @@ fn a_full_live_heap_counts_what_it_dropped_and_is_incomplete() {
         a.losses
     );
 }
+
+/// fixtures/rustalloc's `work` allocates 5 blocks per request through
+/// Rust's shims (a Box, a Vec that grows by realloc, a zeroed buffer and
+/// a format! string) into jemalloc or mimalloc, and frees all of them:
+/// each outermost call is recorded once (the shim's jump into the
+/// allocator, and the allocator's own calls, are not more), every free is
+/// matched, nothing stays live.
+#[test]
+fn rust_allocations_through_the_shims_are_recorded_once_and_all_freed() {
+    root_or_skip!();
+    let _g = probes_shared();
+    const N: u64 = 500;
+    for allocator in ["jemalloc", "mimalloc"] {
+        let bin = super::allocators::rustalloc(&format!("rustalloc_{allocator}"));
+        let mut cmd = Command::new(&bin);
+        cmd.args(["--port", "0"]);
+        let target = rig::session::Child::spawn_ready(cmd).expect("Rust fixture starts");
+        let s = rig::session::AttachSettings {
+            pid: target.pid(),
+            families: vec![rig::probe::Family::Alloc],
+            duration: Duration::ZERO,
+            per: None,
+            drive: Some(super::drive(target.port, "/calib", N, 1)),
+            command: Vec::new(),
+            tree: None,
+            wrappers: Vec::new(),
+            live_heap: true,
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let a = rig::session::run_attach(&s, &stop).expect("attribution session");
+        assert_eq!(a.window.load.as_ref().unwrap().succeeded, N);
+        let live = a.live_heap.as_ref().expect("a live heap");
+        assert_eq!(live.recorded, 5 * N, "{allocator}: {live:#?}");
+        assert_eq!(live.unmatched_frees, 0, "{allocator}: {live:#?}");
+        assert_eq!((live.blocks, live.bytes), (0, 0), "{allocator}: {live:#?}");
+        assert!(live.complete);
+        // The counted table is the one a window without the live heap gives.
+        assert_eq!(a.alloc_totals.allocations, 5 * N, "{:#?}", a.alloc);
+        assert_eq!(a.alloc_totals.frees, 4 * N, "{:#?}", a.alloc);
+    }
+}
