@@ -118,7 +118,7 @@ static __always_inline int is_realloc_kind(__u32 kind)
  * allocation waits for its return (rig_alloc_ret). Every kind rig probes
  * takes the block to free or reallocate as its first argument. */
 static __always_inline void live_entry(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u64 bytes,
-				       __u64 caller, __u32 cookie)
+				       __u64 caller, __u32 cookie, __u64 ustack)
 {
 	__u32 kind = cookie & ALLOC_KIND_MASK;
 	__u64 p1 = PT_REGS_PARM1(ctx);
@@ -131,6 +131,7 @@ static __always_inline void live_entry(struct pt_regs *ctx, __u32 tid, __u32 tgi
 		.sp = PT_REGS_SP(ctx),
 		.bytes = bytes,
 		.caller = caller,
+		.ustack = ustack,
 		.old = is_realloc_kind(kind) ? p1 : 0,
 		.out = kind == ALLOC_POSIX_MEMALIGN ? p1 : 0,
 		.kind = cookie,
@@ -174,7 +175,8 @@ int rig_alloc_ret(struct pt_regs *ctx)
 	}
 	struct live_key k = { .addr = addr, .tgid = tgid };
 	struct live_val v = {
-		.bytes = p.bytes, .caller = p.caller, .kind = p.kind, .epoch = live_now(),
+		.bytes = p.bytes, .caller = p.caller, .ustack = p.ustack, .kind = p.kind,
+		.epoch = live_now(),
 	};
 	if (bpf_map_update_elem(&live, &k, &v, BPF_ANY)) {
 		stat_add(RIG_STAT_MAP_FULL, 1);
@@ -289,8 +291,6 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		bpf_map_delete_elem(&fwds, &tid);
 	}
 	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller, k.kind, tramp);
-	if (rig_live_heap && !(k.flags & ALLOC_FLAG_INNER))
-		live_entry(ctx, tid, k.tgid, bytes, k.caller, k.kind);
 	struct alloc_val zero = {};
 	struct alloc_val *v = upsert(&allocs, &k, &zero);
 	if (v) {
@@ -298,6 +298,8 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		v->bytes += bytes;
 	}
 	__u64 ustack = take_ustack(k.tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+	if (rig_live_heap && !(k.flags & ALLOC_FLAG_INNER))
+		live_entry(ctx, tid, k.tgid, bytes, k.caller, k.kind, ustack);
 	/* arg: inner << 31 | entry << 16 | kind << 8 | size class */
 	__u32 arg = (k.flags & ALLOC_FLAG_INNER) << 31 |
 		    ((k.kind >> ALLOC_ENTRY_SHIFT) & ALLOC_ENTRY_MASK) << 16 |

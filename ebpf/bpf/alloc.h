@@ -96,10 +96,11 @@ _Static_assert(sizeof(struct live_key) == 16, "live_key ABI");
 struct live_val {
 	__u64 bytes;  /* as asked for (not the allocator's rounded size) */
 	__u64 caller; /* return address of the outermost allocator call */
+	__u64 ustack; /* its whole stack's id in `ustacks` (0: stacks off) */
 	__u32 kind;   /* its attach cookie, as alloc_key.kind */
 	__u32 epoch;  /* the live_epoch when it was made */
 };
-_Static_assert(sizeof(struct live_val) == 24, "live_val ABI");
+_Static_assert(sizeof(struct live_val) == 32, "live_val ABI");
 
 /* An outermost allocating call between its entry and its return, per
  * thread. The uretprobe whose stack pointer is this sp + 8 (the return
@@ -109,12 +110,13 @@ struct live_pending {
 	__u64 sp;
 	__u64 bytes;
 	__u64 caller;
+	__u64 ustack;
 	__u64 old; /* realloc: the block it replaces (0: none) */
 	__u64 out; /* posix_memalign: where the address is written */
 	__u32 kind;
 	__u32 _pad;
 };
-_Static_assert(sizeof(struct live_pending) == 48, "live_pending ABI");
+_Static_assert(sizeof(struct live_pending) == 56, "live_pending ABI");
 
 /* Slots of the per-CPU live_counts array (monotonic: a window reads the
  * difference). */

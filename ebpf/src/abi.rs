@@ -128,12 +128,14 @@ pub struct LiveVal {
     pub bytes: u64,
     /// Return address of the outermost allocator call.
     pub caller: u64,
+    /// Its whole stack's id (0: stacks off).
+    pub ustack: u64,
     /// Its attach cookie, as `AllocKey::kind`.
     pub kind: u32,
     /// The `live_epoch` it was made under.
     pub epoch: u32,
 }
-const _: () = assert!(size_of::<LiveVal>() == 24);
+const _: () = assert!(size_of::<LiveVal>() == 32);
 
 /// C twin: `enum live_count` (alloc.h): slots of `LiveCounts`.
 pub mod live_count {

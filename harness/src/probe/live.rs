@@ -38,6 +38,9 @@ pub struct LiveHeap {
     /// allocated. `size_class` and `flags` are 0: only outermost calls are
     /// recorded.
     pub blocks: BTreeMap<AllocKey, CallsBytes>,
+    /// The same blocks by (tgid, whole stack id), when stacks were taken
+    /// (id 0: the stack is missing).
+    pub stacks: BTreeMap<(u32, u64), CallsBytes>,
     /// Frees (and reallocs) of blocks allocated before the window opened.
     pub unmatched_frees: u64,
     /// Allocations not recorded because the map was full.
@@ -75,12 +78,17 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
 }
 
 impl LiveHeap {
-    /// Sum the raw blocks by (process, caller, entry point).
+    /// Sum the raw blocks by (process, caller, entry point), and by
+    /// (process, stack).
     pub fn of_blocks(
         blocks: impl IntoIterator<Item = (LiveKey, LiveVal)>,
         epoch: u32,
-    ) -> BTreeMap<AllocKey, CallsBytes> {
+    ) -> (
+        BTreeMap<AllocKey, CallsBytes>,
+        BTreeMap<(u32, u64), CallsBytes>,
+    ) {
         let mut out: BTreeMap<AllocKey, CallsBytes> = BTreeMap::new();
+        let mut stacks: BTreeMap<(u32, u64), CallsBytes> = BTreeMap::new();
         for (k, v) in blocks {
             if v.epoch != epoch {
                 continue;
@@ -92,11 +100,15 @@ impl LiveHeap {
                 tgid: k.tgid,
                 flags: 0,
             };
-            let e = out.entry(key).or_default();
-            e.calls += 1;
-            e.bytes += v.bytes;
+            for e in [
+                out.entry(key).or_default(),
+                stacks.entry((k.tgid, v.ustack)).or_default(),
+            ] {
+                e.calls += 1;
+                e.bytes += v.bytes;
+            }
         }
-        out
+        (out, stacks)
     }
 
     /// Whether every allocation of the window was recorded.
@@ -130,8 +142,10 @@ impl ProbeSet {
         self.with_object(FAMILY, |ebpf| {
             let raw = read::hash::<LiveKey, LiveVal>(ebpf, FAMILY, "live")?;
             let c = read_counts(ebpf)?.minus(&start.counts);
+            let (blocks, stacks) = LiveHeap::of_blocks(raw, start.epoch);
             Ok(LiveHeap {
-                blocks: LiveHeap::of_blocks(raw, start.epoch),
+                blocks,
+                stacks,
                 unmatched_frees: c.slot[live_count::UNMATCHED_FREES],
                 dropped: c.slot[live_count::DROPPED],
                 dropped_bytes: c.slot[live_count::DROPPED_BYTES],
@@ -202,12 +216,13 @@ mod tests {
                 LiveVal {
                     bytes,
                     caller,
+                    ustack: caller << 8,
                     kind: 1,
                     epoch,
                 },
             )
         };
-        let got = LiveHeap::of_blocks(
+        let (got, stacks) = LiveHeap::of_blocks(
             [
                 b(0x1000, 64, 0xaa, 2),
                 b(0x2000, 32, 0xaa, 2),
@@ -236,6 +251,14 @@ mod tests {
             CallsBytes {
                 calls: 1,
                 bytes: 4096
+            }
+        );
+        assert_eq!(stacks.len(), 2);
+        assert_eq!(
+            stacks[&(7, 0xaa00)],
+            CallsBytes {
+                calls: 2,
+                bytes: 96
             }
         );
     }

@@ -36,6 +36,13 @@ pub struct LiveHeapSection {
     pub blocks: u64,
     /// By site, most bytes first.
     pub sites: Vec<LiveSite>,
+    /// With whole stacks: by user site (the stack's first frame outside
+    /// the allocators, standard libraries and `--wrapper`s, as in
+    /// `stacks`), most bytes first; empty without stacks.
+    pub user_sites: Vec<LiveUserSite>,
+    /// Blocks whose stack is missing (not taken or not stored): in `sites`,
+    /// not in `user_sites`.
+    pub blocks_without_stack: u64,
     /// Allocations the window recorded (each outermost call once: a
     /// malloc inside operator new is not another).
     pub recorded: u64,
@@ -59,12 +66,21 @@ pub struct LiveSite {
     pub bytes: u64,
 }
 
+/// One user site of a window's live heap (whole stacks only).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LiveUserSite {
+    pub site: Site,
+    pub blocks: u64,
+    pub bytes: u64,
+}
+
 impl LiveHeapSection {
     pub fn new(
         heap: &LiveHeap,
         maps: &BTreeMap<u32, ProcMaps>,
         entries: &[AllocEntry],
         sym: &mut Symbolizer,
+        stacks: &super::stacks::StackSection,
     ) -> LiveHeapSection {
         let total = heap.total();
         let mut sites: Vec<LiveSite> = live_rows(&[heap], maps, entries, sym)
@@ -78,7 +94,35 @@ impl LiveHeapSection {
             })
             .collect();
         sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.blocks.cmp(&a.blocks)));
+        let mut user_sites: Vec<LiveUserSite> = Vec::new();
+        let mut blocks_without_stack = 0;
+        if stacks.enabled {
+            for ((_, id), v) in &heap.stacks {
+                let frames = stacks.stacks.get(&format!("{id:016x}"));
+                let Some(site) = frames.and_then(|f| f.frames.get(f.user_site)) else {
+                    blocks_without_stack += v.calls;
+                    continue;
+                };
+                let same = |u: &LiveUserSite| {
+                    u.site.module == site.module && u.site.module_offset == site.module_offset
+                };
+                match user_sites.iter_mut().find(|u| same(u)) {
+                    Some(u) => {
+                        u.blocks += v.calls;
+                        u.bytes += v.bytes;
+                    }
+                    None => user_sites.push(LiveUserSite {
+                        site: site.clone(),
+                        blocks: v.calls,
+                        bytes: v.bytes,
+                    }),
+                }
+            }
+            user_sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.blocks.cmp(&a.blocks)));
+        }
         LiveHeapSection {
+            user_sites,
+            blocks_without_stack,
             bytes: total.bytes,
             blocks: total.calls,
             sites,

@@ -438,7 +438,7 @@ impl Attribution {
         let live_heap = w
             .live_heap
             .as_ref()
-            .map(|h| live::LiveHeapSection::new(h, &w.maps, &w.alloc_entries, sym));
+            .map(|h| live::LiveHeapSection::new(h, &w.maps, &w.alloc_entries, sym, &stacks));
         let mut b = build::Builder::new(w, sym);
         let syscalls = b.syscalls();
         let (alloc, alloc_totals, alloc_layers) = b.alloc();

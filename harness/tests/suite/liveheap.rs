@@ -148,6 +148,15 @@ fn attach_live_heap_counts_blocks_left_and_frees_of_older_blocks_apart() {
     assert_eq!(s["kind"], "malloc");
     assert_eq!(s["bytes"], 5 * BLOCK);
     assert_eq!(s["blocks"], 5);
+    // With whole stacks (attach's default), by user site too: conn_open.
+    assert_eq!(live["blocks_without_stack"], 0, "{live:#}");
+    let users = live["user_sites"].as_array().unwrap();
+    assert_eq!(users.len(), 1, "{live:#}");
+    assert_eq!(users[0]["site"]["function"], "conn_open", "{live:#}");
+    assert_eq!(
+        (users[0]["blocks"].as_u64(), users[0]["bytes"].as_u64()),
+        (Some(5), Some(5 * BLOCK))
+    );
     assert!(
         text.contains(&format!(
             "live heap at the window's end: {} B in 5 blocks",

@@ -495,6 +495,18 @@ fn live_heap(out: &mut String, h: &crate::report::live::LiveHeapSection, top: us
             s.site.label()
         );
     }
+    if !h.user_sites.is_empty() {
+        let _ = writeln!(out, "live heap by user site (whole stacks):");
+        for s in h.user_sites.iter().take(top) {
+            let _ = writeln!(
+                out,
+                "{:>12} B {:>8} blocks  {}",
+                s.bytes,
+                s.blocks,
+                s.site.label()
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -556,6 +568,8 @@ mod tests {
                 blocks: 3,
                 bytes: 3 * 65536,
             }],
+            user_sites: Vec::new(),
+            blocks_without_stack: 0,
             recorded: 5,
             unmatched_frees: 2,
             dropped: 7,
