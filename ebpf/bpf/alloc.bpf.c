@@ -2,7 +2,12 @@
 /* Allocator calls and bytes by (caller, entry point, size class). Entry-only
  * uprobes: no uretprobe, so no trampoline syscalls and half the traps. The
  * attach cookie says which entry point fired; one program per argument
- * layout. */
+ * layout.
+ *
+ * The live heap is the one exception, and only when the loader sets
+ * rig_live_heap: a uretprobe on each allocating entry point reads the
+ * address the outermost call returned, `live` keeps it (with its size and
+ * caller) until a free or realloc of that address removes it. */
 #include "common.bpf.h"
 #include "sizeclass.bpf.h"
 #include "alloc.h"
@@ -28,6 +33,161 @@ struct {
 	__type(value, struct alloc_frame);
 } frames SEC(".maps");
 
+/* Set by the loader; 0 leaves the live heap out (no map is sized, no
+ * uretprobe attached, the entry programs skip it). */
+const volatile __u8 rig_live_heap = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* sized by the loader */
+	__type(key, struct live_key);
+	__type(value, struct live_val);
+} live SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* sized by the loader */
+	__type(key, __u32); /* tid */
+	__type(value, struct live_pending);
+} live_pendings SEC(".maps");
+
+/* The current window's number, written by the harness when it opens one:
+ * a block made under an older number was allocated before the window. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} live_epoch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct live_counts);
+} live_count SEC(".maps");
+
+static __always_inline void live_add_count(__u32 slot, __u64 n)
+{
+	__u32 zero = 0;
+	struct live_counts *c = bpf_map_lookup_elem(&live_count, &zero);
+	if (c && slot < LIVE_COUNT_SLOTS)
+		c->slot[slot] += n;
+}
+
+static __always_inline __u32 live_now(void)
+{
+	__u32 zero = 0;
+	__u32 *e = bpf_map_lookup_elem(&live_epoch, &zero);
+	return e ? *e : 0;
+}
+
+/* A free (or the old block of a realloc) of addr: no longer live. A block
+ * the map does not hold, or holds from before the window, was allocated
+ * before it: counted apart, never subtracted. */
+static __always_inline void live_forget(__u32 tgid, __u64 addr)
+{
+	struct live_key k = { .addr = addr, .tgid = tgid };
+	struct live_val *v = bpf_map_lookup_elem(&live, &k);
+	if (!v || v->epoch != live_now())
+		live_add_count(LIVE_UNMATCHED_FREES, 1);
+	if (v)
+		bpf_map_delete_elem(&live, &k);
+}
+
+static __always_inline int is_free_kind(__u32 kind)
+{
+	switch (kind) {
+	case ALLOC_FREE:
+	case ALLOC_CXX_DELETE:
+	case ALLOC_CXX_DELETE_ARRAY:
+	case ALLOC_SDALLOCX:
+	case ALLOC_DALLOCX:
+	case ALLOC_RUST_DEALLOC:
+		return 1;
+	}
+	return 0;
+}
+
+static __always_inline int is_realloc_kind(__u32 kind)
+{
+	return kind == ALLOC_REALLOC || kind == ALLOC_RALLOCX || kind == ALLOC_RUST_REALLOC;
+}
+
+/* At the entry of an outermost call: a free forgets its block now; an
+ * allocation waits for its return (rig_alloc_ret). Every kind rig probes
+ * takes the block to free or reallocate as its first argument. */
+static __always_inline void live_entry(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u64 bytes,
+				       __u64 caller, __u32 cookie, __u64 ustack)
+{
+	__u32 kind = cookie & ALLOC_KIND_MASK;
+	__u64 p1 = PT_REGS_PARM1(ctx);
+	if (is_free_kind(kind)) {
+		if (p1)
+			live_forget(tgid, p1);
+		return;
+	}
+	struct live_pending p = {
+		.sp = PT_REGS_SP(ctx),
+		.bytes = bytes,
+		.caller = caller,
+		.ustack = ustack,
+		.old = is_realloc_kind(kind) ? p1 : 0,
+		.out = kind == ALLOC_POSIX_MEMALIGN ? p1 : 0,
+		.kind = cookie,
+	};
+	if (bpf_map_update_elem(&live_pendings, &tid, &p, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+}
+
+/* The return of an allocating entry point: if it is the outermost call's
+ * return, its address is live from now. */
+SEC("uretprobe")
+int rig_alloc_ret(struct pt_regs *ctx)
+{
+	__u32 tgid = current_tgid();
+	if (!rig_live_heap || !is_target(tgid))
+		return 0;
+	__u32 tid = current_tid();
+	struct live_pending *pp = bpf_map_lookup_elem(&live_pendings, &tid);
+	if (!pp || pp->sp + 8 != PT_REGS_SP(ctx))
+		return 0;
+	struct live_pending p = *pp;
+	bpf_map_delete_elem(&live_pendings, &tid);
+	__u64 addr = PT_REGS_RC(ctx);
+	if ((p.kind & ALLOC_KIND_MASK) == ALLOC_POSIX_MEMALIGN) {
+		/* returns an error number; the block is written to *out */
+		__u64 got = 0;
+		if (addr != 0 || !p.out)
+			addr = 0;
+		else if (bpf_probe_read_user(&got, sizeof(got), (void *)p.out))
+			stat_add(RIG_STAT_READ_FAIL, 1);
+		else
+			addr = got;
+	}
+	if (p.old && (addr || p.bytes == 0))
+		/* moved, or realloc(p, 0) freed it */
+		live_forget(tgid, p.old);
+	if (!addr) {
+		if (p.bytes)
+			live_add_count(LIVE_FAILED, 1);
+		return 0;
+	}
+	struct live_key k = { .addr = addr, .tgid = tgid };
+	struct live_val v = {
+		.bytes = p.bytes, .caller = p.caller, .ustack = p.ustack, .kind = p.kind,
+		.epoch = live_now(),
+	};
+	if (bpf_map_update_elem(&live, &k, &v, BPF_ANY)) {
+		stat_add(RIG_STAT_MAP_FULL, 1);
+		live_add_count(LIVE_DROPPED, 1);
+		live_add_count(LIVE_DROPPED_BYTES, p.bytes);
+	} else {
+		live_add_count(LIVE_RECORDED, 1);
+	}
+	return 0;
+}
+
 /* How far below the outer call's stack pointer a call still counts as
  * nested in it. An allocator's own nesting takes a few hundred bytes of
  * stack (operator new -> malloc, posix_memalign -> malloc, __rdl_alloc ->
@@ -38,9 +198,60 @@ struct {
  * 2.3 allocations per request instead of 14. */
 #define ALLOC_NEST_MAX 2048
 
+/* The kernel's uretprobe state, for the live heap (CO-RE: only the fields
+ * read). A uretprobe replaces the return address in the stack slot with
+ * its trampoline (the first address of the process's uprobe area) and keeps
+ * the real one in the thread's newest return instance. */
+struct xol_area___rig {
+	unsigned long vaddr;
+} __attribute__((preserve_access_index));
+struct uprobes_state___rig {
+	struct xol_area___rig *xol_area;
+} __attribute__((preserve_access_index));
+struct mm_struct___rig {
+	struct uprobes_state___rig uprobes_state;
+} __attribute__((preserve_access_index));
+struct return_instance___rig {
+	unsigned long orig_ret_vaddr;
+} __attribute__((preserve_access_index));
+struct uprobe_task___rig {
+	struct return_instance___rig *return_instances;
+} __attribute__((preserve_access_index));
+struct task_struct___rig {
+	struct mm_struct___rig *mm;
+	struct uprobe_task___rig *utask;
+} __attribute__((preserve_access_index));
+
+/* The uretprobe trampoline's address in this process (0: none yet, or the
+ * live heap is off: no uretprobe of rig's then hijacks an allocator's
+ * return). */
+static __always_inline __u64 uretprobe_trampoline(void)
+{
+	if (!rig_live_heap)
+		return 0;
+	struct task_struct___rig *t = (void *)bpf_get_current_task();
+	return BPF_CORE_READ(t, mm, uprobes_state.xol_area, vaddr);
+}
+
+/* The return address read at an entry, through the trampoline: an entry
+ * reached by a tail jump from an entry whose uretprobe already replaced the
+ * return address (__rust_alloc -> __rdl_alloc -> malloc) reads the
+ * trampoline, and the caller is the one the kernel kept. */
+static __always_inline __u64 real_caller(__u64 ret, __u64 tramp)
+{
+	if (!tramp || ret != tramp)
+		return ret;
+	struct task_struct___rig *t = (void *)bpf_get_current_task();
+	return BPF_CORE_READ(t, utask, return_instances, orig_ret_vaddr);
+}
+
 /* Whether this call runs inside an allocator call still in progress on this
- * thread (struct alloc_frame); if not, it becomes the thread's outermost. */
-static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 cookie)
+ * thread (struct alloc_frame); if not, it becomes the thread's outermost.
+ * With the live heap, the outer call's return slot may hold the uretprobe
+ * trampoline instead of its return address: it is in progress all the same
+ * (the kernel restores the slot's meaning only by returning through it). */
+static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 cookie,
+					__u64 tramp)
 {
 	struct alloc_frame *o = bpf_map_lookup_elem(&frames, &tid);
 	if (o) {
@@ -48,7 +259,8 @@ static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 co
 			return ALLOC_FLAG_INNER;
 		__u64 slot = 0;
 		if (sp < o->sp && o->sp - sp <= ALLOC_NEST_MAX &&
-		    !bpf_probe_read_user(&slot, sizeof(slot), (void *)o->sp) && slot == o->ret)
+		    !bpf_probe_read_user(&slot, sizeof(slot), (void *)o->sp) &&
+		    (slot == o->ret || (tramp && slot == tramp)))
 			return ALLOC_FLAG_INNER;
 	}
 	struct alloc_frame f = { .sp = sp, .ret = ret, .cookie = cookie };
@@ -62,8 +274,9 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 	if (!is_target(current_tgid()))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
+	__u64 tramp = uretprobe_trampoline();
 	struct alloc_key k = {
-		.caller = caller_of(ctx),
+		.caller = real_caller(caller_of(ctx), tramp),
 		.kind = (__u32)bpf_get_attach_cookie(ctx),
 		.size_class = cls,
 		.tgid = current_tgid(),
@@ -77,7 +290,7 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 			k.kind = f->kind;
 		bpf_map_delete_elem(&fwds, &tid);
 	}
-	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller, k.kind);
+	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller, k.kind, tramp);
 	struct alloc_val zero = {};
 	struct alloc_val *v = upsert(&allocs, &k, &zero);
 	if (v) {
@@ -85,6 +298,8 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		v->bytes += bytes;
 	}
 	__u64 ustack = take_ustack(k.tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+	if (rig_live_heap && !(k.flags & ALLOC_FLAG_INNER))
+		live_entry(ctx, tid, k.tgid, bytes, k.caller, k.kind, ustack);
 	/* arg: inner << 31 | entry << 16 | kind << 8 | size class */
 	__u32 arg = (k.flags & ALLOC_FLAG_INNER) << 31 |
 		    ((k.kind >> ALLOC_ENTRY_SHIFT) & ALLOC_ENTRY_MASK) << 16 |
@@ -103,7 +318,7 @@ int rig_alloc_fwd(struct pt_regs *ctx)
 	__u32 tid = current_tid();
 	struct alloc_fwd f = {
 		.sp = PT_REGS_SP(ctx),
-		.caller = caller_of(ctx),
+		.caller = real_caller(caller_of(ctx), uretprobe_trampoline()),
 		.kind = (__u32)bpf_get_attach_cookie(ctx),
 	};
 	struct alloc_fwd *outer = bpf_map_lookup_elem(&fwds, &tid);

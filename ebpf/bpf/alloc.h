@@ -83,4 +83,54 @@ struct alloc_frame {
 	__u32 _pad;
 };
 _Static_assert(sizeof(struct alloc_frame) == 24, "alloc_frame ABI");
+/* Live heap (only when the loader sets rig_live_heap): each allocation's
+ * returned address, read at its return by a uretprobe, until it is freed.
+ * Keyed by (address, process). */
+struct live_key {
+	__u64 addr;
+	__u32 tgid;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct live_key) == 16, "live_key ABI");
+
+struct live_val {
+	__u64 bytes;  /* as asked for (not the allocator's rounded size) */
+	__u64 caller; /* return address of the outermost allocator call */
+	__u64 ustack; /* its whole stack's id in `ustacks` (0: stacks off) */
+	__u32 kind;   /* its attach cookie, as alloc_key.kind */
+	__u32 epoch;  /* the live_epoch when it was made */
+};
+_Static_assert(sizeof(struct live_val) == 32, "live_val ABI");
+
+/* An outermost allocating call between its entry and its return, per
+ * thread. The uretprobe whose stack pointer is this sp + 8 (the return
+ * address popped) is this call's return; an inner call's return (malloc
+ * under operator new) has a lower one and is ignored. */
+struct live_pending {
+	__u64 sp;
+	__u64 bytes;
+	__u64 caller;
+	__u64 ustack;
+	__u64 old; /* realloc: the block it replaces (0: none) */
+	__u64 out; /* posix_memalign: where the address is written */
+	__u32 kind;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct live_pending) == 56, "live_pending ABI");
+
+/* Slots of the per-CPU live_counts array (monotonic: a window reads the
+ * difference). */
+enum live_count {
+	LIVE_UNMATCHED_FREES = 0, /* a free of a block not allocated in this window */
+	LIVE_DROPPED = 1,         /* allocations not recorded: `live` was full */
+	LIVE_DROPPED_BYTES = 2,
+	LIVE_FAILED = 3,          /* allocations that returned NULL (nothing live) */
+	LIVE_RECORDED = 4,        /* allocations recorded (each outermost call once) */
+	LIVE_COUNT_SLOTS = 5,
+};
+
+struct live_counts {
+	__u64 slot[LIVE_COUNT_SLOTS];
+};
+_Static_assert(sizeof(struct live_counts) == 40, "live_counts ABI");
 #endif

@@ -110,6 +110,50 @@ pub struct CallsBytes {
 }
 const _: () = assert!(size_of::<CallsBytes>() == 16);
 
+/// C twin: `struct live_key` (alloc.h): a block the live heap holds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LiveKey {
+    pub addr: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<LiveKey>() == 16);
+
+/// C twin: `struct live_val` (alloc.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveVal {
+    /// As asked for.
+    pub bytes: u64,
+    /// Return address of the outermost allocator call.
+    pub caller: u64,
+    /// Its whole stack's id (0: stacks off).
+    pub ustack: u64,
+    /// Its attach cookie, as `AllocKey::kind`.
+    pub kind: u32,
+    /// The `live_epoch` it was made under.
+    pub epoch: u32,
+}
+const _: () = assert!(size_of::<LiveVal>() == 32);
+
+/// C twin: `enum live_count` (alloc.h): slots of `LiveCounts`.
+pub mod live_count {
+    pub const UNMATCHED_FREES: usize = 0;
+    pub const DROPPED: usize = 1;
+    pub const DROPPED_BYTES: usize = 2;
+    pub const FAILED: usize = 3;
+    pub const RECORDED: usize = 4;
+}
+
+/// C twin: `struct live_counts` (alloc.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveCounts {
+    pub slot: [u64; 5],
+}
+const _: () = assert!(size_of::<LiveCounts>() == 40);
+
 /// C twin: `struct copy_key` (copy.h).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -187,6 +231,9 @@ unsafe impl aya::Pod for SysCount {}
 unsafe impl aya::Pod for SysKey {}
 unsafe impl aya::Pod for AllocKey {}
 unsafe impl aya::Pod for CallsBytes {}
+unsafe impl aya::Pod for LiveKey {}
+unsafe impl aya::Pod for LiveVal {}
+unsafe impl aya::Pod for LiveCounts {}
 unsafe impl aya::Pod for CopyKey {}
 unsafe impl aya::Pod for LockKey {}
 unsafe impl aya::Pod for LockVal {}

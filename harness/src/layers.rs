@@ -68,6 +68,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "load",
             "metrics",
             "probe",
+            "process",
             "report",
             "sample",
             "scenario",

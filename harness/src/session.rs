@@ -72,6 +72,9 @@ pub struct AttachSettings {
     pub tree: Option<bool>,
     /// Extra wrapper patterns for naming user sites (`--wrapper`).
     pub wrappers: Vec<String>,
+    /// `--live-heap`: the alloc probes also keep every block allocated in
+    /// the window until it is freed (uretprobes on the allocators).
+    pub live_heap: bool,
 }
 
 /// Run one session. `stop` ends a duration window early (Ctrl-C).
@@ -236,7 +239,13 @@ fn attach(s: &AttachSettings) -> Result<ProbeSet> {
         false => Scope::Process,
     };
     let t0 = Instant::now();
-    let probes = ProbeSet::attach_scoped(s.pid, &s.families, scope)?;
+    let probes = ProbeSet::attach_opts(
+        s.pid,
+        &s.families,
+        scope,
+        crate::probe::Stacks::On,
+        s.live_heap,
+    )?;
     eprintln!(
         "rig: probes attached in {:.2} s ({} families)",
         t0.elapsed().as_secs_f64(),

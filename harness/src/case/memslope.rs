@@ -15,6 +15,9 @@
 //! close is another line (does the server give memory back, not what a
 //! connection costs), and once every connection is closed the server must
 //! hold exactly the file descriptors it held at READY.
+//!
+//! With root, the same pass reads the live heap by call site at every
+//! point (`liveheap.rs`): what one connection keeps allocated, and where.
 
 use std::time::Duration;
 
@@ -26,6 +29,9 @@ use crate::load::{Client, Handshakes, Mode};
 use crate::sample::{CgroupSnapshot, ProcSnapshot};
 use crate::scenario::{Case, HttpCase, LoadShape, MemSlopeCase, Topology};
 use crate::stats::{least_squares, LineFit};
+use crate::symbolize::Symbolizer;
+
+use super::liveheap::{LiveHeapFit, LiveWatch};
 
 use super::*;
 
@@ -80,7 +86,11 @@ pub struct MemSlopePass {
     /// Handshakes made (TCP, TLS, h2) over all tiers: exactly one of each
     /// the protocol has per connection.
     pub handshakes: Handshakes,
-    /// Fits that are not lines (R² below [`MIN_R2`]).
+    /// Heap blocks allocated since READY and still allocated, by call
+    /// site, at each point (needs root: the alloc probes with uretprobes).
+    pub live_heap: Option<LiveHeapFit>,
+    /// Fits that are not lines (R² below [`MIN_R2`]); a live heap not
+    /// measured or incomplete.
     pub warnings: Vec<String>,
     pub exit: ExitInfo,
 }
@@ -189,7 +199,9 @@ fn measure(
     m: &MemSlopeCase,
     spec: &TargetSpec,
     l: &Launched,
+    mut live: Option<&mut LiveWatch>,
 ) -> Result<Measured, Fail> {
+    let live_err = |e: anyhow::Error| Fail(format!("live heap: {e:#}"));
     let settle = Duration::from_millis(case.settle_ms);
     let before = ProcSnapshot::read_tree(l.pid)?.fds;
     close(
@@ -198,7 +210,13 @@ fn measure(
         before,
     );
     std::thread::sleep(settle);
+    if let Some(w) = live.as_deref_mut() {
+        w.open().map_err(live_err)?;
+    }
     let ready = sample(l, 0)?;
+    if let Some(w) = live.as_deref_mut() {
+        w.opened(0).map_err(live_err)?;
+    }
     let mut opened = vec![ready.clone()];
     let mut clients: Vec<(usize, Client)> = Vec::new();
     let mut handshakes = Handshakes::default();
@@ -216,6 +234,9 @@ fn measure(
         clients.push((open, c));
         std::thread::sleep(settle);
         opened.push(sample(l, open)?);
+        if let Some(w) = live.as_deref_mut() {
+            w.opened(open).map_err(live_err)?;
+        }
     }
     let mut closed = Vec::new();
     while let Some((_, c)) = clients.pop() {
@@ -230,6 +251,9 @@ fn measure(
         std::thread::sleep(settle);
         closed.push(sample(l, below)?);
     }
+    if let Some(w) = live {
+        w.closed().map_err(live_err)?;
+    }
     Ok(Measured {
         opened,
         closed,
@@ -242,11 +266,31 @@ pub(super) fn memslope_pass(
     case: &Case,
     m: &MemSlopeCase,
     spec: &TargetSpec,
+    sym: &mut Symbolizer,
     objs: &mut Option<Vec<ObjectFact>>,
 ) -> Result<(MemSlopePass, Vec<String>), Fail> {
     let (l, arm_proof) = launch_pass(rs, case, spec, "memslope")?;
     record_objects(&l, objs);
-    let measured = measure(rs, case, m, spec, &l);
+    let mut warnings = Vec::new();
+    let mut live = match LiveWatch::attach(&l) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            warnings.push(format!("live heap not measured: {e:#}"));
+            None
+        }
+    };
+    let measured = measure(rs, case, m, spec, &l, live.as_mut());
+    // Detach before the server stops; its names were read while it ran.
+    let live_heap = match (live, &measured) {
+        (Some(w), Ok(_)) => match w.finish(&m.tiers, sym) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                warnings.push(format!("live heap not measured: {e:#}"));
+                None
+            }
+        },
+        _ => None,
+    };
     let died = exited_reason("memslope", &l);
     let mut info = LaunchInfo::of(&l);
     info.arm_proof = arm_proof;
@@ -263,7 +307,12 @@ pub(super) fn memslope_pass(
     let pss = fit(&points, |p| Some(p.pss_bytes));
     let cgroup = fit(&points, |p| p.cgroup_bytes);
     let rss_after_close = fit(&mm.closed, |p| Some(p.rss_bytes));
-    let mut warnings = Vec::new();
+    if let Some(h) = live_heap.as_ref().filter(|h| !h.complete) {
+        warnings.push(format!(
+            "live heap incomplete: {} allocations ({} B) not recorded, the live-heap map was full",
+            h.dropped, h.dropped_bytes
+        ));
+    }
     for (what, f) in [("RSS", &rss), ("PSS", &pss), ("cgroup memory", &cgroup)] {
         if let Some(f) = f.as_ref().filter(|f| f.r2 < MIN_R2) {
             warnings.push(format!(
@@ -297,6 +346,7 @@ pub(super) fn memslope_pass(
             rss_after_close,
             fds_left_after_close,
             handshakes: mm.handshakes,
+            live_heap,
             warnings,
             exit,
         },

@@ -11,6 +11,7 @@
 mod clean;
 mod counted;
 mod live;
+pub mod liveheap;
 mod memory;
 mod memslope;
 mod recovery;
@@ -290,7 +291,7 @@ pub fn run_case(
             }
             Err(Fail(why)) => res.reasons.push(format!("memory: {why}")),
         },
-        CaseKind::MemSlope(m) => match memslope_pass(rs, case, m, spec, &mut res.objects) {
+        CaseKind::MemSlope(m) => match memslope_pass(rs, case, m, spec, sym, &mut res.objects) {
             Ok((p, reasons)) => {
                 res.memslope = Some(p);
                 res.reasons.extend(reasons);

@@ -355,6 +355,11 @@ pub struct AttachArgs {
     /// Measure --pid alone even when it has children.
     #[arg(long, overrides_with = "tree")]
     pub no_tree: bool,
+    /// With the alloc probes: also report the live heap, every block
+    /// allocated in the window and not freed by its end, by call site
+    /// (uretprobes on the allocators: dearer than the entry probes alone).
+    #[arg(long)]
+    pub live_heap: bool,
     #[command(flatten)]
     pub common: Common,
     /// `-- COMMAND ARGS...`: the load. The window opens before it starts and

@@ -17,6 +17,11 @@ pub(super) fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<
 
 pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
     let families = Family::parse_list(&a.common.probes)?;
+    if a.live_heap && !families.contains(&Family::Alloc) {
+        crate::refuse!(
+            "--live-heap without the alloc probes: add alloc to --probes (e.g. --probes alloc --live-heap)"
+        );
+    }
     if a.per == Some(0) {
         bail!("--per 0: give the number of requests your load tool completed in the window");
     }
@@ -57,6 +62,7 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
             _ => None,
         },
         wrappers: a.common.wrappers.clone(),
+        live_heap: a.live_heap,
     })
 }
 

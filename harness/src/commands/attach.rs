@@ -63,6 +63,7 @@ pub fn demo(d: &DemoSettings, stop: &AtomicBool) -> Result<i32> {
         command: Vec::new(),
         tree: None,
         wrappers: d.wrappers.clone(),
+        live_heap: false,
     };
     let attribution = session::run_attach(&s, stop)?;
     drop(target);

@@ -244,6 +244,7 @@ pub fn views(cases: &[Value], flames: &Flames, charts: &mut Map<String, Value>) 
                 "sites": counted["top_sites"],
                 "processes": counted["attribution"]["processes"],
                 "flames": flames.of(&slug, false),
+                "live_heap": live_heap_view(&c["memslope"]["live_heap"]),
             })
         })
         .collect()
@@ -397,4 +398,44 @@ pub fn top_sites(counted: &Value, top: usize) -> Vec<Value> {
         }));
     }
     out
+}
+
+/// A memslope case's live heap: bytes per connection in all and its sites
+/// (those holding bytes per connection or after close); `null` without one.
+fn live_heap_view(h: &Value) -> Value {
+    if !h.is_object() {
+        return Value::Null;
+    }
+    let fit = match (h["fit"]["slope"].as_f64(), h["fit"]["r2"].as_f64()) {
+        (Some(s), Some(r2)) => format!("{s:.0} B per connection (R² {r2:.3})"),
+        _ => "no line (fewer than two tiers)".to_string(),
+    };
+    let rows: Vec<Value> = h["sites"]
+        .as_array()
+        .map(|s| s.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|s| {
+            s["bytes_per_connection"].as_f64().unwrap_or(0.0).abs() >= 0.5
+                || s["bytes_after_close"].as_u64().unwrap_or(0) > 0
+        })
+        .map(|s| {
+            json!({
+                "site": s["label"],
+                "kind": s["kind"],
+                "per_conn": format!("{:.0}", s["bytes_per_connection"].as_f64().unwrap_or(0.0)),
+                "blocks_per_conn": format!("{:.2}", s["blocks_per_connection"].as_f64().unwrap_or(0.0)),
+                "after_close": s["bytes_after_close"],
+            })
+        })
+        .collect();
+    json!({
+        "fit": fit,
+        "after_close_bytes": h["after_close"]["bytes"],
+        "after_close_blocks": h["after_close"]["blocks"],
+        "unmatched_frees": h["unmatched_frees"],
+        "complete": h["complete"],
+        "dropped": h["dropped"],
+        "rows": rows,
+    })
 }

@@ -342,6 +342,20 @@ fn a_memslope_case_draws_memory_against_connections_with_its_fitted_line() {
             "opened": [pt(0, 1 << 20), pt(64, (1 << 20) + 64 * 65552), pt(128, (1 << 20) + 128 * 65552)],
             "closed": [pt(64, (1 << 20) + 64 * 65552), pt(0, 1 << 20)],
             "rss": {"slope": 65552.0, "intercept": 1048576.0, "r2": 1.0, "residuals": [0.0, 0.0, 0.0]},
+            "live_heap": {
+                "opened": [], "after_close": {"connections": 0, "bytes": 4096, "blocks": 1},
+                "fit": {"slope": 65536.0, "intercept": 0.0, "r2": 1.0, "residuals": [0.0, 0.0, 0.0]},
+                "sites": [{
+                    "label": "conn_open+0x1e (conn_server.c:89)", "kind": "malloc",
+                    "bytes_per_connection": 65536.0, "blocks_per_connection": 1.0,
+                    "bytes_after_close": 0,
+                }, {
+                    "label": "idle_site (x.c:1)", "kind": "malloc",
+                    "bytes_per_connection": 0.0, "blocks_per_connection": 0.0,
+                    "bytes_after_close": 0,
+                }],
+                "unmatched_frees": 3, "dropped": 0, "complete": true,
+            },
         },
     });
     let d = out_dir("memslope", &[c]);
@@ -357,6 +371,17 @@ fn a_memslope_case_draws_memory_against_connections_with_its_fitted_line() {
         html.contains("RSS 64.0 KiB per connection (R² 1.000)"),
         "{html}"
     );
+    // The live heap's sites: the one that holds bytes per connection, not
+    // the one that holds nothing.
+    assert!(
+        html.contains("live heap by call site: 65536 B per connection (R² 1.000); 4096 B in 1 blocks left after close; 3 unmatched frees"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<tr><td>conn_open+0x1e (conn_server.c:89)</td><td>malloc</td><td class=\"n\">65536</td><td class=\"n\">1.00</td><td class=\"n\">0</td></tr>"),
+        "{html}"
+    );
+    assert!(!html.contains("idle_site"), "{html}");
     // The matrix row's RSS is the top tier's (KiB).
     let top = ((1u64 << 20) + 128 * 65552) / 1024;
     assert!(html.contains(&format!("data-sort=\"{top}.0\"")), "{html}");

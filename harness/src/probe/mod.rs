@@ -13,6 +13,7 @@ pub mod attach;
 pub mod callgrind;
 pub mod ifunc;
 pub mod instructions;
+pub mod live;
 pub mod perf;
 pub mod placement;
 mod preload;
@@ -35,6 +36,7 @@ pub use allocators::{AllocFamily, Unprobed};
 pub use attach::{
     check_target, require_root, AllocEntry, AttachNote, CopyImpl, Followed, Joined, ProbeSet, Scope,
 };
+pub use live::{LiveHeap, LiveStart};
 pub use stacks::{StackSnapshot, Stacks};
 pub use window::{alive, Window, WindowEnd, WindowStart};
 

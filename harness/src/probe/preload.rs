@@ -22,7 +22,8 @@ const STACKS_ONLY: &[&str] = &["rig_forget_exec"];
 /// `__rust_realloc`, absent from most targets, and its BPF_PROG_LOAD took
 /// 1.05–1.18 s (strace -T, docs/guide.md "How long opening a window
 /// takes"). A Rust target pays that at attach, on one thread.
-const ON_FIRST_USE: &[&str] = &["rig_alloc_arg4"];
+/// `rig_alloc_ret` is attached only for the live heap.
+const ON_FIRST_USE: &[&str] = &["rig_alloc_arg4", "rig_alloc_ret"];
 
 /// `load` every family on its own thread and load its programs (all but
 /// those `tree` / `stacks` say will not be attached and those loaded on

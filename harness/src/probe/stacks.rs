@@ -55,6 +55,7 @@ pub fn load_object(
     bytes: &[u8],
     stacks: Stacks,
     sizes: Sizes,
+    live_heap: bool,
 ) -> Result<Ebpf, ProbeError> {
     static ON: u8 = 1;
     static OFF: u8 = 0;
@@ -64,6 +65,15 @@ pub fn load_object(
     };
     let mut loader = loader();
     loader.override_global("rig_stacks", on, true);
+    // The loader is shared: every setting is written on every load.
+    loader.override_global("rig_live_heap", if live_heap { &ON } else { &OFF }, false);
+    let (blocks, threads) = if live_heap {
+        (super::live::LIVE_MAX_BLOCKS, super::live::LIVE_MAX_THREADS)
+    } else {
+        (1, 1)
+    };
+    loader.map_max_entries("live", blocks);
+    loader.map_max_entries("live_pendings", threads);
     loader.map_max_entries("unwind_rows", sizes.rows.max(1) as u32);
     loader.map_max_entries("unwind_index", sizes.index.max(1) as u32);
     loader

@@ -18,6 +18,8 @@ pub struct WindowStart {
     maps: BTreeMap<u32, ProcMaps>,
     /// The pids measured when the window started.
     processes: Vec<u32>,
+    /// The live heap's start, when the set keeps it.
+    live: Option<super::LiveStart>,
 }
 
 impl WindowStart {
@@ -62,6 +64,9 @@ pub struct Window {
     /// Allocators found in a measured process that rig could not probe.
     pub alloc_unprobed: Vec<super::allocators::Unprobed>,
     pub notes: Vec<AttachNote>,
+    /// Blocks allocated in the window and not freed by its end (a set
+    /// attached with the live heap only).
+    pub live_heap: Option<super::LiveHeap>,
 }
 
 impl Window {
@@ -107,12 +112,14 @@ impl ProbeSet {
         // Modules loaded since attach (dlopen) get their unwind tables now;
         // ones loaded during the window end their stacks, marked.
         self.refresh_tables(&maps)?;
+        let live = self.open_live_heap()?;
         let (snapshot, at) = self.snapshot_at()?;
         Ok(WindowStart {
             snapshot,
             at,
             maps,
             processes: procs.iter().map(|p| p.pid).collect(),
+            live,
         })
     }
 
@@ -122,6 +129,7 @@ impl ProbeSet {
         self.catch_up();
         // From counter reads to counter reads: the interval the counts are of.
         let (snap, end_at) = self.snapshot_at()?;
+        let live_heap = start.live.as_ref().map(|l| self.live_heap(l)).transpose()?;
         let elapsed = end_at - start.at;
         let procs = self.processes();
         // Prefer the map at the end (libraries loaded during the window), but
@@ -156,6 +164,7 @@ impl ProbeSet {
             alloc_entries: self.alloc_entries(),
             alloc_unprobed: self.alloc_unprobed(),
             notes: self.notes(),
+            live_heap,
         })
     }
 }

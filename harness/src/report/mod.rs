@@ -6,6 +6,7 @@
 
 mod build;
 pub mod flame;
+pub mod live;
 pub mod output;
 pub mod stacks;
 pub mod table;
@@ -71,6 +72,10 @@ pub struct Attribution {
     pub stacks: stacks::StackSection,
     /// Sampled on-CPU time (the `cpu` family).
     pub cpu: CpuSamples,
+    /// `rig attach --live-heap`: blocks allocated in the window and still
+    /// allocated at its end, by call site.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_heap: Option<live::LiveHeapSection>,
 }
 
 /// On-CPU samples of the window: statistics (a sample every `period_ns` of
@@ -430,6 +435,10 @@ impl Attribution {
         wrappers: &stacks::Wrappers,
     ) -> Attribution {
         let stacks = stacks::StackSection::build(w, &w.copy_impls, sym, wrappers);
+        let live_heap = w
+            .live_heap
+            .as_ref()
+            .map(|h| live::LiveHeapSection::new(h, &w.maps, &w.alloc_entries, sym, &stacks));
         let mut b = build::Builder::new(w, sym);
         let syscalls = b.syscalls();
         let (alloc, alloc_totals, alloc_layers) = b.alloc();
@@ -484,6 +493,7 @@ impl Attribution {
             pmu: crate::host::detect_pmu(),
             stacks,
             cpu: build::cpu(w),
+            live_heap,
         }
     }
 

@@ -160,9 +160,44 @@ fn memslope_lines(results: &[CaseResult]) -> String {
             r.case.id,
             parts.join(", ")
         ));
+        if let Some(h) = &m.live_heap {
+            out.push_str(&live_heap_lines(&r.case.id, h));
+        }
         for w in &m.warnings {
             out.push_str(&format!("\n{}: {w}", r.case.id));
         }
+    }
+    out
+}
+
+/// The live heap of a memslope case: bytes per connection in all, then
+/// the top sites (those that hold bytes per connection or after close).
+fn live_heap_lines(id: &str, h: &crate::case::liveheap::LiveHeapFit) -> String {
+    let mut out = format!("\n{id}: live heap per connection: ");
+    match &h.fit {
+        Some(f) => out.push_str(&format!("{:.0} B/conn (R² {:.3})", f.slope, f.r2)),
+        None => out.push_str("no line (fewer than two tiers)"),
+    }
+    out.push_str(&format!(
+        ", {} B in {} blocks left after close, {} unmatched frees",
+        h.after_close.bytes, h.after_close.blocks, h.unmatched_frees
+    ));
+    if !h.complete {
+        out.push_str(&format!(
+            ", INCOMPLETE: {} allocations not recorded",
+            h.dropped
+        ));
+    }
+    for s in h
+        .sites
+        .iter()
+        .filter(|s| s.bytes_per_connection.abs() >= 0.5 || s.bytes_after_close > 0)
+        .take(5)
+    {
+        out.push_str(&format!(
+            "\n{id}:   {:>10.0} B/conn {:>6.2} blocks/conn {:>10} B after close  {} {}",
+            s.bytes_per_connection, s.blocks_per_connection, s.bytes_after_close, s.kind, s.label
+        ));
     }
     out
 }

@@ -322,7 +322,7 @@ fn counts_cpython_and_glibc_layers_exactly_when_only_pycalib_allocates() {
 /// The Rust fixture `bin` (fixtures/rustalloc), built with cargo on first
 /// use (release, into target/rustalloc; its allocator crates are fixtures
 /// only, outside rig's workspace).
-fn rustalloc(bin: &str) -> std::path::PathBuf {
+pub(super) fn rustalloc(bin: &str) -> std::path::PathBuf {
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let target = super::repo().join("target/rustalloc");

@@ -16,6 +16,8 @@ use rig::exit;
 /// and glibc's 16-byte chunk header (blocks below the mmap threshold are
 /// consecutive in the heap).
 const CONN_BYTES: f64 = 65552.0;
+/// What conn_open asks malloc for per connection (`--conn-bytes`).
+const BLOCK: u64 = 65536;
 
 const MATRIX: &str = r#"
 [defaults]
@@ -54,6 +56,37 @@ fn run(target: &str, name: &str) -> (i32, String, Value, tempfile::TempDir) {
     );
     let case = only_case(&out);
     (o.status.code().unwrap_or(-1), stdout, case, d)
+}
+
+/// The live-heap site of `conn_server.c` whose malloc carries the
+/// `SITE:marker`, by exact function name and file:line.
+fn conn_site<'a>(live: &'a Value, function: &str, marker: &str) -> &'a Value {
+    let line = rig_fixtures::conn_line(marker);
+    let sites = live["sites"].as_array().unwrap();
+    let found: Vec<&Value> = sites
+        .iter()
+        .filter(|s| s["site"]["function"] == function)
+        .collect();
+    assert_eq!(found.len(), 1, "one {function} site: {live:#}");
+    let s = found[0];
+    assert_eq!(s["site"]["line"], line, "{s:#}");
+    assert!(
+        s["site"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("conn_server.c"),
+        "{s:#}"
+    );
+    assert_eq!(s["kind"], "malloc", "{s:#}");
+    s
+}
+
+fn u64s(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
 }
 
 fn only_case(out: &Path) -> Value {
@@ -122,6 +155,37 @@ fn memslope_recovers_the_fixtures_bytes_per_connection_within_two_percent() {
         )),
         "{stdout}"
     );
+    // The live heap: exactly one 65536-byte block per open connection, at
+    // conn_open's malloc, and nothing else; all freed again at close.
+    let live = &m["live_heap"];
+    assert_eq!(live["complete"], true, "{live:#}");
+    assert_eq!(live["dropped"], 0, "{live:#}");
+    assert_eq!(live["unmatched_frees"], 0, "{live:#}");
+    let s = conn_site(live, "conn_open", "conn_open");
+    let tiers = [0u64, 64, 128, 256];
+    let bytes: Vec<u64> = tiers.iter().map(|n| n * BLOCK).collect();
+    assert_eq!(u64s(&s["bytes"]), bytes, "{s:#}");
+    assert_eq!(u64s(&s["blocks"]), tiers.to_vec(), "{s:#}");
+    assert_eq!(s["bytes_per_connection"].as_f64().unwrap(), BLOCK as f64);
+    assert_eq!(s["blocks_per_connection"].as_f64().unwrap(), 1.0);
+    assert_eq!(s["bytes_after_close"], 0, "freed inside the window: {s:#}");
+    assert_eq!(s["blocks_after_close"], 0, "{s:#}");
+    let totals: Vec<u64> = live["opened"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(totals, bytes, "{live:#}");
+    assert_eq!(live["after_close"]["bytes"], 0, "{live:#}");
+    assert_eq!(live["fit"]["slope"].as_f64().unwrap(), BLOCK as f64);
+    assert!(
+        stdout.contains(&format!(
+            "{}: live heap per connection: 65536 B/conn (R² 1.000)",
+            c["id"].as_str().unwrap()
+        )),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -136,6 +200,21 @@ fn a_server_that_keeps_a_descriptor_per_closed_connection_fails_with_the_count()
     assert_eq!(m["fds_left_after_close"], 256, "{m:#}");
     let reasons = c["reasons"].to_string();
     assert!(reasons.contains("+256 against READY's"), "{reasons}");
+    // The live heap names the leak: 4096 bytes per closed connection at
+    // conn_leak's malloc, still allocated once all 256 are closed, while
+    // conn_open's blocks were all freed (net 0 at that site).
+    let live = &m["live_heap"];
+    assert_eq!(live["complete"], true, "{live:#}");
+    assert_eq!(live["unmatched_frees"], 0, "{live:#}");
+    let leak = conn_site(live, "conn_leak", "conn_leak");
+    assert_eq!(u64s(&leak["bytes"]), vec![0, 0, 0, 0], "{leak:#}");
+    assert_eq!(leak["bytes_after_close"], 256 * 4096, "{leak:#}");
+    assert_eq!(leak["blocks_after_close"], 256, "{leak:#}");
+    let open = conn_site(live, "conn_open", "conn_open");
+    assert_eq!(open["bytes_after_close"], 0, "{open:#}");
+    assert_eq!(open["bytes_per_connection"].as_f64().unwrap(), BLOCK as f64);
+    assert_eq!(live["after_close"]["bytes"], 256 * 4096, "{live:#}");
+    assert_eq!(live["after_close"]["blocks"], 256, "{live:#}");
     // Memory per open connection is still measured right.
     let slope = m["rss"]["slope"].as_f64().unwrap();
     assert!(

@@ -43,6 +43,7 @@ mod html;
 mod integrity;
 mod launch;
 mod live;
+mod liveheap;
 mod load;
 mod memslope;
 mod recovery;
@@ -136,6 +137,7 @@ pub fn attribute_path(
         command: Vec::new(),
         tree: None,
         wrappers: Vec::new(),
+        live_heap: false,
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let a = session::run_attach(&s, &stop).expect("attribution session");

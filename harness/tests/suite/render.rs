@@ -182,6 +182,7 @@ fn attribution() -> Attribution {
             user: 40,
             kernel: 10,
         },
+        live_heap: None,
     }
 }
 

@@ -131,6 +131,8 @@ pub struct ProbeSet {
     follower: Option<JoinHandle<()>>,
     /// Syscall-free uprobe kinds attached, for the cost table.
     pub families: Vec<Family>,
+    /// Whether the alloc family keeps the live heap (`probe::live`).
+    pub live_heap: bool,
 }
 
 /// What the follower thread and the reader share.
@@ -142,11 +144,13 @@ struct Shared {
     alloc_entries: Vec<AllocEntry>,
     alloc_unprobed: Vec<Unprobed>,
     notes: Vec<AttachNote>,
+    live_heap: bool,
 }
 
 /// Attaching uprobes for one process (borrowing the shared state).
 struct Attacher<'a> {
     pid: u32,
+    live_heap: bool,
     copy_impls: &'a mut Vec<CopyImpl>,
     alloc_entries: &'a mut Vec<AllocEntry>,
     alloc_unprobed: &'a mut Vec<Unprobed>,
@@ -218,6 +222,21 @@ impl ProbeSet {
         scope: Scope,
         stack_mode: Stacks,
     ) -> Result<ProbeSet, ProbeError> {
+        ProbeSet::attach_opts(pid, families, scope, stack_mode, false)
+    }
+
+    /// `attach_with`, choosing whether the alloc family also keeps the live
+    /// heap: a uretprobe on every allocating entry point reads the address
+    /// each allocation returned (`probe::live`). Off in every counted pass:
+    /// the uretprobes cost a trap and a syscall per allocation more.
+    pub fn attach_opts(
+        pid: u32,
+        families: &[Family],
+        scope: Scope,
+        stack_mode: Stacks,
+        live_heap: bool,
+    ) -> Result<ProbeSet, ProbeError> {
+        let live_heap = live_heap && families.contains(&Family::Alloc);
         check_target(pid)?;
         // The tables are sized for the processes there now (with room for
         // children that exec something else).
@@ -232,7 +251,14 @@ impl ProbeSet {
         let tables = StackTables::new(stack_mode, &initial_maps.iter().collect::<Vec<_>>());
         // Kernel-side following starts first, so a fork racing with the
         // listing below is caught by one or the other.
-        let mut objects = load_following(families, scope, stack_mode, tables.capacity(), pid)?;
+        let mut objects = load_following(
+            families,
+            scope,
+            stack_mode,
+            tables.capacity(),
+            pid,
+            live_heap,
+        )?;
         let mut pids = vec![pid];
         if scope == Scope::Tree {
             for child in crate::process::descendants(pid) {
@@ -250,6 +276,7 @@ impl ProbeSet {
             alloc_entries: Vec::new(),
             alloc_unprobed: Vec::new(),
             notes: Vec::new(),
+            live_heap,
         };
         shared.join_at_attach(pid, &pids)?;
         attach_tracepoints(&mut shared.objects)?;
@@ -266,6 +293,7 @@ impl ProbeSet {
             stop,
             follower,
             families: families.to_vec(),
+            live_heap,
         })
     }
 
@@ -303,7 +331,7 @@ impl ProbeSet {
             Vec::new()
         };
         let mut tables = StackTables::new(stack_mode, &[&maps]);
-        let mut objects = vec![(family, load(family, stack_mode, tables.capacity())?)];
+        let mut objects = vec![(family, load(family, stack_mode, tables.capacity(), false)?)];
         tables.install(&mut objects, pid, &maps)?;
         let (_, ebpf) = &mut objects[0];
         set_target(ebpf, family, pid, TARGET_ONE)?;
@@ -322,10 +350,12 @@ impl ProbeSet {
                 alloc_entries: Vec::new(),
                 alloc_unprobed: Vec::new(),
                 notes: Vec::new(),
+                live_heap: false,
             })),
             stop: Arc::new(AtomicBool::new(false)),
             follower: None,
             families: vec![family],
+            live_heap: false,
         })
     }
 
@@ -360,6 +390,17 @@ impl ProbeSet {
             }
         }
         total
+    }
+
+    /// Run `f` on one family's object, if it is loaded.
+    pub(crate) fn with_object<R>(
+        &self,
+        family: Family,
+        f: impl FnOnce(&mut Ebpf) -> R,
+    ) -> Option<R> {
+        let mut shared = self.shared();
+        let (_, ebpf) = shared.objects.iter_mut().find(|(f, _)| *f == family)?;
+        Some(f(ebpf))
     }
 
     /// The pid the probes were attached to (the tree's root).

@@ -7,6 +7,7 @@ pub(super) fn load(
     family: Family,
     stack_mode: Stacks,
     sizes: crate::probe::unwind::Sizes,
+    live_heap: bool,
 ) -> Result<Ebpf, ProbeError> {
     let bytes = match family {
         Family::Syscalls => rig_ebpf::SYSCALLS,
@@ -17,7 +18,7 @@ pub(super) fn load(
         Family::Sched => rig_ebpf::SCHED,
         Family::Cpu => rig_ebpf::CPU,
     };
-    stacks::load_object(family, bytes, stack_mode, sizes)
+    stacks::load_object(family, bytes, stack_mode, sizes, live_heap)
 }
 
 /// Load `families` and aim each at `pid`: in a tree, following forks from
@@ -28,6 +29,7 @@ pub(super) fn load_following(
     stack_mode: Stacks,
     sizes: crate::probe::unwind::Sizes,
     pid: u32,
+    live_heap: bool,
 ) -> Result<Vec<(Family, Ebpf)>, ProbeError> {
     let mode = match scope {
         Scope::Process => TARGET_ONE,
@@ -37,7 +39,7 @@ pub(super) fn load_following(
         families,
         scope == Scope::Tree,
         stack_mode == Stacks::On,
-        |family| load(family, stack_mode, sizes),
+        |family| load(family, stack_mode, sizes, live_heap),
     )?;
     let mut objects = Vec::new();
     for (family, mut ebpf) in loaded {
@@ -222,7 +224,7 @@ pub(super) fn uprobe_placed(
 pub(super) fn args_read(program: &str) -> usize {
     match program {
         // A forwarder's entry and a lock call's return read no argument.
-        "rig_alloc_fwd" | "rig_mutex_lock_ret" => 0,
+        "rig_alloc_fwd" | "rig_mutex_lock_ret" | "rig_alloc_ret" => 0,
         "rig_alloc_arg1" | "rig_alloc_free" => 1,
         "rig_mutex_lock" | "rig_mutex_trylock" | "rig_mutex_unlock" => 1,
         "rig_alloc_calloc" | "rig_alloc_arg2" => 2,

@@ -206,6 +206,21 @@ impl Attacher<'_> {
             Some(cookie as u64),
             self.pid,
         )?;
+        // The live heap reads what an allocating call returned; a free and
+        // a forwarder return nothing to read (the end of a forwarder's jump
+        // chain returns for it).
+        let live_ret = self.live_heap && !matches!(program, "rig_alloc_fwd" | "rig_alloc_free");
+        if live_ret {
+            uprobe(
+                ebpf,
+                family,
+                "rig_alloc_ret",
+                lib,
+                file_offset,
+                Some(cookie as u64),
+                self.pid,
+            )?;
+        }
         let how = match forwards_to {
             Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
             None => String::new(),
@@ -214,7 +229,8 @@ impl Attacher<'_> {
             family,
             symbol,
             format!(
-                "uprobe at {}+{:#x} ({}){how}{}",
+                "uprobe{} at {}+{:#x} ({}){how}{}",
+                if live_ret { " and uretprobe" } else { "" },
                 basename(&lib.display().to_string()),
                 file_offset,
                 layer.family,

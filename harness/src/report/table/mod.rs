@@ -77,6 +77,9 @@ pub fn render(a: &Attribution, top: usize) -> String {
             section(&mut out, a, top, n);
         }
     }
+    if let Some(h) = &a.live_heap {
+        live_heap(&mut out, h, top);
+    }
     if a.families.contains(&crate::probe::Family::Sched) {
         let s = &a.sched;
         let _ = writeln!(
@@ -466,6 +469,46 @@ fn alloc_layers(out: &mut String, a: &Attribution, n: Option<u64>, unit: &str) {
     );
 }
 
+/// `--live-heap`: what the window allocated and did not free, by site
+/// (whole numbers: blocks are not per request).
+fn live_heap(out: &mut String, h: &crate::report::live::LiveHeapSection, top: usize) {
+    let _ = writeln!(
+        out,
+        "\nlive heap at the window's end: {} B in {} blocks allocated in the window and not freed; \
+         {} frees of blocks allocated before it (unmatched, not subtracted)",
+        h.bytes, h.blocks, h.unmatched_frees
+    );
+    if !h.complete {
+        let _ = writeln!(
+            out,
+            "INCOMPLETE: {} allocations ({} B) not recorded, the live-heap map was full",
+            h.dropped, h.dropped_bytes
+        );
+    }
+    for s in h.sites.iter().take(top) {
+        let _ = writeln!(
+            out,
+            "{:>12} B {:>8} blocks  {} {}",
+            s.bytes,
+            s.blocks,
+            s.kind,
+            s.site.label()
+        );
+    }
+    if !h.user_sites.is_empty() {
+        let _ = writeln!(out, "live heap by user site (whole stacks):");
+        for s in h.user_sites.iter().take(top) {
+            let _ = writeln!(
+                out,
+                "{:>12} B {:>8} blocks  {}",
+                s.bytes,
+                s.blocks,
+                s.site.label()
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,6 +541,49 @@ mod tests {
         assert_eq!(
             super::short_name("rig_peer::routes::respond"),
             "rig_peer::routes::respond"
+        );
+    }
+
+    #[test]
+    fn a_live_heap_that_lost_allocations_says_how_many() {
+        let site = crate::symbolize::Site {
+            addr: 0x5010,
+            module: Some("/srv/conn_server".into()),
+            module_offset: 0x1010,
+            build_id: None,
+            function: Some("conn_open".into()),
+            function_offset: 0x1e,
+            file: Some("/src/conn_server.c".into()),
+            line: Some(89),
+            inlined: Vec::new(),
+            naming: crate::symbolize::Naming::Symbol,
+        };
+        let h = crate::report::live::LiveHeapSection {
+            bytes: 3 * 65536,
+            blocks: 3,
+            sites: vec![crate::report::live::LiveSite {
+                site,
+                kind: "malloc".into(),
+                allocator: "glibc".into(),
+                blocks: 3,
+                bytes: 3 * 65536,
+            }],
+            user_sites: Vec::new(),
+            blocks_without_stack: 0,
+            recorded: 5,
+            unmatched_frees: 2,
+            dropped: 7,
+            dropped_bytes: 448,
+            complete: false,
+        };
+        let mut out = String::new();
+        live_heap(&mut out, &h, 10);
+        assert_eq!(
+            out,
+            "\nlive heap at the window's end: 196608 B in 3 blocks allocated in the window and not \
+             freed; 2 frees of blocks allocated before it (unmatched, not subtracted)\n\
+             INCOMPLETE: 7 allocations (448 B) not recorded, the live-heap map was full\n\
+             \x20     196608 B        3 blocks  malloc conn_open+0x1e (conn_server.c:89)\n"
         );
     }
 
