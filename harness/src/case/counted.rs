@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::launch::spec::TargetSpec;
 use crate::launch::start::{Launched, ObjectFact};
 use crate::load::{Client, LoadReport};
-use crate::probe::{ProbeSet, Scope};
+use crate::probe::{Family, ProbeSet, Scope, Stacks};
 use crate::report::Attribution;
 use crate::scenario::{Case, HttpCase};
 use crate::symbolize::Symbolizer;
@@ -24,6 +24,9 @@ pub(super) struct CountedMeasure {
     pub(super) warmed: u64,
 }
 
+/// `live_heap`: also record which of the window's allocations are still
+/// allocated at its end, by site (uretprobes on the allocators: dearer, so
+/// only the soak's windows ask for it).
 pub(super) fn counted_measure(
     rs: &RunSettings,
     case: &Case,
@@ -31,6 +34,7 @@ pub(super) fn counted_measure(
     spec: &TargetSpec,
     l: &Launched,
     sym: &mut Symbolizer,
+    live_heap: bool,
 ) -> Result<CountedMeasure, Fail> {
     let mut ls = load_spec(rs, http, spec, l.port)?;
     // Exact per-request counts want a closed, fixed-count window: the
@@ -54,7 +58,9 @@ pub(super) fn counted_measure(
     };
     // The launched process and everything it forks (prefork servers).
     let open = || -> anyhow::Result<ProbeWindow> {
-        let probes = ProbeSet::attach_scoped(l.pid, &rs.families, Scope::Tree)?;
+        let live_heap = live_heap && rs.families.contains(&Family::Alloc);
+        let probes =
+            ProbeSet::attach_opts(l.pid, &rs.families, Scope::Tree, Stacks::On, live_heap)?;
         Ok(ProbeWindow::new(probes, SettleEnd::IfStartSettled, || {
             !l.has_exited()
         }))
@@ -105,7 +111,7 @@ pub(super) fn counted_pass(
 ) -> Result<(CountedPass, Vec<String>), Fail> {
     let (l, arm_proof) = launch_pass(rs, case, spec, "counted")?;
     record_objects(&l, objs);
-    let measured = counted_measure(rs, case, http, spec, &l, sym);
+    let measured = counted_measure(rs, case, http, spec, &l, sym, false);
     let mut info = LaunchInfo::of(&l);
     info.arm_proof = arm_proof;
     let died = exited_reason("counted", &l);

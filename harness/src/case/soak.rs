@@ -57,6 +57,18 @@ pub struct SoakSite {
     pub bytes_per_request: f64,
 }
 
+/// One site of a window's live heap: blocks it allocated in the window and
+/// that were still allocated at the window's end, per request.
+#[derive(Clone, Debug, Serialize)]
+pub struct SoakLiveSite {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub kind: String,
+    pub blocks_per_request: f64,
+    pub bytes_per_request: f64,
+}
+
 /// The counted window after one interval: exact counts over
 /// `requests` requests.
 #[derive(Clone, Debug, Serialize)]
@@ -71,7 +83,17 @@ pub struct SoakWindow {
     /// The sites allocating the most per request (not counting calls made
     /// inside another allocator call).
     pub top_alloc_sites: Vec<SoakSite>,
-    /// The probes lost no event.
+    /// With the alloc probes: the window's allocations still allocated at
+    /// its end (each free matched to its allocation), per request. A leak
+    /// is here by construction, at its site; a cache that grows shows too.
+    pub live_bytes_per_request: Option<f64>,
+    pub live_blocks_per_request: Option<f64>,
+    /// The sites of those blocks, most bytes first.
+    pub live_sites: Vec<SoakLiveSite>,
+    /// Frees in the window of blocks allocated before it (what makes
+    /// allocations minus frees smaller than the live blocks).
+    pub unmatched_frees_per_request: Option<f64>,
+    /// The probes lost no event (nor the live heap an allocation).
     pub complete: bool,
 }
 
@@ -150,6 +172,23 @@ impl SoakWindow {
             .collect();
         sites.sort_by(|x, y| y.calls_per_request.total_cmp(&x.calls_per_request));
         sites.truncate(TOP_SITES);
+        let live = a.live_heap.as_ref();
+        let live_sites = live
+            .map(|h| {
+                h.sites
+                    .iter()
+                    .take(TOP_SITES)
+                    .map(|s| SoakLiveSite {
+                        function: s.site.function.clone(),
+                        file: s.site.file.clone(),
+                        line: s.site.line,
+                        kind: s.kind.clone(),
+                        blocks_per_request: s.blocks as f64 / n,
+                        bytes_per_request: s.bytes as f64 / n,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         SoakWindow {
             requests: a.window.requests.unwrap_or(0),
             allocations_per_request: per.allocations,
@@ -158,7 +197,11 @@ impl SoakWindow {
             alloc_bytes_per_request: per.alloc_bytes,
             syscalls_per_request: per.syscalls,
             top_alloc_sites: sites,
-            complete: a.complete,
+            live_bytes_per_request: live.map(|h| h.bytes as f64 / n),
+            live_blocks_per_request: live.map(|h| h.blocks as f64 / n),
+            live_sites,
+            unmatched_frees_per_request: live.map(|h| h.unmatched_frees as f64 / n),
+            complete: a.complete && live.is_none_or(|h| h.complete),
         }
     }
 }
@@ -268,7 +311,7 @@ fn soak(
             if let Some(f) = interrupted() {
                 return Err(f);
             }
-            let m = counted_measure(rs, case, &closed, spec, l, sym)?;
+            let m = counted_measure(rs, case, &closed, spec, l, sym, true)?;
             served += m.warmed + m.report.succeeded;
             problems.extend(m.reasons.iter().cloned());
             Some(SoakWindow::of(&m.attribution))
@@ -294,17 +337,46 @@ fn soak(
 /// same.
 fn warnings(intervals: &[SoakInterval], fds_per_minute: &Option<LineFit>) -> Vec<String> {
     let mut out = Vec::new();
-    let nets: Vec<f64> = intervals
+    let windows: Vec<&SoakWindow> = intervals
         .iter()
-        .filter_map(|i| i.counted.as_ref()?.net_allocations_per_request)
+        .filter_map(|i| i.counted.as_ref())
         .collect();
-    if !nets.is_empty()
-        && nets.len() == intervals.len()
-        && nets.iter().all(|&n| n >= LEAK_PER_REQUEST)
+    let list = |v: &mut dyn Iterator<Item = f64>| {
+        v.map(|n| format!("{n:+.3}")).collect::<Vec<_>>().join(", ")
+    };
+    let every = |f: &dyn Fn(&SoakWindow) -> Option<f64>| {
+        !windows.is_empty()
+            && windows.len() == intervals.len()
+            && windows
+                .iter()
+                .all(|w| f(w).is_some_and(|n| n >= LEAK_PER_REQUEST))
+    };
+    let last = windows.last();
+    if every(&|w| w.live_blocks_per_request) {
+        // Frees matched to allocations: the blocks themselves, at their site.
+        let site = last
+            .and_then(|w| w.live_sites.first())
+            .map(|s| {
+                format!(
+                    "; most at {} ({}:{}), {:.2} blocks and {:.0} B per request",
+                    s.function.as_deref().unwrap_or("?"),
+                    s.file.as_deref().unwrap_or("?"),
+                    s.line.unwrap_or(0),
+                    s.blocks_per_request,
+                    s.bytes_per_request
+                )
+            })
+            .unwrap_or_default();
+        out.push(format!(
+            "every counted window ended with blocks it allocated still allocated ({} per request): the requests keep memory{site}",
+            list(&mut windows.iter().filter_map(|w| w.live_blocks_per_request))
+        ));
+    } else if windows.iter().all(|w| w.live_blocks_per_request.is_none())
+        && every(&|w| w.net_allocations_per_request)
     {
-        let site = intervals
-            .last()
-            .and_then(|i| i.counted.as_ref())
+        // Without the live heap: allocations minus frees, and the site that
+        // allocates most.
+        let site = last
             .and_then(|w| w.top_alloc_sites.first())
             .map(|s| {
                 format!(
@@ -319,10 +391,7 @@ fn warnings(intervals: &[SoakInterval], fds_per_minute: &Option<LineFit>) -> Vec
             .unwrap_or_default();
         out.push(format!(
             "allocations minus frees per request stayed above zero in every counted window ({}): the requests keep memory{site}",
-            nets.iter()
-                .map(|n| format!("{n:+.3}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            list(&mut windows.iter().filter_map(|w| w.net_allocations_per_request))
         ));
     }
     let (first, last) = (intervals.first(), intervals.last());

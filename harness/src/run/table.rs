@@ -249,12 +249,18 @@ fn soak_lines(results: &[CaseResult]) -> String {
             continue;
         };
         for i in &p.intervals {
-            let net = i
-                .counted
-                .as_ref()
+            let w = i.counted.as_ref();
+            let mut net = w
                 .and_then(|w| w.net_allocations_per_request)
                 .map(|n| format!(", allocs−frees {n:+.3}/req"))
                 .unwrap_or_default();
+            if let Some((blocks, bytes)) =
+                w.and_then(|w| w.live_blocks_per_request.zip(w.live_bytes_per_request))
+            {
+                net.push_str(&format!(
+                    ", still allocated {blocks:.3} blocks {bytes:.0} B/req"
+                ));
+            }
             out.push_str(&format!(
                 "\n{}: interval {} {}/{} ok, p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, RSS {:.1} MiB, FDs {}{net}",
                 r.case.id,

@@ -113,6 +113,28 @@ fn soak_names_a_per_request_leak_at_its_site_and_fits_its_bytes_per_request() {
         assert_eq!(w["net_allocations_per_request"], 1.0, "{w:#}");
         assert_eq!(w["alloc_bytes_per_request"], 4096.0, "{w:#}");
         assert_eq!(w["complete"], true);
+        // Every free matched to its allocation: the leaked block is the one
+        // block per request the window left allocated, at its site.
+        assert_eq!(
+            (&w["live_blocks_per_request"], &w["live_bytes_per_request"]),
+            (&1.0.into(), &4096.0.into()),
+            "{w:#}"
+        );
+        assert_eq!(w["unmatched_frees_per_request"], 0.0, "{w:#}");
+        let live = w["live_sites"].as_array().unwrap();
+        assert_eq!(live.len(), 1, "{w:#}");
+        assert_eq!(
+            (&live[0]["function"], &live[0]["line"]),
+            (&"conn_leak_request".into(), &line.into()),
+            "{w:#}"
+        );
+        assert_eq!(
+            (
+                &live[0]["blocks_per_request"],
+                &live[0]["bytes_per_request"]
+            ),
+            (&1.0.into(), &4096.0.into())
+        );
         let top = &w["top_alloc_sites"][0];
         assert_eq!(top["function"], "conn_leak_request", "{w:#}");
         assert!(
@@ -140,11 +162,12 @@ fn soak_names_a_per_request_leak_at_its_site_and_fits_its_bytes_per_request() {
     let w = s["warnings"].as_array().unwrap();
     assert_eq!(w.len(), 1, "{w:#?}");
     let w = w[0].as_str().unwrap();
-    let at = format!("conn_server.c:{line}), 1.00 calls and 4096 B per request");
+    let at = "most at conn_leak_request (";
+    let per = format!("conn_server.c:{line}), 1.00 blocks and 4096 B per request");
     assert!(
-        w.contains("(+1.000, +1.000, +1.000)")
-            && w.contains("conn_leak_request (")
-            && w.contains(&at),
+        w.starts_with("every counted window ended with blocks it allocated still allocated (+1.000, +1.000, +1.000 per request)")
+            && w.contains(at)
+            && w.contains(&per),
         "{w}"
     );
     assert_eq!(
@@ -173,6 +196,8 @@ fn soak_of_a_server_that_keeps_nothing_reports_no_drift() {
             let w = &i["counted"];
             assert_eq!(w["allocations_per_request"], 0.0, "{w:#}");
             assert_eq!(w["net_allocations_per_request"], 0.0, "{w:#}");
+            assert_eq!(w["live_blocks_per_request"], 0.0, "{w:#}");
+            assert_eq!(w["live_sites"], Value::Array(vec![]), "{w:#}");
             &i["fds"]
         })
         .collect();
