@@ -177,7 +177,7 @@ fn key(proto: LiveProto) -> &'static str {
     }
 }
 
-fn kind_of(spec: &TargetSpec, proto: LiveProto) -> (LiveKind, String) {
+pub(super) fn kind_of(spec: &TargetSpec, proto: LiveProto) -> (LiveKind, String) {
     match proto {
         LiveProto::Tcp => (LiveKind::Tcp, "tcp".into()),
         LiveProto::Ws => {

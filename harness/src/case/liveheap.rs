@@ -14,11 +14,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::launch::start::Launched;
-use crate::probe::{Family, LiveHeap, LiveStart, ProbeSet, Scope, Stacks};
+use crate::probe::{Family, LiveHeap, ProbeSet, Scope, Stacks, WindowEnd, WindowStart};
 use crate::process::maps::ProcMaps;
 use crate::report::live::live_rows;
+use crate::report::stacks::{StackSection, Wrappers};
 use crate::stats::{least_squares, LineFit};
 use crate::symbolize::{Site, Symbolizer};
+use rig_ebpf::abi::CallsBytes;
 
 /// Sites kept in a result, most bytes per connection first (the rest are
 /// counted in `sites_omitted`).
@@ -67,6 +69,11 @@ pub struct LiveHeapFit {
     pub fit: Option<LineFit>,
     /// Most bytes per connection (then most left after close) first.
     pub sites: Vec<LiveSiteFit>,
+    /// The same blocks by user site: the first frame of each block's whole
+    /// stack outside the allocators and standard libraries (`kind` and
+    /// `allocator` empty), most bytes per connection first. Blocks whose
+    /// stack is missing are in `sites` only.
+    pub user_sites: Vec<LiveSiteFit>,
     pub sites_omitted: usize,
     /// Frees of blocks allocated before READY (counted, never subtracted).
     pub unmatched_frees: u64,
@@ -80,7 +87,9 @@ pub struct LiveHeapFit {
 /// The probes of a pass and its readings so far.
 pub(super) struct LiveWatch {
     probes: ProbeSet,
-    start: Option<LiveStart>,
+    /// From READY: the live heap's start, and the window whose end names
+    /// the blocks' whole stacks.
+    start: Option<WindowStart>,
     opened: Vec<(usize, LiveHeap)>,
     after_close: Option<LiveHeap>,
     maps: BTreeMap<u32, ProcMaps>,
@@ -89,8 +98,7 @@ pub(super) struct LiveWatch {
 impl LiveWatch {
     /// Attach the alloc probes with the live heap to the launched tree.
     pub fn attach(l: &Launched) -> anyhow::Result<LiveWatch> {
-        let probes =
-            ProbeSet::attach_opts(l.pid, &[Family::Alloc], Scope::Tree, Stacks::Off, true)?;
+        let probes = ProbeSet::attach_opts(l.pid, &[Family::Alloc], Scope::Tree, Stacks::On, true)?;
         Ok(LiveWatch {
             probes,
             start: None,
@@ -102,7 +110,7 @@ impl LiveWatch {
 
     /// READY: blocks from now on are the pass's.
     pub fn open(&mut self) -> anyhow::Result<()> {
-        self.start = self.probes.open_live_heap()?;
+        self.start = Some(self.probes.start_window()?);
         Ok(())
     }
 
@@ -110,6 +118,7 @@ impl LiveWatch {
         let start = self
             .start
             .as_ref()
+            .and_then(WindowStart::live)
             .ok_or_else(|| anyhow::anyhow!("the live heap was not opened"))?;
         let h = self.probes.live_heap(start)?;
         // Name addresses with the maps of now, while the processes live.
@@ -138,6 +147,12 @@ impl LiveWatch {
         let after = self
             .after_close
             .ok_or_else(|| anyhow::anyhow!("the live heap was not read after closing"))?;
+        // The window from READY holds every stack the blocks were made on.
+        let start = self
+            .start
+            .ok_or_else(|| anyhow::anyhow!("the live heap was not opened"))?;
+        let w = self.probes.end_window(start, WindowEnd::Completed)?;
+        let stacks = StackSection::build(&w, &w.copy_impls, sym, &Wrappers::default());
         let entries = self.probes.alloc_entries();
         let mut readings: Vec<&LiveHeap> = self.opened.iter().map(|(_, h)| h).collect();
         readings.push(&after);
@@ -174,14 +189,36 @@ impl LiveWatch {
                 }
             })
             .collect();
-        sites.sort_by(|a, b| {
+        let by_fit = |a: &LiveSiteFit, b: &LiveSiteFit| {
             b.bytes_per_connection
                 .abs()
                 .total_cmp(&a.bytes_per_connection.abs())
                 .then(b.bytes_after_close.cmp(&a.bytes_after_close))
-        });
+        };
+        sites.sort_by(by_fit);
         let sites_omitted = sites.len().saturating_sub(LIVE_SITES);
         sites.truncate(LIVE_SITES);
+        let mut user_sites: Vec<LiveSiteFit> = by_user_site(&readings, &stacks)
+            .into_iter()
+            .map(|(site, live)| {
+                let bytes: Vec<u64> = live[..n].iter().map(|v| v.bytes).collect();
+                let blocks: Vec<u64> = live[..n].iter().map(|v| v.calls).collect();
+                LiveSiteFit {
+                    label: site.label(),
+                    site,
+                    kind: String::new(),
+                    allocator: String::new(),
+                    bytes_per_connection: slope(&bytes),
+                    blocks_per_connection: slope(&blocks),
+                    bytes,
+                    blocks,
+                    bytes_after_close: live[n].bytes,
+                    blocks_after_close: live[n].calls,
+                }
+            })
+            .collect();
+        user_sites.sort_by(by_fit);
+        user_sites.truncate(LIVE_SITES);
         let point = |connections: usize, h: &LiveHeap| {
             let t = h.total();
             LivePoint {
@@ -202,6 +239,7 @@ impl LiveWatch {
             opened,
             after_close: point(0, &after),
             sites,
+            user_sites,
             sites_omitted,
             unmatched_frees: after.unmatched_frees,
             dropped: after.dropped,
@@ -209,4 +247,34 @@ impl LiveWatch {
             complete: after.complete(),
         })
     }
+}
+
+/// Each reading's blocks summed by user site (the first frame of the
+/// block's whole stack outside the allocators, as `stacks` names it): one
+/// entry per site, a value per reading. Blocks without a stack are left
+/// out.
+fn by_user_site(readings: &[&LiveHeap], stacks: &StackSection) -> Vec<(Site, Vec<CallsBytes>)> {
+    let mut out: Vec<(Site, Vec<CallsBytes>)> = Vec::new();
+    for (i, h) in readings.iter().enumerate() {
+        for ((_, id), v) in &h.stacks {
+            let Some(site) = stacks
+                .stacks
+                .get(&format!("{id:016x}"))
+                .and_then(|f| f.frames.get(f.user_site))
+            else {
+                continue;
+            };
+            let same = |s: &Site| s.module == site.module && s.module_offset == site.module_offset;
+            let at = match out.iter().position(|(s, _)| same(s)) {
+                Some(at) => at,
+                None => {
+                    out.push((site.clone(), vec![CallsBytes::default(); readings.len()]));
+                    out.len() - 1
+                }
+            };
+            out[at].1[i].calls += v.calls;
+            out[at].1[i].bytes += v.bytes;
+        }
+    }
+    out
 }

@@ -25,9 +25,10 @@ use serde::Serialize;
 
 use crate::launch::spec::TargetSpec;
 use crate::launch::start::{ExitInfo, Launched, ObjectFact};
+use crate::load::live::{LiveRun, LiveSpec, Pause, LIVE_TIMEOUT};
 use crate::load::{Client, Handshakes, Mode};
 use crate::sample::{CgroupSnapshot, ProcSnapshot};
-use crate::scenario::{Case, HttpCase, LoadShape, MemSlopeCase, Topology};
+use crate::scenario::{Case, HttpCase, LiveProto, LoadShape, MemSlopeCase, MemSlopeConn, Topology};
 use crate::stats::{least_squares, LineFit};
 use crate::symbolize::Symbolizer;
 
@@ -143,18 +144,115 @@ fn fit(points: &[ConnPoint], y: impl Fn(&ConnPoint) -> Option<u64>) -> Option<Li
     least_squares(&xy?)
 }
 
-/// Open `n` more connections of `m`'s protocol, each answering one
-/// request: the tier's new connections, held open (idle) by the client.
+/// A tier's new connections, held open (idle) by their client.
+enum Held {
+    Http(Client),
+    /// A live generator paused with every connection open: it closes them
+    /// when told to go on.
+    Live {
+        run: LiveRun,
+        at: std::sync::mpsc::Receiver<&'static str>,
+        go: std::sync::mpsc::Sender<()>,
+        n: usize,
+    },
+}
+
+/// Open `n` more connections of `m`'s kind, each proven served: the tier's
+/// new connections.
 fn open_tier(
     rs: &RunSettings,
     m: &MemSlopeCase,
     spec: &TargetSpec,
     port: u16,
     n: usize,
+    tier: u32,
+) -> Result<Held, Fail> {
+    match &m.conn {
+        MemSlopeConn::Http { protocol, path } => {
+            open_http(rs, *protocol, path, spec, port, n).map(Held::Http)
+        }
+        MemSlopeConn::Live(p) => open_live(*p, spec, port, n, tier),
+    }
+}
+
+/// `n` TCP echo, WebSocket or SSE connections on a generator of their own
+/// (one thread, paused once every connection opened, proven served: the
+/// first echo, the upgrade, the first event). `tier` goes into the TCP
+/// connections' first message.
+fn open_live(
+    p: LiveProto,
+    spec: &TargetSpec,
+    port: u16,
+    n: usize,
+    tier: u32,
+) -> Result<Held, Fail> {
+    let (kind, _) = super::live::kind_of(spec, p);
+    let (at_tx, at) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    let run = LiveRun::start(
+        LiveSpec {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            kind,
+            connections: n,
+            cycle: tier,
+            // No hold: the connections stay idle while paused.
+            hold: Duration::ZERO,
+            message_every: Duration::from_secs(1),
+        },
+        Some(Pause {
+            at: at_tx,
+            go: go_rx,
+        }),
+    )?;
+    // Every connection opens within LIVE_TIMEOUT (or is given up).
+    match at.recv_timeout(LIVE_TIMEOUT + Duration::from_secs(5)) {
+        Ok("connected") => Ok(Held::Live { run, at, go, n }),
+        other => {
+            drop(go);
+            let _ = run.join();
+            Err(Fail(format!(
+                "{n} new {} connections did not open ({other:?})",
+                p.name()
+            )))
+        }
+    }
+}
+
+/// Close a live tier: let the generator go on (no hold), then close every
+/// connection; each must have opened and been reclaimed.
+fn close_live(
+    run: LiveRun,
+    at: std::sync::mpsc::Receiver<&'static str>,
+    go: std::sync::mpsc::Sender<()>,
+    n: usize,
+) -> Result<(), Fail> {
+    let _ = go.send(());
+    let _ = at.recv_timeout(LIVE_TIMEOUT + Duration::from_secs(5));
+    let _ = go.send(());
+    let out = run.join()?;
+    let opened = out.conns.iter().filter(|c| c.connected).count();
+    let reclaimed = out.conns.iter().filter(|c| c.reclaimed).count();
+    if opened != n || reclaimed != n {
+        return Err(Fail(format!(
+            "{opened} of {n} connections opened and {reclaimed} were reclaimed at close (errors: {:?})",
+            out.errors()
+        )));
+    }
+    Ok(())
+}
+
+/// `n` HTTP connections, each answering one request on `path`.
+fn open_http(
+    rs: &RunSettings,
+    protocol: crate::scenario::Proto,
+    path: &str,
+    spec: &TargetSpec,
+    port: u16,
+    n: usize,
 ) -> Result<Client, Fail> {
     let http = HttpCase {
-        protocol: m.protocol,
-        path: m.path.clone(),
+        protocol,
+        path: path.to_string(),
         load: LoadShape::Closed,
         topology: Topology {
             connections: n,
@@ -179,12 +277,29 @@ fn open_tier(
     Ok(client)
 }
 
-/// Close `client`'s connections, then wait until the server holds no more
+/// Close a tier's connections, then wait until the server holds no more
 /// FDs than `fds_target` (it closes its side when it next reads the
 /// socket) or [`CLOSE_WAIT`] passes.
-fn close(client: Client, l: &Launched, fds_target: u64) {
-    drop(client);
+fn close(held: Held, l: &Launched, fds_target: u64) -> Result<(), Fail> {
+    match held {
+        Held::Http(client) => drop(client),
+        Held::Live { run, at, go, n } => close_live(run, at, go, n)?,
+    }
     wait_for_fds(l, fds_target, CLOSE_WAIT);
+    Ok(())
+}
+
+impl Held {
+    /// TCP, TLS and h2 handshakes made (live: one TCP connection each).
+    fn handshakes(&self) -> Handshakes {
+        match self {
+            Held::Http(c) => c.handshakes(),
+            Held::Live { n, .. } => Handshakes {
+                tcp: *n as u64,
+                ..Handshakes::default()
+            },
+        }
+    }
 }
 
 struct Measured {
@@ -205,10 +320,10 @@ fn measure(
     let settle = Duration::from_millis(case.settle_ms);
     let before = ProcSnapshot::read_tree(l.pid)?.fds;
     close(
-        open_tier(rs, m, spec, l.port, WARMUP_CONNECTIONS)?,
+        open_tier(rs, m, spec, l.port, WARMUP_CONNECTIONS, 0)?,
         l,
         before,
-    );
+    )?;
     std::thread::sleep(settle);
     if let Some(w) = live.as_deref_mut() {
         w.open().map_err(live_err)?;
@@ -218,14 +333,14 @@ fn measure(
         w.opened(0).map_err(live_err)?;
     }
     let mut opened = vec![ready.clone()];
-    let mut clients: Vec<(usize, Client)> = Vec::new();
+    let mut clients: Vec<(usize, Held)> = Vec::new();
     let mut handshakes = Handshakes::default();
     let mut open = 0;
     for &tier in m.tiers.iter().filter(|&&t| t > 0) {
         if crate::interrupt::requested() {
             return Err(Fail("interrupted by SIGINT/SIGTERM".into()));
         }
-        let c = open_tier(rs, m, spec, l.port, tier - open)?;
+        let c = open_tier(rs, m, spec, l.port, tier - open, clients.len() as u32 + 1)?;
         let hs = c.handshakes();
         handshakes.tcp += hs.tcp;
         handshakes.tls += hs.tls;
@@ -247,7 +362,7 @@ fn measure(
             .iter()
             .find(|p| p.connections == below)
             .map_or(ready.fds, |p| p.fds);
-        close(c, l, target);
+        close(c, l, target)?;
         std::thread::sleep(settle);
         closed.push(sample(l, below)?);
     }

@@ -291,13 +291,24 @@ pub fn run_case(
             }
             Err(Fail(why)) => res.reasons.push(format!("memory: {why}")),
         },
-        CaseKind::MemSlope(m) => match memslope_pass(rs, case, m, spec, sym, &mut res.objects) {
-            Ok((p, reasons)) => {
-                res.memslope = Some(p);
-                res.reasons.extend(reasons);
+        CaseKind::MemSlope(m) => {
+            // Live connections are served by the target or its live variant.
+            let live = match &m.conn {
+                crate::scenario::MemSlopeConn::Live(p) => match live_spec(spec, *p) {
+                    Ok(s) => Some(s),
+                    Err(why) => return CaseResult::skipped(case, why),
+                },
+                crate::scenario::MemSlopeConn::Http { .. } => None,
+            };
+            let spec = live.as_ref().unwrap_or(spec);
+            match memslope_pass(rs, case, m, spec, sym, &mut res.objects) {
+                Ok((p, reasons)) => {
+                    res.memslope = Some(p);
+                    res.reasons.extend(reasons);
+                }
+                Err(Fail(why)) => res.reasons.push(format!("memslope: {why}")),
             }
-            Err(Fail(why)) => res.reasons.push(format!("memslope: {why}")),
-        },
+        }
         CaseKind::Recovery(r) => match recovery_pass(rs, case, r, spec, &mut res.objects) {
             Ok((p, reasons)) => {
                 res.recovery = Some(p);

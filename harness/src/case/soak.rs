@@ -64,6 +64,8 @@ pub struct SoakLiveSite {
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
+    /// The entry point called; empty for a user site.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub kind: String,
     pub blocks_per_request: f64,
     pub bytes_per_request: f64,
@@ -88,8 +90,13 @@ pub struct SoakWindow {
     /// is here by construction, at its site; a cache that grows shows too.
     pub live_bytes_per_request: Option<f64>,
     pub live_blocks_per_request: Option<f64>,
-    /// The sites of those blocks, most bytes first.
+    /// The sites of those blocks (the allocator's caller), most bytes
+    /// first.
     pub live_sites: Vec<SoakLiveSite>,
+    /// The same blocks by user site (the first frame of each block's whole
+    /// stack outside the allocators and standard libraries), most bytes
+    /// first: where a Rust or C++ server's own code asked for them.
+    pub live_user_sites: Vec<SoakLiveSite>,
     /// Frees in the window of blocks allocated before it (what makes
     /// allocations minus frees smaller than the live blocks).
     pub unmatched_frees_per_request: Option<f64>,
@@ -189,6 +196,22 @@ impl SoakWindow {
                     .collect()
             })
             .unwrap_or_default();
+        let live_user_sites = live
+            .map(|h| {
+                h.user_sites
+                    .iter()
+                    .take(TOP_SITES)
+                    .map(|s| SoakLiveSite {
+                        function: s.site.function.clone(),
+                        file: s.site.file.clone(),
+                        line: s.site.line,
+                        kind: String::new(),
+                        blocks_per_request: s.blocks as f64 / n,
+                        bytes_per_request: s.bytes as f64 / n,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         SoakWindow {
             requests: a.window.requests.unwrap_or(0),
             allocations_per_request: per.allocations,
@@ -200,6 +223,7 @@ impl SoakWindow {
             live_bytes_per_request: live.map(|h| h.bytes as f64 / n),
             live_blocks_per_request: live.map(|h| h.blocks as f64 / n),
             live_sites,
+            live_user_sites,
             unmatched_frees_per_request: live.map(|h| h.unmatched_frees as f64 / n),
             complete: a.complete && live.is_none_or(|h| h.complete),
         }
@@ -355,7 +379,7 @@ fn warnings(intervals: &[SoakInterval], fds_per_minute: &Option<LineFit>) -> Vec
     if every(&|w| w.live_blocks_per_request) {
         // Frees matched to allocations: the blocks themselves, at their site.
         let site = last
-            .and_then(|w| w.live_sites.first())
+            .and_then(|w| w.live_user_sites.first().or(w.live_sites.first()))
             .map(|s| {
                 format!(
                     "; most at {} ({}:{}), {:.2} blocks and {:.0} B per request",

@@ -410,25 +410,27 @@ fn live_heap_view(h: &Value) -> Value {
         (Some(s), Some(r2)) => format!("{s:.0} B per connection (R² {r2:.3})"),
         _ => "no line (fewer than two tiers)".to_string(),
     };
-    let rows: Vec<Value> = h["sites"]
-        .as_array()
-        .map(|s| s.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .filter(|s| {
-            s["bytes_per_connection"].as_f64().unwrap_or(0.0).abs() >= 0.5
-                || s["bytes_after_close"].as_u64().unwrap_or(0) > 0
-        })
-        .map(|s| {
-            json!({
-                "site": s["label"],
-                "kind": s["kind"],
-                "per_conn": format!("{:.0}", s["bytes_per_connection"].as_f64().unwrap_or(0.0)),
-                "blocks_per_conn": format!("{:.2}", s["blocks_per_connection"].as_f64().unwrap_or(0.0)),
-                "after_close": s["bytes_after_close"],
+    let rows = |key: &str| -> Vec<Value> {
+        h[key]
+            .as_array()
+            .map(|s| s.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| {
+                s["bytes_per_connection"].as_f64().unwrap_or(0.0).abs() >= 0.5
+                    || s["bytes_after_close"].as_u64().unwrap_or(0) > 0
             })
-        })
-        .collect();
+            .map(|s| {
+                json!({
+                    "site": s["label"],
+                    "kind": s["kind"],
+                    "per_conn": format!("{:.0}", s["bytes_per_connection"].as_f64().unwrap_or(0.0)),
+                    "blocks_per_conn": format!("{:.2}", s["blocks_per_connection"].as_f64().unwrap_or(0.0)),
+                    "after_close": s["bytes_after_close"],
+                })
+            })
+            .collect()
+    };
     json!({
         "fit": fit,
         "after_close_bytes": h["after_close"]["bytes"],
@@ -436,6 +438,7 @@ fn live_heap_view(h: &Value) -> Value {
         "unmatched_frees": h["unmatched_frees"],
         "complete": h["complete"],
         "dropped": h["dropped"],
-        "rows": rows,
+        "rows": rows("sites"),
+        "user_rows": rows("user_sites"),
     })
 }

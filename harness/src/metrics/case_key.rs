@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::scenario::{Case, CaseKind, LoadShape, Proto};
+use crate::scenario::{Case, CaseKind, LoadShape, MemSlopeConn, Proto};
 
 /// What makes two cases the same case: everything but the target (so an
 /// A/B arm, or a `rig gate --target` build under test, keys like the
@@ -61,10 +61,9 @@ impl CaseKey {
                 l.cycles
             ),
             CaseKind::MemSlope(m) => format!(
-                "{}/{}/{}/c{}",
+                "{}/{}/c{}",
                 self.suite,
-                m.protocol.name(),
-                m.path.trim_start_matches('/'),
+                m.conn.id_part(),
                 m.tiers
                     .iter()
                     .map(usize::to_string)
@@ -118,13 +117,15 @@ impl fmt::Display for CaseKey {
                 k.topology.streams
             ),
             CaseKind::Live(l) => write!(f, "{} live c{}", l.protocol.name(), l.connections),
-            CaseKind::MemSlope(m) => write!(
-                f,
-                "{} {} memslope c{}",
-                m.protocol.name(),
-                m.path,
-                m.tiers.last().copied().unwrap_or(0)
-            ),
+            CaseKind::MemSlope(m) => {
+                let top = m.tiers.last().copied().unwrap_or(0);
+                match &m.conn {
+                    MemSlopeConn::Http { protocol, path } => {
+                        write!(f, "{} {path} memslope c{top}", protocol.name())
+                    }
+                    MemSlopeConn::Live(p) => write!(f, "{} memslope c{top}", p.name()),
+                }
+            }
             CaseKind::Http(h) => {
                 write!(
                     f,

@@ -27,6 +27,12 @@ impl WindowStart {
     pub fn at(&self) -> Instant {
         self.at
     }
+
+    /// The live heap's start, when the set keeps it: read the blocks made
+    /// since with [`ProbeSet::live_heap`] as often as needed.
+    pub fn live(&self) -> Option<&super::LiveStart> {
+        self.live.as_ref()
+    }
 }
 
 /// Why a window ended.

@@ -188,15 +188,19 @@ fn live_heap_lines(id: &str, h: &crate::case::liveheap::LiveHeapFit) -> String {
             h.dropped
         ));
     }
-    for s in h
-        .sites
-        .iter()
-        .filter(|s| s.bytes_per_connection.abs() >= 0.5 || s.bytes_after_close > 0)
-        .take(5)
-    {
+    let holds = |s: &&crate::case::liveheap::LiveSiteFit| {
+        s.bytes_per_connection.abs() >= 0.5 || s.bytes_after_close > 0
+    };
+    for s in h.sites.iter().filter(holds).take(5) {
         out.push_str(&format!(
             "\n{id}:   {:>10.0} B/conn {:>6.2} blocks/conn {:>10} B after close  {} {}",
             s.bytes_per_connection, s.blocks_per_connection, s.bytes_after_close, s.kind, s.label
+        ));
+    }
+    for s in h.user_sites.iter().filter(holds).take(5) {
+        out.push_str(&format!(
+            "\n{id}:   {:>10.0} B/conn {:>6.2} blocks/conn {:>10} B after close  user site {}",
+            s.bytes_per_connection, s.blocks_per_connection, s.bytes_after_close, s.label
         ));
     }
     out

@@ -111,29 +111,32 @@ impl Matrix {
                         }
                     }
                     SuiteKind::Memslope => {
-                        for &protocol in &s.protocols {
-                            for path in &s.paths {
-                                for &t in &order {
-                                    let m = MemSlopeCase {
-                                        protocol,
-                                        path: path.clone(),
-                                        tiers: s.connections.clone(),
-                                    };
-                                    let mut c = base(t, CaseKind::MemSlope(m));
-                                    c.id = format!(
-                                        "{}/{}/{}/{}/c{}/#{round}",
-                                        s.name,
-                                        targets[t],
-                                        protocol.name(),
-                                        path.trim_start_matches('/'),
-                                        s.connections
-                                            .iter()
-                                            .map(usize::to_string)
-                                            .collect::<Vec<_>>()
-                                            .join("-"),
-                                    );
-                                    cases.push(c);
-                                }
+                        let http = s.protocols.iter().flat_map(|&protocol| {
+                            s.paths.iter().map(move |path| MemSlopeConn::Http {
+                                protocol,
+                                path: path.clone(),
+                            })
+                        });
+                        let live = s.live.iter().map(|&p| MemSlopeConn::Live(p));
+                        for conn in http.chain(live) {
+                            for &t in &order {
+                                let m = MemSlopeCase {
+                                    conn: conn.clone(),
+                                    tiers: s.connections.clone(),
+                                };
+                                let mut c = base(t, CaseKind::MemSlope(m));
+                                c.id = format!(
+                                    "{}/{}/{}/c{}/#{round}",
+                                    s.name,
+                                    targets[t],
+                                    conn.id_part(),
+                                    s.connections
+                                        .iter()
+                                        .map(usize::to_string)
+                                        .collect::<Vec<_>>()
+                                        .join("-"),
+                                );
+                                cases.push(c);
                             }
                         }
                     }

@@ -379,15 +379,37 @@ pub struct RecoveryCase {
     pub close: CloseKind,
 }
 
-/// One protocol × path of a memslope suite: the connections of each tier
-/// are opened on one server, each answers one request on `path` (proof it
-/// is serviceable), and stays open, idle, while memory is sampled.
+/// One kind of connection of a memslope suite: the connections of each
+/// tier are opened on one server, each proven served, and stay open, idle,
+/// while memory is sampled.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemSlopeCase {
-    pub protocol: Proto,
-    pub path: String,
+    pub conn: MemSlopeConn,
     /// Open connections at each sample, ascending.
     pub tiers: Vec<usize>,
+}
+
+/// What a memslope case's connections speak, and how each is proven served.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MemSlopeConn {
+    /// HTTP (h1 keep-alive, h2c, h2 over TLS): each answers one request on
+    /// `path`.
+    Http { protocol: Proto, path: String },
+    /// Long-lived connections: TCP echo (its first message echoed),
+    /// WebSocket (the upgrade) or SSE (the first event).
+    Live(LiveProto),
+}
+
+impl MemSlopeConn {
+    /// `h1/plain`, `ws`: the case id's part.
+    pub fn id_part(&self) -> String {
+        match self {
+            MemSlopeConn::Http { protocol, path } => {
+                format!("{}/{}", protocol.name(), path.trim_start_matches('/'))
+            }
+            MemSlopeConn::Live(p) => p.name().to_string(),
+        }
+    }
 }
 
 /// One protocol × path × load × topology (× keep-alive for h1).
@@ -425,7 +447,10 @@ impl CaseKind {
                 listener: Listener::Plain,
             } => None,
             CaseKind::Http(h) => Some(h.protocol),
-            CaseKind::MemSlope(m) => Some(m.protocol),
+            CaseKind::MemSlope(m) => match &m.conn {
+                MemSlopeConn::Http { protocol, .. } => Some(*protocol),
+                MemSlopeConn::Live(_) => None,
+            },
             CaseKind::Recovery(r) => Some(r.protocol),
             CaseKind::Soak(k) => Some(k.protocol),
             // Not an HTTP listener: the live pass finds the target's live
@@ -509,7 +534,13 @@ impl From<Case> for FlatCase {
                 h.keepalive,
                 None,
             ),
-            CaseKind::MemSlope(m) => (Some(m.path), None, None, true, Some(m.tiers)),
+            CaseKind::MemSlope(m) => match m.conn {
+                MemSlopeConn::Http { path, .. } => (Some(path), None, None, true, Some(m.tiers)),
+                MemSlopeConn::Live(p) => {
+                    live_protocol = Some(p);
+                    (None, None, None, true, Some(m.tiers))
+                }
+            },
             CaseKind::Live(l) => {
                 cycles = Some(l.cycles);
                 live_protocol = Some(l.protocol);

@@ -308,3 +308,49 @@ interval_ms = 10000
     let e = Matrix::parse("t.toml", &http).unwrap_err().to_string();
     assert!(e.contains("interval_ms belongs to soak suites"), "{e}");
 }
+
+#[test]
+fn a_memslope_suite_takes_live_connections_besides_http() {
+    let text = r#"
+[[suite]]
+name = "ms"
+kind = "memslope"
+protocols = ["h1"]
+paths = ["/plain"]
+live = ["ws", "sse"]
+connections = [0, 32, 64]
+"#;
+    let m = Matrix::parse("t.toml", text).unwrap();
+    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
+    let ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec![
+            "ms/peer/h1/plain/c0-32-64/#1",
+            "ms/peer/ws/c0-32-64/#1",
+            "ms/peer/sse/c0-32-64/#1"
+        ]
+    );
+    let j = serde_json::to_value(&cases[1]).unwrap();
+    assert_eq!(
+        (&j["live_protocol"], &j["path"], &j["protocol"]),
+        (
+            &"ws".into(),
+            &serde_json::Value::Null,
+            &serde_json::Value::Null
+        )
+    );
+    let live_only = text.replace("protocols = [\"h1\"]\npaths = [\"/plain\"]\n", "");
+    assert_eq!(
+        Matrix::parse("t.toml", &live_only)
+            .unwrap()
+            .expand(&[], &["peer".into()], Some(1))
+            .unwrap()
+            .len(),
+        2
+    );
+    let e = Matrix::parse("t.toml", &text.replace("paths = [\"/plain\"]\n", ""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a memslope suite needs protocols, paths"), "{e}");
+}

@@ -173,11 +173,13 @@ fn memslope(
     nofile: Option<u64>,
     bad: &dyn Fn(Option<&str>, String) -> MatrixError,
 ) -> Result<(), MatrixError> {
-    if s.protocols.is_empty() || s.paths.is_empty() {
+    let http = !s.protocols.is_empty() || !s.paths.is_empty();
+    if (http && (s.protocols.is_empty() || s.paths.is_empty())) || (!http && s.live.is_empty()) {
         return Err(bad(
             None,
             "a memslope suite needs protocols, paths (each connection is verified with one \
-             request on the path) and connections (the tiers)"
+             request on the path) and/or live (\"tcp\", \"ws\", \"sse\"), and connections \
+             (the tiers)"
                 .into(),
         ));
     }

@@ -179,6 +179,21 @@ fn memslope_recovers_the_fixtures_bytes_per_connection_within_two_percent() {
     assert_eq!(totals, bytes, "{live:#}");
     assert_eq!(live["after_close"]["bytes"], 0, "{live:#}");
     assert_eq!(live["fit"]["slope"].as_f64().unwrap(), BLOCK as f64);
+    // By user site (whole stacks): in C the allocator's caller is the user
+    // site, so the same one row, the same numbers.
+    let users = live["user_sites"].as_array().unwrap();
+    assert_eq!(users.len(), 1, "{live:#}");
+    let u = &users[0];
+    assert_eq!(
+        (&u["site"]["function"], &u["site"]["line"]),
+        (
+            &"conn_open".into(),
+            &rig_fixtures::conn_line("conn_open").into()
+        ),
+        "{u:#}"
+    );
+    assert_eq!(u64s(&u["bytes"]), bytes, "{u:#}");
+    assert_eq!(u["bytes_per_connection"].as_f64().unwrap(), BLOCK as f64);
     assert!(
         stdout.contains(&format!(
             "{}: live heap per connection: 65536 B/conn (R² 1.000)",
@@ -221,4 +236,82 @@ fn a_server_that_keeps_a_descriptor_per_closed_connection_fails_with_the_count()
         (slope - CONN_BYTES).abs() <= 0.02 * CONN_BYTES + 4096.0,
         "{slope}"
     );
+}
+
+/// memslope over rig-peer's live connections (its `live_variant`): TCP
+/// echo, WebSocket and SSE connections held idle at each tier, each proven
+/// served (the first echo, the upgrade, the first event). One process,
+/// one descriptor per connection: the descriptor counts are exact.
+#[test]
+fn memslope_holds_tcp_websocket_and_sse_connections_at_each_tier() {
+    root_or_skip!();
+    let d = tempfile::Builder::new()
+        .prefix("rig-memslope-live-")
+        .tempdir()
+        .unwrap();
+    let matrix = d.path().join("m.toml");
+    std::fs::write(
+        &matrix,
+        r#"
+[defaults]
+settle_ms = 100
+
+[[suite]]
+name = "memslope"
+kind = "memslope"
+live = ["tcp", "ws", "sse"]
+connections = [0, 16, 32, 64]
+"#,
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let o = Command::new(rig_bin())
+        .arg("run")
+        .arg("--target")
+        .arg(spec("peer.toml"))
+        .arg("--matrix")
+        .arg(&matrix)
+        .arg("--out")
+        .arg(&out)
+        .args(["--passes", "clean"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(exit::OK), "{text}");
+    let cases: Vec<Value> = std::fs::read_to_string(out.join("cases.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<&str> = cases.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            "memslope/peer/tcp/c0-16-32-64/#1",
+            "memslope/peer/ws/c0-16-32-64/#1",
+            "memslope/peer/sse/c0-16-32-64/#1"
+        ]
+    );
+    for c in &cases {
+        assert_eq!(c["status"], "ok", "{}: {:#}", c["id"], c["reasons"]);
+        let m = &c["memslope"];
+        let opened = m["opened"].as_array().unwrap();
+        let ready = opened[0]["fds"].as_u64().unwrap();
+        // Each held connection is one more descriptor in the server.
+        for p in opened {
+            assert_eq!(
+                p["fds"].as_u64().unwrap(),
+                ready + p["connections"].as_u64().unwrap(),
+                "{}: {p:#}",
+                c["id"]
+            );
+        }
+        assert_eq!(m["handshakes"]["tcp"], 64, "{m:#}");
+        assert_eq!(m["fds_left_after_close"], 0);
+        assert!(m["rss"]["slope"].is_number(), "{m:#}");
+    }
 }

@@ -135,6 +135,18 @@ fn soak_names_a_per_request_leak_at_its_site_and_fits_its_bytes_per_request() {
             ),
             (&1.0.into(), &4096.0.into())
         );
+        // In C the allocator's caller is the user site.
+        let user = w["live_user_sites"].as_array().unwrap();
+        assert_eq!(user.len(), 1, "{w:#}");
+        assert_eq!(
+            (
+                &user[0]["function"],
+                &user[0]["line"],
+                &user[0]["bytes_per_request"]
+            ),
+            (&"conn_leak_request".into(), &line.into(), &4096.0.into()),
+            "{w:#}"
+        );
         let top = &w["top_alloc_sites"][0];
         assert_eq!(top["function"], "conn_leak_request", "{w:#}");
         assert!(
