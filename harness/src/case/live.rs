@@ -122,9 +122,26 @@ pub struct LiveProbes {
     pub per_connection: PerRequest,
     /// Each system call by name, per message.
     pub syscalls_per_message: BTreeMap<String, f64>,
+    /// Per family, its main measure per message at the top user sites (the
+    /// first frame of each event's whole stack outside the allocators and
+    /// standard libraries): where the server spends on a message.
+    pub sites_per_message: Vec<LiveFamilySites>,
     /// The probes lost no event.
     pub complete: bool,
 }
+
+/// A family's top user sites in a live hold, per message.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveFamilySites {
+    pub family: Family,
+    /// `allocations`, `bytes copied`, `calls`, ...
+    pub what: String,
+    /// `(function (file:line), value per message)`, largest first.
+    pub sites: Vec<(String, f64)>,
+}
+
+/// Sites listed per family.
+const TOP_SITES: usize = 5;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct LivePass {
@@ -471,6 +488,16 @@ fn live_probes(mut a: Attribution, messages: u64, connections: u64) -> LiveProbe
         })
         .collect();
     let per_message = PerRequest::of(&a);
+    let recorded = crate::report::flame::input::Recorded::of(&a);
+    let sites_per_message = crate::report::flame::sites::top(&recorded, TOP_SITES)
+        .into_iter()
+        .filter(|f| !f.sites.is_empty())
+        .map(|f| LiveFamilySites {
+            family: f.family,
+            what: f.measure.what.to_string(),
+            sites: f.sites.into_iter().map(|s| (s.site, s.value)).collect(),
+        })
+        .collect();
     a.window.requests = Some(connections);
     LiveProbes {
         messages,
@@ -478,6 +505,7 @@ fn live_probes(mut a: Attribution, messages: u64, connections: u64) -> LiveProbe
         per_message,
         per_connection: PerRequest::of(&a),
         syscalls_per_message,
+        sites_per_message,
         complete: a.complete,
     }
 }
@@ -498,14 +526,9 @@ pub(super) fn live_pass(
         // opens none in the target, but its sample is the server's own.
         let ready = ProcSnapshot::read_tree(launched.pid)?;
         let mut probing = match rs.passes.counted && !rs.families.is_empty() {
-            // One frame per event: the live pass reports counts, not stacks.
+            // Whole stacks: each family's top user sites per message.
             true => Some(Probing {
-                probes: ProbeSet::attach_with(
-                    launched.pid,
-                    &rs.families,
-                    Scope::Tree,
-                    Stacks::Off,
-                )?,
+                probes: ProbeSet::attach_with(launched.pid, &rs.families, Scope::Tree, Stacks::On)?,
                 sym: &mut *sym,
                 wrappers: crate::report::stacks::Wrappers::with_extra(&spec.wrappers),
             }),

@@ -359,6 +359,9 @@ pub fn run_case(
     } else if let Some(why) = res.clean.as_ref().and_then(|c| limited(&c.load)) {
         res.status = Status::Limited;
         res.reasons.push(why);
+    } else if let Some(why) = res.soak.as_ref().and_then(SoakPass::limited) {
+        res.status = Status::Limited;
+        res.reasons.push(why);
     }
     res.elapsed_ms = t0.elapsed().as_millis() as u64;
     res

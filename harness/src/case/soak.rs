@@ -108,11 +108,11 @@ pub struct SoakWindow {
 pub struct SoakInterval {
     /// 1-based.
     pub interval: u32,
-    /// When the interval ended, from the first interval's start (counted
-    /// windows included).
+    /// When the interval's load ended and the server was sampled, from the
+    /// first interval's start (the counted windows before it included).
     pub end_ms: f64,
-    /// Requests the server answered since READY up to this interval's end:
-    /// warm-up, intervals and counted windows.
+    /// Requests the server had answered since READY when it was sampled:
+    /// warm-up, intervals and the counted windows before this one.
     pub served: u64,
     pub scheduled: u64,
     pub sent: u64,
@@ -158,6 +158,40 @@ pub struct SoakPass {
     /// Drift worth a look that does not fail the case.
     pub warnings: Vec<String>,
     pub exit: ExitInfo,
+}
+
+impl SoakPass {
+    /// Why the generator, not the server, may have set an interval's
+    /// latency: more than [`crate::load::LIMITED_SHARE`] of its scheduled
+    /// requests sent more than [`crate::load::LATE_AFTER`] after they could
+    /// go. `None` when no interval was.
+    pub fn limited(&self) -> Option<String> {
+        limited(&self.intervals)
+    }
+}
+
+/// [`SoakPass::limited`] of these intervals.
+fn limited(intervals: &[SoakInterval]) -> Option<String> {
+    let late: Vec<String> = intervals
+        .iter()
+        .filter(|i| {
+            i.scheduled > 0
+                && i.generator_late as f64 > crate::load::LIMITED_SHARE * i.scheduled as f64
+        })
+        .map(|i| {
+            format!(
+                "interval {}: {} of {}",
+                i.interval, i.generator_late, i.scheduled
+            )
+        })
+        .collect();
+    (!late.is_empty()).then(|| {
+        format!(
+            "limited: scheduled requests sent more than {} µs after they could go ({}): the generator, not the server, added that latency",
+            crate::load::LATE_AFTER.as_micros(),
+            late.join("; ")
+        )
+    })
 }
 
 impl SoakWindow {
@@ -254,7 +288,7 @@ fn interval(
     report: &LoadReport,
     before: &ProcSnapshot,
     after: &ProcSnapshot,
-    t0: Instant,
+    end: Duration,
     served: u64,
     counted: Option<SoakWindow>,
     problems: Vec<String>,
@@ -262,7 +296,7 @@ fn interval(
     let cpu_ns = after.cpu_ns.saturating_sub(before.cpu_ns);
     SoakInterval {
         interval: n,
-        end_ms: t0.elapsed().as_secs_f64() * 1e3,
+        end_ms: end.as_secs_f64() * 1e3,
         served,
         scheduled: report.scheduled,
         sent: report.sent,
@@ -329,7 +363,9 @@ fn soak(
             duration: Duration::from_millis(k.interval_ms),
         });
         let after = ProcSnapshot::read_tree(l.pid)?;
+        let end = t0.elapsed();
         served += report.succeeded;
+        let served_at_sample = served;
         let mut problems = check_load("load", &report);
         let counted = if counts {
             if let Some(f) = interrupted() {
@@ -343,7 +379,14 @@ fn soak(
             None
         };
         intervals.push(interval(
-            n, &report, &before, &after, t0, served, counted, problems,
+            n,
+            &report,
+            &before,
+            &after,
+            end,
+            served_at_sample,
+            counted,
+            problems,
         ));
     }
     client.close(true);
@@ -489,4 +532,49 @@ pub(super) fn soak_pass(
         },
         reasons,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interval(n: u32, scheduled: u64, generator_late: u64) -> SoakInterval {
+        SoakInterval {
+            interval: n,
+            end_ms: 0.0,
+            served: 0,
+            scheduled,
+            sent: scheduled,
+            succeeded: scheduled,
+            errors: 0,
+            expired: 0,
+            late: 0,
+            generator_late,
+            rps: 0.0,
+            p50_ns: 0,
+            p99_ns: 0,
+            p999_ns: 0,
+            max_ns: 0,
+            dispatch_lag_p99_ns: 0,
+            rss_bytes: 0,
+            pss_bytes: 0,
+            fds: 0,
+            threads: 0,
+            cpu_us_per_request: None,
+            counted: None,
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_interval_with_more_than_one_percent_sent_late_limits_the_case() {
+        // 10 of 1000 is 1%: not more than it.
+        assert_eq!(
+            limited(&[interval(1, 1000, 10), interval(2, 1000, 0)]),
+            None
+        );
+        let why = limited(&[interval(1, 1000, 10), interval(2, 1000, 11)]).unwrap();
+        assert!(why.starts_with("limited: "), "{why}");
+        assert!(why.contains("(interval 2: 11 of 1000)"), "{why}");
+    }
 }

@@ -263,6 +263,41 @@ duration_ms = 500
         assert_eq!(p["syscalls_per_message"]["recvfrom"], 1.0, "{p:#}");
         assert_eq!(p["per_message"]["allocations"], 0.0, "{p:#}");
         assert_eq!(p["per_connection"]["allocations"], 0.0, "{p:#}");
+        // The system calls at their user sites (whole stacks): the echo's
+        // one read and one write, each exactly once per message at mio's
+        // TcpStream read and write; the sites add up to every call by name
+        // (the event loop's epoll_wait too). The alloc family, with
+        // nothing allocated, lists no site.
+        let fams = p["sites_per_message"].as_array().unwrap();
+        let sys = fams
+            .iter()
+            .find(|f| f["family"] == "syscalls")
+            .unwrap_or_else(|| panic!("no syscall sites: {p:#}"));
+        let sites = sys["sites"].as_array().unwrap();
+        let at = |needle: &str| -> f64 {
+            let found: Vec<f64> = sites
+                .iter()
+                .filter(|s| s[0].as_str().unwrap().contains(needle))
+                .map(|s| s[1].as_f64().unwrap())
+                .collect();
+            assert_eq!(found.len(), 1, "one {needle} site: {sys:#}");
+            found[0]
+        };
+        assert_eq!(at("TcpStream as std::io::Read>::read"), 1.0, "{sys:#}");
+        assert_eq!(at("TcpStream as std::io::Write>::write"), 1.0, "{sys:#}");
+        let by_site: f64 = sites.iter().map(|s| s[1].as_f64().unwrap()).sum();
+        let by_name: f64 = p["syscalls_per_message"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .sum();
+        // (Only the top 5 sites are listed: with more, they add up to less.)
+        match sites.len() {
+            5 => assert!(by_site <= by_name + 1e-9, "{p:#}"),
+            _ => assert!((by_site - by_name).abs() < 1e-9, "{p:#}"),
+        }
+        assert!(!fams.iter().any(|f| f["family"] == "alloc"), "{p:#}");
     }
 }
 

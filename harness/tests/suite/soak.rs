@@ -71,6 +71,20 @@ fn soak(target: &str) -> (i32, String, Value) {
     )
 }
 
+/// A measured case: `ok`, or `limited` when the generator was late on a
+/// shared machine (its only reason then says so).
+fn assert_measured(c: &Value, text: &str) {
+    let reasons = c["reasons"].as_array().unwrap();
+    match c["status"].as_str() {
+        Some("ok") => assert!(reasons.is_empty(), "{text}"),
+        Some("limited") => assert!(
+            reasons.len() == 1 && reasons[0].as_str().unwrap().starts_with("limited: "),
+            "{text}"
+        ),
+        other => panic!("status {other:?}: {text}"),
+    }
+}
+
 /// The line of conn_server.c holding `needle`.
 fn conn_server_line(needle: &str) -> u64 {
     let src = std::fs::read_to_string(repo().join("fixtures/conn/conn_server.c")).unwrap();
@@ -99,7 +113,7 @@ fn soak_names_a_per_request_leak_at_its_site_and_fits_its_bytes_per_request() {
     let (code, text, c) = soak("conn-leak-request.toml");
     // A leak is drift to report, not a failed case.
     assert_eq!(code, exit::OK, "{text}");
-    assert_eq!(c["status"], "ok", "{text}");
+    assert_measured(&c, &text);
     let s = &c["soak"];
     assert_ledgers(s);
     let line = conn_server_line("char *p = malloc(g_leak_per_request);");
@@ -182,10 +196,7 @@ fn soak_names_a_per_request_leak_at_its_site_and_fits_its_bytes_per_request() {
             && w.contains(&per),
         "{w}"
     );
-    assert_eq!(
-        (&s["fds_delta"], &c["reasons"]),
-        (&0.into(), &Value::Array(vec![]))
-    );
+    assert_eq!(s["fds_delta"], 0);
     assert!(text.contains("drift: RSS +"), "{text}");
 }
 
@@ -195,7 +206,7 @@ fn soak_of_a_server_that_keeps_nothing_reports_no_drift() {
     let _g = probes_shared();
     let (code, text, c) = soak("conn.toml");
     assert_eq!(code, exit::OK, "{text}");
-    assert_eq!(c["status"], "ok", "{text}");
+    assert_measured(&c, &text);
     let s = &c["soak"];
     assert_ledgers(s);
     let fds: Vec<&Value> = s["intervals"]
