@@ -2,53 +2,26 @@
 //! connections through cycles of connecting, holding, closing and
 //! disconnecting in one server process, each cycle's ledger exact.
 
-use std::process::Command;
-
 use serde_json::Value;
 
-use super::{rig_bin, spec};
+use super::{run_matrix, spec};
 use rig::exit;
 
 /// `rig run` of `matrix` on `target`; without probes (`--passes clean`)
 /// unless `args` ask for them.
 fn run(
-    target: impl AsRef<std::ffi::OsStr>,
+    target: impl AsRef<std::path::Path>,
     matrix: &str,
     args: &[&str],
 ) -> (i32, String, Vec<Value>) {
-    let d = tempfile::Builder::new()
-        .prefix("rig-live-")
-        .tempdir()
-        .unwrap();
-    let m = d.path().join("m.toml");
-    std::fs::write(&m, matrix).unwrap();
-    let out = d.path().join("out");
-    let o = Command::new(rig_bin())
-        .arg("run")
-        .arg("--target")
-        .arg(target)
-        .arg("--matrix")
-        .arg(&m)
-        .arg("--out")
-        .arg(&out)
-        .args(if args.is_empty() {
-            &["--passes", "clean"][..]
-        } else {
-            args
-        })
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let cases = std::fs::read_to_string(out.join("cases.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    (o.status.code().unwrap_or(-1), text, cases)
+    let args = if args.is_empty() {
+        &["--passes", "clean"][..]
+    } else {
+        args
+    };
+    let target = target.as_ref().display().to_string();
+    let r = run_matrix("live", &target, matrix, args);
+    (r.code, r.text, r.cases)
 }
 
 /// 600 ms holds with a message every 100 ms: every TCP and WebSocket

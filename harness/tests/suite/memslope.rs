@@ -4,12 +4,9 @@
 //! block of 65536 bytes per open connection, 65552 with glibc's chunk
 //! header), and its deliberately leaking variant.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use serde_json::Value;
 
-use super::{rig_bin, spec};
+use super::{run_matrix, spec};
 use rig::exit;
 
 /// The fixture's resident bytes per open connection: the 65536-byte block
@@ -31,31 +28,11 @@ paths = ["/"]
 connections = [0, 64, 128, 256]
 "#;
 
-fn run(target: &str, name: &str) -> (i32, String, Value, tempfile::TempDir) {
-    let d = tempfile::Builder::new()
-        .prefix(&format!("rig-memslope-{name}-"))
-        .tempdir()
-        .unwrap();
-    let matrix = d.path().join("m.toml");
-    std::fs::write(&matrix, MATRIX).unwrap();
-    let out: PathBuf = d.path().join("out");
-    let o = Command::new(rig_bin())
-        .arg("run")
-        .arg("--target")
-        .arg(spec(target))
-        .arg("--matrix")
-        .arg(&matrix)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stdout = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let case = only_case(&out);
-    (o.status.code().unwrap_or(-1), stdout, case, d)
+fn run(target: &str, name: &str) -> (i32, String, Value) {
+    let r = run_matrix(&format!("memslope-{name}"), &spec(target), MATRIX, &[]);
+    assert_eq!(r.cases.len(), 1, "one case: {}", r.text);
+    let case = r.cases.into_iter().next().unwrap();
+    (r.code, r.text, case)
 }
 
 /// The live-heap site of `conn_server.c` whose malloc carries the
@@ -89,18 +66,10 @@ fn u64s(v: &Value) -> Vec<u64> {
         .collect()
 }
 
-fn only_case(out: &Path) -> Value {
-    let text = std::fs::read_to_string(out.join("cases.jsonl")).unwrap();
-    let mut lines = text.lines();
-    let c: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
-    assert_eq!(lines.next(), None, "one case");
-    c
-}
-
 #[test]
 fn memslope_recovers_the_fixtures_bytes_per_connection_within_two_percent() {
     root_or_skip!();
-    let (code, stdout, c, _d) = run("conn.toml", "exact");
+    let (code, stdout, c) = run("conn.toml", "exact");
     assert_eq!(code, exit::OK, "{stdout}");
     assert_eq!(c["status"], "ok", "{c:#}");
     assert_eq!(c["kind"], "memslope");
@@ -206,7 +175,7 @@ fn memslope_recovers_the_fixtures_bytes_per_connection_within_two_percent() {
 #[test]
 fn a_server_that_keeps_a_descriptor_per_closed_connection_fails_with_the_count() {
     root_or_skip!();
-    let (code, stdout, c, _d) = run("conn-leaky.toml", "leak");
+    let (code, stdout, c) = run("conn-leaky.toml", "leak");
     assert_eq!(code, exit::CASE_FAILED, "{stdout}");
     assert_eq!(c["status"], "failed", "{c:#}");
     let m = &c["memslope"];
@@ -245,13 +214,9 @@ fn a_server_that_keeps_a_descriptor_per_closed_connection_fails_with_the_count()
 #[test]
 fn memslope_holds_tcp_websocket_and_sse_connections_at_each_tier() {
     root_or_skip!();
-    let d = tempfile::Builder::new()
-        .prefix("rig-memslope-live-")
-        .tempdir()
-        .unwrap();
-    let matrix = d.path().join("m.toml");
-    std::fs::write(
-        &matrix,
+    let r = run_matrix(
+        "memslope-live",
+        &spec("peer.toml"),
         r#"
 [defaults]
 settle_ms = 100
@@ -262,31 +227,10 @@ kind = "memslope"
 live = ["tcp", "ws", "sse"]
 connections = [0, 16, 32, 64]
 "#,
-    )
-    .unwrap();
-    let out = d.path().join("out");
-    let o = Command::new(rig_bin())
-        .arg("run")
-        .arg("--target")
-        .arg(spec("peer.toml"))
-        .arg("--matrix")
-        .arg(&matrix)
-        .arg("--out")
-        .arg(&out)
-        .args(["--passes", "clean"])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+        &["--passes", "clean"],
     );
-    assert_eq!(o.status.code(), Some(exit::OK), "{text}");
-    let cases: Vec<Value> = std::fs::read_to_string(out.join("cases.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    assert_eq!(r.code, exit::OK, "{}", r.text);
+    let cases = r.cases;
     let ids: Vec<&str> = cases.iter().map(|c| c["id"].as_str().unwrap()).collect();
     assert_eq!(
         ids,

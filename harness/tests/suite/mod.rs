@@ -178,6 +178,52 @@ pub fn rig_bin() -> &'static str {
     env!("CARGO_BIN_EXE_rig")
 }
 
+/// What [`run_matrix`] ran: exit code, stdout then stderr, the cases of
+/// cases.jsonl (none when rig wrote none).
+pub struct MatrixRun {
+    pub code: i32,
+    pub text: String,
+    pub cases: Vec<serde_json::Value>,
+}
+
+/// `rig run --target TARGET --matrix M --out OUT ARGS…`, with `matrix`
+/// written to M in a fresh directory named after `name`.
+pub fn run_matrix(name: &str, target: &str, matrix: &str, args: &[&str]) -> MatrixRun {
+    let d = tempfile::Builder::new()
+        .prefix(&format!("rig-{name}-"))
+        .tempdir()
+        .unwrap();
+    let m = d.path().join("m.toml");
+    std::fs::write(&m, matrix).unwrap();
+    let out = d.path().join("out");
+    let o = Command::new(rig_bin())
+        .arg("run")
+        .arg("--target")
+        .arg(target)
+        .arg("--matrix")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let cases = std::fs::read_to_string(out.join("cases.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    MatrixRun {
+        code: o.status.code().unwrap_or(-1),
+        text,
+        cases,
+    }
+}
+
 /// Names of loaded BPF programs that are rig's (`rig_` prefix).
 pub fn rig_programs() -> Vec<String> {
     aya::programs::loaded_programs()

@@ -2,42 +2,14 @@
 //! connect, fixed-rate load and close, each cycle checked on its own
 //! (handshakes, ledger, descriptors back to READY's).
 
-use std::process::Command;
-
 use serde_json::Value;
 
-use super::{rig_bin, spec};
+use super::{run_matrix, spec};
 use rig::exit;
 
 fn run(target: &str, matrix: &str) -> (i32, String, Vec<Value>) {
-    let d = tempfile::Builder::new()
-        .prefix("rig-recovery-")
-        .tempdir()
-        .unwrap();
-    let m = d.path().join("m.toml");
-    std::fs::write(&m, matrix).unwrap();
-    let out = d.path().join("out");
-    let o = Command::new(rig_bin())
-        .arg("run")
-        .arg("--target")
-        .arg(spec(target))
-        .arg("--matrix")
-        .arg(&m)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let cases = std::fs::read_to_string(out.join("cases.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    (o.status.code().unwrap_or(-1), text, cases)
+    let r = run_matrix("recovery", &spec(target), matrix, &[]);
+    (r.code, r.text, r.cases)
 }
 
 #[test]

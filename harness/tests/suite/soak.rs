@@ -3,11 +3,9 @@
 //! against conn_server's leaks, which are known by construction
 //! (fixtures/conn/conn_server.c).
 
-use std::process::Command;
-
 use serde_json::Value;
 
-use super::{probes_shared, repo, rig_bin, spec};
+use super::{probes_shared, repo, run_matrix, spec};
 use rig::exit;
 
 /// Three intervals of 1 s at 1000 req/s on 4 connections, a counted
@@ -35,40 +33,10 @@ const CONNECTIONS: i64 = 4;
 /// `rig run` of the soak matrix with the alloc and syscall probes: exit
 /// code, stdout + stderr, the one case.
 fn soak(target: &str) -> (i32, String, Value) {
-    let d = tempfile::Builder::new()
-        .prefix("rig-soak-")
-        .tempdir()
-        .unwrap();
-    let m = d.path().join("m.toml");
-    std::fs::write(&m, SOAK).unwrap();
-    let out = d.path().join("out");
-    let o = Command::new(rig_bin())
-        .arg("run")
-        .arg("--target")
-        .arg(spec(target))
-        .arg("--matrix")
-        .arg(&m)
-        .arg("--out")
-        .arg(&out)
-        .args(["--probes", "alloc,syscalls"])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let cases: Vec<Value> = std::fs::read_to_string(out.join("cases.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(cases.len(), 1, "{text}");
-    (
-        o.status.code().unwrap_or(-1),
-        text,
-        cases.into_iter().next().unwrap(),
-    )
+    let r = run_matrix("soak", &spec(target), SOAK, &["--probes", "alloc,syscalls"]);
+    assert_eq!(r.cases.len(), 1, "{}", r.text);
+    let case = r.cases.into_iter().next().unwrap();
+    (r.code, r.text, case)
 }
 
 /// A measured case: `ok`, or `limited` when the generator was late on a
