@@ -399,6 +399,16 @@ fn soak(
     })
 }
 
+/// `function (file:line)` of a site, `?` for what is unknown.
+fn place(function: &Option<String>, file: &Option<String>, line: Option<u32>) -> String {
+    format!(
+        "{} ({}:{})",
+        function.as_deref().unwrap_or("?"),
+        file.as_deref().unwrap_or("?"),
+        line.unwrap_or(0)
+    )
+}
+
 /// Drift worth a look: allocations kept per request in every counted
 /// window, and descriptors that grew while the connections stayed the
 /// same.
@@ -425,10 +435,8 @@ fn warnings(intervals: &[SoakInterval], fds_per_minute: &Option<LineFit>) -> Vec
             .and_then(|w| w.live_user_sites.first().or(w.live_sites.first()))
             .map(|s| {
                 format!(
-                    "; most at {} ({}:{}), {:.2} blocks and {:.0} B per request",
-                    s.function.as_deref().unwrap_or("?"),
-                    s.file.as_deref().unwrap_or("?"),
-                    s.line.unwrap_or(0),
+                    "; most at {}, {:.2} blocks and {:.0} B per request",
+                    place(&s.function, &s.file, s.line),
                     s.blocks_per_request,
                     s.bytes_per_request
                 )
@@ -447,10 +455,8 @@ fn warnings(intervals: &[SoakInterval], fds_per_minute: &Option<LineFit>) -> Vec
             .and_then(|w| w.top_alloc_sites.first())
             .map(|s| {
                 format!(
-                    "; the top allocating site is {} ({}:{}), {:.2} calls and {:.0} B per request",
-                    s.function.as_deref().unwrap_or("?"),
-                    s.file.as_deref().unwrap_or("?"),
-                    s.line.unwrap_or(0),
+                    "; the top allocating site is {}, {:.2} calls and {:.0} B per request",
+                    place(&s.function, &s.file, s.line),
                     s.calls_per_request,
                     s.bytes_per_request
                 )
