@@ -12,13 +12,14 @@
 use std::collections::HashSet;
 use std::net::TcpListener;
 
+pub use crate::process::{all_pids, descendants, descendants_in, parse_stat_ppid};
+
 /// A free loopback port: bind 127.0.0.1:0, read the port, close.
 ///
 /// There is a small race: between the close and the target's bind another
 /// process may take the port. The launcher's holder proof then finds the
-/// other process and refuses the case, so a loser is never measured.
-pub use crate::process::{all_pids, descendants, descendants_in, parse_stat_ppid};
-
+/// other process, so a loser is never measured, and the launch is made
+/// again on a fresh port (`launch::start::launch`).
 pub fn free_port() -> std::io::Result<u16> {
     let l = TcpListener::bind(("127.0.0.1", 0))?;
     Ok(l.local_addr()?.port())

@@ -41,15 +41,18 @@ pub(super) fn wait_ready(
         if exited || started.elapsed() >= timeout {
             let waited = started.elapsed();
             // A target that lost its bind to someone else: name the holder.
+            // (Its command line is read before the stop, which may take a
+            // holder in the target's cgroup with it.)
             let other = port::port_holders(port)
                 .into_iter()
-                .find(|(p, _)| *p != pid && !port::descendants(pid).contains(p));
+                .find(|(p, _)| *p != pid && !port::descendants(pid).contains(p))
+                .map(|(holder, _)| (holder, super::cmdline(holder)));
             let info = l.shutdown(Duration::from_millis(200));
-            if let Some((holder, _)) = other {
+            if let Some((holder_pid, holder_cmdline)) = other {
                 return Err(LaunchError::PortHeldByOther {
                     port,
-                    holder_pid: holder,
-                    holder_cmdline: super::cmdline(holder),
+                    holder_pid,
+                    holder_cmdline,
                     target_pid: Some(pid),
                 });
             }

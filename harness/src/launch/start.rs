@@ -317,8 +317,43 @@ fn stat_state(stat: &str) -> Option<char> {
 // `l` exists each failure removes what was made so far (run dir, cgroup);
 // from `l` on, dropping it kills and removes everything. Split further,
 // which side of that line a step is on would be hidden.
+///
+/// A port rig picked (`port = "argv"` or `env`) can be taken by another
+/// process between rig's probe bind and the target's own bind (two rigs,
+/// or parallel tests, picking at once). The loser is never measured: the
+/// launch is stopped and made again on a fresh port, up to
+/// [`PORT_ATTEMPTS`] times. A fixed port is never retried: whoever holds it
+/// is named.
 #[allow(clippy::result_large_err)] // see mapped_objects
 pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+    let mut attempt = 1;
+    loop {
+        match launch_once(spec, opts) {
+            Err(LaunchError::PortHeldByOther {
+                port,
+                holder_pid,
+                holder_cmdline,
+                target_pid: Some(_),
+            }) if !matches!(spec.port, PortPassing::Fixed(_)) && attempt < PORT_ATTEMPTS => {
+                log::warn!(
+                    "{}: port {port}, picked free, was taken by pid {holder_pid} ({holder_cmdline}) \
+                     before the target bound it; launching again on another port",
+                    spec.name
+                );
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Launches of one target on picked ports before a lost port race is an
+/// error (each attempt picks a fresh random port; three losses in a row
+/// means something holds ports on purpose).
+pub const PORT_ATTEMPTS: u32 = 3;
+
+#[allow(clippy::result_large_err)] // see mapped_objects
+fn launch_once(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
     let interrupted = || LaunchError::Interrupted {
         name: spec.name.clone(),
     };

@@ -222,6 +222,58 @@ fn refuses_a_port_held_by_another_process() {
     drop(squatter);
 }
 
+/// A picked port taken by someone else before the target binds it (two
+/// rigs, or parallel tests, picking at once): the first launch loses and is
+/// stopped, the second runs on a fresh port. The squatter here is made by
+/// the target's own first run and reparented away from it (double fork), so
+/// it is not the target's descendant, and it binds before the server does.
+#[test]
+fn a_lost_race_for_a_picked_port_is_launched_again_on_another_port() {
+    root_or_skip!();
+    let _g = LAUNCH.read().unwrap_or_else(|e| e.into_inner());
+    let mark = std::env::temp_dir().join(format!("rig-portrace-{}", std::process::id()));
+    let _ = std::fs::remove_file(&mark);
+    let m = mark.display();
+    let squat = "import os, socket, sys, time; s = socket.socket(); \
+                 s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); \
+                 open(sys.argv[2] + '.tmp', 'w').write('%d %s' % (os.getpid(), sys.argv[1])); \
+                 os.rename(sys.argv[2] + '.tmp', sys.argv[2]); time.sleep(60)";
+    let script = format!(
+        "if [ ! -e {m} ]; then ( python3 -c \"{squat}\" {{port}} {m} & ); \
+         while [ ! -e {m} ]; do sleep 0.01; done; fi; \
+         exec {{calib_server}} --port {{port}} --threads 1"
+    );
+    let s = spec(
+        "portrace",
+        &format!(
+            "name = 'portrace'\nready = {{ stdout = 'READY' }}\nargv = ['sh', '-c', '''{script}''']\n"
+        ),
+    );
+    let t = launch(&s, &opts("portrace")).unwrap_or_else(|e| panic!("{e}"));
+    let text = std::fs::read_to_string(&mark).unwrap();
+    std::fs::remove_file(&mark).unwrap();
+    let (squatter, lost) = text.split_once(' ').unwrap();
+    let (squatter, lost): (u32, u16) = (squatter.parse().unwrap(), lost.parse().unwrap());
+    assert_ne!(t.port, lost, "the second launch picked a fresh port");
+    assert_eq!(t.proof.holders, vec![t.pid], "{:?}", t.proof);
+    let reply = get(t.port, b"GET /noop HTTP/1.1\r\nHost: x\r\n\r\n", 9);
+    assert_eq!(&reply, b"HTTP/1.1 ");
+    // The first launch's cgroup took the squatter with it; reap it (these
+    // tests are its subreaper once it left the target's tree).
+    let t0 = Instant::now();
+    while !matches!(check_holder(lost, t.pid), HolderCheck::NoListener) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "squatter {squatter} still listens on {lost}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: waitpid on a pid this process may be the parent of; WNOHANG.
+    unsafe { libc::waitpid(squatter as i32, std::ptr::null_mut(), libc::WNOHANG) };
+    let info = t.stop(Duration::from_secs(2));
+    assert_eq!(info.leftover, Vec::<u32>::new());
+}
+
 #[test]
 fn accepts_a_listener_held_by_a_descendant_and_says_so() {
     root_or_skip!();

@@ -40,6 +40,18 @@ impl Drop for Redis {
 }
 
 fn start_redis(preload: Option<&Path>) -> Redis {
+    // Another process (a parallel test's target) may take the port between
+    // free_port() and redis's bind: then redis exits or another process
+    // holds the port, and a fresh port is tried, as rig's launcher does.
+    for _ in 0..3 {
+        if let Some(r) = try_start_redis(preload) {
+            return r;
+        }
+    }
+    panic!("redis-server lost its port three times in a row");
+}
+
+fn try_start_redis(preload: Option<&Path>) -> Option<Redis> {
     let dir = rig::fsutil::private_dir("rig-redis-test").unwrap();
     let port = free_port().unwrap();
     let mut cmd = Command::new("redis-server");
@@ -55,22 +67,30 @@ fn start_redis(preload: Option<&Path>) -> Redis {
     let child = cmd
         .spawn()
         .expect("redis-server (Debian package redis-server) starts");
-    let r = Redis { child, port, dir };
+    let mut r = Redis { child, port, dir };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "redis-server never listened on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    loop {
+        match check_holder(port, r.child.id()) {
+            HolderCheck::Proven(_) => return Some(r),
+            HolderCheck::Other { pid, cmdline } => {
+                eprintln!("port {port} was taken by pid {pid} ({cmdline}); trying another");
+                return None;
+            }
+            HolderCheck::NoListener => {
+                if r.child.try_wait().unwrap().is_some() {
+                    eprintln!(
+                        "redis-server exited before listening on {port}; trying another port"
+                    );
+                    return None;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "redis-server never listened on {port}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
     }
-    // The listener must be the redis we started, not a process that took
-    // the port between free_port() and redis's bind.
-    assert!(
-        matches!(check_holder(port, r.child.id()), HolderCheck::Proven(_)),
-        "port {port} is not held by our redis-server"
-    );
-    r
 }
 
 /// redis's own allocation wrappers (zmalloc.c): the user site is their
