@@ -1,6 +1,8 @@
 //! The client against the `h2` crate's server, in process: many streams
 //! on one connection under the server's stream limit, bodies beyond every
-//! window, wrong answers, a reset stream, GOAWAY both ways.
+//! window, wrong answers, a reset stream, GOAWAY both ways, the server's
+//! PINGs, header blocks split over CONTINUATION frames and a dynamic table
+//! that keeps evicting.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -19,6 +21,9 @@ struct Answer {
     body: Bytes,
     /// Reset the stream with this code instead of answering.
     reset: Option<h2::Reason>,
+    /// One more response header, `x-pad`, this long: past 16 KiB the
+    /// server splits the header block into HEADERS + CONTINUATION.
+    pad: usize,
 }
 
 fn ok(body: impl Into<Bytes>) -> Answer {
@@ -27,6 +32,7 @@ fn ok(body: impl Into<Bytes>) -> Answer {
         content_type: "text/plain",
         body: body.into(),
         reset: None,
+        pad: 0,
     }
 }
 
@@ -35,6 +41,8 @@ struct ServerOpts {
     max_streams: Option<u32>,
     /// Say GOAWAY (gracefully) when this many requests have come.
     goaway_after: Option<u32>,
+    /// PINGs the server sends on each connection, one after another's ACK.
+    pings: u32,
 }
 
 /// What the server saw.
@@ -46,6 +54,8 @@ struct Seen {
     max_open: Cell<u32>,
     /// Connections whose client went away with GOAWAY and a clean close.
     clean_ends: Cell<u32>,
+    /// PING ACKs the server received.
+    pongs: Cell<u32>,
 }
 
 /// An h2 server on this thread's `LocalSet`, answering request i with
@@ -80,6 +90,18 @@ async fn server_conn(
     let Ok(mut conn) = b.handshake::<_, Bytes>(tcp).await else {
         return;
     };
+    if opts.pings > 0 {
+        let mut pp = conn.ping_pong().expect("taken once");
+        let (seen, n) = (seen.clone(), opts.pings);
+        tokio::task::spawn_local(async move {
+            for _ in 0..n {
+                if pp.ping(h2::Ping::opaque()).await.is_err() {
+                    return;
+                }
+                seen.pongs.set(seen.pongs.get() + 1);
+            }
+        });
+    }
     let mut served = 0;
     loop {
         let Some(r) = conn.accept().await else {
@@ -107,11 +129,16 @@ async fn server_conn(
                 respond.send_reset(r);
                 return;
             }
-            let resp = http::Response::builder()
+            // A pad unlike the last one, so that HPACK's dynamic table
+            // keeps changing (and evicting) between responses.
+            let pad = format!("{i}-").repeat(a.pad.div_ceil(2))[..a.pad].to_string();
+            let mut resp = http::Response::builder()
                 .status(a.status)
-                .header("content-type", a.content_type)
-                .body(())
-                .unwrap();
+                .header("content-type", a.content_type);
+            if a.pad > 0 {
+                resp = resp.header("x-pad", pad);
+            }
+            let resp = resp.body(()).unwrap();
             if let Ok(mut send) = respond.send_response(resp, false) {
                 send_body(&mut send, a.body).await;
             }
@@ -363,4 +390,54 @@ fn the_request_block_decodes_to_the_four_pseudo_headers() {
         .collect();
         assert_eq!(got, want, "{path}");
     }
+}
+
+#[test]
+fn header_blocks_split_into_continuation_frames_and_a_changing_dynamic_table_decode() {
+    local(async {
+        // 40 000 B of header: HEADERS and two CONTINUATIONs at h2's 16 KiB
+        // frames; 1 500 B pads that differ per response: indexed, then
+        // evicted from the 4 096 B dynamic table two responses later.
+        let answers = vec![
+            Answer {
+                pad: 40_000,
+                ..ok("hello")
+            },
+            Answer {
+                pad: 1_500,
+                ..ok("hello")
+            },
+            ok("hello"),
+        ];
+        let (addr, seen) = serve(answers, ServerOpts::default());
+        let setup = setup(addr, 4, Bytes::from_static(b"hello"));
+        let stats = Rc::new(Stats::new());
+        let (errors, _) = drive(&setup, &stats, 30).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(seen.requests.get(), 4 * 30);
+        assert_eq!(stats.handshakes.borrow().h2, 1);
+    });
+}
+
+#[test]
+fn the_servers_pings_are_acknowledged_while_requests_run_and_after() {
+    local(async {
+        let opts = ServerOpts {
+            pings: 5,
+            ..ServerOpts::default()
+        };
+        let (addr, seen) = serve(vec![ok("hello")], opts);
+        let setup = setup(addr, 2, Bytes::from_static(b"hello"));
+        let stats = Rc::new(Stats::new());
+        let (errors, _streams) = drive(&setup, &stats, 20).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        // The connection stays open with the streams: pings still in
+        // flight when the requests ended are answered by the idle driver.
+        // (Bounded by `local`'s 60 s: a PING never answered fails there.)
+        while seen.pongs.get() < 5 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(seen.pongs.get(), 5);
+        assert_eq!(seen.conns.get(), 1);
+    });
 }
