@@ -246,8 +246,13 @@ fn attach(s: &AttachSettings) -> Result<ProbeSet> {
         crate::probe::Stacks::On,
         s.live_heap,
     )?;
+    let verified: u64 = probes
+        .verified_instructions()
+        .iter()
+        .map(|(_, _, n)| u64::from(*n))
+        .sum();
     eprintln!(
-        "rig: probes attached in {:.2} s ({} families)",
+        "rig: probes attached in {:.2} s ({} families; the kernel verified {verified} BPF instructions)",
         t0.elapsed().as_secs_f64(),
         s.families.len()
     );

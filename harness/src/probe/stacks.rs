@@ -39,8 +39,10 @@ pub enum Stacks {
 /// aya's `EbpfLoader::new()` parses /sys/kernel/btf/vmlinux each time it
 /// is called, which held every loader thread 0.27–0.34 s before its first
 /// `bpf` call (strace -tt, docs/guide.md "How long opening a window
-/// takes"). The lock covers reading the object and creating its maps;
-/// the verifier runs after, when each thread loads its programs.
+/// takes"). The lock covers reading the object and creating its maps
+/// (0.09–0.13 s per family, most of it the per-CPU `stack_counts`), so
+/// that part is serial; the verifier runs after, when each thread loads
+/// its programs.
 fn loader() -> MutexGuard<'static, EbpfLoader<'static>> {
     static LOADER: OnceLock<Mutex<EbpfLoader<'static>>> = OnceLock::new();
     LOADER

@@ -471,3 +471,36 @@ fn counts_every_thread_of_an_already_running_process() {
         a.sched.threads
     );
 }
+
+/// Opening a window is mostly the kernel's verifier. Every program that
+/// takes stacks carries the unwinder; written so that the verifier walks
+/// each of its searches once (global functions over scalars, a scan in
+/// place of a binary search over pointers), each program verifies in about
+/// 5,000 instructions here. Inlined at each call site with a binary search,
+/// they took 121,000 per call site (up to 727,000 for one program) and
+/// windows opened in 3.5-4.5 s instead of 0.7-0.8 s. The bound leaves
+/// room for other kernels and compilers, and fails on that explosion.
+#[test]
+fn every_program_rig_loads_verifies_in_fewer_than_20000_instructions() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2"]);
+    let probes = ProbeSet::attach_opts(
+        target.pid(),
+        &Family::ALL,
+        rig::probe::Scope::Tree,
+        rig::probe::Stacks::On,
+        true,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let verified = probes.verified_instructions();
+    // Every family's programs were loaded, each with its count.
+    for family in Family::ALL {
+        assert!(
+            verified.iter().any(|(f, _, _)| *f == family),
+            "{family:?}: {verified:?}"
+        );
+    }
+    let heavy: Vec<_> = verified.iter().filter(|(_, _, n)| *n >= 20_000).collect();
+    assert!(heavy.is_empty(), "{heavy:?}");
+}

@@ -392,6 +392,27 @@ impl ProbeSet {
         total
     }
 
+    /// How many instructions the kernel's verifier processed for each
+    /// loaded program, `(family, program, count)`. A program of 100,000
+    /// verified instructions takes most of a second of CPU to load; the
+    /// attach line prints the sum, and a test bounds each.
+    pub fn verified_instructions(&self) -> Vec<(Family, String, u32)> {
+        let shared = self.shared();
+        let mut out = Vec::new();
+        for (family, ebpf) in &shared.objects {
+            for (name, prog) in ebpf.programs() {
+                if let Some(n) = prog
+                    .info()
+                    .ok()
+                    .and_then(|i| i.verified_instruction_count())
+                {
+                    out.push((*family, name.to_string(), n));
+                }
+            }
+        }
+        out
+    }
+
     /// Run `f` on one family's object, if it is loaded.
     pub(crate) fn with_object<R>(
         &self,
