@@ -171,7 +171,7 @@ __attribute__((noinline)) __u32 find_row(__u32 slot, __u32 map, __u64 v)
  * mappings, so the verifier keeps them precise and checks every path
  * through its steps apart (about 97,000 verified instructions for seven
  * steps, in every program that takes stacks); the scan's index is a
- * constant in each step the verifier unrolls (about 1,000). At most 64
+ * constant in each step the verifier unrolls (about 1,600). At most 64
  * compares, and only when a frame leaves its callee's module. */
 __attribute__((noinline)) __u32 find_map(__u32 slot, __u32 last, __u64 look)
 {

@@ -313,10 +313,6 @@ fn stat_state(stat: &str) -> Option<char> {
 
 /// Start the target described by `spec`, wait until it is ready, prove it
 /// holds its port, and record what it maps.
-// Long by design: the order of the steps is the clean-up contract. Before
-// `l` exists each failure removes what was made so far (run dir, cgroup);
-// from `l` on, dropping it kills and removes everything. Split further,
-// which side of that line a step is on would be hidden.
 ///
 /// A port rig picked (`port = "argv"` or `env`) can be taken by another
 /// process between rig's probe bind and the target's own bind (two rigs,
@@ -352,6 +348,11 @@ pub fn launch(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, Launc
 /// means something holds ports on purpose).
 pub const PORT_ATTEMPTS: u32 = 3;
 
+/// One launch on one port.
+// Long by design: the order of the steps is the clean-up contract. Before
+// `l` exists each failure removes what was made so far (run dir, cgroup);
+// from `l` on, dropping it kills and removes everything. Split further,
+// which side of that line a step is on would be hidden.
 #[allow(clippy::result_large_err)] // see mapped_objects
 fn launch_once(spec: &TargetSpec, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
     let interrupted = || LaunchError::Interrupted {
