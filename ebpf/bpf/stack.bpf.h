@@ -109,26 +109,19 @@ struct task_struct___stack {
 	void *stack;
 } __attribute__((preserve_access_index));
 
-/* No row, no mapping: the global functions below answer with an index,
- * this when there is none. */
+/* No mapping: find_map's answer when there is none. */
 #define RIG_NONE 0xffffffffu
 
-/* The searches are global functions taking and returning scalars: the
- * verifier checks a global function once, on its own, and the caller then
- * holds one unknown index instead of every state the search ended in. */
-
-/* The index in unwind_rows of the row of mapping `map` of address space
- * `slot` covering module address v: the bucket index narrows the search to
- * the rows between the ones covering v's bucket and the next bucket, then
- * a binary search finds the last row whose pc <= v. RIG_NONE: none. */
-__attribute__((noinline)) __u32 find_row(__u32 slot, __u32 map, __u64 v)
+/* The row of mapping m covering module address v: the bucket index narrows
+ * the search to the rows between the ones covering v's bucket and the next
+ * bucket, then a binary search finds the last row whose pc <= v. (Its
+ * bounds are only map keys, never pointer offsets, so the verifier need not
+ * keep them precise and merges its paths: cheap to verify inline, and
+ * inline keeps a call and a lookup off every frame.) */
+static __always_inline struct unwind_row *find_row(struct unwind_map *m, __u64 v)
 {
-	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &slot);
-	if (!p)
-		return RIG_NONE;
-	struct unwind_map *m = &p->maps[map & (RIG_UNWIND_MAX_MAPS - 1)];
 	if (m->row_count == 0 || v < m->pc_base)
-		return RIG_NONE;
+		return 0;
 	__u64 b = (v - m->pc_base) >> RIG_UNWIND_BUCKET_SHIFT;
 	__u32 lo, hi;
 	if (b >= m->buckets) {
@@ -138,7 +131,7 @@ __attribute__((noinline)) __u32 find_row(__u32 slot, __u32 map, __u64 v)
 		__u32 i = m->index_first + (__u32)b;
 		struct unwind_bucket *k = bpf_map_lookup_elem(&unwind_index, &i);
 		if (!k)
-			return RIG_NONE;
+			return 0;
 		lo = k->lo;
 		hi = k->hi + 1;
 	}
@@ -150,7 +143,7 @@ __attribute__((noinline)) __u32 find_row(__u32 slot, __u32 map, __u64 v)
 		__u32 mid = lo + (hi - lo) / 2;
 		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
 		if (!r)
-			return RIG_NONE;
+			return 0;
 		if (r->pc <= v)
 			lo = mid;
 		else
@@ -158,32 +151,30 @@ __attribute__((noinline)) __u32 find_row(__u32 slot, __u32 map, __u64 v)
 	}
 	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &lo);
 	if (!r || r->pc > v)
-		return RIG_NONE;
-	return lo;
+		return 0;
+	return r;
 }
 
-/* The mapping of address space `slot` containing address `look`, tried
- * first at `last` (callers are usually in the same module as their
- * callee), else the first of the mappings, sorted by address, that ends
- * past it. RIG_NONE: no mapping with a table contains it.
+/* The mapping of address space `slot` containing address `look`: the
+ * first of the mappings, sorted by address, that ends past it. RIG_NONE:
+ * no mapping with a table contains it. Called when a frame is not in the
+ * previous frame's mapping.
  *
- * A scan, not a binary search: the bounds of a binary search index the
+ * A global function taking and returning scalars: the verifier checks it
+ * once per program, on its own, and the caller then holds one unknown
+ * index instead of every state the search ended in. A scan, not a binary
+ * search: the bounds of a binary search index the
  * mappings, so the verifier keeps them precise and checks every path
  * through its steps apart (about 97,000 verified instructions for seven
  * steps, in every program that takes stacks); the scan's index is a
  * constant in each step the verifier unrolls (about 1,600). At most 64
  * compares, and only when a frame leaves its callee's module. */
-__attribute__((noinline)) __u32 find_map(__u32 slot, __u32 last, __u64 look)
+__attribute__((noinline)) __u32 find_map(__u32 slot, __u64 look)
 {
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &slot);
 	if (!p)
 		return RIG_NONE;
 	__u32 nm = p->nmaps;
-	if (nm > RIG_UNWIND_MAX_MAPS)
-		nm = RIG_UNWIND_MAX_MAPS;
-	struct unwind_map *m = &p->maps[last & (RIG_UNWIND_MAX_MAPS - 1)];
-	if (last < nm && look >= m->start && look < m->end)
-		return last;
 	for (__u32 j = 0; j < RIG_UNWIND_MAX_MAPS; j++) {
 		if (j >= nm)
 			break;
@@ -251,15 +242,20 @@ static long unwind_step(__u32 i, void *ctx)
 		w->st.flags |= RIG_STACK_NO_PROC;
 		return 1;
 	}
-	__u32 map = find_map(slot, w->last_map, look);
-	if (map == RIG_NONE) {
-		w->st.flags |= RIG_STACK_NO_TABLE;
-		return 1;
-	}
-	w->last_map = map;
+	/* The previous frame's mapping first, here: most callers are in
+	 * their callee's module, and this skips a call and a lookup. */
+	__u32 map = w->last_map;
 	struct unwind_map *m = &p->maps[map & (RIG_UNWIND_MAX_MAPS - 1)];
-	__u32 row = find_row(slot, map, look - m->bias);
-	struct unwind_row *r = row == RIG_NONE ? 0 : bpf_map_lookup_elem(&unwind_rows, &row);
+	if (map >= p->nmaps || look < m->start || look >= m->end) {
+		map = find_map(slot, look);
+		if (map == RIG_NONE) {
+			w->st.flags |= RIG_STACK_NO_TABLE;
+			return 1;
+		}
+		w->last_map = map;
+		m = &p->maps[map & (RIG_UNWIND_MAX_MAPS - 1)];
+	}
+	struct unwind_row *r = find_row(m, look - m->bias);
 	if (!r) {
 		w->st.flags |= RIG_STACK_NO_ROW;
 		return 1;
