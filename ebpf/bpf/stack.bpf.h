@@ -163,12 +163,12 @@ static __always_inline struct unwind_row *find_row(struct unwind_map *m, __u64 v
  * A global function taking and returning scalars: the verifier checks it
  * once per program, on its own, and the caller then holds one unknown
  * index instead of every state the search ended in. A scan, not a binary
- * search: the bounds of a binary search index the
+ * search: the bounds of a binary search offset a pointer into the
  * mappings, so the verifier keeps them precise and checks every path
  * through its steps apart (about 97,000 verified instructions for seven
  * steps, in every program that takes stacks); the scan's index is a
  * constant in each step the verifier unrolls (about 1,600). At most 64
- * compares, and only when a frame leaves its callee's module. */
+ * compares, and only when a frame leaves the previous frame's mapping. */
 __attribute__((noinline)) __u32 find_map(__u32 slot, __u64 look)
 {
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &slot);
