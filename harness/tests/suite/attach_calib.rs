@@ -479,7 +479,8 @@ fn counts_every_thread_of_an_already_running_process() {
 /// bounds offset pointers), each program verifies in at most about 5,700
 /// instructions here. Inlined at each call site with a binary search,
 /// they took 121,000 per call site (up to 727,000 for one program) and
-/// windows opened in 3.5-4.5 s instead of 0.7-0.8 s. The bound leaves
+/// windows opened in 3.39 s instead of 0.63 s (docs/guide.md, "How long
+/// opening a window takes", medians side by side). The bound leaves
 /// room for other kernels and compilers, and fails on that explosion.
 #[test]
 fn every_program_rig_loads_verifies_in_fewer_than_20000_instructions() {
