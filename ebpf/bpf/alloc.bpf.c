@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Allocator calls and bytes by (caller, entry point, size class). Entry-only
- * uprobes: no uretprobe, so no trampoline syscalls and half the traps. The
- * attach cookie says which entry point fired; one program per argument
- * layout.
+/* Allocator calls and bytes by (caller, entry point, size class). A uprobe
+ * on each entry point counts the call; the attach cookie says which entry
+ * point fired; one program per argument layout. A uretprobe on each entry
+ * point (rig_alloc_ret) sees the calls return, so a call made inside
+ * another allocator call is known to be inner exactly (inner_call).
  *
- * The live heap is the one exception, and only when the loader sets
- * rig_live_heap: a uretprobe on each allocating entry point reads the
- * address the outermost call returned, `live` keeps it (with its size and
- * caller) until a free or realloc of that address removes it. */
+ * The live heap, when the loader sets rig_live_heap: the same uretprobe
+ * reads the address the outermost call returned, `live` keeps it (with its
+ * size and caller) until a free or realloc of that address removes it. */
 #include "common.bpf.h"
 #include "sizeclass.bpf.h"
 #include "alloc.h"
@@ -140,15 +140,24 @@ static __always_inline void live_entry(struct pt_regs *ctx, __u32 tid, __u32 tgi
 		stat_add(RIG_STAT_MAP_FULL, 1);
 }
 
-/* The return of an allocating entry point: if it is the outermost call's
- * return, its address is live from now. */
+/* The return of an allocator entry point (every one rig counts has this
+ * uretprobe, but those marked ALLOC_COOKIE_NO_RETURN). The return of the
+ * thread's outer call (its stack pointer is the frame's, the return address
+ * popped) takes the thread out of the allocator: its frame goes, and the
+ * next call is an outer one again. With the live heap, the address an
+ * outermost allocating call returned is live from now. */
 SEC("uretprobe")
 int rig_alloc_ret(struct pt_regs *ctx)
 {
 	__u32 tgid = current_tgid();
-	if (!rig_live_heap || !is_target(tgid))
+	if (!is_target(tgid))
 		return 0;
 	__u32 tid = current_tid();
+	struct alloc_frame *o = bpf_map_lookup_elem(&frames, &tid);
+	if (o && o->sp + 8 == PT_REGS_SP(ctx))
+		bpf_map_delete_elem(&frames, &tid);
+	if (!rig_live_heap)
+		return 0;
 	struct live_pending *pp = bpf_map_lookup_elem(&live_pendings, &tid);
 	if (!pp || pp->sp + 8 != PT_REGS_SP(ctx))
 		return 0;
@@ -188,81 +197,44 @@ int rig_alloc_ret(struct pt_regs *ctx)
 	return 0;
 }
 
-/* How far below the outer call's stack pointer a call still counts as
- * nested in it. An allocator's own nesting takes a few hundred bytes of
- * stack (operator new -> malloc, posix_memalign -> malloc, __rdl_alloc ->
- * posix_memalign, pymalloc -> PyMem_RawMalloc -> malloc). Further down is
- * a later call whose frames span the outer call's old return slot without
- * writing it: the stale return address there proves nothing. Without this
- * bound rig-peer's new-connection path (tokio's large task frames) read as
- * 2.3 allocations per request instead of 14. */
-#define ALLOC_NEST_MAX 2048
-
-/* The kernel's uretprobe state, for the live heap (CO-RE: only the fields
- * read). A uretprobe replaces the return address in the stack slot with
- * its trampoline (the first address of the process's uprobe area) and keeps
- * the real one in the thread's newest return instance. */
-struct xol_area___rig {
-	unsigned long vaddr;
-} __attribute__((preserve_access_index));
-struct uprobes_state___rig {
-	struct xol_area___rig *xol_area;
-} __attribute__((preserve_access_index));
-struct mm_struct___rig {
-	struct uprobes_state___rig uprobes_state;
-} __attribute__((preserve_access_index));
-struct return_instance___rig {
-	unsigned long orig_ret_vaddr;
-} __attribute__((preserve_access_index));
-struct uprobe_task___rig {
-	struct return_instance___rig *return_instances;
-} __attribute__((preserve_access_index));
-struct task_struct___rig {
-	struct mm_struct___rig *mm;
-	struct uprobe_task___rig *utask;
-} __attribute__((preserve_access_index));
-
-/* The uretprobe trampoline's address in this process (0: none yet, or the
- * live heap is off: no uretprobe of rig's then hijacks an allocator's
- * return). */
-static __always_inline __u64 uretprobe_trampoline(void)
-{
-	if (!rig_live_heap)
-		return 0;
-	struct task_struct___rig *t = (void *)bpf_get_current_task();
-	return BPF_CORE_READ(t, mm, uprobes_state.xol_area, vaddr);
-}
-
 /* The return address read at an entry, through the trampoline: an entry
  * reached by a tail jump from an entry whose uretprobe already replaced the
  * return address (__rust_alloc -> __rdl_alloc -> malloc) reads the
- * trampoline, and the caller is the one the kernel kept. */
-static __always_inline __u64 real_caller(__u64 ret, __u64 tramp)
+ * trampoline, and the caller is the one the kernel kept for this slot. */
+static __always_inline __u64 real_caller(__u64 ret, __u64 tramp, __u64 sp)
 {
 	if (!tramp || ret != tramp)
 		return ret;
-	struct task_struct___rig *t = (void *)bpf_get_current_task();
-	return BPF_CORE_READ(t, utask, return_instances, orig_ret_vaddr);
+	__u64 ri = uretprobe_newest();
+	return uretprobe_orig(&ri, sp);
 }
 
 /* Whether this call runs inside an allocator call still in progress on this
  * thread (struct alloc_frame); if not, it becomes the thread's outermost.
- * With the live heap, the outer call's return slot may hold the uretprobe
- * trampoline instead of its return address: it is in progress all the same
- * (the kernel restores the slot's meaning only by returning through it). */
-static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 cookie,
-					__u64 tramp)
+ *
+ * Exact, because the outer call's frame is removed by its return
+ * (rig_alloc_ret): a frame in the map is a call that has not returned. A
+ * call below its stack pointer runs inside it; one at the same stack
+ * pointer and return address through another entry point is the outer
+ * entry's tail jump (a Rust shim jumping into the allocator). A call at or
+ * above the frame's slot otherwise means the frame's return was never seen
+ * (an exception thrown through operator new): the frame is replaced.
+ *
+ * An entry without a return probe (ALLOC_COOKIE_NO_RETURN) is never made a
+ * thread's outer call: nothing would end it. */
+static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 cookie)
 {
 	struct alloc_frame *o = bpf_map_lookup_elem(&frames, &tid);
 	if (o) {
-		if (sp == o->sp && ret == o->ret && cookie != o->cookie)
+		if (sp < o->sp)
 			return ALLOC_FLAG_INNER;
-		__u64 slot = 0;
-		if (sp < o->sp && o->sp - sp <= ALLOC_NEST_MAX &&
-		    !bpf_probe_read_user(&slot, sizeof(slot), (void *)o->sp) &&
-		    (slot == o->ret || (tramp && slot == tramp)))
+		if (sp == o->sp && ret == o->ret && (cookie & ~ALLOC_COOKIE_NO_RETURN) != o->cookie)
 			return ALLOC_FLAG_INNER;
+		stat_add(RIG_STAT_UNPAIRED, 1);
+		bpf_map_delete_elem(&frames, &tid);
 	}
+	if (cookie & ALLOC_COOKIE_NO_RETURN)
+		return 0;
 	struct alloc_frame f = { .sp = sp, .ret = ret, .cookie = cookie };
 	if (bpf_map_update_elem(&frames, &tid, &f, BPF_ANY))
 		stat_add(RIG_STAT_MAP_FULL, 1);
@@ -275,9 +247,10 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	__u64 tramp = uretprobe_trampoline();
+	__u32 cookie = (__u32)bpf_get_attach_cookie(ctx);
 	struct alloc_key k = {
-		.caller = real_caller(caller_of(ctx), tramp),
-		.kind = (__u32)bpf_get_attach_cookie(ctx),
+		.caller = real_caller(caller_of(ctx), tramp, PT_REGS_SP(ctx)),
+		.kind = cookie & ~ALLOC_COOKIE_NO_RETURN,
 		.size_class = cls,
 		.tgid = current_tgid(),
 	};
@@ -290,7 +263,8 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 			k.kind = f->kind;
 		bpf_map_delete_elem(&fwds, &tid);
 	}
-	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller, k.kind, tramp);
+	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller,
+			     k.kind | (cookie & ALLOC_COOKIE_NO_RETURN));
 	struct alloc_val zero = {};
 	struct alloc_val *v = upsert(&allocs, &k, &zero);
 	if (v) {
@@ -318,7 +292,7 @@ int rig_alloc_fwd(struct pt_regs *ctx)
 	__u32 tid = current_tid();
 	struct alloc_fwd f = {
 		.sp = PT_REGS_SP(ctx),
-		.caller = real_caller(caller_of(ctx), uretprobe_trampoline()),
+		.caller = real_caller(caller_of(ctx), uretprobe_trampoline(), PT_REGS_SP(ctx)),
 		.kind = (__u32)bpf_get_attach_cookie(ctx),
 	};
 	struct alloc_fwd *outer = bpf_map_lookup_elem(&fwds, &tid);

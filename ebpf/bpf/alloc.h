@@ -8,6 +8,11 @@
  * reallocate, free...) and the index of the probed entry point in the
  * harness's table (which allocator, which symbol). */
 #define ALLOC_KIND_MASK 0xffu
+/* Cookie bit of an entry point with no uretprobe (rig_alloc_ret): a runtime
+ * where a hijacked return address breaks the program (Go moves goroutine
+ * stacks). Its calls are counted, and inner when made inside an outer call,
+ * but never become a thread's outer call: nothing would see them end. */
+#define ALLOC_COOKIE_NO_RETURN (1u << 8)
 #define ALLOC_ENTRY_SHIFT 16
 #define ALLOC_ENTRY_MASK 0x7fffu
 enum alloc_kind {
@@ -67,15 +72,14 @@ struct alloc_fwd {
 	__u32 _pad;
 };
 _Static_assert(sizeof(struct alloc_fwd) == 24, "alloc_fwd ABI");
-/* The outermost allocator call a thread is in: its stack pointer at entry
- * (where its return address sits) and that return address. A later call
- * with a lower stack pointer, while the slot still holds that return
- * address, runs inside it (pymalloc calling malloc, a Rust shim calling
- * jemalloc, operator new calling malloc): it is marked inner, so no total
- * counts one request for memory twice. Once the outer call returns, the
- * next call made at its depth overwrites the slot. A call at the same stack
- * pointer and return address through a different entry point is a tail
- * jump from the outer entry (a Rust shim jumping into mimalloc) and inner too. */
+/* The outermost allocator call a thread is in, from its entry until its
+ * return (rig_alloc_ret removes it): its stack pointer at entry (where its
+ * return address sits), that return address and its entry point. A call
+ * made while it is here runs inside it (pymalloc calling malloc, a Rust shim
+ * calling jemalloc, operator new calling malloc): it is marked inner, so no
+ * total counts one request for memory twice. A call at the same stack
+ * pointer and return address through a different entry point is a tail jump
+ * from the outer entry (a Rust shim jumping into mimalloc) and inner too. */
 struct alloc_frame {
 	__u64 sp;
 	__u64 ret;

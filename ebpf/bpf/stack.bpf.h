@@ -17,6 +17,7 @@
 
 #include "common.bpf.h"
 #include "stack.h"
+#include "uretprobe.bpf.h"
 
 /* Set by the loader: 0 leaves every stack out (one frame per event, as
  * before), so probe-cost can price the walk itself. */
@@ -90,6 +91,12 @@ struct walk {
 	__u32 slot;
 	__u32 last_map; /* mapping of the previous frame: callers are usually in
 			 * the same module, so it is tried before searching */
+	/* A return address equal to the uretprobe trampoline was replaced by
+	 * a uretprobe (rig's own, on allocator or lock calls still running):
+	 * the real one is in the thread's return instances, searched from ri
+	 * outwards (uretprobe.bpf.h). */
+	__u64 tramp;
+	__u64 ri;
 	/* buf holds user memory [buf_base, buf_base + buf_len). */
 	__u64 buf_base;
 	__u64 buf_len;
@@ -162,24 +169,48 @@ static __always_inline struct unwind_row *find_row(struct unwind_map *m, __u64 v
  *
  * A global function taking and returning scalars: the verifier checks it
  * once per program, on its own, and the caller then holds one unknown
- * index instead of every state the search ended in. A scan, not a binary
- * search: the bounds of a binary search offset a pointer into the
+ * index instead of every state the search ended in. Two scans, not a
+ * binary search: the bounds of a binary search offset a pointer into the
  * mappings, so the verifier keeps them precise and checks every path
  * through its steps apart (about 97,000 verified instructions for seven
- * steps, in every program that takes stacks); the scan's index is a
- * constant in each step the verifier unrolls (about 1,600). At most 64
- * compares, and only when a frame leaves the previous frame's mapping. */
-__attribute__((noinline)) __u32 find_map(__u32 slot, __u64 look)
+ * steps, in every program that takes stacks); a scan's index is a constant
+ * in each step the verifier unrolls. The first scan (find_group) finds
+ * the group (at most RIG_UNWIND_GROUPS compares), the second the mapping in
+ * it (at most RIG_UNWIND_GROUP), and only when a frame leaves the previous
+ * frame's mapping. */
+__attribute__((noinline)) __u32 find_group(__u32 slot, __u64 look)
 {
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &slot);
 	if (!p)
 		return RIG_NONE;
-	__u32 nm = p->nmaps;
-	for (__u32 j = 0; j < RIG_UNWIND_MAX_MAPS; j++) {
-		if (j >= nm)
+	__u32 ng = (p->nmaps + RIG_UNWIND_GROUP - 1) / RIG_UNWIND_GROUP;
+	for (__u32 i = 0; i < RIG_UNWIND_GROUPS; i++) {
+		if (i >= ng)
 			break;
-		if (look < p->maps[j].end)
-			return look >= p->maps[j].start ? j : RIG_NONE;
+		if (look < p->group_end[i])
+			return i;
+	}
+	return RIG_NONE;
+}
+
+/* (The group comes back from a global function as one unknown scalar, so
+ * the scan within it is verified once, not once per group.) */
+__attribute__((noinline)) __u32 find_map(__u32 slot, __u64 look)
+{
+	__u32 g = find_group(slot, look);
+	if (g >= RIG_UNWIND_GROUPS)
+		return RIG_NONE;
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &slot);
+	if (!p)
+		return RIG_NONE;
+	__u32 nm = p->nmaps;
+	for (__u32 j = 0; j < RIG_UNWIND_GROUP; j++) {
+		__u32 m = g * RIG_UNWIND_GROUP + j;
+		if (m >= nm)
+			break;
+		struct unwind_map *e = &p->maps[m & (RIG_UNWIND_MAX_MAPS - 1)];
+		if (look < e->end)
+			return look >= e->start ? m : RIG_NONE;
 	}
 	return RIG_NONE;
 }
@@ -294,6 +325,13 @@ static long unwind_step(__u32 i, void *ctx)
 		}
 		w->bp = bp;
 	}
+	if (ra && ra == w->tramp) {
+		ra = uretprobe_orig(&w->ri, cfa - 8);
+		if (!ra) {
+			w->st.flags |= RIG_STACK_LOST_RETURN;
+			return 1;
+		}
+	}
 	if (ra == 0)
 		return 1;
 	w->sp = cfa;
@@ -337,6 +375,8 @@ __attribute__((noinline)) __u64 take_ustack(__u32 tgid, __u64 ip, __u64 sp, __u6
 	w->buf_len = 0;
 	w->buf_base = 0;
 	w->last_map = 0;
+	w->tramp = uretprobe_trampoline();
+	w->ri = w->tramp ? uretprobe_newest() : 0;
 	__u32 *slot = bpf_map_lookup_elem(&unwind_slots, &tgid);
 	if (slot) {
 		w->slot = *slot;

@@ -10,8 +10,13 @@
 /* Frames kept per stack. A deeper stack keeps its innermost 64 frames and is
  * marked RIG_STACK_TRUNCATED. */
 #define RIG_STACK_MAX_FRAMES 64
-/* Executable mappings with unwind tables, per address space. */
-#define RIG_UNWIND_MAX_MAPS 64
+/* Executable mappings with unwind tables, per address space (a JVM, a
+ * Python with its extension modules or a server that dlopens its plugins
+ * maps hundreds), searched in groups of RIG_UNWIND_GROUP: first the group,
+ * by the highest address of each, then the mapping within it. */
+#define RIG_UNWIND_MAX_MAPS 1024
+#define RIG_UNWIND_GROUP 16
+#define RIG_UNWIND_GROUPS (RIG_UNWIND_MAX_MAPS / RIG_UNWIND_GROUP)
 /* Address spaces with tables (a forked child shares its parent's slot). */
 #define RIG_UNWIND_MAX_PROCS 64
 
@@ -68,13 +73,17 @@ struct unwind_map {
 };
 _Static_assert(sizeof(struct unwind_map) == 48, "unwind_map ABI");
 
-/* One address space: its mappings sorted by start. */
+/* One address space: its mappings sorted by start; group_end[g] is the end
+ * of the last mapping of group g (maps[g * RIG_UNWIND_GROUP ..]), so the
+ * first group whose end lies past an address is the one that may hold it. */
 struct unwind_proc {
 	__u32 nmaps;
 	__u32 _pad;
+	__u64 group_end[RIG_UNWIND_GROUPS];
 	struct unwind_map maps[RIG_UNWIND_MAX_MAPS];
 };
-_Static_assert(sizeof(struct unwind_proc) == 8 + 48 * RIG_UNWIND_MAX_MAPS, "unwind_proc ABI");
+_Static_assert(sizeof(struct unwind_proc) == 8 + 8 * RIG_UNWIND_GROUPS + 48 * RIG_UNWIND_MAX_MAPS,
+	       "unwind_proc ABI");
 
 /* Why a stack ends where it ends (bits of ustack.flags). None set: the walk
  * reached the outermost frame. */
@@ -85,6 +94,8 @@ _Static_assert(sizeof(struct unwind_proc) == 8 + 48 * RIG_UNWIND_MAX_MAPS, "unwi
 #define RIG_STACK_READ_FAIL (1u << 4) /* the stack memory could not be read */
 #define RIG_STACK_NO_PROC (1u << 5)   /* the process has no tables at all */
 #define RIG_STACK_NO_REGS (1u << 6)   /* the user registers were unreadable */
+/* a return address a uretprobe replaced, with no return instance for its slot */
+#define RIG_STACK_LOST_RETURN (1u << 7)
 
 /* A user stack, innermost frame first. ip[0] is the exact instruction;
  * ip[1..] are return addresses. */

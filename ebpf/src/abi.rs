@@ -81,6 +81,9 @@ pub mod alloc_kind {
 pub const ALLOC_KIND_MASK: u32 = 0xff;
 pub const ALLOC_ENTRY_SHIFT: u32 = 16;
 pub const ALLOC_ENTRY_MASK: u32 = 0x7fff;
+/// `ALLOC_COOKIE_NO_RETURN` (alloc.h): cookie bit of an entry point with no
+/// uretprobe (its calls never become a thread's outer call).
+pub const ALLOC_COOKIE_NO_RETURN: u32 = 1 << 8;
 /// `ALLOC_FLAG_INNER` (alloc.h): `AllocKey::flags` bit of a call made inside
 /// another allocator call.
 pub const ALLOC_FLAG_INNER: u32 = 1;
@@ -250,7 +253,10 @@ pub mod unwind_cfa {
 }
 /// `RIG_STACK_MAX_FRAMES`, `RIG_UNWIND_MAX_MAPS`, `RIG_UNWIND_MAX_PROCS` (stack.h).
 pub const STACK_MAX_FRAMES: usize = 64;
-pub const UNWIND_MAX_MAPS: usize = 64;
+pub const UNWIND_MAX_MAPS: usize = 1024;
+/// `RIG_UNWIND_GROUP` (stack.h): mappings per searched group.
+pub const UNWIND_GROUP: usize = 16;
+pub const UNWIND_GROUPS: usize = UNWIND_MAX_MAPS / UNWIND_GROUP;
 pub const UNWIND_MAX_PROCS: u32 = 64;
 
 /// C twin: `struct unwind_row` (stack.h).
@@ -299,16 +305,36 @@ pub const UNWIND_BUCKET_SHIFT: u32 = 8;
 pub struct UnwindProc {
     pub nmaps: u32,
     pub _pad: u32,
+    /// The end of the last mapping of each group of [`UNWIND_GROUP`].
+    pub group_end: [u64; UNWIND_GROUPS],
     pub maps: [UnwindMap; UNWIND_MAX_MAPS],
 }
-const _: () = assert!(size_of::<UnwindProc>() == 8 + 48 * UNWIND_MAX_MAPS);
+const _: () = assert!(size_of::<UnwindProc>() == 8 + 8 * UNWIND_GROUPS + 48 * UNWIND_MAX_MAPS);
 impl Default for UnwindProc {
     fn default() -> Self {
         UnwindProc {
             nmaps: 0,
             _pad: 0,
+            group_end: [0; UNWIND_GROUPS],
             maps: [UnwindMap::default(); UNWIND_MAX_MAPS],
         }
+    }
+}
+
+impl UnwindProc {
+    /// An address space of `maps` (sorted by start, at most
+    /// [`UNWIND_MAX_MAPS`]), with the group ends the search reads.
+    pub fn new(maps: &[UnwindMap]) -> UnwindProc {
+        assert!(maps.len() <= UNWIND_MAX_MAPS, "{} mappings", maps.len());
+        let mut p = UnwindProc {
+            nmaps: maps.len() as u32,
+            ..UnwindProc::default()
+        };
+        p.maps[..maps.len()].copy_from_slice(maps);
+        for (g, chunk) in maps.chunks(UNWIND_GROUP).enumerate() {
+            p.group_end[g] = chunk.last().map_or(0, |m| m.end);
+        }
+        p
     }
 }
 
@@ -321,6 +347,7 @@ pub mod stack_flag {
     pub const READ_FAIL: u32 = 1 << 4;
     pub const NO_PROC: u32 = 1 << 5;
     pub const NO_REGS: u32 = 1 << 6;
+    pub const LOST_RETURN: u32 = 1 << 7;
 }
 
 /// C twin: `struct ustack` (stack.h). Key: u64 stack id.

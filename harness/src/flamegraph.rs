@@ -168,6 +168,7 @@ mod tests {
             rows: Vec::new(),
             incomplete_events: BTreeMap::new(),
             stack_failures: BTreeMap::new(),
+            limits: Vec::new(),
         };
         let mut stacks = serde_json::to_value(stacks).unwrap();
         stacks["rows"] = rows.into();

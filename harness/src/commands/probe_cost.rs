@@ -150,6 +150,21 @@ const KINDS: &[Kind] = &[
         hits_per_iteration: 1,
         bpftrace: None,
     },
+    // Every allocator entry point also has this uretprobe: the return of
+    // a thread's outer allocator call is what ends it, so a malloc or free
+    // costs the entry's hit plus this one.
+    Kind {
+        name: "malloc return",
+        hitloop: "malloc",
+        family: Family::Alloc,
+        attach: Attach::Single {
+            program: "rig_alloc_ret",
+            symbol: "malloc",
+        },
+        hits: "uretprobe",
+        hits_per_iteration: 1,
+        bpftrace: None,
+    },
     Kind {
         name: "free entry",
         hitloop: "malloc",

@@ -53,6 +53,15 @@ impl AllocFamily {
     }
 }
 
+impl AllocFamily {
+    /// Whether its entry points may get a uretprobe: every family rig knows
+    /// runs on ordinary C stacks, where the kernel's replaced return address
+    /// is restored when the call returns.
+    pub fn takes_uretprobes(self) -> bool {
+        true
+    }
+}
+
 impl std::fmt::Display for AllocFamily {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

@@ -122,9 +122,10 @@ impl StackTables {
         self.capacity
     }
 
-    /// Modules without a usable table (their frames end stacks), with why.
-    pub fn missing(&self) -> &[(String, String)] {
-        &self.tables.missing
+    /// Address spaces past a limit of the tables (their stacks end early
+    /// where a frame is in what did not fit), one line each.
+    pub fn limits(&self) -> &[String] {
+        &self.tables.limits
     }
 
     /// Give `pid` its tables in every object.
@@ -153,6 +154,10 @@ impl StackTables {
             None => {
                 if self.slots.len() as u32 >= UNWIND_MAX_PROCS {
                     // No slot left: this process's stacks say "no tables".
+                    self.tables.note_limit(format!(
+                        "pid {pid}: every one of rig's {UNWIND_MAX_PROCS} address-space \
+                         tables is in use: its stacks end at their first frame"
+                    ));
                     return Ok(());
                 }
                 self.slots.push(entry);

@@ -74,6 +74,9 @@ pub struct Tables {
     pub index: Vec<UnwindBucket>,
     /// Modules that have no usable table (path, why).
     pub missing: Vec<(String, String)>,
+    /// Address spaces past a limit of the BPF tables: their stacks end
+    /// early wherever a frame is in what did not fit (one line each).
+    pub limits: Vec<String>,
 }
 
 impl Tables {
@@ -99,7 +102,6 @@ impl Tables {
     /// not placed yet. `limit` is how many rows the BPF array holds: a
     /// module that does not fit is left out and listed in `missing`.
     pub fn proc_entry(&mut self, maps: &ProcMaps, limit: Sizes) -> UnwindProc {
-        let mut out = UnwindProc::default();
         let mut entries: Vec<UnwindMap> = Vec::new();
         for m in maps
             .mappings
@@ -154,17 +156,24 @@ impl Tables {
         }
         entries.sort_by_key(|e| e.start);
         if entries.len() > UNWIND_MAX_MAPS {
-            for e in &entries[UNWIND_MAX_MAPS..] {
-                self.note_missing(
-                    &format!("{:#x}", e.start),
-                    format!("more than {UNWIND_MAX_MAPS} executable mappings"),
-                );
-            }
+            let over = entries.len() - UNWIND_MAX_MAPS;
+            self.note_limit(format!(
+                "pid {}: {} executable mappings with unwind tables, rig's tables hold \
+                 {UNWIND_MAX_MAPS}: stacks end at a frame in the {over} highest ({:#x} and up)",
+                maps.pid,
+                entries.len(),
+                entries[UNWIND_MAX_MAPS].start
+            ));
             entries.truncate(UNWIND_MAX_MAPS);
         }
-        out.nmaps = entries.len() as u32;
-        out.maps[..entries.len()].copy_from_slice(&entries);
-        out
+        UnwindProc::new(&entries)
+    }
+
+    /// Record an address space past a table limit (once per text).
+    pub fn note_limit(&mut self, what: String) {
+        if !self.limits.contains(&what) {
+            self.limits.push(what);
+        }
     }
 
     /// Rows and index entries a set of processes needs (each module once),

@@ -73,6 +73,9 @@ pub struct Window {
     /// Blocks allocated in the window and not freed by its end (a set
     /// attached with the live heap only).
     pub live_heap: Option<super::LiveHeap>,
+    /// Processes past a limit of the unwind tables: their stacks end early
+    /// (one line each, for the report to say).
+    pub stack_limits: Vec<String>,
 }
 
 impl Window {
@@ -171,6 +174,7 @@ impl ProbeSet {
             alloc_unprobed: self.alloc_unprobed(),
             notes: self.notes(),
             live_heap,
+            stack_limits: self.stack_limits(),
         })
     }
 }

@@ -204,6 +204,11 @@ pub struct StackSection {
     /// Stacks (user or kernel) that could not be taken or stored, by
     /// family: the events are counted, their stacks are missing.
     pub stack_failures: BTreeMap<Family, u64>,
+    /// Processes past a limit of rig's unwind tables (more executable
+    /// mappings, or more address spaces, than the tables hold): their
+    /// stacks end early. Empty when every process fit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
 }
 
 impl StackSection {
@@ -222,6 +227,7 @@ impl StackSection {
                 .map(|(f, s)| (*f, s.slot[rig_ebpf::abi::stat::STACK_MISSING]))
                 .filter(|(_, n)| *n > 0)
                 .collect(),
+            limits: w.stack_limits.clone(),
             ..Default::default()
         };
         out.name_user_stacks(w, sym, wrappers);
@@ -332,6 +338,10 @@ fn name_stack(
         (stack_flag::READ_FAIL, "unreadable stack"),
         (stack_flag::NO_PROC, "process without tables"),
         (stack_flag::NO_REGS, "no user registers"),
+        (
+            stack_flag::LOST_RETURN,
+            "return address held by a uretprobe",
+        ),
     ] {
         if s.flags & bit != 0 {
             incomplete.push(what);

@@ -28,7 +28,13 @@ pub(super) struct Fixture {
 
 impl Fixture {
     pub(super) fn start(path: &Path) -> Fixture {
+        Fixture::start_with(path, &[] as &[&str])
+    }
+
+    /// [`Fixture::start`] with arguments.
+    pub(super) fn start_with<A: AsRef<std::ffi::OsStr>>(path: &Path, args: &[A]) -> Fixture {
         let mut child = Command::new(path)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

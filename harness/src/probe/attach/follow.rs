@@ -68,7 +68,6 @@ impl Shared {
         self.stacks.install(&mut self.objects, pid, &maps)?;
         let mut a = Attacher {
             pid,
-            live_heap: self.live_heap,
             copy_impls: &mut self.copy_impls,
             alloc_entries: &mut self.alloc_entries,
             alloc_unprobed: &mut self.alloc_unprobed,

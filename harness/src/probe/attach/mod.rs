@@ -24,7 +24,9 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::Ebpf;
-use rig_ebpf::abi::{ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, TARGET_ONE, TARGET_TREE};
+use rig_ebpf::abi::{
+    ALLOC_COOKIE_NO_RETURN, ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, TARGET_ONE, TARGET_TREE,
+};
 use serde::Serialize;
 
 use super::placement::{safe_probe_offset_joining, Placement, Why};
@@ -144,13 +146,11 @@ struct Shared {
     alloc_entries: Vec<AllocEntry>,
     alloc_unprobed: Vec<Unprobed>,
     notes: Vec<AttachNote>,
-    live_heap: bool,
 }
 
 /// Attaching uprobes for one process (borrowing the shared state).
 struct Attacher<'a> {
     pid: u32,
-    live_heap: bool,
     copy_impls: &'a mut Vec<CopyImpl>,
     alloc_entries: &'a mut Vec<AllocEntry>,
     alloc_unprobed: &'a mut Vec<Unprobed>,
@@ -276,7 +276,6 @@ impl ProbeSet {
             alloc_entries: Vec::new(),
             alloc_unprobed: Vec::new(),
             notes: Vec::new(),
-            live_heap,
         };
         shared.join_at_attach(pid, &pids)?;
         attach_tracepoints(&mut shared.objects)?;
@@ -350,7 +349,6 @@ impl ProbeSet {
                 alloc_entries: Vec::new(),
                 alloc_unprobed: Vec::new(),
                 notes: Vec::new(),
-                live_heap: false,
             })),
             stop: Arc::new(AtomicBool::new(false)),
             follower: None,
@@ -473,6 +471,11 @@ impl ProbeSet {
     /// What was attached where, or deliberately not, and why.
     pub fn notes(&self) -> Vec<AttachNote> {
         self.shared().notes.clone()
+    }
+
+    /// Processes past a limit of the unwind tables.
+    pub fn stack_limits(&self) -> Vec<String> {
+        self.shared().stacks.limits().to_vec()
     }
 
     /// Bring the tree up to date now (the follower does this on its own

@@ -196,31 +196,40 @@ impl Attacher<'_> {
             program
         };
         let index = self.entry_index(layer, symbol, kind, file_offset);
-        let cookie = kind | (index << ALLOC_ENTRY_SHIFT);
-        let at = uprobe(
-            ebpf,
-            family,
-            program,
-            lib,
-            file_offset,
-            Some(cookie as u64),
-            self.pid,
-        )?;
-        // The live heap reads what an allocating call returned; a free and
-        // a forwarder return nothing to read (the end of a forwarder's jump
-        // chain returns for it).
-        let live_ret = self.live_heap && !matches!(program, "rig_alloc_fwd" | "rig_alloc_free");
-        if live_ret {
-            uprobe(
+        // Every counted entry point gets a uretprobe too (rig_alloc_ret):
+        // the return of a thread's outer allocator call is what ends it, so
+        // a call is inner exactly when an outer one has not returned (and
+        // with the live heap, it reads the address an allocation returned).
+        // A forwarder returns through the end of its jump chain, which has
+        // its own; a runtime whose code a hijacked return address breaks
+        // gets none, and its entries are never a thread's outer call.
+        let returns = program != "rig_alloc_fwd" && layer.family.takes_uretprobes();
+        let cookie =
+            kind | (index << ALLOC_ENTRY_SHIFT) | if returns { 0 } else { ALLOC_COOKIE_NO_RETURN };
+        let at = placement(family, program, lib, file_offset, &[])?;
+        // The uretprobe first, at the entry probe's placement: one trap
+        // serves both, and a call the entry probe sees is always one whose
+        // return the uretprobe sees too.
+        if returns {
+            uprobe_placed(
                 ebpf,
                 family,
                 "rig_alloc_ret",
                 lib,
-                file_offset,
+                at.clone(),
                 Some(cookie as u64),
                 self.pid,
             )?;
         }
+        let at = uprobe_placed(
+            ebpf,
+            family,
+            program,
+            lib,
+            at,
+            Some(cookie as u64),
+            self.pid,
+        )?;
         let how = match forwards_to {
             Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
             None => String::new(),
@@ -230,7 +239,7 @@ impl Attacher<'_> {
             symbol,
             format!(
                 "uprobe{} at {}+{:#x} ({}){how}{}",
-                if live_ret { " and uretprobe" } else { "" },
+                if returns { " and uretprobe" } else { "" },
                 basename(&lib.display().to_string()),
                 file_offset,
                 layer.family,

@@ -59,6 +59,9 @@ pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
 {t}"
         );
     }
+    for l in &st.limits {
+        let _ = writeln!(out, "warning: stacks INCOMPLETE: {l}");
+    }
     if !st.stack_failures.is_empty() {
         let _ = writeln!(
             out,
