@@ -51,12 +51,72 @@ fn stacks_whole(a: &Attribution, family: Family, through: Option<&str>) {
     }
 }
 
+/// What happens to a running server's executable on disk before the
+/// window opens: what every deploy does to the old process.
+#[derive(Clone, Copy, Debug)]
+enum OnDisk {
+    Kept,
+    /// Unlinked: `/proc/PID/exe` says `(deleted)`.
+    Deleted,
+    /// Another file renamed over its path (as `install` and package
+    /// managers do): the path names a different binary.
+    Replaced,
+}
+
+impl OnDisk {
+    /// Applies this to `exe`, a copy the test owns.
+    fn apply(self, exe: &Path) {
+        match self {
+            OnDisk::Kept => {}
+            OnDisk::Deleted => std::fs::remove_file(exe).unwrap(),
+            OnDisk::Replaced => {
+                let new = exe.with_extension("new");
+                std::fs::copy("/bin/true", &new).unwrap();
+                std::fs::rename(&new, exe).unwrap();
+            }
+        }
+    }
+}
+
+/// A copy of `exe` in a fresh directory (removed on drop), so the test can
+/// delete or replace it.
+struct Copied(PathBuf);
+
+impl Copied {
+    fn new(exe: &Path, tag: &str) -> Copied {
+        let dir = std::env::temp_dir().join(format!("rig-nesting-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let to = dir.join(exe.file_name().unwrap());
+        std::fs::copy(exe, &to).unwrap();
+        Copied(to)
+    }
+}
+
+impl Drop for Copied {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.parent().unwrap());
+    }
+}
+
 /// The twomalloc server of `variant` (see `rig_fixtures::twomalloc`),
 /// measured for N requests.
 fn twomalloc(variant: &str) -> Attribution {
+    twomalloc_on_disk(variant, OnDisk::Kept)
+}
+
+/// As `twomalloc`, run from a copy that `disk` is applied to once the
+/// server is ready.
+fn twomalloc_on_disk(variant: &str, disk: OnDisk) -> Attribution {
     let _g = probes_shared();
-    let target = Child::spawn_ready(Command::new(rig_fixtures::twomalloc(variant)))
-        .expect("twomalloc starts");
+    let exe = rig_fixtures::twomalloc(variant);
+    let copy = Copied::new(&exe, &format!("two-{variant}-{disk:?}"));
+    let run = match disk {
+        OnDisk::Kept => exe,
+        _ => copy.0.clone(),
+    };
+    let target = Child::spawn_ready(Command::new(&run)).expect("twomalloc starts");
+    disk.apply(&run);
     attribute_path(&target, &[Family::Alloc], "/", N, 2)
 }
 
@@ -117,6 +177,24 @@ fn two_mallocs_in_a_row_and_a_tail_called_free_are_two_allocations_per_request()
         .unwrap_or_else(|| panic!("the tail-called free at serve: {:#?}", a.alloc));
     assert_eq!(tail.calls, N);
     stacks_whole(&a, Family::Alloc, Some("main"));
+}
+
+#[test]
+fn two_mallocs_in_a_server_deleted_or_replaced_on_disk_keep_names_and_whole_stacks() {
+    root_or_skip!();
+    for disk in [OnDisk::Deleted, OnDisk::Replaced] {
+        let a = twomalloc_on_disk("", disk);
+        exact_two(&a);
+        // Names and lines come from the mapped object, not from the path.
+        for r in a.alloc.iter().filter(|r| r.kind == "malloc") {
+            assert_eq!(
+                r.site.function.as_deref(),
+                Some("handle"),
+                "{disk:?}: {r:#?}"
+            );
+        }
+        stacks_whole(&a, Family::Alloc, Some("main"));
+    }
 }
 
 #[test]
@@ -235,12 +313,13 @@ fn syscall_sites(a: &Attribution, event: &str) -> BTreeMap<(String, u32), u64> {
 /// One seed: every outer site's calls and bytes, the totals, the inner
 /// mallocs of realloc(NULL), and the mmap/munmap made inside calloc and
 /// free at the right user sites, exactly.
-fn generated_sequence_is_exact(seed: u64) {
+fn generated_sequence_is_exact(seed: u64, disk: OnDisk) {
     let b = Built::new(seed);
     let m = &b.mix;
     let trace = m.trace.join("\n");
     let _g = probes_shared();
     let target = Child::spawn_ready(Command::new(b.exe())).expect("allocmix starts");
+    disk.apply(&b.exe());
     let a = attribute_path(&target, &[Family::Alloc, Family::Syscalls], "/", N, 2);
     let want: Sites = m
         .sites
@@ -288,6 +367,13 @@ fn generated_sequence_is_exact(seed: u64) {
 fn generated_allocation_sequences_are_counted_exactly_at_every_site() {
     root_or_skip!();
     for seed in 1..=5 {
-        generated_sequence_is_exact(seed);
+        generated_sequence_is_exact(seed, OnDisk::Kept);
     }
+}
+
+#[test]
+fn generated_sequences_of_a_server_deleted_or_replaced_on_disk_are_counted_exactly() {
+    root_or_skip!();
+    generated_sequence_is_exact(6, OnDisk::Deleted);
+    generated_sequence_is_exact(7, OnDisk::Replaced);
 }
