@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands::attach::{DemoSettings, Output};
@@ -28,7 +28,7 @@ use settings::*;
 /// The load may open as many connections as the matrix check allowed.
 fn raise_nofile() {
     if let Some(n) = crate::scenario::raise_nofile() {
-        eprintln!(
+        crate::errln!(
             "rig: raised the open-file limit (RLIMIT_NOFILE) to {n} for the load's connections"
         );
     }
@@ -44,16 +44,34 @@ fn new_output_file(flag: &str, path: &Option<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// An output directory flag, refused now (exit 2) when it exists.
+/// An output directory flag, refused now (exit 2) when it exists, or when
+/// the directory it would be made in cannot be written (a read-only
+/// mount): found before the window, not after it.
 fn new_output_dir(flag: &str, path: &Option<PathBuf>) -> Result<()> {
-    match path {
-        Some(p) if std::fs::symlink_metadata(p).is_ok() => {
-            Err(anyhow::Error::new(crate::usage::BadValue(format!(
-                "{flag} {}: already exists; give a new directory",
-                p.display()
-            ))))
-        }
-        _ => Ok(()),
+    let bad = |m: String| Err(anyhow::Error::new(crate::usage::BadValue(m)));
+    let Some(p) = path else { return Ok(()) };
+    if std::fs::symlink_metadata(p).is_ok() {
+        return bad(format!(
+            "{flag} {}: already exists; give a new directory",
+            p.display()
+        ));
+    }
+    // The parents are made as `mkdir -p` does: the first that exists is
+    // where rig must be able to write.
+    let existing = p
+        .ancestors()
+        .skip(1)
+        .map(|a| {
+            if a.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                a
+            }
+        })
+        .find(|a| a.exists());
+    match existing {
+        Some(dir) => crate::fsutil::check_writable_dir(flag, p, dir).or_else(bad),
+        None => Ok(()),
     }
 }
 
@@ -61,7 +79,7 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
     crate::interrupt::install(|| {
         let n = crate::launch::start::cleanup_all();
         if n > 0 {
-            eprintln!("rig: interrupted: stopped {n} target(s) rig had started");
+            crate::errln!("rig: interrupted: stopped {n} target(s) rig had started");
         }
     })
     .context("installing signal handlers")
@@ -81,9 +99,10 @@ pub fn run() -> Result<i32> {
             crate::commands::attach::attach(&s, &output(&a.common), &*stop_flag()?)
         }
         Cmd::ProbeCost(p) => {
+            let s = probe_cost_settings(&p)?;
             crate::probe::require_root()?;
             new_output_file("--json", &p.json)?;
-            crate::commands::probe_cost::command(&probe_cost_settings(&p))
+            crate::commands::probe_cost::command(&s)
         }
         Cmd::Run(a) => {
             let s = run_settings(&a)?;
@@ -112,6 +131,7 @@ pub fn run() -> Result<i32> {
             crate::flamegraph::command(&s)
         }
         Cmd::Demo(d) => {
+            check_demo(&d)?;
             new_output_file("--json", &d.common.json)?;
             new_output_dir("--flame", &d.common.flame)?;
             let s = DemoSettings {
@@ -147,6 +167,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
             exit::USAGE
         }
         _ if err.downcast_ref::<crate::gate::RunsFailed>().is_some() => exit::CASE_FAILED,
+        _ if err.chain().any(crate::fsutil::is_not_a_config) => exit::USAGE,
         _ => exit::ERROR,
     }
 }

@@ -203,7 +203,7 @@ impl Baseline {
     }
 
     pub fn load(path: &Path) -> Result<Baseline> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::fsutil::read_config(path)
             .with_context(|| format!("reading baseline {}", path.display()))?;
         Baseline::parse(path, &text)
     }

@@ -106,15 +106,24 @@ impl OutDir {
 
     /// Append one finished case as one JSON line.
     pub fn append_case<T: Serialize>(&mut self, case: &T) -> Result<()> {
-        let mut line = serde_json::to_vec(case)?;
-        line.push(b'\n');
+        self.append_cases(std::slice::from_ref(case))
+    }
+
+    /// Append cases as JSON lines, in one write and one sync (the cases
+    /// an interrupted run skips, all at once).
+    pub fn append_cases<T: Serialize>(&mut self, cases: &[T]) -> Result<()> {
+        let mut lines = Vec::new();
+        for c in cases {
+            serde_json::to_writer(&mut lines, c)?;
+            lines.push(b'\n');
+        }
         let before = self.cases.metadata()?.len();
         if let Err(e) = self
             .cases
-            .write_all(&line)
+            .write_all(&lines)
             .and_then(|()| self.cases.sync_data())
         {
-            // A line that did not fit (a full disk) is taken back whole:
+            // Lines that did not fit (a full disk) are taken back whole:
             // every line of cases.jsonl stays one complete JSON value.
             let _ = self.cases.set_len(before);
             return Err(e)
