@@ -103,6 +103,16 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         }
     }
 
+    let stopped = |pid: u32| {
+        format!(
+            "pid {pid} is stopped (SIGSTOP, or a debugger holds it): it runs nothing until it is \
+             continued (kill -CONT {pid})"
+        )
+    };
+    if s.drive.is_some() && crate::process::is_stopped(s.pid) {
+        bail!("{}; rig's load would only time out", stopped(s.pid));
+    }
+    let stopped_at_start = crate::process::is_stopped(s.pid);
     let image = crate::process::Image::of(s.pid);
     let mut w = match &s.drive {
         Some(d) => driven_window(s, d, &id, stop)?,
@@ -119,6 +129,13 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         _ => None,
     };
     w.warnings.extend(execd.clone());
+    if stopped_at_start || crate::process::is_stopped(s.pid) {
+        w.warnings.push(format!(
+            "{} (it was stopped at the window's {}): the window saw only what it did while it ran",
+            stopped(s.pid),
+            if stopped_at_start { "start" } else { "end" }
+        ));
+    }
     let command_count = w.command.as_ref().and_then(|c| c.count.as_ref());
     let requests = match (&w.load, s.per, command_count) {
         (_, Some(n), _) => Some(n),

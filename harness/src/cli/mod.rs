@@ -44,6 +44,28 @@ fn new_output_file(flag: &str, path: &Option<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// `--out` of `run`, `ab` and `gate`, refused now (exit 2) when the
+/// directory it would be made in cannot be written (a read-only mount):
+/// before the first case, not after it.
+fn writable_out(flag: &str, path: &std::path::Path) -> Result<()> {
+    let existing = path
+        .ancestors()
+        .skip(1)
+        .map(|a| {
+            if a.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                a
+            }
+        })
+        .find(|a| a.exists());
+    match existing {
+        Some(dir) => crate::fsutil::check_writable_dir(flag, path, dir)
+            .map_err(|m| anyhow::Error::new(crate::usage::BadValue(m))),
+        None => Ok(()),
+    }
+}
+
 /// An output directory flag, refused now (exit 2) when it exists, or when
 /// the directory it would be made in cannot be written (a read-only
 /// mount): found before the window, not after it.
@@ -58,21 +80,7 @@ fn new_output_dir(flag: &str, path: &Option<PathBuf>) -> Result<()> {
     }
     // The parents are made as `mkdir -p` does: the first that exists is
     // where rig must be able to write.
-    let existing = p
-        .ancestors()
-        .skip(1)
-        .map(|a| {
-            if a.as_os_str().is_empty() {
-                std::path::Path::new(".")
-            } else {
-                a
-            }
-        })
-        .find(|a| a.exists());
-    match existing {
-        Some(dir) => crate::fsutil::check_writable_dir(flag, p, dir).or_else(bad),
-        None => Ok(()),
-    }
+    writable_out(flag, p)
 }
 
 fn stop_flag() -> Result<Arc<AtomicBool>> {
@@ -105,6 +113,7 @@ pub fn run() -> Result<i32> {
             crate::commands::probe_cost::command(&s)
         }
         Cmd::Run(a) => {
+            writable_out("--out", &a.out)?;
             let s = run_settings(&a)?;
             if !s.families.is_empty() && s.passes.counted {
                 crate::probe::require_root()?;
@@ -114,6 +123,7 @@ pub fn run() -> Result<i32> {
         Cmd::CheckConfig(c) => crate::commands::check_config::command(&c.file),
         Cmd::Instructions(a) => crate::commands::instructions::command(&instructions_settings(&a)?),
         Cmd::Ab(a) => {
+            writable_out("--out", &a.out)?;
             let s = ab_settings(&a)?;
             if !s.families.is_empty() && s.passes.counted {
                 crate::probe::require_root()?;
@@ -121,6 +131,9 @@ pub fn run() -> Result<i32> {
             crate::ab::command(&s, &*stop_flag()?)
         }
         Cmd::Gate(g) => {
+            if let Some(o) = &g.out {
+                writable_out("--out", o)?;
+            }
             let s = gate_settings(&g)?;
             crate::gate::command(&s, &*stop_flag()?)
         }

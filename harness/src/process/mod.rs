@@ -74,6 +74,16 @@ impl Image {
     }
 }
 
+/// Process `pid` is stopped (state `T`: SIGSTOP, SIGTSTP; or `t`: held by
+/// a tracer): it runs nothing until it is continued.
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .is_some_and(|st| st == "T" || st == "t")
+    })
+}
+
 /// The command line of a process, for reports (`?` when unreadable).
 pub fn cmdline(pid: u32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))

@@ -74,8 +74,13 @@ impl OutDir {
         let mut f = crate::fsutil::create_new(&tmp)
             .with_context(|| format!("creating {}", tmp.display()))?;
         let written = (|| -> std::io::Result<()> {
-            serde_json::to_writer_pretty(&mut f, value)?;
-            f.write_all(b"\n")?;
+            // Buffered: the serializer writes a token at a time, and a
+            // report of 2000 cases is hundreds of thousands of tokens.
+            let mut w = std::io::BufWriter::with_capacity(1 << 16, &mut f);
+            serde_json::to_writer_pretty(&mut w, value)?;
+            w.write_all(b"\n")?;
+            w.flush()?;
+            drop(w);
             f.sync_all()?;
             std::fs::rename(&tmp, &path)
         })();
