@@ -40,7 +40,8 @@ pub fn command(s: &FlameSettings) -> Result<i32> {
     let bytes = render(s)?;
     match &s.out {
         Some(p) => crate::fsutil::write_new(p, &bytes).context("--out")?,
-        None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
+        // `rig flame … | head` is not an error.
+        None => crate::console::out_bytes(&bytes).context("standard output")?,
     }
     Ok(crate::exit::OK)
 }

@@ -133,7 +133,8 @@ pub fn make_dirs_below(base: &Path, rel: &Path) -> io::Result<()> {
 }
 
 /// Refuse `path` for a new output file now, before any work is done: it must
-/// not exist (nor be a symlink) and its directory must exist.
+/// not exist (nor be a symlink) and its directory must exist and be
+/// writable.
 pub fn check_new_file(flag: &str, path: &Path) -> Result<(), String> {
     if let Ok(m) = std::fs::symlink_metadata(path) {
         let what = if m.file_type().is_symlink() {
@@ -158,7 +159,116 @@ pub fn check_new_file(flag: &str, path: &Path) -> Result<(), String> {
             parent.display()
         ));
     }
+    check_writable_dir(flag, path, parent)
+}
+
+/// Refuse `path` now when rig could not create anything in `dir`, its
+/// directory: a read-only mount (which even root cannot write) or a
+/// directory rig's user may not write, found before the work whose result
+/// would be lost.
+pub fn check_writable_dir(flag: &str, path: &Path, dir: &Path) -> Result<(), String> {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return Err(format!("{flag} {}: a NUL byte in the path", path.display()));
+    };
+    // SAFETY: a valid C string; access only reads it. EROFS is returned
+    // for a read-only file system whoever asks.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let e = io::Error::last_os_error();
+        let why = match e.raw_os_error() {
+            Some(libc::EROFS) => "is on a read-only file system".to_string(),
+            Some(libc::EACCES) => "is not writable by rig's user".to_string(),
+            _ => format!("cannot be written: {e}"),
+        };
+        return Err(format!(
+            "{flag} {}: the directory {} {why}; give a path rig can write",
+            path.display(),
+            dir.display()
+        ));
+    }
     Ok(())
+}
+
+/// Why [`read_config`] refused a path without reading it (inside the
+/// `io::Error` it returns): a bad config value, exit 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAConfig(pub String);
+
+/// Whether `err` is, or was caused by, a [`read_config`] refusal.
+pub fn is_not_a_config(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut e: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(x) = e {
+        if x.is::<NotAConfig>()
+            || x.downcast_ref::<io::Error>()
+                .and_then(|io| io.get_ref())
+                .is_some_and(|inner| inner.is::<NotAConfig>())
+        {
+            return true;
+        }
+        e = x.source();
+    }
+    false
+}
+
+/// The most bytes a config file (a matrix, a target spec, a gate
+/// baseline) may hold. The largest in config/ is a few KiB; a matrix of
+/// 16,667 suites is under 2 MiB.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// The config file `path`, read whole: a regular file of at most
+/// [`MAX_CONFIG_BYTES`]. A FIFO, a device (`/dev/zero`), a socket or a
+/// directory is refused without reading from it (the open does not wait
+/// for a FIFO's writer), and so is a larger file, so loading a config can
+/// neither block nor fill memory.
+pub fn read_config(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)?;
+    let m = f.metadata()?;
+    let ft = m.file_type();
+    if !ft.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_block_device() {
+            "a block device"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            NotAConfig(format!(
+                "{what}: rig reads a config from a regular file only"
+            )),
+        ));
+    }
+    let too_big = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            NotAConfig(format!(
+                "larger than the {} MiB a config file may be",
+                MAX_CONFIG_BYTES >> 20
+            )),
+        )
+    };
+    if m.len() > MAX_CONFIG_BYTES {
+        return Err(too_big());
+    }
+    let mut text = String::with_capacity(m.len() as usize);
+    // A file that grows while it is read is still read only to the bound.
+    f.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_big());
+    }
+    Ok(text)
 }
 
 fn explain(path: &Path, e: io::Error) -> io::Error {
@@ -212,6 +322,30 @@ mod tests {
 
         write_new(&d.join("fresh"), b"ok").unwrap();
         assert_eq!(std::fs::read(d.join("fresh")).unwrap(), b"ok");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn read_config_refuses_fifos_devices_directories_and_big_files_without_reading() {
+        let d = private_dir("rig-fsutil-test-").unwrap();
+        let fifo = d.join("fifo.toml");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer ever opens it: a blocking open would wait forever.
+        let e = read_config(&fifo).unwrap_err();
+        assert!(e.to_string().contains("a FIFO"), "{e}");
+        let e = read_config(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("a character device"), "{e}");
+        let e = read_config(&d).unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
+        let big = d.join("big.toml");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_CONFIG_BYTES + 1).unwrap();
+        let e = read_config(&big).unwrap_err();
+        assert!(e.to_string().contains("16 MiB"), "{e}");
+        std::fs::write(d.join("ok.toml"), "name = 'x'\n").unwrap();
+        assert_eq!(read_config(&d.join("ok.toml")).unwrap(), "name = 'x'\n");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

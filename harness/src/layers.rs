@@ -14,11 +14,12 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     // Leaves.
     ("exit", &[]),
-    ("interrupt", &[]),
+    ("console", &[]),
+    ("interrupt", &["exit"]),
     ("fsutil", &[]),
     ("usage", &[]),
     ("host", &[]),
-    ("scenario", &[]),
+    ("scenario", &["fsutil"]),
     ("stats", &[]),
     ("process", &[]),
     ("symbolize", &["process"]),
@@ -81,6 +82,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "session",
         &[
+            "interrupt",
             "launch",
             "load",
             "probe",
@@ -91,7 +93,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // `rig flame`, and the flamegraphs of output directories.
-    ("flamegraph", &["exit", "fsutil", "report", "scenario"]),
+    (
+        "flamegraph",
+        &["console", "exit", "fsutil", "report", "scenario"],
+    ),
     (
         "run",
         &[
@@ -99,6 +104,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "exit",
             "flamegraph",
             "html",
+            "interrupt",
             "launch",
             "load",
             "metrics",
@@ -134,6 +140,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fsutil",
             "host",
             "html",
+            "interrupt",
             "launch",
             "metrics",
             "probe",

@@ -22,6 +22,7 @@ pub mod ab;
 pub mod case;
 pub mod cli;
 pub mod commands;
+pub mod console;
 pub mod exit;
 pub mod flamegraph;
 pub mod fsutil;

@@ -2,7 +2,7 @@ fn main() {
     let code = match rig::cli::run() {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("rig: error: {err:#}");
+            rig::errln!("rig: error: {err:#}");
             rig::cli::exit_code(&err)
         }
     };

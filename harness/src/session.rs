@@ -103,10 +103,39 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         }
     }
 
-    let w = match &s.drive {
+    let stopped = |pid: u32| {
+        format!(
+            "pid {pid} is stopped (SIGSTOP, or a debugger holds it): it runs nothing until it is \
+             continued (kill -CONT {pid})"
+        )
+    };
+    if s.drive.is_some() && crate::process::is_stopped(s.pid) {
+        bail!("{}; rig's load would only time out", stopped(s.pid));
+    }
+    let stopped_at_start = crate::process::is_stopped(s.pid);
+    let image = crate::process::Image::of(s.pid);
+    let mut w = match &s.drive {
         Some(d) => driven_window(s, d, &id, stop)?,
         None => user_window(s, &id, stop)?,
     };
+    // An exec keeps the pid: the probes stay on the old program, and what
+    // the new one does is not seen.
+    let execd = match (&image, crate::process::Image::of(s.pid)) {
+        (Some(a), Some(b)) if *a != b => Some(format!(
+            "pid {} replaced its program during the window (execve: {} → {}): the probes were \
+             on the old one, so the new program's calls are missing from every family",
+            s.pid, a.exe, b.exe
+        )),
+        _ => None,
+    };
+    w.warnings.extend(execd.clone());
+    if stopped_at_start || crate::process::is_stopped(s.pid) {
+        w.warnings.push(format!(
+            "{} (it was stopped at the window's {}): the window saw only what it did while it ran",
+            stopped(s.pid),
+            if stopped_at_start { "start" } else { "end" }
+        ));
+    }
     let command_count = w.command.as_ref().and_then(|c| c.count.as_ref());
     let requests = match (&w.load, s.per, command_count) {
         (_, Some(n), _) => Some(n),
@@ -121,6 +150,16 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
     attribution.window.drive = w.drive;
     attribution.window.command = w.command;
     attribution.window.warnings = w.warnings;
+    if let Some(why) = execd {
+        for f in &s.families {
+            attribution
+                .losses
+                .entry(*f)
+                .or_default()
+                .push((why.clone(), 1));
+        }
+        attribution.complete = false;
+    }
     Ok(attribution)
 }
 
@@ -146,7 +185,10 @@ fn driven_window(
     let mut client = drive_client(d)?;
     let check = |phase: Phase, warm: &LoadReport| -> Result<()> {
         if stop.load(Ordering::Relaxed) {
-            bail!("interrupted by SIGINT/SIGTERM during the warm-up; nothing was measured");
+            bail!(
+                "{} during the warm-up; nothing was measured",
+                crate::interrupt::interrupted_by()
+            );
         }
         if warm.errors_total() == 0 {
             return Ok(());
@@ -251,20 +293,20 @@ fn attach(s: &AttachSettings) -> Result<ProbeSet> {
         .iter()
         .map(|(_, _, n)| u64::from(*n))
         .sum();
-    eprintln!(
+    crate::errln!(
         "rig: probes attached in {:.2} s ({} families; the kernel verified {verified} BPF instructions)",
         t0.elapsed().as_secs_f64(),
         s.families.len()
     );
     match scope {
-        Scope::Tree => eprintln!(
+        Scope::Tree => crate::errln!(
             "rig: following the process tree of pid {}: {} process(es) now ({} descendant(s)); \
              processes it forks from now on are followed too",
             s.pid,
             probes.processes().len(),
             probes.processes().len() - 1
         ),
-        Scope::Process if !children.is_empty() => eprintln!(
+        Scope::Process if !children.is_empty() => crate::errln!(
             "rig: --no-tree: pid {} only; its {} descendant(s) are NOT measured",
             s.pid,
             children.len()
@@ -284,7 +326,7 @@ fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<
     let mut activity = activity::Activity::start(s.pid, tree);
     let mut cmd = match s.command.is_empty() {
         true => {
-            eprintln!(
+            crate::errln!(
                 "rig: window open on pid {} for {} (Ctrl-C ends it early)",
                 s.pid,
                 humantime::format_duration(s.duration)
@@ -292,7 +334,7 @@ fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<
             None
         }
         false => {
-            eprintln!(
+            crate::errln!(
                 "rig: window open on pid {}; running the load: {}",
                 s.pid,
                 s.command.join(" ")
@@ -380,7 +422,7 @@ impl Child {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            eprintln!(
+            crate::errln!(
                 "rig: warning: target {name} (pid {}) runs as root",
                 child.id()
             );

@@ -74,6 +74,8 @@ impl Leg {
             client_cpus: Some(vec![args.client_cpu]),
             threads: Some(1),
             spin: None,
+            request_timeout: rig::load::REQUEST_TIMEOUT,
+            deadline: None,
         };
         let mut client = Client::connect(&spec)?;
         let warm = client.run(&Mode::FixedCount { requests: 5000 });

@@ -77,7 +77,7 @@ pub(super) fn counted_measure(
     // spend the exit's second on symbolizing its window (reading DWARF of
     // every library it touched).
     if crate::interrupt::requested() {
-        return Err(Fail("interrupted by SIGINT/SIGTERM".into()));
+        return Err(Fail(crate::interrupt::interrupted_by()));
     }
     let (report, reading) = (driven.report, driven.reading);
     let window = reading.window;

@@ -537,7 +537,7 @@ pub(super) fn live_pass(
         let mut cycles = Vec::new();
         for n in 1..=l.cycles {
             if crate::interrupt::requested() {
-                return Err(Fail("interrupted by SIGINT/SIGTERM".into()));
+                return Err(Fail(crate::interrupt::interrupted_by()));
             }
             cycles.push(cycle(
                 case,

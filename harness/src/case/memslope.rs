@@ -338,7 +338,7 @@ fn measure(
     let mut open = 0;
     for &tier in m.tiers.iter().filter(|&&t| t > 0) {
         if crate::interrupt::requested() {
-            return Err(Fail("interrupted by SIGINT/SIGTERM".into()));
+            return Err(Fail(crate::interrupt::interrupted_by()));
         }
         let c = open_tier(rs, m, spec, l.port, tier - open, clients.len() as u32 + 1)?;
         let hs = c.handshakes();

@@ -34,8 +34,9 @@ use server::*;
 use soak::soak_pass;
 pub use soak::{SoakInterval, SoakPass, SoakSite, SoakWindow};
 
+use std::cell::Cell;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -166,6 +167,10 @@ pub struct CaseResult {
     pub case: Case,
     pub status: Status,
     pub reasons: Vec<String>,
+    /// What is true of the case's measurements without failing it (a
+    /// keep-alive case whose server closed its connections).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     pub memory: Option<MemoryPass>,
     /// A memslope case: memory against open connections.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -194,6 +199,7 @@ impl CaseResult {
             case: case.clone(),
             status: Status::Skipped,
             reasons: vec![why],
+            warnings: Vec::new(),
             memory: None,
             memslope: None,
             recovery: None,
@@ -255,9 +261,80 @@ pub fn spec_for<'a>(
     Ok(s)
 }
 
-/// Run every pass of one case. Never panics on target trouble: failures are
-/// reasons in the result.
+/// The request timeout and the deadline of the case this thread runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub request_timeout: Duration,
+    pub deadline: Instant,
+}
+
+thread_local! {
+    static LIMITS: Cell<Option<Limits>> = const { Cell::new(None) };
+}
+
+/// The limits of the case running on this thread (every load of its
+/// passes is built with them, see `load_spec`).
+pub(crate) fn limits() -> Option<Limits> {
+    LIMITS.get()
+}
+
+/// After the deadline, how long a case may still take before rig stops
+/// its target: the loads end at the deadline by themselves; this ends
+/// what is not a load (a quiesce, a connection of a live case).
+const STOP_AFTER_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Run every pass of one case, within its `case_timeout_ms`. Never panics
+/// on target trouble: failures are reasons in the result.
 pub fn run_case(
+    rs: &RunSettings,
+    case: &Case,
+    spec: &TargetSpec,
+    tls: Option<&TargetSpec>,
+    sym: &mut Symbolizer,
+) -> CaseResult {
+    let t0 = Instant::now();
+    let timeout = Duration::from_millis(case.case_timeout_ms);
+    let deadline = t0 + timeout;
+    LIMITS.set(Some(Limits {
+        request_timeout: Duration::from_millis(case.request_timeout_ms),
+        deadline,
+    }));
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let id = case.id.clone();
+    let watchdog = std::thread::Builder::new()
+        .name("rig-case-deadline".into())
+        .spawn(move || {
+            let stop = wait.recv_timeout(timeout + STOP_AFTER_DEADLINE);
+            if stop == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                crate::errln!(
+                    "rig: case {id}: still running {} s after its deadline: stopping its target",
+                    STOP_AFTER_DEADLINE.as_secs()
+                );
+                crate::launch::start::cleanup_all();
+            }
+        })
+        .ok();
+    let mut res = run_passes(rs, case, spec, tls, sym);
+    drop(done);
+    if let Some(w) = watchdog {
+        let _ = w.join();
+    }
+    LIMITS.set(None);
+    if Instant::now() >= deadline && res.status != Status::Skipped {
+        res.status = Status::Failed;
+        res.reasons.push(format!(
+            "timed out: the case did not finish within case_timeout_ms = {} ({}): its load \
+             stopped there (requests cut short failed as `timeout`, those never sent as `{}`)",
+            case.case_timeout_ms,
+            humantime::format_duration(timeout),
+            crate::load::DEADLINE
+        ));
+    }
+    res.elapsed_ms = t0.elapsed().as_millis() as u64;
+    res
+}
+
+fn run_passes(
     rs: &RunSettings,
     case: &Case,
     spec: &TargetSpec,
@@ -269,6 +346,7 @@ pub fn run_case(
         case: case.clone(),
         status: Status::Ok,
         reasons: Vec::new(),
+        warnings: Vec::new(),
         memory: None,
         memslope: None,
         recovery: None,
@@ -343,7 +421,9 @@ pub fn run_case(
                     Err(Fail(why)) => res.reasons.push(format!("clean pass: {why}")),
                 }
             }
-            if rs.passes.counted && !rs.families.is_empty() {
+            // A case past its deadline launches no further pass.
+            let late = limits().is_some_and(|l| Instant::now() >= l.deadline);
+            if rs.passes.counted && !rs.families.is_empty() && !late {
                 match counted_pass(rs, case, http, spec, sym, &mut res.objects) {
                     Ok((p, reasons)) => {
                         res.counted = Some(p);
@@ -354,6 +434,7 @@ pub fn run_case(
             }
         }
     }
+    res.warnings.extend(keepalive_warnings(case, &res));
     if !res.reasons.is_empty() {
         res.status = Status::Failed;
     } else if let Some(why) = res.clean.as_ref().and_then(|c| limited(&c.load)) {
@@ -365,6 +446,34 @@ pub fn run_case(
     }
     res.elapsed_ms = t0.elapsed().as_millis() as u64;
     res
+}
+
+/// A keep-alive HTTP/1.1 case whose server closed the connections
+/// (HTTP/1.0 answers, `Connection: close`): the generator reconnected, so
+/// the case labelled `ka` measured connection set-up too. Said per pass,
+/// with the handshakes its measured load made.
+fn keepalive_warnings(case: &Case, res: &CaseResult) -> Vec<String> {
+    let Some(h) = case.http() else {
+        return Vec::new();
+    };
+    if h.protocol != Proto::H1 || !h.keepalive {
+        return Vec::new();
+    }
+    let clean = res.clean.as_ref().map(|c| ("clean", &c.load));
+    let counted = res.counted.as_ref().map(|c| ("counted", &c.load));
+    clean
+        .into_iter()
+        .chain(counted)
+        .filter(|(_, l)| l.handshakes.tcp > 0)
+        .map(|(pass, l)| {
+            format!(
+                "{pass} pass: a keep-alive case, but the server closed its connections \
+                 (HTTP/1.0 or `Connection: close` answers): {} TCP handshakes for {} requests, \
+                 so connection set-up is in this case's costs",
+                l.handshakes.tcp, l.sent
+            )
+        })
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]

@@ -152,7 +152,7 @@ pub(super) fn recovery_pass(
         let mut cycles = Vec::new();
         for n in 1..=r.cycles {
             if crate::interrupt::requested() {
-                return Err(Fail("interrupted by SIGINT/SIGTERM".into()));
+                return Err(Fail(crate::interrupt::interrupted_by()));
             }
             cycles.push(cycle(rs, case, r, spec, &l, &ready, n)?);
         }

@@ -72,6 +72,8 @@ pub(super) fn load_spec(
         client_cpus: rs.client_cpus.clone(),
         threads: None,
         spin: rs.spin,
+        request_timeout: limits().map_or(crate::load::REQUEST_TIMEOUT, |l| l.request_timeout),
+        deadline: limits().map(|l| l.deadline),
     })
 }
 

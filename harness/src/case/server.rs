@@ -52,8 +52,11 @@ pub(super) fn launch_opts(rs: &RunSettings, case: &Case, pass: &str) -> LaunchOp
 
 pub(super) fn exited_reason(pass: &str, l: &Launched) -> Option<String> {
     l.has_exited().then(|| {
+        let how = l
+            .exit_status()
+            .unwrap_or_else(|| "exit status unknown".into());
         format!(
-            "{pass} pass: the target exited during the case; stderr tail: {}",
+            "{pass} pass: the target exited during the case ({how}); stderr tail: {}",
             tail(&l.stderr_tail())
         )
     })

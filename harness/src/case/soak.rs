@@ -331,7 +331,7 @@ fn soak(
     sym: &mut Symbolizer,
 ) -> Result<Soaked, Fail> {
     let interrupted =
-        || crate::interrupt::requested().then(|| Fail("interrupted by SIGINT/SIGTERM".into()));
+        || crate::interrupt::requested().then(|| Fail(crate::interrupt::interrupted_by()));
     let ready = ProcSnapshot::read_tree(l.pid)?;
     let ls = load_spec(
         rs,

@@ -195,6 +195,46 @@ pub struct Budget {
     /// `user`; rig drops to it after setting up the cgroup and pinning.
     #[arg(long)]
     pub user: Option<String>,
+    /// A request not answered within this long fails as `timeout` (e.g.
+    /// 2s; default 10s), overriding every suite's `request_timeout_ms`.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub request_timeout: Option<Duration>,
+    /// A case not finished this long after it started is cut and fails
+    /// (e.g. 5m), overriding every suite's `case_timeout_ms` (default: 5
+    /// minutes plus twice the case's warm-up and duration).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub case_timeout: Option<Duration>,
+}
+
+impl Budget {
+    /// `--request-timeout` and `--case-timeout` in ms, checked (exit 2).
+    pub(super) fn timeouts(&self) -> Result<(Option<u64>, Option<u64>)> {
+        Ok((
+            time_ms("--request-timeout", self.request_timeout)?,
+            time_ms("--case-timeout", self.case_timeout)?,
+        ))
+    }
+}
+
+/// A time flag in whole ms: at least 1 ms, at most a year (exit 2
+/// otherwise: a zero never lets anything finish, a huge one overflows the
+/// deadline it sets).
+pub(super) fn time_ms(flag: &str, d: Option<Duration>) -> Result<Option<u64>> {
+    let Some(d) = d else { return Ok(None) };
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if ms == 0 {
+        crate::refuse!(
+            "{flag} {}: give at least 1ms",
+            humantime::format_duration(d)
+        );
+    }
+    if ms > crate::scenario::MAX_MS {
+        crate::refuse!(
+            "{flag} {}: more than a year; give a time a run can wait out",
+            humantime::format_duration(d)
+        );
+    }
+    Ok(Some(ms))
 }
 
 impl Budget {
@@ -263,6 +303,15 @@ impl Budget {
         if self.memory_mib == Some(0) {
             return Err("--memory-mib 0: give the memory limit in MiB, at least 1".into());
         }
+        // A limit above what the host has is no limit (and u64::MAX MiB in
+        // bytes overflowed into one that looked set).
+        if let (Some(m), Some(total)) = (self.memory_mib, host_memory_mib()) {
+            if m > total {
+                return Err(format!(
+                    "--memory-mib {m}: more than this host's memory ({total} MiB); give at most {total}, or leave it out for no limit"
+                ));
+            }
+        }
         if let Some(q) = self.cpu_quota {
             if !cpus.is_empty() && q > cpus.len() as f64 {
                 return Err(format!(
@@ -274,6 +323,20 @@ impl Budget {
         }
         Ok(())
     }
+}
+
+/// MemTotal of /proc/meminfo, in MiB.
+fn host_memory_mib() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024)
 }
 
 #[derive(Args, Debug)]
@@ -329,6 +392,10 @@ pub struct AttachArgs {
     /// --drive over HTTP/2: concurrent streams per connection.
     #[arg(long, default_value_t = 1)]
     pub streams: usize,
+    /// --drive: a request not answered within this long fails as `timeout`
+    /// (default 10s); connects and TLS handshakes are bounded by it too.
+    #[arg(long, requires = "drive", value_parser = humantime::parse_duration)]
+    pub request_timeout: Option<Duration>,
     /// --drive https://: the CA (PEM) that signed the server's certificate.
     #[arg(long, requires = "drive")]
     pub ca: Option<PathBuf>,

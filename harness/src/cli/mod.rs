@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands::attach::{DemoSettings, Output};
@@ -28,7 +28,7 @@ use settings::*;
 /// The load may open as many connections as the matrix check allowed.
 fn raise_nofile() {
     if let Some(n) = crate::scenario::raise_nofile() {
-        eprintln!(
+        crate::errln!(
             "rig: raised the open-file limit (RLIMIT_NOFILE) to {n} for the load's connections"
         );
     }
@@ -44,24 +44,50 @@ fn new_output_file(flag: &str, path: &Option<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// An output directory flag, refused now (exit 2) when it exists.
-fn new_output_dir(flag: &str, path: &Option<PathBuf>) -> Result<()> {
-    match path {
-        Some(p) if std::fs::symlink_metadata(p).is_ok() => {
-            Err(anyhow::Error::new(crate::usage::BadValue(format!(
-                "{flag} {}: already exists; give a new directory",
-                p.display()
-            ))))
-        }
-        _ => Ok(()),
+/// `--out` of `run`, `ab` and `gate`, refused now (exit 2) when the
+/// directory it would be made in cannot be written (a read-only mount):
+/// before the first case, not after it.
+fn writable_out(flag: &str, path: &std::path::Path) -> Result<()> {
+    let existing = path
+        .ancestors()
+        .skip(1)
+        .map(|a| {
+            if a.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                a
+            }
+        })
+        .find(|a| a.exists());
+    match existing {
+        Some(dir) => crate::fsutil::check_writable_dir(flag, path, dir)
+            .map_err(|m| anyhow::Error::new(crate::usage::BadValue(m))),
+        None => Ok(()),
     }
+}
+
+/// An output directory flag, refused now (exit 2) when it exists, or when
+/// the directory it would be made in cannot be written (a read-only
+/// mount): found before the window, not after it.
+fn new_output_dir(flag: &str, path: &Option<PathBuf>) -> Result<()> {
+    let bad = |m: String| Err(anyhow::Error::new(crate::usage::BadValue(m)));
+    let Some(p) = path else { return Ok(()) };
+    if std::fs::symlink_metadata(p).is_ok() {
+        return bad(format!(
+            "{flag} {}: already exists; give a new directory",
+            p.display()
+        ));
+    }
+    // The parents are made as `mkdir -p` does: the first that exists is
+    // where rig must be able to write.
+    writable_out(flag, p)
 }
 
 fn stop_flag() -> Result<Arc<AtomicBool>> {
     crate::interrupt::install(|| {
         let n = crate::launch::start::cleanup_all();
         if n > 0 {
-            eprintln!("rig: interrupted: stopped {n} target(s) rig had started");
+            crate::errln!("rig: interrupted: stopped {n} target(s) rig had started");
         }
     })
     .context("installing signal handlers")
@@ -81,11 +107,13 @@ pub fn run() -> Result<i32> {
             crate::commands::attach::attach(&s, &output(&a.common), &*stop_flag()?)
         }
         Cmd::ProbeCost(p) => {
+            let s = probe_cost_settings(&p)?;
             crate::probe::require_root()?;
             new_output_file("--json", &p.json)?;
-            crate::commands::probe_cost::command(&probe_cost_settings(&p))
+            crate::commands::probe_cost::command(&s)
         }
         Cmd::Run(a) => {
+            writable_out("--out", &a.out)?;
             let s = run_settings(&a)?;
             if !s.families.is_empty() && s.passes.counted {
                 crate::probe::require_root()?;
@@ -95,6 +123,7 @@ pub fn run() -> Result<i32> {
         Cmd::CheckConfig(c) => crate::commands::check_config::command(&c.file),
         Cmd::Instructions(a) => crate::commands::instructions::command(&instructions_settings(&a)?),
         Cmd::Ab(a) => {
+            writable_out("--out", &a.out)?;
             let s = ab_settings(&a)?;
             if !s.families.is_empty() && s.passes.counted {
                 crate::probe::require_root()?;
@@ -102,6 +131,9 @@ pub fn run() -> Result<i32> {
             crate::ab::command(&s, &*stop_flag()?)
         }
         Cmd::Gate(g) => {
+            if let Some(o) = &g.out {
+                writable_out("--out", o)?;
+            }
             let s = gate_settings(&g)?;
             crate::gate::command(&s, &*stop_flag()?)
         }
@@ -112,6 +144,7 @@ pub fn run() -> Result<i32> {
             crate::flamegraph::command(&s)
         }
         Cmd::Demo(d) => {
+            check_demo(&d)?;
             new_output_file("--json", &d.common.json)?;
             new_output_dir("--flame", &d.common.flame)?;
             let s = DemoSettings {
@@ -147,6 +180,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
             exit::USAGE
         }
         _ if err.downcast_ref::<crate::gate::RunsFailed>().is_some() => exit::CASE_FAILED,
+        _ if err.chain().any(crate::fsutil::is_not_a_config) => exit::USAGE,
         _ => exit::ERROR,
     }
 }

@@ -15,26 +15,67 @@ pub(super) fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<
     Ok((spec, tls))
 }
 
+/// The most concurrent streams one HTTP/2 connection of rig's may carry
+/// (`SETTINGS_MAX_CONCURRENT_STREAMS` is rarely above a few hundred).
+const MAX_STREAMS: usize = 1 << 16;
+
+/// `n` connections fit in the file descriptors rig may open (exit 2
+/// otherwise, before any is opened).
+pub(super) fn check_connections(flag: &str, n: usize) -> Result<()> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0
+        || r.rlim_max == libc::RLIM_INFINITY
+    {
+        return Ok(());
+    }
+    if n as u64 + 64 > r.rlim_max {
+        crate::refuse!(
+            "{flag} {n}: more connections than this process may open (RLIMIT_NOFILE hard limit {}, 64 kept for rig); give fewer or raise the limit (ulimit -Hn)",
+            r.rlim_max
+        );
+    }
+    Ok(())
+}
+
 pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
     let families = Family::parse_list(&a.common.probes)?;
+    // A window of no time measures nothing; one of years overflows the
+    // instant it ends at.
+    if a.duration.is_zero() {
+        crate::refuse!("--duration 0s: give the window's length, e.g. 10s");
+    }
+    time_ms("--duration", Some(a.duration))?;
     if a.live_heap && !families.contains(&Family::Alloc) {
         crate::refuse!(
             "--live-heap without the alloc probes: add alloc to --probes (e.g. --probes alloc --live-heap)"
         );
     }
     if a.per == Some(0) {
-        bail!("--per 0: give the number of requests your load tool completed in the window");
+        crate::refuse!(
+            "--per 0: give the number of requests your load tool completed in the window"
+        );
     }
     let drive = match &a.drive {
         Some(url) => {
             if a.per.is_some() {
-                bail!("--per and --drive together: with --drive rig counts the requests itself; drop --per");
+                crate::refuse!("--per and --drive together: with --drive rig counts the requests itself; drop --per");
             }
             if !a.command.is_empty() {
-                bail!("--drive and a load command together: give one load, rig's (--drive) or yours (-- COMMAND)");
+                crate::refuse!("--drive and a load command together: give one load, rig's (--drive) or yours (-- COMMAND)");
             }
             if a.requests == 0 || a.connections == 0 || a.streams == 0 {
-                bail!("--requests, --connections and --streams must be at least 1");
+                crate::refuse!("--requests, --connections and --streams must be at least 1");
+            }
+            check_connections("--connections", a.connections)?;
+            if a.streams > MAX_STREAMS {
+                crate::refuse!(
+                    "--streams {}: more than the {MAX_STREAMS} concurrent streams an HTTP/2 connection may have; give fewer",
+                    a.streams
+                );
             }
             let choice = DriveChoice {
                 protocol: a.protocol.clone(),
@@ -44,6 +85,8 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
                 insecure: a.insecure,
                 connections: a.connections,
                 streams: a.streams,
+                request_timeout: time_ms("--request-timeout", a.request_timeout)?
+                    .map(std::time::Duration::from_millis),
             };
             Some(Drive::new(url, &choice, a.warmup, a.requests)?)
         }
@@ -99,11 +142,19 @@ pub(super) fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
         }
     }
     let mut matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    time_ms("--soak-duration", a.soak_duration)?;
     if let Some(d) = a.soak_duration {
         if let Err(why) = matrix.set_soak_duration(d.as_millis() as u64) {
             crate::refuse!("--soak-duration {}: {why}", humantime::format_duration(d));
         }
     }
+    let (request_ms, case_ms) = a.budget.timeouts()?;
+    matrix.set_timeouts(request_ms, case_ms);
+    // Counted now, before anything is allocated or started.
+    let repeats = a.repeats.unwrap_or(matrix.defaults.repeats).max(1);
+    matrix
+        .case_count(&a.suite, targets.len(), repeats)
+        .with_context(|| format!("--matrix {}", a.matrix.display()))?;
     raise_nofile();
     Ok(crate::run::RunSettings {
         targets,
@@ -159,7 +210,7 @@ pub(super) fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
             )
         })?;
         if arms.iter().any(|x: &crate::ab::Arm| x.name == name) {
-            bail!("--arm {name}: two arms with one name");
+            crate::refuse!("--arm {name}: two arms with one name");
         }
         let (mut spec, mut tls) = load_target(std::path::Path::new(file))
             .with_context(|| format!("--arm {name}={file}"))?;
@@ -174,7 +225,7 @@ pub(super) fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
         });
     }
     if arms.len() < 2 {
-        bail!("--arm: give at least two arms (--arm A=FILE --arm B=FILE)");
+        crate::refuse!("--arm: give at least two arms (--arm A=FILE --arm B=FILE)");
     }
     if a.rounds == 0 {
         crate::refuse!("--rounds 0: give at least one A B B A round");
@@ -185,10 +236,13 @@ pub(super) fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
     } else {
         Family::parse_list(&a.probes)?
     };
+    let mut matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    let (request_ms, case_ms) = a.budget.timeouts()?;
+    matrix.set_timeouts(request_ms, case_ms);
     Ok(crate::ab::AbSettings {
         arms,
         matrix_path: a.matrix.clone(),
-        matrix: crate::scenario::Matrix::load(&a.matrix)?,
+        matrix,
         suites: a.suite.clone(),
         controls: a.control.clone(),
         rounds: a.rounds,
@@ -215,18 +269,37 @@ pub(super) fn output(c: &Common) -> Output {
 
 pub(super) fn probe_cost_settings(
     p: &ProbeCostArgs,
-) -> crate::commands::probe_cost::ProbeCostSettings {
-    crate::commands::probe_cost::ProbeCostSettings {
+) -> Result<crate::commands::probe_cost::ProbeCostSettings> {
+    if p.iterations == 0 || p.rounds == 0 {
+        crate::refuse!(
+            "--iterations {} --rounds {}: give at least 1 of each",
+            p.iterations,
+            p.rounds
+        );
+    }
+    Ok(crate::commands::probe_cost::ProbeCostSettings {
         iterations: p.iterations,
         rounds: p.rounds,
         json: p.json.clone(),
         against_bpftrace: p.against_bpftrace,
+    })
+}
+
+/// `rig demo`'s window: at least one request on at least one connection,
+/// within the descriptors rig may open.
+pub(super) fn check_demo(d: &DemoArgs) -> Result<()> {
+    if d.requests == 0 || d.connections == 0 {
+        crate::refuse!("--requests and --connections must be at least 1");
     }
+    check_connections("--connections", d.connections)
 }
 
 pub(super) fn instructions_settings(
     a: &InstructionsArgs,
 ) -> Result<crate::commands::instructions::InstructionsSettings> {
+    if a.requests == 0 {
+        crate::refuse!("--requests 0: give at least 1 request for the window");
+    }
     let choice = crate::probe::instructions::Choice::parse(&a.backend)
         .map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
     let mut spec =

@@ -42,7 +42,7 @@ pub fn demo(d: &DemoSettings, stop: &AtomicBool) -> Result<i32> {
     let mut cmd = std::process::Command::new(rig_fixtures::calib_server());
     cmd.args(["--port", "0", "--threads", "2", "--contend"]);
     let target = session::Child::spawn_ready(cmd)?;
-    eprintln!(
+    crate::errln!(
         "rig demo: calibration server pid {} on 127.0.0.1:{} (costs per request: fixtures/calib/COSTS.md)",
         target.pid(),
         target.port
@@ -71,7 +71,7 @@ pub fn demo(d: &DemoSettings, stop: &AtomicBool) -> Result<i32> {
 }
 
 fn output(a: &Attribution, out: &Output) -> Result<i32> {
-    print!("{}", table::render(a, out.top));
+    crate::out!("{}", table::render(a, out.top));
     if let Some(path) = &out.json {
         let f = crate::fsutil::create_new(path).context("--json")?;
         serde_json::to_writer_pretty(std::io::BufWriter::new(f), a)
@@ -79,7 +79,7 @@ fn output(a: &Attribution, out: &Output) -> Result<i32> {
     }
     if let Some(dir) = &out.flame {
         let files = crate::flamegraph::write_window(dir, a)?;
-        println!("flamegraphs: {} ({} files)", dir.display(), files.len());
+        crate::outln!("flamegraphs: {} ({} files)", dir.display(), files.len());
     }
     Ok(if a.complete {
         exit::OK

@@ -21,8 +21,8 @@ pub struct InstructionsSettings {
 pub fn command(s: &InstructionsSettings) -> Result<i32> {
     // The host is asked only now: bad flags were refused first (exit 2).
     let (backend, why) = instr::select(s.choice, &crate::host::detect_pmu())?;
-    println!("instructions counted by {why}");
+    crate::outln!("instructions counted by {why}");
     let w = crate::window::instructions::measure(backend, &s.spec, &s.path, s.requests, s.warmup)?;
-    print!("{}", crate::probe::callgrind::render(&w, s.top));
+    crate::out!("{}", crate::probe::callgrind::render(&w, s.top));
     Ok(exit::OK)
 }

@@ -20,6 +20,6 @@ use crate::exit;
 /// `rig report`: report.html of an output directory, written again.
 pub fn report(dir: &Path) -> Result<i32> {
     let p = crate::html::write(dir)?;
-    println!("report: {}", p.display());
+    crate::outln!("report: {}", p.display());
     Ok(exit::OK)
 }

@@ -40,11 +40,11 @@ pub struct ProbeCostSettings {
 pub fn command(s: &ProbeCostSettings) -> Result<i32> {
     let json = if s.against_bpftrace {
         let rows = measure_against_bpftrace(s.iterations, s.rounds)?;
-        println!("{}", render_against_bpftrace(&rows));
+        crate::outln!("{}", render_against_bpftrace(&rows));
         serde_json::to_vec_pretty(&rows)?
     } else {
         let rows = measure(s.iterations, s.rounds)?;
-        println!("{}", render(&rows));
+        crate::outln!("{}", render(&rows));
         serde_json::to_vec_pretty(&rows)?
     };
     if let Some(path) = &s.json {

@@ -97,6 +97,14 @@ impl Baseline {
             if !l.soft_pct.is_finite() || l.soft_pct < 0.0 {
                 errs.push(format!("counter `{name}`: soft_pct must be >= 0"));
             }
+            // A NaN ceiling is never exceeded (every comparison with it is
+            // false): the gate would pass whatever was measured.
+            if let Some(h) = l.hard.filter(|h| !h.is_finite() || *h < 0.0) {
+                errs.push(format!(
+                    "counter `{name}`: hard = {h}: give a number >= 0 (a NaN ceiling never \
+                     breaches, a negative one always does)"
+                ));
+            }
         }
         if b.repeats < 2 {
             errs.push(format!(
@@ -203,7 +211,7 @@ impl Baseline {
     }
 
     pub fn load(path: &Path) -> Result<Baseline> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::fsutil::read_config(path)
             .with_context(|| format!("reading baseline {}", path.display()))?;
         Baseline::parse(path, &text)
     }

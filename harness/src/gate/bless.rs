@@ -59,15 +59,15 @@ pub fn blessed(b: &Baseline, m: &Measured) -> (Baseline, Vec<String>) {
 pub fn bless(s: &GateSettings, stop: &AtomicBool) -> Result<i32> {
     let m = measure(s, stop)?;
     if let Some(i) = &m.instructions {
-        println!("rig gate --bless: instructions counted by {}", i.why);
+        crate::outln!("rig gate --bless: instructions counted by {}", i.why);
     }
     let (nb, notes) = blessed(&s.baseline, &m);
     for n in &notes {
-        eprintln!("rig gate --bless: {n}");
+        crate::errln!("rig gate --bless: {n}");
     }
     crate::fsutil::replace_file(&s.baseline_path, nb.to_toml().as_bytes())
         .with_context(|| format!("writing {}", s.baseline_path.display()))?;
-    println!(
+    crate::outln!(
         "rig gate --bless: wrote {} counters to {}",
         nb.counters.len(),
         s.baseline_path.display()

@@ -441,7 +441,10 @@ fn counted_runs(
             // target, and its part-counted pass is not data.
             r = crate::case::CaseResult::skipped(
                 c,
-                "interrupted by SIGINT/SIGTERM during this case: rig stopped its target".into(),
+                format!(
+                    "{} during this case: rig stopped its target",
+                    crate::interrupt::interrupted_by()
+                ),
             );
         }
         if let Some(o) = out.as_deref_mut() {

@@ -135,7 +135,7 @@ pub fn command(s: &GateSettings, stop: &AtomicBool) -> Result<i32> {
         bless(s, stop)
     } else {
         run(s, stop).map(|r| {
-            print!("{}", render(&r));
+            crate::out!("{}", render(&r));
             if r.passed() {
                 0
             } else {
@@ -147,7 +147,7 @@ pub fn command(s: &GateSettings, stop: &AtomicBool) -> Result<i32> {
         write_interrupted(s)?;
     }
     if let (Ok(_), Some(d)) = (&r, &s.out) {
-        print!("{}", crate::html::report_line(d));
+        crate::out!("{}", crate::html::report_line(d));
     }
     r
 }

@@ -101,12 +101,25 @@ impl Inputs {
             )
         })?;
         let mut cases = Vec::new();
-        for line in std::io::BufReader::new(file).lines() {
+        let mut lines = std::io::BufReader::new(file).lines().enumerate().peekable();
+        while let Some((i, line)) = lines.next() {
             let line = line.with_context(|| format!("reading {}", jsonl.display()))?;
-            // A line cut short by a crash is skipped, not fatal: the cases
-            // before it are the results that survived.
-            if let Ok(v) = lite::parse(&line) {
-                cases.push(cases::slim(v));
+            if line.trim().is_empty() {
+                continue;
+            }
+            match lite::parse(&line) {
+                Ok(v) => cases.push(cases::slim(v)),
+                // The last line cut short by a crash is dropped, said, not
+                // fatal: the cases before it are the results that survived
+                // (`rig flame` does the same). Any other line is damage.
+                Err(e) if lines.peek().is_none() => crate::errln!(
+                    "rig: warning: {}:{}: the last line is cut short ({e}): dropped; the {} \
+                     case(s) before it are kept",
+                    jsonl.display(),
+                    i + 1,
+                    cases.len()
+                ),
+                Err(e) => anyhow::bail!("{}:{}: not a case line: {e}", jsonl.display(), i + 1),
             }
         }
         let (kind, summary) = if let Some(v) = read_json(&dir.join("ab.json"))? {
@@ -243,7 +256,7 @@ pub fn write_or_warn(dir: &Path) -> Option<PathBuf> {
     match write(dir) {
         Ok(p) => Some(p),
         Err(e) => {
-            eprintln!("rig: could not write {}/{FILE}: {e:#}", dir.display());
+            crate::errln!("rig: could not write {}/{FILE}: {e:#}", dir.display());
             None
         }
     }

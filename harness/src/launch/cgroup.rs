@@ -286,6 +286,12 @@ impl Cgroup {
                     "memory limit 0 MiB: give at least 1".into(),
                 ));
             }
+            // In bytes it must fit the kernel's counter: no limit by overflow.
+            if m.checked_mul(1 << 20).is_none_or(|b| b > i64::MAX as u64) {
+                return Err(CgroupError::Invalid(format!(
+                    "memory limit {m} MiB: too large to set; give a limit the host has"
+                )));
+            }
         }
         if let Some(c) = limits.cpu_quota {
             if !(c.is_finite() && c >= 0.01) {

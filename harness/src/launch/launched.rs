@@ -81,6 +81,33 @@ impl Launched {
         exited_nowait(self.pid)
     }
 
+    /// How the leader exited, if it has (without reaping it): "exited
+    /// with code 3", "killed by signal 6 (SIGABRT), core dumped".
+    pub fn exit_status(&self) -> Option<String> {
+        // SAFETY: zeroed siginfo_t is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid out-pointer; WNOWAIT leaves the child unreaped.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                self.pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: waitid filled `info` (si_pid 0: it has not exited).
+        if r < 0 || unsafe { info.si_pid() } == 0 {
+            return None;
+        }
+        // SAFETY: as above; si_status is valid for the CLD_* codes.
+        let status = unsafe { info.si_status() };
+        Some(match info.si_code {
+            libc::CLD_EXITED => describe_exit(Some(status), None),
+            libc::CLD_DUMPED => format!("{}, core dumped", describe_exit(None, Some(status))),
+            _ => describe_exit(None, Some(status)),
+        })
+    }
+
     /// Wait up to `t` for the leader to exit on its own.
     pub fn wait_exit(&self, t: Duration) -> bool {
         let t0 = Instant::now();

@@ -44,13 +44,14 @@ impl OutputTail {
         s.buf.extend(data);
     }
 
-    /// The kept bytes, lossily decoded.
+    /// The kept bytes, lossily decoded, with control characters escaped
+    /// (see [`printable`]): the text goes into messages rig prints.
     pub fn text(&self) -> String {
         let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let (a, b) = s.buf.as_slices();
         let mut v = a.to_vec();
         v.extend_from_slice(b);
-        String::from_utf8_lossy(&v).into_owned()
+        printable(&String::from_utf8_lossy(&v))
     }
 
     /// Total bytes ever written (the tail may hold fewer).
@@ -63,6 +64,26 @@ impl OutputTail {
         let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let _ = self.eof.wait_timeout_while(s, t, |s| !s.eof);
     }
+}
+
+/// `s` with every control character but newline and tab written as an
+/// escape (`\x1b`, `\u{9b}`): a target's output printed in rig's
+/// messages cannot move the cursor, retitle or clear the terminal.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if (0x80..0xa0).contains(&(c as u32)) => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Drain `r` into `tail` until EOF; flag the first line containing
@@ -105,6 +126,17 @@ pub(super) fn drain(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_targets_escape_sequences_come_back_escaped() {
+        let t = OutputTail::new();
+        t.push(b"\x1b]0;title\x07\x1b[2J\x1b[31mred\x1b[0m\r\nnext\tline\x7f\n");
+        t.push("\u{9b}2J".as_bytes());
+        assert_eq!(
+            t.text(),
+            "\\x1b]0;title\\x07\\x1b[2J\\x1b[31mred\\x1b[0m\\x0d\nnext\tline\\x7f\n\\u{9b}2J"
+        );
+    }
 
     #[test]
     fn tail_keeps_the_last_bytes() {

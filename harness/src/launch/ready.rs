@@ -93,6 +93,18 @@ pub(super) fn prove_port(l: &Launched, spec: &TargetSpec) -> Result<PortProof, L
             HolderCheck::Other {
                 pid: holder,
                 cmdline,
+            } if l.has_exited() && left_behind(l, holder) => {
+                return Err(LaunchError::Daemonized {
+                    name: spec.name.clone(),
+                    pid,
+                    exit: l.exit_status().unwrap_or_else(|| "exited".into()),
+                    holder_pid: holder,
+                    holder_cmdline: cmdline,
+                })
+            }
+            HolderCheck::Other {
+                pid: holder,
+                cmdline,
             } => {
                 return Err(LaunchError::PortHeldByOther {
                     port,
@@ -113,6 +125,22 @@ pub(super) fn prove_port(l: &Launched, spec: &TargetSpec) -> Result<PortProof, L
             }
         }
     }
+}
+
+/// Process `holder` is one the target left behind: it is in the
+/// target's cgroup, or rig (a child subreaper) adopted it when its parent
+/// of the target's tree exited.
+fn left_behind(l: &Launched, holder: u32) -> bool {
+    let in_cgroup = l.cgroup_handle().is_some_and(|h| {
+        std::fs::read_to_string(format!("/proc/{holder}/cgroup"))
+            .is_ok_and(|c| c.lines().any(|x| x.ends_with(&format!("/{}", h.name))))
+    });
+    let adopted = std::fs::read_to_string(format!("/proc/{holder}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok())
+            == Some(std::process::id())
+    });
+    in_cgroup || adopted
 }
 
 fn connect_any(port: u16, t: Duration) -> Option<TcpStream> {

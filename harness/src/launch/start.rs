@@ -64,7 +64,7 @@ pub struct LaunchOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("not starting target {name}: rig was interrupted (SIGINT/SIGTERM)")]
+    #[error("not starting target {name}: rig was interrupted (SIGINT, SIGTERM or SIGHUP)")]
     Interrupted { name: String },
     #[error("target {name}: {why}")]
     User { name: String, why: String },
@@ -124,6 +124,16 @@ pub enum LaunchError {
         target_pid: Option<u32>,
     },
     #[error(
+        "target {name} (pid {pid}) {exit} after it started, and pid {holder_pid} ({holder_cmdline}), which it left running, holds the port: the target daemonized (forked into the background). rig measures the process it starts and stops it afterwards: run the server in the foreground (e.g. nginx `daemon off;`, a --foreground or --no-daemon flag)"
+    )]
+    Daemonized {
+        name: String,
+        pid: u32,
+        exit: String,
+        holder_pid: u32,
+        holder_cmdline: String,
+    },
+    #[error(
         "target {name} (pid {pid}) became ready but no process listens on port {port}; does its argv/env pass {{port}} to it?"
     )]
     NoListener { name: String, pid: u32, port: u16 },
@@ -171,7 +181,7 @@ impl ExitInfo {
     }
 }
 
-fn describe_exit(code: Option<i32>, signal: Option<i32>) -> String {
+pub(super) fn describe_exit(code: Option<i32>, signal: Option<i32>) -> String {
     match (code, signal) {
         (Some(c), _) => format!("exited with code {c}"),
         (None, Some(s)) => format!("killed by signal {s} ({})", signal_name(s)),
@@ -188,6 +198,14 @@ fn signal_name(s: i32) -> &'static str {
         libc::SIGABRT => "SIGABRT",
         libc::SIGBUS => "SIGBUS",
         libc::SIGPIPE => "SIGPIPE",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGSYS => "SIGSYS",
         _ => "?",
     }
 }
@@ -257,7 +275,7 @@ fn chown_tree(dir: &std::path::Path, ids: super::user::RunAs) -> std::io::Result
 fn warn_root_once(name: &str) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        eprintln!(
+        crate::errln!(
             "rig: warning: target {name} runs as root; give `user = \"NAME\"` in its spec or \
              --user NAME to run it unprivileged"
         );

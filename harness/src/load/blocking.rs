@@ -103,7 +103,7 @@ impl Conn {
                 }
             })?;
         let _ = stream.set_nodelay(true);
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let _ = stream.set_read_timeout(Some(super::REQUEST_TIMEOUT));
         let request = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rig\r\n\r\n",
             target.path, target.host
@@ -131,60 +131,78 @@ impl Conn {
         Ok(())
     }
 
-    /// One request/response; returns the status.
+    /// One request/response, all of it within the request timeout (a
+    /// server that drips its answer a byte at a time is a timeout, not a
+    /// wait of minutes); returns the status. The head is parsed as the
+    /// async generator parses it (`h1::parse_head`: CRLF lines, interim
+    /// 1xx responses skipped, Content-Length or chunked), so a malformed
+    /// answer is said at once.
     fn exchange(&mut self) -> Result<u16, String> {
+        use super::h1::{decode_chunked, parse_head, Framing};
+        let until = std::time::Instant::now() + super::REQUEST_TIMEOUT;
         self.stream
             .write_all(&self.request)
             .map_err(|e| format!("io: {}", e.kind()))?;
         self.buf.clear();
         let mut chunk = [0u8; 8192];
-        let head_end = loop {
-            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
-                break i + 4;
+        let mut read = |stream: &mut TcpStream, buf: &mut Vec<u8>, what: &str| {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err("timeout".to_string());
             }
-            let n = self
-                .stream
-                .read(&mut chunk)
-                .map_err(|e| format!("io: {}", e.kind()))?;
-            if n == 0 {
-                return Err("io: connection closed mid-response".into());
+            let _ = stream.set_read_timeout(Some(left));
+            match stream.read(&mut chunk) {
+                Ok(0) => Err(format!("io: connection closed mid-{what}")),
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    Ok(())
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Err("timeout".into()),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err("timeout".into()),
+                Err(e) => Err(format!("io: {}", e.kind())),
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         };
-        let head = std::str::from_utf8(&self.buf[..head_end]).map_err(|_| "bad header bytes")?;
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse::<u16>().ok())
-            .ok_or("no status line")?;
-        let len = head
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse::<usize>().ok())
-                    .flatten()
-            })
-            .ok_or("no content-length")?;
-        while self.buf.len() < head_end + len {
-            let n = self
-                .stream
-                .read(&mut chunk)
-                .map_err(|e| format!("io: {}", e.kind()))?;
-            if n == 0 {
-                return Err("io: connection closed mid-body".into());
+        let mut start = 0;
+        let head = loop {
+            match parse_head(&self.buf[start..]).map_err(str::to_string)? {
+                Some(h) if (100..200).contains(&h.status) && h.status != 101 => start += h.len,
+                Some(h) => break h,
+                None => read(&mut self.stream, &mut self.buf, "response")?,
             }
-            self.buf.extend_from_slice(&chunk[..n]);
+        };
+        let body = start + head.len;
+        let end = match head.framing {
+            Framing::Length(n) => {
+                while self.buf.len() < body + n {
+                    read(&mut self.stream, &mut self.buf, "body")?;
+                }
+                body + n
+            }
+            Framing::Chunked => {
+                let mut out = Vec::new();
+                loop {
+                    match decode_chunked(&self.buf[body..], &mut out).map_err(str::to_string)? {
+                        Some(n) => break body + n,
+                        None => read(&mut self.stream, &mut self.buf, "body")?,
+                    }
+                }
+            }
+            Framing::UntilClose => {
+                return Err("no content-length: the body runs to the connection's end, \
+                            which a keep-alive connection cannot carry"
+                    .into())
+            }
+        };
+        if self.buf.len() > end {
+            return Err("more bytes than the response".into());
         }
-        if self.buf.len() > head_end + len {
-            return Err("more bytes than content-length".into());
+        if head.close {
+            // The server closes after this response: the connection is
+            // not reused (the next request fails as closed).
+            self.broken = true;
         }
-        Ok(status)
+        Ok(head.status)
     }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Open `n` connections.

@@ -30,6 +30,10 @@ pub(crate) struct Setup {
     /// HTTP/2: the request's header block, HPACK-encoded once.
     pub h2_block: Vec<u8>,
     pub expect: Expect,
+    /// See [`LoadSpec::request_timeout`].
+    pub request_timeout: std::time::Duration,
+    /// See [`LoadSpec::deadline`].
+    pub deadline: Option<Instant>,
 }
 
 impl Setup {
@@ -73,6 +77,11 @@ impl Setup {
         if spec.streams == 0 {
             return Err(LoadError::Spec("streams must be at least 1".into()));
         }
+        if spec.request_timeout.is_zero() {
+            return Err(LoadError::Spec(
+                "request_timeout is 0: give a request the time to be answered".into(),
+            ));
+        }
         let tls = match tls {
             Some((ca, name, alpn, insecure)) => {
                 Some(super::tls::connector(ca, name, alpn, insecure)?)
@@ -98,9 +107,53 @@ impl Setup {
             h1_request: h1_request.into_bytes(),
             h2_block,
             expect: spec.endpoint.expect.clone(),
+            request_timeout: spec.request_timeout,
+            deadline: spec.deadline,
         })
     }
+
+    /// The deadline has passed: send nothing more.
+    pub fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// When something started now must be given up: after the request
+    /// timeout, or at the deadline if that comes first.
+    pub fn give_up_at(&self, now: Instant) -> Instant {
+        let t = now + self.request_timeout;
+        self.deadline.map_or(t, |d| d.min(t))
+    }
 }
+
+/// `f`, given up at [`Setup::give_up_at`] (with `Err(late(at_deadline))`,
+/// `at_deadline` when the deadline, not the timeout, came first) or as
+/// soon as rig is interrupted (checked every 50 ms): no connect, handshake
+/// or response is waited for without bound, and none outlasts a signal.
+pub(crate) async fn bounded<T>(
+    setup: &Setup,
+    f: impl std::future::Future<Output = Result<T, String>>,
+    late: impl FnOnce(bool) -> String,
+) -> Result<T, String> {
+    let now = Instant::now();
+    let until = setup.give_up_at(now);
+    let at_deadline = until < now + setup.request_timeout;
+    let mut f = std::pin::pin!(f);
+    loop {
+        let step = (Instant::now() + std::time::Duration::from_millis(50)).min(until);
+        if let Ok(r) = tokio::time::timeout_at(step.into(), &mut f).await {
+            return r;
+        }
+        if crate::interrupt::requested() {
+            return Err(INTERRUPTED.into());
+        }
+        if Instant::now() >= until {
+            return Err(late(at_deadline));
+        }
+    }
+}
+
+/// Error kind of a request or handshake cut by SIGINT/SIGTERM/SIGHUP.
+pub(crate) const INTERRUPTED: &str = "interrupted";
 
 /// TCP, or TLS over TCP.
 pub(crate) enum Io {
@@ -110,22 +163,43 @@ pub(crate) enum Io {
 
 /// Open one connection: TCP, then TLS when configured. Errors are kinds
 /// (`connect: ConnectionRefused`, `tls: invalid peer certificate: ...`).
+/// Each step is [`bounded`]: a server that accepts and never answers the
+/// TLS ClientHello (a plaintext server on an `https://` URL) fails the
+/// handshake after the request timeout instead of holding rig forever.
 pub(crate) async fn open(setup: &Setup, stats: &Stats) -> Result<Io, String> {
-    let tcp = TcpStream::connect(setup.addr)
-        .await
-        .map_err(|e| format!("connect: {:?}", e.kind()))?;
+    let secs = setup.request_timeout.as_secs_f64();
+    let connect = async {
+        TcpStream::connect(setup.addr)
+            .await
+            .map_err(|e| format!("connect: {:?}", e.kind()))
+    };
+    let tcp = bounded(setup, connect, |at_deadline| match at_deadline {
+        true => format!("connect: cut at the {}", super::DEADLINE),
+        false => format!("connect: no connection within {secs} s"),
+    })
+    .await?;
     let _ = tcp.set_nodelay(true);
     stats.handshakes.borrow_mut().tcp += 1;
     let Some((connector, name)) = &setup.tls else {
         return Ok(Io::Plain(tcp));
     };
-    let tls = connector
-        .connect(name.clone(), tcp)
-        .await
-        .map_err(|e| match e.get_ref() {
-            Some(inner) => format!("tls: {inner}"),
-            None => format!("tls: {:?}", e.kind()),
-        })?;
+    let handshake = async {
+        connector
+            .connect(name.clone(), tcp)
+            .await
+            .map_err(|e| match e.get_ref() {
+                Some(inner) => format!("tls: {inner}"),
+                None => format!("tls: {:?}", e.kind()),
+            })
+    };
+    let tls = bounded(setup, handshake, |at_deadline| match at_deadline {
+        true => format!("tls: cut at the {}", super::DEADLINE),
+        false => format!(
+            "tls: no handshake within {secs} s: the server took the connection and never \
+             answered the ClientHello (does it speak TLS on this port?)"
+        ),
+    })
+    .await?;
     let alpn = tls.get_ref().1.alpn_protocol();
     let want: &[u8] = if setup.h2 { b"h2" } else { b"http/1.1" };
     // A server without ALPN speaks HTTP/1.1; h2 must be negotiated.
@@ -302,6 +376,17 @@ impl Stats {
         s.expired += 1;
         let h = s.hists.as_mut().expect("histograms present during a run");
         h.latency.saturating_record(nanos(now - due));
+    }
+
+    /// `n` requests of a fixed count that were never sent, as `kind`
+    /// (they count as sent and failed, so a fixed count still adds up).
+    pub fn not_sent(&self, n: u64, kind: &str) {
+        if n == 0 {
+            return;
+        }
+        let mut s = self.run.borrow_mut();
+        s.sent += n;
+        *s.errors.entry(kind.to_string()).or_default() += n;
     }
 
     /// `n` requests that were attempted on a slot already given up.

@@ -11,7 +11,7 @@ use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::{open, Io, Setup, Stats, LOST};
-use super::validate::check;
+use super::validate::{check, decode_body};
 use super::MAX_CONSECUTIVE_CONN_FAILURES;
 
 /// How the body of a response is delimited.
@@ -33,13 +33,15 @@ pub(crate) struct Head {
     pub close: bool,
     /// Value of `Content-Type`, as a range of the head.
     pub content_type: Option<Range<usize>>,
+    /// Value of `Content-Encoding`, as a range of the head.
+    pub content_encoding: Option<Range<usize>>,
 }
 
 /// Parse a response head at the start of `b`. `Ok(None)`: incomplete.
 // Long by design: one pass over the response head, each header case next
 // to the check it needs; the order of the checks is the protocol's.
 pub(crate) fn parse_head(b: &[u8]) -> Result<Option<Head>, &'static str> {
-    let Some(line_end) = find_crlf(b, 0) else {
+    let Some(line_end) = find_crlf(b, 0)? else {
         return if b.len() > 64 * 1024 {
             Err("parse: head too long")
         } else {
@@ -61,8 +63,9 @@ pub(crate) fn parse_head(b: &[u8]) -> Result<Option<Head>, &'static str> {
     let mut chunked = false;
     let mut close = http10;
     let mut content_type = None;
+    let mut content_encoding = None;
     loop {
-        let Some(end) = find_crlf(b, pos) else {
+        let Some(end) = find_crlf(b, pos)? else {
             return if b.len() > 64 * 1024 {
                 Err("parse: head too long")
             } else {
@@ -93,6 +96,13 @@ pub(crate) fn parse_head(b: &[u8]) -> Result<Option<Head>, &'static str> {
                     + 1
                     + (h[colon + 1..].len() - h[colon + 1..].trim_ascii_start().len());
                 content_type = Some(start..start + value.len());
+            }
+            16 if name.eq_ignore_ascii_case(b"content-encoding") => {
+                let start = pos
+                    + colon
+                    + 1
+                    + (h[colon + 1..].len() - h[colon + 1..].trim_ascii_start().len());
+                content_encoding = Some(start..start + value.len());
             }
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
                 chunked = value
@@ -130,24 +140,25 @@ pub(crate) fn parse_head(b: &[u8]) -> Result<Option<Head>, &'static str> {
         framing,
         close,
         content_type,
+        content_encoding,
     }))
 }
 
-fn find_crlf(b: &[u8], from: usize) -> Option<usize> {
-    let mut i = from;
-    while i + 1 < b.len() {
-        match b[i + 1..].iter().position(|&c| c == b'\n') {
-            Some(off) => {
-                let nl = i + 1 + off;
-                if b[nl - 1] == b'\r' {
-                    return Some(nl - 1);
-                }
-                i = nl;
-            }
-            None => return None,
-        }
+/// Where the line starting at `from` ends (its CR). A line that ends in
+/// LF alone is malformed, said at once: waiting for a CRLF that never
+/// comes would turn it into a timeout.
+fn find_crlf(b: &[u8], from: usize) -> Result<Option<usize>, &'static str> {
+    let Some(off) = b
+        .get(from..)
+        .and_then(|r| r.iter().position(|&c| c == b'\n'))
+    else {
+        return Ok(None);
+    };
+    let nl = from + off;
+    match nl > from && b[nl - 1] == b'\r' {
+        true => Ok(Some(nl - 1)),
+        false => Err("parse: a line ends in LF without CR (HTTP/1.1 lines end in CRLF)"),
     }
-    None
 }
 
 fn parse_decimal(v: &[u8]) -> Option<usize> {
@@ -165,7 +176,7 @@ pub(crate) fn decode_chunked(b: &[u8], out: &mut Vec<u8>) -> Result<Option<usize
     out.clear();
     let mut pos = 0;
     loop {
-        let Some(end) = find_crlf(b, pos) else {
+        let Some(end) = find_crlf(b, pos)? else {
             return Ok(None);
         };
         let line = &b[pos..end];
@@ -186,7 +197,7 @@ pub(crate) fn decode_chunked(b: &[u8], out: &mut Vec<u8>) -> Result<Option<usize
         if size == 0 {
             // Trailers, then the empty line.
             loop {
-                let Some(end) = find_crlf(b, pos) else {
+                let Some(end) = find_crlf(b, pos)? else {
                     return Ok(None);
                 };
                 let empty = end == pos;
@@ -281,6 +292,12 @@ impl H1Conn {
         }
         let head = loop {
             match parse_head(&self.buf[self.start..self.end]) {
+                // An interim response (100 Continue, 103 Early Hints): the
+                // final one follows on the same connection.
+                Ok(Some(h)) if (100..200).contains(&h.status) && h.status != 101 => {
+                    self.start += h.len;
+                    continue;
+                }
                 Ok(Some(h)) => break h,
                 Ok(None) => {}
                 Err(kind) => return broken(kind.into(), false),
@@ -339,7 +356,19 @@ impl H1Conn {
         } else {
             &self.buf[body.clone()]
         };
-        let result = check(&setup.expect, head.status, ct, body_bytes);
+        // A compressed body is compared decoded (only when it is compared).
+        let encoding = head
+            .content_encoding
+            .as_ref()
+            .filter(|_| head.status == setup.expect.status)
+            .filter(|_| setup.expect.body != super::ExpectBody::Any)
+            .map(|r| &self.buf[self.start + r.start..self.start + r.end]);
+        let decoded = encoding.map(|e| decode_body(e, body_bytes));
+        let result = match &decoded {
+            Some(Err(kind)) => Err(kind.clone()),
+            Some(Ok(d)) => check(&setup.expect, head.status, ct, d),
+            None => check(&setup.expect, head.status, ct, body_bytes),
+        };
         self.start += total;
         if self.start == self.end {
             self.start = 0;
@@ -383,6 +412,14 @@ impl H1Slot {
 
     pub fn dead(&self) -> bool {
         self.fails >= MAX_CONSECUTIVE_CONN_FAILURES
+    }
+
+    pub fn setup(&self) -> &Setup {
+        &self.setup
+    }
+
+    pub fn setup_arc(&self) -> Arc<Setup> {
+        self.setup.clone()
     }
 
     pub fn revive(&mut self) {
@@ -478,6 +515,22 @@ mod tests {
         assert_eq!(h.framing, Framing::Length(0));
         assert!(parse_head(b"HTTX/1.1 200 OK\r\n\r\n").is_err());
         assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn a_head_with_lf_line_ends_is_malformed_at_once() {
+        for r in [
+            &b"HTTP/1.1 200 OK\nContent-Length: 6\n\ntrial\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\n",
+        ] {
+            let e = parse_head(r).unwrap_err();
+            assert!(e.contains("LF without CR"), "{e}");
+        }
+        // A status line not yet ended is only incomplete.
+        assert_eq!(parse_head(b"HTTP/1.1 200 OK"), Ok(None));
+        let mut out = Vec::new();
+        assert!(decode_chunked(b"3\ntri\r\n0\r\n\r\n", &mut out).is_err());
     }
 
     #[test]

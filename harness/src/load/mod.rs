@@ -53,8 +53,13 @@ pub use blocking::{connect, fixed_count, Conn, H1Target, LoadResult};
 pub use dispatch::{calibrate_on, DispatchFacts, SpinSource};
 pub use hist::{EncodedHists, HistSummary};
 
-/// A request that has not completed after this long counts as `timeout`.
+/// A request that has not completed after this long counts as `timeout`
+/// (the default of `request_timeout_ms` and `--request-timeout`). It also
+/// bounds each connection's TCP connect and TLS and h2 handshakes.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Error kind of the requests a fixed count did not send because its
+/// deadline ([`LoadSpec::deadline`]) had passed.
+pub const DEADLINE: &str = "case deadline";
 /// Open loop: a queued request not sent within this long of its scheduled
 /// time is `expired` (not sent; its latency, at least this, is recorded).
 pub const EXPIRE_AFTER: Duration = Duration::from_secs(1);
@@ -178,6 +183,21 @@ pub struct LoadSpec {
     /// Open loop: spin this long before each send time; `None`: calibrate
     /// each generator thread's wake-up lateness at connect and choose.
     pub spin: Option<Duration>,
+    /// A request not answered within this long counts as `timeout` (and
+    /// gives up its connection); each connect and handshake is bounded by
+    /// it too ([`REQUEST_TIMEOUT`] by default).
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout: Duration,
+    /// Nothing is sent after this instant: a request in flight then ends
+    /// as `timeout`, the requests of a fixed count not yet sent count as
+    /// [`DEADLINE`], and a duration or schedule ends early. How a case
+    /// ends on time however slowly its server answers.
+    #[serde(skip)]
+    pub deadline: Option<Instant>,
+}
+
+fn default_request_timeout() -> Duration {
+    REQUEST_TIMEOUT
 }
 
 /// Successful handshakes, counted per layer.

@@ -34,6 +34,8 @@ struct Open {
     in_flight: Cell<usize>,
     all_back: Notify,
     total: usize,
+    /// What every slot's connection shares (its deadline).
+    setup: Option<std::sync::Arc<super::conn::Setup>>,
 }
 
 impl Open {
@@ -60,6 +62,12 @@ impl Open {
     }
 }
 
+/// The deadline of the load has passed: the rest of the schedule is not
+/// sent.
+fn past_deadline(st: &Open) -> bool {
+    st.setup.as_ref().is_some_and(|s| s.past_deadline())
+}
+
 /// Run `schedule` on `slots`; returns the dispatcher's spin time (ns) that
 /// was not request work.
 pub(crate) async fn run(
@@ -74,6 +82,7 @@ pub(crate) async fn run(
     // sends go out on the first streams.
     idle.reverse();
     let st = Rc::new(Open {
+        setup: idle.first().map(Slot::setup_arc),
         total: idle.len(),
         idle: RefCell::new(idle),
         dead: RefCell::new(Vec::new()),
@@ -90,7 +99,7 @@ pub(crate) async fn run(
         // Every stream given up (the target is gone) or rig was interrupted:
         // stop scheduling rather than count the rest of the window against a
         // target that no longer answers.
-        if st.all_dead() || crate::interrupt::requested() {
+        if st.all_dead() || crate::interrupt::requested() || past_deadline(&st) {
             break;
         }
         stats.run.borrow_mut().scheduled += 1;

@@ -377,7 +377,7 @@ mod tests {
                 Ok(())
             })
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        eprintln!(
+        crate::errln!(
             "fuzz: {name}: {} inputs, 0 panics",
             tried.load(std::sync::atomic::Ordering::Relaxed)
         );

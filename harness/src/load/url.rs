@@ -73,6 +73,8 @@ pub struct DriveChoice {
     pub connections: usize,
     /// HTTP/2: concurrent streams per connection.
     pub streams: usize,
+    /// `--request-timeout`; `None`: [`crate::load::REQUEST_TIMEOUT`].
+    pub request_timeout: Option<std::time::Duration>,
 }
 
 /// The load spec of a driven window: every response must be `200`, any body.
@@ -161,6 +163,8 @@ pub fn drive_spec(u: &Url, c: &DriveChoice) -> Result<LoadSpec, LoadError> {
         threads: Some(1),
         // A driven window is closed loop: no send times to spin toward.
         spin: None,
+        request_timeout: c.request_timeout.unwrap_or(super::REQUEST_TIMEOUT),
+        deadline: None,
     })
 }
 

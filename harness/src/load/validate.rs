@@ -33,6 +33,43 @@ pub(crate) fn check(
     Ok(())
 }
 
+/// The most bytes a compressed response body is decoded to.
+const MAX_DECODED: u64 = 64 << 20;
+
+/// A body sent with `Content-Encoding: encoding` (rig asks for none, and
+/// a request without `Accept-Encoding` accepts any), decoded so it can be
+/// compared with the expected body: gzip, x-gzip and deflate (zlib, or raw
+/// as some servers send it); `identity` as it is. Another coding is an
+/// error kind naming it.
+pub(crate) fn decode_body(encoding: &[u8], body: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let enc = String::from_utf8_lossy(encoding.trim_ascii()).to_ascii_lowercase();
+    let mut out = Vec::new();
+    let read =
+        |r: &mut dyn Read, out: &mut Vec<u8>| r.take(MAX_DECODED + 1).read_to_end(out).map(|_| ());
+    let r = match enc.as_str() {
+        "identity" => return Ok(body.to_vec()),
+        "gzip" | "x-gzip" => read(&mut flate2::read::MultiGzDecoder::new(body), &mut out),
+        "deflate" => read(&mut flate2::read::ZlibDecoder::new(body), &mut out).or_else(|_| {
+            out.clear();
+            read(&mut flate2::read::DeflateDecoder::new(body), &mut out)
+        }),
+        other => {
+            return Err(format!(
+                "content-encoding {other} (rig decodes gzip and deflate)"
+            ))
+        }
+    };
+    match r {
+        Ok(()) if out.len() as u64 > MAX_DECODED => Err(format!(
+            "content-encoding {enc}: decodes to more than {} MiB",
+            MAX_DECODED >> 20
+        )),
+        Ok(()) => Ok(out),
+        Err(e) => Err(format!("content-encoding {enc}: not decodable ({e})")),
+    }
+}
+
 fn content_type_matches(want: &[u8], got: Option<&[u8]>) -> bool {
     let Some(got) = got else { return false };
     let got = got.trim_ascii();
@@ -72,6 +109,34 @@ mod tests {
             check(&e, 200, Some(b"text/plain"), b"okk").unwrap_err(),
             "body mismatch"
         );
+    }
+
+    #[test]
+    fn gzip_and_deflate_bodies_decode_and_other_codings_are_named() {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(b"trial\n").unwrap();
+        let gz = gz.finish().unwrap();
+        assert_eq!(decode_body(b"gzip", &gz).unwrap(), b"trial\n");
+        assert_eq!(decode_body(b" X-Gzip ", &gz).unwrap(), b"trial\n");
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(b"trial\n").unwrap();
+        assert_eq!(
+            decode_body(b"deflate", &z.finish().unwrap()).unwrap(),
+            b"trial\n"
+        );
+        let mut raw = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+        raw.write_all(b"trial\n").unwrap();
+        assert_eq!(
+            decode_body(b"deflate", &raw.finish().unwrap()).unwrap(),
+            b"trial\n"
+        );
+        assert!(decode_body(b"br", b"x")
+            .unwrap_err()
+            .contains("content-encoding br"));
+        assert!(decode_body(b"gzip", b"not gzip")
+            .unwrap_err()
+            .contains("not decodable"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::h1::{H1Conn, H1Slot};
 use super::h2::{handshake, H2Conn, H2Stream};
 use super::hist::{summarize, Hists};
 use super::schedule::Schedule;
-use super::{conn, Handshakes, LoadError, LoadReport, Mode, REQUEST_TIMEOUT};
+use super::{conn, Handshakes, LoadError, LoadReport, Mode};
 
 pub(crate) enum Plan {
     /// Requests per slot of this thread.
@@ -276,19 +276,41 @@ impl Slot {
         }
     }
 
-    /// One request, validated, bounded by `REQUEST_TIMEOUT`.
+    fn setup(&self) -> &Setup {
+        match self {
+            Slot::H1(s) => s.setup(),
+            Slot::H2(s) => s.setup(),
+        }
+    }
+
+    pub fn setup_arc(&self) -> Arc<Setup> {
+        match self {
+            Slot::H1(s) => s.setup_arc(),
+            Slot::H2(s) => s.setup_arc(),
+        }
+    }
+
+    /// No more requests: the deadline has passed (see `LoadSpec::deadline`)
+    /// or rig was interrupted.
+    pub fn stopped(&self) -> bool {
+        crate::interrupt::requested() || self.setup().past_deadline()
+    }
+
+    /// One request, validated, given up as `timeout` after the request
+    /// timeout or at the deadline (and as `interrupted` at a signal).
     pub async fn request(&mut self, stats: &Stats) -> Result<(), String> {
+        let setup = self.setup_arc();
         let r = match self {
-            Slot::H1(s) => tokio::time::timeout(REQUEST_TIMEOUT, s.request(stats)).await,
-            Slot::H2(s) => tokio::time::timeout(REQUEST_TIMEOUT, s.request(stats)).await,
+            Slot::H1(s) => conn::bounded(&setup, s.request(stats), |_| TIMEOUT.into()).await,
+            Slot::H2(s) => conn::bounded(&setup, s.request(stats), |_| TIMEOUT.into()).await,
         };
-        r.unwrap_or_else(|_| {
+        if matches!(&r, Err(k) if k == TIMEOUT || k == conn::INTERRUPTED) {
             match self {
                 Slot::H1(s) => s.abandon(),
                 Slot::H2(s) => s.abandon(),
             }
-            Err("timeout".into())
-        })
+        }
+        r
     }
 }
 
@@ -340,6 +362,10 @@ async fn connect_all(
     Ok(slots)
 }
 
+/// Error kind of a request not answered within the request timeout (or
+/// before the deadline).
+const TIMEOUT: &str = "timeout";
+
 /// How long a graceful close waits for each h2 connection's GOAWAY.
 const GOAWAY_WAIT: Duration = Duration::from_secs(1);
 
@@ -390,6 +416,10 @@ async fn run_job(
                 let share = shares.get(i).copied().unwrap_or(0);
                 async move {
                     for done in 0..share {
+                        if slot.setup().past_deadline() {
+                            stats.not_sent(share - done, super::DEADLINE);
+                            break;
+                        }
                         if slot.dead() || crate::interrupt::requested() {
                             stats.lost(share - done, false);
                             break;
@@ -406,7 +436,7 @@ async fn run_job(
             each_slot(slots, stats, move |_, mut slot, stats| async move {
                 loop {
                     let t0 = Instant::now();
-                    if t0 >= deadline || slot.dead() || crate::interrupt::requested() {
+                    if t0 >= deadline || slot.dead() || slot.stopped() {
                         break;
                     }
                     let r = slot.request(&stats).await;

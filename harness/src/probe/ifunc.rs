@@ -276,7 +276,7 @@ mod tests {
         let mut results = Vec::new();
         for api in ["memcpy", "memmove", "memset"] {
             let r = resolve_ifunc(pid, &maps, &libc, api).unwrap();
-            eprintln!("{api}: {r:?}");
+            crate::errln!("{api}: {r:?}");
             assert!(r.method.contains("IRELATIVE"), "{}", r.method);
             assert!(!r.method.contains("MISMATCH"), "{}", r.method);
 
@@ -325,7 +325,7 @@ mod tests {
                 "inside no .dynsym extent"
             );
             assert_eq!(libc_facts.naive_nearest_dynsym(r.vaddr).unwrap().0, naive.0);
-            eprintln!(
+            crate::errln!(
                 "  naive resolver would say {}+{:#x}",
                 naive.0,
                 r.vaddr - naive.1
@@ -440,7 +440,7 @@ int main(int c, char **v) {
         let libc = maps.libc_path().unwrap();
         for api in ["memcpy", "memset"] {
             let r = resolve_ifunc(pid, &maps, &libc, api).unwrap();
-            eprintln!("{api}: {}", r.method);
+            crate::errln!("{api}: {}", r.method);
             assert!(
                 r.method.contains("IRELATIVE") && r.method.contains("agrees"),
                 "{}",

@@ -283,7 +283,7 @@ mod tests {
                     pmu.detail
                 )
             }
-            Err(e @ PerfError::Denied { .. }) => eprintln!("skipped (not allowed here): {e}"),
+            Err(e @ PerfError::Denied { .. }) => crate::errln!("skipped (not allowed here): {e}"),
             Err(e) => panic!("{e}"),
         }
     }

@@ -43,6 +43,47 @@ impl fmt::Display for ProcessId {
     }
 }
 
+/// What a process's program is: replaced by an `execve`, which keeps the
+/// pid (and its start time) but gives the process a new program, a new
+/// stack and a new auxiliary vector (`AT_RANDOM`, `AT_EXECFN` point into
+/// the new stack), so an exec of the same file is seen too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Image {
+    /// `/proc/<pid>/exe`'s path.
+    pub exe: String,
+    /// Its device and inode.
+    exe_id: Option<(u64, u64)>,
+    auxv: Vec<u8>,
+}
+
+impl Image {
+    /// The program process `pid` runs now (`None` when it is gone or
+    /// unreadable).
+    pub fn of(pid: u32) -> Option<Image> {
+        use std::os::unix::fs::MetadataExt;
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+        let exe_id = std::fs::metadata(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+        Some(Image {
+            exe: exe.display().to_string(),
+            exe_id,
+            auxv,
+        })
+    }
+}
+
+/// Process `pid` is stopped (state `T`: SIGSTOP, SIGTSTP; or `t`: held by
+/// a tracer): it runs nothing until it is continued.
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .is_some_and(|st| st == "T" || st == "t")
+    })
+}
+
 /// The command line of a process, for reports (`?` when unreadable).
 pub fn cmdline(pid: u32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))

@@ -159,21 +159,21 @@ pub fn groups(results: &[CaseResult]) -> Vec<Group> {
 /// was measured.
 pub fn command(s: &RunSettings, stop: &AtomicBool) -> Result<i32> {
     let results = run(s, stop)?;
-    println!("{}", table::render(&results));
+    crate::outln!("{}", table::render(&results));
     let counted = results
         .iter()
         .filter_map(|r| Some((r.case.id.as_str(), &r.counted.as_ref()?.attribution)));
-    print!("{}", crate::flamegraph::top_sites(counted, 3));
+    crate::out!("{}", crate::flamegraph::top_sites(counted, 3));
     let flames = crate::flamegraph::write_cases(&s.out)?;
-    print!("{}", crate::flamegraph::where_written(&s.out, &flames));
+    crate::out!("{}", crate::flamegraph::where_written(&s.out, &flames));
     // After the flamegraphs: the page embeds them.
     crate::html::write_or_warn(&s.out);
-    println!("results: {}", s.out.display());
-    print!("{}", crate::html::report_line(&s.out));
+    crate::outln!("results: {}", s.out.display());
+    crate::out!("{}", crate::html::report_line(&s.out));
     let failed = results.iter().any(|r| r.status == Status::Failed);
     let measured = results.iter().any(|r| r.status.measured());
     if !measured && !failed {
-        eprintln!(
+        crate::errln!(
             "rig: nothing was measured: all {} case(s) were skipped (see the reasons above and in {}/report.json)",
             results.len(),
             s.out.display()
@@ -260,26 +260,39 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
             }
         });
         let result = (|| -> Result<()> {
-            for case in &cases {
+            for (i, case) in cases.iter().enumerate() {
                 if stop.load(Ordering::Relaxed) {
+                    // Every case not yet started is skipped at once, its
+                    // lines written in one append and the report once
+                    // after the loop: marking and rewriting report.json
+                    // case by case took a minute for 2000 suites.
                     interrupted = true;
+                    let why = format!(
+                        "rig was {} before this case",
+                        crate::interrupt::interrupted_by()
+                    );
+                    let rest: Vec<CaseResult> = cases[i..]
+                        .iter()
+                        .map(|c| CaseResult::skipped(c, why.clone()))
+                        .collect();
+                    out.append_cases(&rest)?;
+                    results.extend(rest);
+                    break;
                 }
-                let mut r = if interrupted {
-                    CaseResult::skipped(case, "rig was interrupted before this case".into())
-                } else {
-                    bar.set_message(case.id.clone());
-                    let (spec, tls) = &rs.targets[case.target];
-                    crate::case::run_case(rs, case, spec, tls.as_ref(), &mut sym)
-                };
-                if !interrupted && stop.load(Ordering::Relaxed) {
+                bar.set_message(case.id.clone());
+                let (spec, tls) = &rs.targets[case.target];
+                let mut r = crate::case::run_case(rs, case, spec, tls.as_ref(), &mut sym);
+                if stop.load(Ordering::Relaxed) {
                     // rig stopped its target under it: not a failure of the
                     // target, and its part-measured passes are not data.
                     interrupted = true;
                     r = CaseResult::skipped(
                         case,
-                        "interrupted by SIGINT/SIGTERM during this case: rig stopped its target; \
-                         nothing of this case is reported"
-                            .into(),
+                        format!(
+                            "{} during this case: rig stopped its target; nothing of this \
+                             case is reported",
+                            crate::interrupt::interrupted_by()
+                        ),
                     );
                 }
                 bar.inc(1);
@@ -304,7 +317,9 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                     targets = write_manifest(&out, targets)?;
                 }
                 results.push(r);
-                write_report(&out, &results, interrupted, cases.len())?;
+                if !interrupted {
+                    write_report(&out, &results, interrupted, cases.len())?;
+                }
             }
             Ok(())
         })();

@@ -106,6 +106,11 @@ pub fn render(results: &[CaseResult]) -> String {
     for r in results.iter().filter(|r| r.status != Status::Ok) {
         out.push_str(&format!("\n{}: {}", r.case.id, r.reasons.join("; ")));
     }
+    for r in results {
+        for w in &r.warnings {
+            out.push_str(&format!("\n{}: warning: {w}", r.case.id));
+        }
+    }
     out.push_str(&open_loop_lines(results));
     out.push_str(&memslope_lines(results));
     out.push_str(&recovery_lines(results));

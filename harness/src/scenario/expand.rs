@@ -24,9 +24,24 @@ impl Matrix {
         Ok(())
     }
 
+    /// `rig run --request-timeout` and `--case-timeout`: every suite's
+    /// values, whatever the matrix says.
+    pub fn set_timeouts(&mut self, request_ms: Option<u64>, case_ms: Option<u64>) {
+        if let Some(r) = request_ms {
+            self.defaults.request_timeout_ms = r;
+        }
+        if let Some(c) = case_ms {
+            self.defaults.case_timeout_ms = Some(c);
+        }
+        for s in &mut self.suites {
+            s.request_timeout_ms = request_ms.or(s.request_timeout_ms);
+            s.case_timeout_ms = case_ms.or(s.case_timeout_ms);
+        }
+    }
+
     pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
+        let text = crate::fsutil::read_config(path).map_err(|source| MatrixError::Read {
             path: p.clone(),
             source,
         })?;
@@ -69,7 +84,10 @@ impl Matrix {
         }
         let d = &self.defaults;
         let repeats = repeats.unwrap_or(d.repeats).max(1);
-        let mut cases = Vec::new();
+        // Counted before anything is allocated: a matrix whose axes
+        // multiply to millions of cases is refused, not run out of memory.
+        let total = self.case_count(suites, targets.len(), repeats)?;
+        let mut cases = Vec::with_capacity(total as usize);
         for round in 1..=repeats {
             // A B, then B A: implementation order reversed every round.
             let order: Vec<usize> = if round % 2 == 1 {
@@ -84,6 +102,15 @@ impl Matrix {
             {
                 let warmup_ms = s.warmup_ms.unwrap_or(d.warmup_ms);
                 let duration_ms = s.duration_ms.unwrap_or(d.duration_ms);
+                let request_timeout_ms = s.request_timeout_ms.unwrap_or(d.request_timeout_ms);
+                let cycles = match s.kind {
+                    SuiteKind::Recovery | SuiteKind::Live => s.cycles,
+                    _ => 1,
+                };
+                let case_timeout_ms = s
+                    .case_timeout_ms
+                    .or(d.case_timeout_ms)
+                    .unwrap_or_else(|| default_case_timeout_ms(warmup_ms, duration_ms, cycles));
                 let base = |t: usize, what: CaseKind| Case {
                     id: String::new(),
                     suite: s.name.clone(),
@@ -95,6 +122,8 @@ impl Matrix {
                     duration_ms,
                     counted_requests: d.counted_requests,
                     settle_ms: d.settle_ms,
+                    request_timeout_ms,
+                    case_timeout_ms,
                 };
                 match s.kind {
                     SuiteKind::Memory => {
@@ -273,6 +302,157 @@ impl Matrix {
             }
         }
         Ok(cases)
+    }
+}
+
+/// The most cases one run expands to. Each case launches at least one
+/// server and runs at least one pass: at a second a case, 100,000 cases
+/// are more than a day of measuring, and their ids and results already
+/// take hundreds of MB.
+pub const MAX_CASES: u64 = 100_000;
+
+/// One suite's axes and the cases they make for one target and round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SuiteSize {
+    pub suite: String,
+    /// (axis, values), in the order the matrix multiplies them.
+    pub axes: Vec<(&'static str, u64)>,
+    /// Cases of the suite for one target and one round (saturating).
+    pub cases: u64,
+}
+
+impl SuiteSize {
+    fn of(s: &SuiteSpec) -> SuiteSize {
+        let n = |v: usize| v as u64;
+        let h1 = u64::from(s.protocols.contains(&Proto::H1));
+        let other = n(s.protocols.len()) - h1;
+        let ka = n(s.keepalive.len());
+        let axes: Vec<(&'static str, u64)> = match s.kind {
+            SuiteKind::Memory => vec![("listeners", n(s.listeners.len()))],
+            SuiteKind::Memslope => vec![(
+                "protocols × paths + live",
+                n(s.protocols.len())
+                    .saturating_mul(n(s.paths.len()))
+                    .saturating_add(n(s.live.len())),
+            )],
+            SuiteKind::Live => vec![
+                ("live", n(s.live.len())),
+                ("connections", n(s.connections.len())),
+            ],
+            SuiteKind::Recovery => vec![
+                ("protocols", n(s.protocols.len())),
+                ("paths", n(s.paths.len())),
+                ("rates", n(s.rates.len())),
+                ("topologies", n(s.topologies.len())),
+                ("close", n(s.close.len())),
+            ],
+            SuiteKind::Soak => vec![
+                ("protocols", n(s.protocols.len())),
+                ("paths", n(s.paths.len())),
+                ("rates", n(s.rates.len())),
+                ("topologies", n(s.topologies.len())),
+            ],
+            SuiteKind::Http => {
+                // h1 runs each keep-alive setting; h2 always keeps alive.
+                let mut a = vec![("protocols", n(s.protocols.len()))];
+                if h1 == 1 && ka != 1 {
+                    a.push(("keepalive", ka));
+                }
+                a.push(("paths", n(s.paths.len())));
+                a.push(("rates", n(s.rates.len()).max(1)));
+                a.push(("topologies", n(s.topologies.len())));
+                a
+            }
+        };
+        let cases = match s.kind {
+            SuiteKind::Http => axes
+                .iter()
+                .filter(|(a, _)| !matches!(*a, "protocols" | "keepalive"))
+                .fold(h1.saturating_mul(ka).saturating_add(other), |p, (_, v)| {
+                    p.saturating_mul(*v)
+                }),
+            _ => axes.iter().fold(1u64, |p, (_, v)| p.saturating_mul(*v)),
+        };
+        SuiteSize {
+            suite: s.name.clone(),
+            axes,
+            cases,
+        }
+    }
+}
+
+impl Matrix {
+    /// The cases of `suites` (all when empty) for one target and round,
+    /// suite by suite, counted without expanding anything.
+    pub fn sizes(&self, suites: &[String]) -> Vec<SuiteSize> {
+        self.suites
+            .iter()
+            .filter(|s| suites.is_empty() || suites.contains(&s.name))
+            .map(SuiteSize::of)
+            .collect()
+    }
+
+    /// How many cases [`Matrix::expand`] makes for `targets` targets and
+    /// `repeats` rounds; more than [`MAX_CASES`] is refused, naming the
+    /// count, the axes of the largest suite and the axis to cut.
+    pub fn case_count(
+        &self,
+        suites: &[String],
+        targets: usize,
+        repeats: u32,
+    ) -> Result<u64, MatrixError> {
+        let sizes = self.sizes(suites);
+        let per_round = sizes.iter().fold(0u64, |t, s| t.saturating_add(s.cases));
+        let total = per_round
+            .saturating_mul(targets as u64)
+            .saturating_mul(u64::from(repeats));
+        if total <= MAX_CASES {
+            return Ok(total);
+        }
+        let big = sizes
+            .iter()
+            .max_by_key(|s| s.cases)
+            .expect("a total above the bound has a suite");
+        let axes = big
+            .axes
+            .iter()
+            .map(|(a, v)| format!("{v} {a}"))
+            .collect::<Vec<_>>()
+            .join(" × ");
+        // The largest axis (the first of equals).
+        let (cut, values) = big
+            .axes
+            .iter()
+            .rev()
+            .max_by_key(|(_, v)| *v)
+            .copied()
+            .expect("a suite has axes");
+        let shown = |v: u64| match v {
+            u64::MAX => "more than 18446744073709551615".to_string(),
+            v => v.to_string(),
+        };
+        let mut whole = Vec::new();
+        if sizes.len() > 1 {
+            whole.push(format!("{} suites", sizes.len()));
+        }
+        if targets > 1 {
+            whole.push(format!("{targets} targets"));
+        }
+        if repeats > 1 {
+            whole.push(format!("{repeats} repeats"));
+        }
+        let whole = match whole.is_empty() {
+            true => String::new(),
+            false => format!(" (with {})", whole.join(", ")),
+        };
+        Err(MatrixError::TooManyCases(format!(
+            "the matrix expands to {} cases{whole}, more than the {MAX_CASES} one run takes; \
+             suite `{}` makes {} cases per target and round ({axes}): cut `{cut}` ({values} \
+             values) first, or split the suite",
+            shown(total),
+            big.suite,
+            shown(big.cases),
+        )))
     }
 }
 

@@ -10,8 +10,12 @@ use serde::{Deserialize, Serialize};
 
 mod expand;
 mod validate;
+pub use expand::{SuiteSize, MAX_CASES};
 use validate::validate;
-pub use validate::{line_col, raise_nofile, MAX_RATE};
+pub use validate::{line_col, raise_nofile, MAX_MS, MAX_RATE};
+
+/// The default `request_timeout_ms` (the load generator's own default).
+pub const REQUEST_TIMEOUT_MS: u64 = 10_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MatrixError {
@@ -45,6 +49,8 @@ pub enum MatrixError {
     },
     #[error("--suite {0}: no such suite in the matrix (have: {1})")]
     UnknownSuite(String, String),
+    #[error("{0}")]
+    TooManyCases(String),
 }
 
 /// What a suite measures.
@@ -139,6 +145,16 @@ pub struct Defaults {
     /// Idle time after READY before a memory suite samples.
     #[serde(default = "d_settle")]
     pub settle_ms: u64,
+    /// A request not answered within this long fails as `timeout` (and
+    /// gives up its connection); connects and handshakes are bounded by it
+    /// too.
+    #[serde(default = "d_request_timeout")]
+    pub request_timeout_ms: u64,
+    /// A case not finished this long after it started is cut: nothing more
+    /// is sent, requests in flight fail as `timeout`, those of a fixed
+    /// count never sent as `case deadline`, and the case fails saying so.
+    /// Default: [`default_case_timeout_ms`] of the case.
+    pub case_timeout_ms: Option<u64>,
 }
 
 fn d_warmup() -> u64 {
@@ -156,6 +172,17 @@ fn d_counted() -> u64 {
 fn d_settle() -> u64 {
     500
 }
+fn d_request_timeout() -> u64 {
+    REQUEST_TIMEOUT_MS
+}
+
+/// The deadline of a case without `case_timeout_ms`: five minutes for
+/// what is not planned (launches, warm-up requests, the counted window,
+/// quiescing), plus twice what is (its warm-up and duration, per cycle).
+pub fn default_case_timeout_ms(warmup_ms: u64, duration_ms: u64, cycles: u32) -> u64 {
+    let planned = warmup_ms.saturating_add(duration_ms.saturating_mul(u64::from(cycles.max(1))));
+    300_000u64.saturating_add(planned.saturating_mul(2))
+}
 
 impl Default for Defaults {
     fn default() -> Self {
@@ -165,6 +192,8 @@ impl Default for Defaults {
             repeats: d_repeats(),
             counted_requests: d_counted(),
             settle_ms: d_settle(),
+            request_timeout_ms: d_request_timeout(),
+            case_timeout_ms: None,
         }
     }
 }
@@ -189,6 +218,10 @@ pub struct SuiteSpec {
     pub keepalive: Vec<bool>,
     pub warmup_ms: Option<u64>,
     pub duration_ms: Option<u64>,
+    /// This suite's `request_timeout_ms` and `case_timeout_ms` (see
+    /// [`Defaults`]).
+    pub request_timeout_ms: Option<u64>,
+    pub case_timeout_ms: Option<u64>,
     /// Memory suites: measure the idle server with a `plain` and/or a `tls`
     /// listener (the target's `tls_variant`).
     #[serde(default = "d_listeners")]
@@ -314,6 +347,10 @@ pub struct Case {
     pub duration_ms: u64,
     pub counted_requests: u64,
     pub settle_ms: u64,
+    /// A request not answered within this long is a `timeout`.
+    pub request_timeout_ms: u64,
+    /// The case is cut this long after it starts.
+    pub case_timeout_ms: u64,
 }
 
 /// The kinds of case, each with exactly the settings it needs: an HTTP
@@ -496,6 +533,8 @@ struct FlatCase {
     duration_ms: u64,
     counted_requests: u64,
     settle_ms: u64,
+    request_timeout_ms: u64,
+    case_timeout_ms: u64,
 }
 
 impl From<Case> for FlatCase {
@@ -570,6 +609,8 @@ impl From<Case> for FlatCase {
             duration_ms: c.duration_ms,
             counted_requests: c.counted_requests,
             settle_ms: c.settle_ms,
+            request_timeout_ms: c.request_timeout_ms,
+            case_timeout_ms: c.case_timeout_ms,
         }
     }
 }

@@ -354,3 +354,69 @@ connections = [0, 32, 64]
         .to_string();
     assert!(e.contains("a memslope suite needs protocols, paths"), "{e}");
 }
+
+/// The count `expand` checks first is the number of cases it makes, for
+/// every kind of suite, targets and repeats included.
+#[test]
+fn the_case_count_is_what_expand_makes() {
+    let text = M.replace(
+        "kind = \"memory\"",
+        "kind = \"memory\"\nlisteners = [\"plain\", \"tls\"]",
+    );
+    let m = Matrix::parse("t.toml", &text).unwrap();
+    for (targets, repeats) in [(1, 1), (2, 3)] {
+        let names: Vec<String> = (0..targets).map(|t| format!("t{t}")).collect();
+        let cases = m.expand(&[], &names, Some(repeats)).unwrap();
+        assert_eq!(
+            m.case_count(&[], targets, repeats).unwrap(),
+            cases.len() as u64
+        );
+    }
+}
+
+/// 1000 paths × 1000 rates × 100 topologies × 2 keep-alive settings: 200
+/// million cases, refused by counting (nothing allocated), naming the
+/// count, the axes and the axis to cut; an overflowing product too.
+#[test]
+fn a_matrix_of_millions_of_cases_is_refused_with_its_axes_before_expanding() {
+    let list = |n: usize, f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
+    let text = format!(
+        "[[suite]]\nname = \"big\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [{}]\n\
+         rates = [{}]\ntopologies = [{}]\nkeepalive = [true, false]\n",
+        list(1000, &|i| format!("\"/p{i}\"")),
+        list(1000, &|i| format!("{}", i + 1)),
+        list(100, &|i| format!("\"{}\"", i + 1)),
+    );
+    let m = Matrix::parse("big.toml", &text).unwrap();
+    let e = m
+        .expand(&[], &["t".into()], Some(1))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("200000000 cases"), "{e}");
+    assert!(
+        e.contains("(1 protocols × 2 keepalive × 1000 paths × 1000 rates × 100 topologies)"),
+        "{e}"
+    );
+    assert!(e.contains("cut `paths` (1000 values)"), "{e}");
+    assert!(e.contains(&format!("more than the {MAX_CASES}")), "{e}");
+    let e = m.case_count(&[], 1000, u32::MAX).unwrap_err().to_string();
+    assert!(e.contains("more than 18446744073709551615 cases"), "{e}");
+    assert!(e.contains("1000 targets, 4294967295 repeats"), "{e}");
+}
+
+/// Validation reads the file's spans once, whatever the number of
+/// suites: a duplicate name among thousands is still found with its line.
+#[test]
+fn thousands_of_suites_validate_and_a_late_duplicate_keeps_its_line() {
+    let suite = |i: usize| {
+        format!("[[suite]]\nname = \"s{i}\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/\"]\ntopologies = [\"1\"]\n")
+    };
+    let mut text: String = (0..3000).map(suite).collect();
+    let m = Matrix::parse("t.toml", &text).unwrap();
+    assert_eq!(m.suites.len(), 3000);
+    text.push_str(&suite(7));
+    let e = Matrix::parse("t.toml", &text).unwrap_err().to_string();
+    // Suite 7 starts on line 43 (6 lines a suite); the copy is suite 3000.
+    assert!(e.starts_with("t.toml:18002:1:"), "{e}");
+    assert!(e.contains("the other is at line 44"), "{e}");
+}

@@ -8,13 +8,22 @@ use super::*;
 /// kept both cores busy after the target was gone).
 pub const MAX_RATE: f64 = 1_000_000.0;
 
+/// The longest time a matrix may give (`*_ms`): a year. Beyond it a
+/// value is a typo or an attempt to overflow a deadline (`duration_ms =
+/// 9223372036854775807` was accepted and never ended).
+pub const MAX_MS: u64 = 366 * 24 * 3600 * 1000;
+
 /// File descriptors rig keeps for itself besides the load's connections.
 const FD_HEADROOM: u64 = 64;
 
 /// Refuse what cannot work before anything starts; every error names its
 /// file:line:col.
 pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixError> {
-    let at = |section: Section, key: Option<&str>| locate(text, section, key);
+    // The spans come from one parse of the file, made only when a check
+    // needs a position: once per matrix, not once per suite (16,667 suites
+    // were quadratic and never finished).
+    let spans = Spans::new(text);
+    let at = |section: Section, key: Option<&str>| spans.locate(section, key);
     let value = |(line, col): (usize, usize), message: String| MatrixError::Value {
         path: path.to_string(),
         line,
@@ -33,6 +42,8 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
         ("duration_ms", d.duration_ms),
         ("counted_requests", d.counted_requests),
         ("repeats", u64::from(d.repeats)),
+        ("request_timeout_ms", d.request_timeout_ms),
+        ("case_timeout_ms", d.case_timeout_ms.unwrap_or(1)),
     ] {
         if v == 0 {
             return Err(value(
@@ -41,7 +52,27 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
             ));
         }
     }
+    for (key, v) in [
+        ("warmup_ms", Some(d.warmup_ms)),
+        ("duration_ms", Some(d.duration_ms)),
+        ("settle_ms", Some(d.settle_ms)),
+        ("request_timeout_ms", Some(d.request_timeout_ms)),
+        ("case_timeout_ms", d.case_timeout_ms),
+    ] {
+        if let Some(e) = too_long(key, v) {
+            return Err(value(
+                at(Section::Defaults, Some(key)),
+                format!("defaults.{e}"),
+            ));
+        }
+    }
     let nofile = nofile_limit();
+    // The first suite of each name, for the duplicate check (linear).
+    let mut first_of_name: std::collections::HashMap<&str, usize> =
+        std::collections::HashMap::with_capacity(m.suites.len());
+    for (i, s) in m.suites.iter().enumerate() {
+        first_of_name.entry(s.name.as_str()).or_insert(i);
+    }
     for (i, s) in m.suites.iter().enumerate() {
         let sec = Section::Suite(i);
         let bad = |key: Option<&str>, message: String| {
@@ -60,18 +91,33 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
                 "an empty suite name: give each suite a name".into(),
             ));
         }
-        if let Some(j) = m.suites[..i].iter().position(|o| o.name == s.name) {
+        if let Some(&j) = first_of_name.get(s.name.as_str()).filter(|&&j| j != i) {
             let (line, _) = at(Section::Suite(j), Some("name"));
             return Err(bad(
                 Some("name"),
                 format!("two suites have this name (the other is at line {line}); --suite could not tell them apart"),
             ));
         }
-        if s.duration_ms == Some(0) {
-            return Err(bad(
-                Some("duration_ms"),
-                "duration_ms = 0: give at least 1".into(),
-            ));
+        for (key, v) in [
+            ("duration_ms", s.duration_ms),
+            ("request_timeout_ms", s.request_timeout_ms),
+            ("case_timeout_ms", s.case_timeout_ms),
+        ] {
+            if v == Some(0) {
+                return Err(bad(Some(key), format!("{key} = 0: give at least 1")));
+            }
+        }
+        for (key, v) in [
+            ("warmup_ms", s.warmup_ms),
+            ("duration_ms", s.duration_ms),
+            ("request_timeout_ms", s.request_timeout_ms),
+            ("case_timeout_ms", s.case_timeout_ms),
+            ("interval_ms", s.interval_ms),
+            ("message_ms", Some(s.message_ms)),
+        ] {
+            if let Some(e) = too_long(key, v) {
+                return Err(bad(Some(key), e));
+            }
         }
         if s.kind == SuiteKind::Memslope {
             memslope(s, nofile, &bad)?;
@@ -125,12 +171,22 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
             ));
         }
         topologies(s, nofile, &bad)?;
-        rates(s, text, sec, &bad)?;
+        rates(s, &spans, sec, &bad)?;
         if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
             return Err(bad(Some("paths"), format!("path `{p}` must start with /")));
         }
     }
     Ok(())
+}
+
+/// `key = v` when `v` is more than [`MAX_MS`]: the message.
+fn too_long(key: &str, v: Option<u64>) -> Option<String> {
+    v.filter(|&v| v > MAX_MS).map(|v| {
+        format!(
+            "{key} = {v}: more than a year ({MAX_MS} ms); give a time in milliseconds that a \
+             run can wait out"
+        )
+    })
 }
 
 /// A soak suite: fixed-rate load (rates), and an interval that fits at
@@ -311,11 +367,11 @@ fn topologies(
 /// An http suite's rates: present when given, positive, and schedulable.
 fn rates(
     s: &SuiteSpec,
-    text: &str,
+    spans: &Spans<'_>,
     sec: Section,
     bad: &dyn Fn(Option<&str>, String) -> MatrixError,
 ) -> Result<(), MatrixError> {
-    if s.rates.is_empty() && locate_key(text, sec, "rates").is_some() {
+    if s.rates.is_empty() && spans.key(sec, "rates").is_some() {
         return Err(bad(
             Some("rates"),
             "rates = []: give at least one rate, or leave `rates` out for a closed loop".into(),
@@ -371,45 +427,72 @@ pub fn raise_nofile() -> Option<u64> {
 
 /// A table of the matrix file.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Section {
+pub(super) enum Section {
     Defaults,
     /// The n-th `[[suite]]` (0-based).
     Suite(usize),
 }
 
-/// Line and column of `key` in `section`, from the TOML parser's spans
-/// (so quoted keys, `[ defaults ]`, inline tables and arrays of inline
-/// tables are found too): the key's position, the section's when the key
-/// is not there or not given, 1:1 when the section is not written.
-fn locate(text: &str, section: Section, key: Option<&str>) -> (usize, usize) {
-    span_of(text, section, key).map_or((1, 1), |at| line_col(text, at))
+/// Positions in the matrix file, from the TOML parser's spans (so quoted
+/// keys, `[ defaults ]`, inline tables and arrays of inline tables are found
+/// too). The file is parsed for spans once, on the first question.
+pub(super) struct Spans<'a> {
+    text: &'a str,
+    doc: std::cell::OnceCell<Option<toml::de::DeTable<'a>>>,
 }
 
-/// Whether `key` is written in `section`.
-fn locate_key(text: &str, section: Section, key: &str) -> Option<usize> {
-    let (table, _) = section_table(text, section)?;
-    table_key(&table, key)
-}
+impl<'a> Spans<'a> {
+    pub(super) fn new(text: &'a str) -> Spans<'a> {
+        Spans {
+            text,
+            doc: std::cell::OnceCell::new(),
+        }
+    }
 
-fn span_of(text: &str, section: Section, key: Option<&str>) -> Option<usize> {
-    let (table, start) = section_table(text, section)?;
-    Some(key.and_then(|k| table_key(&table, k)).unwrap_or(start))
-}
+    fn doc(&self) -> Option<&toml::de::DeTable<'a>> {
+        self.doc
+            .get_or_init(|| {
+                toml::de::DeTable::parse(self.text)
+                    .ok()
+                    .map(|d| d.into_inner())
+            })
+            .as_ref()
+    }
 
-/// The table of `section` and where it starts (its header, or its inline
-/// table).
-fn section_table(text: &str, section: Section) -> Option<(toml::de::DeTable<'_>, usize)> {
-    let doc = toml::de::DeTable::parse(text).ok()?.into_inner();
-    let find = |name: &str| {
-        doc.iter()
-            .find(|(k, _)| k.get_ref() == name)
-            .map(|(_, v)| v.clone())
-    };
-    let v = match section {
-        Section::Defaults => find("defaults")?,
-        Section::Suite(i) => find("suite")?.get_ref().as_array()?.get(i)?.clone(),
-    };
-    Some((v.get_ref().as_table()?.clone(), v.span().start))
+    /// Line and column of `key` in `section`: the key's position, the
+    /// section's when the key is not there or not given, 1:1 when the
+    /// section is not written.
+    pub(super) fn locate(&self, section: Section, key: Option<&str>) -> (usize, usize) {
+        self.span_of(section, key)
+            .map_or((1, 1), |at| line_col(self.text, at))
+    }
+
+    /// Where `key` is written in `section`, if it is.
+    fn key(&self, section: Section, key: &str) -> Option<usize> {
+        let (table, _) = self.section_table(section)?;
+        table_key(table, key)
+    }
+
+    fn span_of(&self, section: Section, key: Option<&str>) -> Option<usize> {
+        let (table, start) = self.section_table(section)?;
+        Some(key.and_then(|k| table_key(table, k)).unwrap_or(start))
+    }
+
+    /// The table of `section` and where it starts (its header, or its
+    /// inline table).
+    fn section_table(&self, section: Section) -> Option<(&toml::de::DeTable<'a>, usize)> {
+        let doc = self.doc()?;
+        let find = |name: &str| {
+            doc.iter()
+                .find(|(k, _)| k.get_ref() == name)
+                .map(|(_, v)| v)
+        };
+        let v = match section {
+            Section::Defaults => find("defaults")?,
+            Section::Suite(i) => find("suite")?.get_ref().as_array()?.get(i)?,
+        };
+        Some((v.get_ref().as_table()?, v.span().start))
+    }
 }
 
 /// Byte offset of `key` in `table`.

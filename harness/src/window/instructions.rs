@@ -296,6 +296,8 @@ pub fn load_spec(spec: &TargetSpec, path: &str) -> Result<LoadSpec> {
         client_cpus: None,
         threads: Some(1),
         spin: None,
+        request_timeout: crate::load::REQUEST_TIMEOUT,
+        deadline: None,
     })
 }
 

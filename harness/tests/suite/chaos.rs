@@ -523,6 +523,7 @@ fn sig_name(sig: i32) -> &'static str {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",
         libc::SIGKILL => "SIGKILL",
+        libc::SIGHUP => "SIGHUP",
         _ => "a signal",
     }
 }
@@ -696,6 +697,31 @@ fn sigkill_of_rig_in_launch_and_counted_phases_leaves_nothing() {
         Phase::Counted,
         libc::SIGKILL,
     );
+}
+
+/// SIGHUP (a closed terminal or SSH session) during a clean pass and
+/// during a counted pass is obeyed as SIGTERM is: exit 130, report.json
+/// marked interrupted, the running case recorded as skipped "interrupted
+/// by SIGHUP", no target after the signal, nothing left. It exited 129 at
+/// once, with no report.
+#[test]
+fn run_treats_sighup_like_sigterm_and_leaves_nothing() {
+    root_or_skip!();
+    let _g = probes_shared();
+    for (name, passes, phase) in [
+        ("run-hup-clean", "clean,counted", Phase::Clean),
+        ("run-hup-counted", "counted", Phase::Counted),
+    ] {
+        let (_, r) = run_case(name, Target::Plain, passes, phase, libc::SIGHUP);
+        let case = &r["cases"][0];
+        assert_eq!(case["status"], "skipped", "{r:#}");
+        assert!(
+            case["reasons"]
+                .to_string()
+                .contains("interrupted by SIGHUP"),
+            "{case:#}"
+        );
+    }
 }
 
 /// A target that forks a detached grandchild: a normal run removes it

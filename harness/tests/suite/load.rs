@@ -273,6 +273,8 @@ fn spec(addr: SocketAddr, protocol: Protocol, connections: usize, streams: usize
         client_cpus: None,
         threads: Some(2),
         spin: None,
+        request_timeout: rig::load::REQUEST_TIMEOUT,
+        deadline: None,
     }
 }
 

@@ -57,6 +57,7 @@ mod stacks;
 mod stall;
 mod symbols;
 mod tree;
+mod trial;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -432,6 +432,7 @@ fn the_run_table_has_a_row_per_case_and_says_why_a_case_failed() {
         case: cases[0].clone(),
         status: Status::Ok,
         reasons: Vec::new(),
+        warnings: Vec::new(),
         memory: None,
         memslope: None,
         recovery: None,

@@ -99,6 +99,8 @@ fn spec(port: u16, path: &str, body: &str, connections: usize) -> LoadSpec {
         // One thread: one FIFO over every connection, as in the model.
         threads: Some(1),
         spin: None,
+        request_timeout: rig::load::REQUEST_TIMEOUT,
+        deadline: None,
     }
 }
 

@@ -44,7 +44,7 @@ pub(super) fn resolve(path: &Path, text: &str, depth: usize) -> Result<String, S
     }
     let dir = path.parent().unwrap_or(Path::new("."));
     let base_path = under(dir, base);
-    let base_text = std::fs::read_to_string(&base_path).map_err(|source| SpecError::Read {
+    let base_text = crate::fsutil::read_config(&base_path).map_err(|source| SpecError::Read {
         path: base_path.clone(),
         source,
     })?;

@@ -361,7 +361,7 @@ fn absolute(path: &Path) -> PathBuf {
 /// found, each with `file:line:col` and the offending line.
 pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> {
     let path = absolute(path.as_ref());
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    let text = crate::fsutil::read_config(&path).map_err(|e| {
         vec![ConfigError {
             path: path.clone(),
             line: 0,
@@ -414,7 +414,7 @@ impl TargetSpec {
     /// [`check_config`] to see them).
     pub fn load(path: impl AsRef<Path>) -> Result<TargetSpec, SpecError> {
         let path = absolute(path.as_ref());
-        let text = std::fs::read_to_string(&path).map_err(|source| SpecError::Read {
+        let text = crate::fsutil::read_config(&path).map_err(|source| SpecError::Read {
             path: path.clone(),
             source,
         })?;

@@ -49,7 +49,7 @@ use tokio::task::JoinHandle;
 
 use super::conn::{open, Io, Setup, Stats, LOST};
 use super::validate::check;
-use super::{MAX_CONSECUTIVE_CONN_FAILURES, REQUEST_TIMEOUT};
+use super::MAX_CONSECUTIVE_CONN_FAILURES;
 
 /// Receive windows, per stream and per connection.
 const STREAM_WINDOW: u32 = 1 << 20;
@@ -96,16 +96,14 @@ pub(crate) async fn handshake(
         w.p.waiters.push(cx.waker().clone());
         Poll::Pending
     });
-    match tokio::time::timeout(REQUEST_TIMEOUT, settled).await {
-        Ok(Ok(())) => {}
-        Ok(Err(k)) => {
-            driver.abort();
-            return Err(k);
-        }
-        Err(_) => {
-            driver.abort();
-            return Err("h2: no SETTINGS from the server".into());
-        }
+    let secs = setup.request_timeout.as_secs_f64();
+    let late = |at_deadline| match at_deadline {
+        true => format!("h2: cut at the {}", super::DEADLINE),
+        false => format!("h2: no SETTINGS from the server within {secs} s"),
+    };
+    if let Err(k) = super::conn::bounded(setup, settled, late).await {
+        driver.abort();
+        return Err(k);
     }
     stats.handshakes.borrow_mut().h2 += 1;
     Ok((wire, driver))
@@ -830,6 +828,14 @@ impl H2Stream {
 
     pub fn dead(&self) -> bool {
         self.conn.dead()
+    }
+
+    pub fn setup(&self) -> &Setup {
+        &self.conn.setup
+    }
+
+    pub fn setup_arc(&self) -> Arc<Setup> {
+        self.conn.setup.clone()
     }
 
     /// Let go of the connection (before [`H2Conn::go_away`]).

@@ -174,6 +174,8 @@ fn setup(addr: SocketAddr, streams: usize, body: Bytes) -> Arc<Setup> {
         client_cpus: None,
         threads: Some(1),
         spin: None,
+        request_timeout: crate::load::REQUEST_TIMEOUT,
+        deadline: None,
     };
     Arc::new(Setup::new(&spec).unwrap())
 }

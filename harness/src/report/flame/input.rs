@@ -177,16 +177,32 @@ pub fn load(
 /// case id (`?` when it has none).
 fn case_lines(text: &str, p: &str) -> Result<Vec<(String, serde_json::Value)>, InputError> {
     let mut cases = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    let mut lines = text.lines().enumerate().peekable();
+    while let Some((i, line)) = lines.next() {
         if line.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value =
-            serde_json::from_str(line).map_err(|source| InputError::Json {
-                path: p.to_string(),
-                line: i + 1,
-                source,
-            })?;
+        let v: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            // The last line cut short by a crash is dropped, said, as
+            // `rig report` does: the cases before it survived.
+            Err(e) if lines.peek().is_none() => {
+                crate::errln!(
+                    "rig: warning: {p}:{}: the last line is cut short ({e}): dropped; the {} \
+                     case(s) before it are kept",
+                    i + 1,
+                    cases.len()
+                );
+                continue;
+            }
+            Err(source) => {
+                return Err(InputError::Json {
+                    path: p.to_string(),
+                    line: i + 1,
+                    source,
+                })
+            }
+        };
         let id = v
             .get("id")
             .and_then(|x| x.as_str())

@@ -285,7 +285,7 @@ mod tests {
                 std::env::var_os("CI").is_none(),
                 "go is missing and CI is set: scripts/deps.sh installs golang-go"
             );
-            eprintln!("SKIPPED: go tool pprof (no go; scripts/deps.sh installs golang-go)");
+            crate::errln!("SKIPPED: go tool pprof (no go; scripts/deps.sh installs golang-go)");
         }
         found
     }
@@ -318,7 +318,7 @@ mod tests {
             "{text}{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        println!("{text}");
+        crate::outln!("{text}");
         let mut rows = BTreeMap::new();
         let mut table = false;
         for l in text.lines() {
