@@ -7,7 +7,8 @@
 //!
 //! Rows come from each module's `.eh_frame` (parsed with gimli), which every
 //! x86_64 module carries for C++ exceptions and Rust panics even when it was
-//! built without frame pointers. Rules the walk cannot follow (a CFA from a
+//! built without frame pointers; Go code has none, and its rows are made
+//! from `.gopclntab`'s pcsp tables (exact at every pc, see `go_rows`). Rules the walk cannot follow (a CFA from a
 //! register other than rsp/rbp, or an expression other than the PLT stub's)
 //! become "no rule" rows: a stack that reaches one ends there and is marked,
 //! never silently cut.
@@ -30,6 +31,8 @@ use rig_ebpf::abi::{
 };
 
 use crate::process::maps::ProcMaps;
+use crate::symbolize::gopclntab::GoTable;
+use crate::symbolize::runtime::GO_STACK_TOPS;
 
 /// One module's rows, sorted by `pc` (module virtual addresses).
 #[derive(Debug, Default)]
@@ -111,7 +114,9 @@ impl Tables {
             let Some(path) = m.path.as_deref() else {
                 continue;
             };
-            let open = maps.open_path(path);
+            // The mapped object itself: a binary deleted or replaced on
+            // disk since it started (every deploy) still unwinds.
+            let open = maps.mapped_file(m);
             let (id, table) = match self.module(&open) {
                 Ok(x) => x,
                 Err(e) => {
@@ -120,7 +125,7 @@ impl Tables {
                 }
             };
             if table.rows.is_empty() {
-                self.note_missing(path, "no .eh_frame rows".into());
+                self.note_missing(path, "no .eh_frame or .gopclntab rows".into());
                 continue;
             }
             let (first, index_first) = match self.placed.get(&id) {
@@ -187,10 +192,7 @@ impl Tables {
                 .iter()
                 .filter(|m| m.is_exec() && m.is_file_backed())
             {
-                let Some(path) = m.path.as_deref() else {
-                    continue;
-                };
-                if let Ok((id, t)) = self.module(&pm.open_path(path)) {
+                if let Ok((id, t)) = self.module(&pm.mapped_file(m)) {
                     if seen.insert(id) {
                         n.rows += t.rows.len();
                         n.index += t.index.len();
@@ -268,28 +270,121 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
                 && vaddr.checked_add(size).is_some()
         })
         .collect();
-    let Some(eh) = obj.section_by_name(".eh_frame") else {
-        return Ok(ModuleTable {
-            exec_segments: segments,
-            ..Default::default()
-        });
-    };
-    let eh_data = eh.data().map_err(|e| anyhow!("{e}"))?;
-    let mut bases = BaseAddresses::default().set_eh_frame(eh.address());
-    if let Some(t) = obj.section_by_name(".text") {
-        bases = bases.set_text(t.address());
-    }
-    if let Some(g) = obj.section_by_name(".got") {
-        bases = bases.set_got(g.address());
-    }
-    let section = EhFrame::new(eh_data, LittleEndian);
     let code: Vec<(u64, u64)> = segments
         .iter()
         .map(|&(_, size, vaddr)| (vaddr, vaddr + size))
         .collect();
-    let mut t = rows_of(&section, &bases, &code)?;
+    let (mut raw, mut unsupported) = (Vec::new(), 0);
+    if let Some(eh) = obj.section_by_name(".eh_frame") {
+        let eh_data = eh.data().map_err(|e| anyhow!("{e}"))?;
+        let mut bases = BaseAddresses::default().set_eh_frame(eh.address());
+        if let Some(t) = obj.section_by_name(".text") {
+            bases = bases.set_text(t.address());
+        }
+        if let Some(g) = obj.section_by_name(".got") {
+            bases = bases.set_got(g.address());
+        }
+        let section = EhFrame::new(eh_data, LittleEndian);
+        (raw, unsupported) = rows_of(&section, &bases, &code)?;
+    }
+    // Go code (`ModuleKind::Go`: a .gopclntab) has no .eh_frame; its rows
+    // come from the pcsp tables (C code linked in with cgo keeps its
+    // .eh_frame rows above).
+    if let Some(go) = GoTable::parse(data)? {
+        raw.extend(go_rows(&go, data, &segments));
+    }
+    let mut t = table_of(raw)?;
+    t.unsupported = unsupported;
     t.exec_segments = segments;
     Ok(t)
+}
+
+/// Rows of every Go function of `go` whose code lies in `segments`
+/// (file offset, size, virtual address): CFA = rsp + 8 + the pcsp delta
+/// at each pc, the caller's rbp saved at CFA - 16 once the prologue has
+/// stored it (Go keeps frame pointers on amd64: `mov %rbp, N-8(%rsp)` after
+/// `sub $N, %rsp`, or `push %rbp; mov %rsp, %rbp`). The functions Go's
+/// own tracebacks start stacks at (`runtime::GO_STACK_TOPS`) end the walk.
+fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<UnwindRow> {
+    let mut out = Vec::new();
+    let code_of = |entry: u64, end: u64| -> Option<&[u8]> {
+        let &(off, size, vaddr) = segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= entry && end <= vaddr + size)?;
+        let _ = size;
+        let from = usize::try_from(off + (entry - vaddr)).ok()?;
+        let to = usize::try_from(off + (end - vaddr)).ok()?;
+        data.get(from..to)
+    };
+    for f in &go.funcs {
+        if f.entry >= f.end {
+            continue;
+        }
+        let Some(code) = code_of(f.entry, f.end) else {
+            continue;
+        };
+        if GO_STACK_TOPS.contains(&f.name.as_str()) {
+            out.push(UnwindRow {
+                pc: f.entry,
+                cfa: unwind_cfa::END,
+                ..Default::default()
+            });
+            out.push(UnwindRow {
+                pc: f.end,
+                cfa: unwind_cfa::NONE,
+                ..Default::default()
+            });
+            continue;
+        }
+        let steps = go.sp_deltas(f);
+        let saved = bp_saved_at(code).map(|n| f.entry + n as u64);
+        let mut points: Vec<u64> = steps.iter().map(|s| s.0).collect();
+        points.extend(saved);
+        points.sort_unstable();
+        points.dedup();
+        for pc in points {
+            let Some(&(_, delta)) = steps.iter().take_while(|s| s.0 <= pc).last() else {
+                continue;
+            };
+            let row = match i32::try_from(delta + 8) {
+                Ok(off) if delta >= 0 => UnwindRow {
+                    pc,
+                    cfa: unwind_cfa::RSP,
+                    cfa_off: off,
+                    rbp_off: if delta > 0 && saved.is_some_and(|s| pc >= s) {
+                        -16
+                    } else {
+                        0
+                    },
+                    ..Default::default()
+                },
+                _ => UnwindRow {
+                    pc,
+                    ..Default::default()
+                },
+            };
+            out.push(row);
+        }
+        out.push(UnwindRow {
+            pc: f.end,
+            cfa: unwind_cfa::NONE,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// Where a Go prologue has saved the caller's rbp: the offset just past
+/// `mov %rbp, d(%rsp)` (Go 1.17 to 1.20) or `push %rbp; mov %rsp, %rbp`
+/// (Go 1.21 on) within the function's first 64 bytes.
+fn bp_saved_at(code: &[u8]) -> Option<usize> {
+    let head = &code[..code.len().min(64)];
+    (0..head.len()).find_map(|i| match &head[i..] {
+        [0x48, 0x89, 0x6c, 0x24, _, ..] => Some(i + 5),
+        [0x48, 0x89, 0xac, 0x24, _, _, _, _, ..] => Some(i + 8),
+        [0x55, 0x48, 0x89, 0xe5, ..] => Some(i + 1),
+        _ => None,
+    })
 }
 
 /// The most code addresses one module's rows may span: far beyond any real
@@ -303,7 +398,7 @@ fn rows_of(
     section: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
     bases: &BaseAddresses,
     code: &[(u64, u64)],
-) -> Result<ModuleTable> {
+) -> Result<(Vec<UnwindRow>, usize)> {
     let mut ctx = Box::new(UnwindContext::new());
     let mut raw: Vec<UnwindRow> = Vec::new();
     let mut unsupported = 0;
@@ -354,6 +449,11 @@ fn rows_of(
         });
         unsupported += bad as usize;
     }
+    Ok((raw, unsupported))
+}
+
+/// A module's table of raw rows (from any source, in any order).
+fn table_of(raw: Vec<UnwindRow>) -> Result<ModuleTable> {
     let rows = compact(raw);
     if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
         // The bucket index has an entry per 256 bytes of the rows' span.
@@ -372,7 +472,7 @@ fn rows_of(
         rows,
         pc_base,
         index,
-        unsupported,
+        unsupported: 0,
         exec_segments: Vec::new(),
     })
 }

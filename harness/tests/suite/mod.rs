@@ -48,6 +48,7 @@ mod load;
 mod mappings;
 mod memslope;
 mod nesting;
+mod reach;
 mod recovery;
 mod redis;
 mod render;

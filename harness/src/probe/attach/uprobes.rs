@@ -71,7 +71,7 @@ impl Attacher<'_> {
         }
         let mut done: Vec<(PathBuf, u64, String)> = Vec::new();
         for layer in &found.layers {
-            let lib = maps.open_path(&layer.module);
+            let lib = maps.readable_path(&layer.module);
             self.note(
                 family,
                 format!("{} allocator", layer.family),
