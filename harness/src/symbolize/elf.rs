@@ -452,6 +452,11 @@ impl ElfFacts {
         v
     }
 
+    /// Whether this file has a section of that name.
+    pub fn has_section(&self, name: &str) -> bool {
+        self.sections.iter().any(|s| s.name == name)
+    }
+
     /// Whether this file has a `.symtab`.
     pub fn has_symtab(&self) -> bool {
         self.syms.iter().any(|s| !s.dynamic)

@@ -8,6 +8,8 @@
 //!   file:line and Rust/C++ demangling come from blazesym.
 
 pub mod elf;
+pub mod gopclntab;
+pub mod runtime;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
