@@ -151,7 +151,10 @@ pub fn go_version(open: &Path) -> Option<GoVersion> {
 /// (`runtime/traceback.go`, `topofstack`): a goroutine's first frame
 /// (`goexit`), a thread's (`mstart`, `rt0_go`), and the switches to the
 /// thread's system stack (`mcall`, `systemstack`, `morestack`,
-/// `asmcgocall`), beyond which the frames are on another stack.
+/// `asmcgocall`), beyond which the frames are on another stack; and a
+/// signal's handler entry and return trampoline (`sigtramp`, `sigreturn`),
+/// beyond which lies the kernel's signal frame, whose interrupted frames
+/// rig does not read.
 pub const GO_STACK_TOPS: &[&str] = &[
     "runtime.goexit",
     "runtime.mstart",
@@ -160,6 +163,10 @@ pub const GO_STACK_TOPS: &[&str] = &[
     "runtime.systemstack",
     "runtime.morestack",
     "runtime.asmcgocall",
+    "runtime.sigtramp",
+    "runtime.cgoSigtramp",
+    "runtime.sigreturn",
+    "runtime.sigreturn__sigaction",
 ];
 
 #[cfg(test)]

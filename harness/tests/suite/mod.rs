@@ -38,6 +38,7 @@ mod errors;
 mod flame;
 mod fuzz;
 mod gate;
+mod golang;
 mod hostile;
 mod html;
 mod integrity;

@@ -224,7 +224,7 @@ pub(super) fn uprobe_placed(
 pub(super) fn args_read(program: &str) -> usize {
     match program {
         // A forwarder's entry and a lock call's return read no argument.
-        "rig_alloc_fwd" | "rig_mutex_lock_ret" | "rig_alloc_ret" => 0,
+        "rig_alloc_fwd" | "rig_mutex_lock_ret" | "rig_alloc_ret" | "rig_alloc_go_gc" => 0,
         "rig_alloc_arg1" | "rig_alloc_free" => 1,
         "rig_mutex_lock" | "rig_mutex_trylock" | "rig_mutex_unlock" => 1,
         "rig_alloc_calloc" | "rig_alloc_arg2" => 2,

@@ -55,12 +55,7 @@ impl Attacher<'_> {
     ) -> Result<(), ProbeError> {
         let family = Family::Alloc;
         let found = crate::probe::allocators::discover(self.pid, maps);
-        if !found
-            .layers
-            .iter()
-            .any(|l| l.family == AllocFamily::Glibc || l.entries.iter().any(|e| e.0 == "malloc"))
-            && found.unprobed.is_empty()
-        {
+        if found.layers.is_empty() && found.unprobed.is_empty() {
             // No C allocator found at all (as before discovery: libc is required).
             libc_path(maps, self.pid, family)?;
         }
@@ -117,12 +112,14 @@ impl Attacher<'_> {
         let mut found = 0;
         for entry in &layer.entries {
             let (symbol, required) = (entry.0.as_str(), entry.3);
-            let info = elf::lookup_symbol(lib, symbol).map_err(|source| ProbeError::Resolve {
-                pid: self.pid,
-                lib: lib_name.clone(),
-                api: symbol.to_string(),
-                source,
-            })?;
+            let info = crate::probe::allocators::find_entry(lib, layer.family, symbol).map_err(
+                |source| ProbeError::Resolve {
+                    pid: self.pid,
+                    lib: lib_name.clone(),
+                    api: symbol.to_string(),
+                    source,
+                },
+            )?;
             let Some(info) = info else {
                 if required {
                     let e = ProbeError::MissingSymbol {
@@ -233,6 +230,11 @@ impl Attacher<'_> {
         let how = match forwards_to {
             Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
             None => String::new(),
+        };
+        let how = if layer.family.takes_uretprobes() {
+            how
+        } else {
+            format!("{how}; no uretprobe (Go moves goroutine stacks): the live heap is not available for Go")
         };
         self.note(
             family,
