@@ -23,7 +23,7 @@ use crate::symbolize::elf::{
     load_base, ElfFacts, SymbolInfo, R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT,
 };
 use crate::symbolize::gopclntab::GoVersion;
-use crate::symbolize::runtime::{self, ModuleKind};
+use crate::symbolize::runtime::{self, Libc, ModuleKind};
 
 /// An allocator family rig can probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -43,6 +43,9 @@ pub enum AllocFamily {
     Cxx,
     /// Go's garbage-collected heap (`runtime.mallocgc`): no frees.
     Go,
+    /// musl's malloc (mallocng), in its libc.so or linked into a static
+    /// executable.
+    Musl,
 }
 
 impl AllocFamily {
@@ -56,6 +59,7 @@ impl AllocFamily {
             AllocFamily::Cpython => "cpython",
             AllocFamily::Cxx => "libstdc++",
             AllocFamily::Go => "go",
+            AllocFamily::Musl => "musl",
         }
     }
 }
@@ -313,7 +317,14 @@ fn family_of(facts: &ElfFacts) -> Option<(AllocFamily, Vec<Entry>)> {
         }
     }
     if has("__libc_malloc") {
-        return Some((AllocFamily::Glibc, owned(C_API, "")));
+        // musl defines it too; which C library is the module kind's word.
+        let family = match ModuleKind::of("", facts) {
+            ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl } => {
+                AllocFamily::Musl
+            }
+            _ => AllocFamily::Glibc,
+        };
+        return Some((family, owned(C_API, "")));
     }
     None
 }
@@ -428,6 +439,22 @@ pub fn server_of(
     None
 }
 
+/// The module that holds the process's C library, as in maps: the shared
+/// libc.so when one is mapped, else the executable when it carries its C
+/// library linked in (`ModuleKind::StaticC`: static glibc or musl), with
+/// which C library it is.
+pub fn c_library(pid: u32, maps: &ProcMaps) -> Option<(String, ModuleKind)> {
+    if let Some(libc) = maps.libc_path() {
+        let kind = ModuleKind::of_file(&libc, &maps.readable_path(&libc)).ok()?;
+        return Some((libc, kind));
+    }
+    let exe = exe_in_maps(pid, maps)?;
+    match ModuleKind::of_file(&exe, &maps.readable_path(&exe)).ok()? {
+        k @ ModuleKind::StaticC { .. } => Some((exe, k)),
+        _ => None,
+    }
+}
+
 /// The executable's path as it appears in maps.
 fn exe_in_maps(pid: u32, maps: &ProcMaps) -> Option<String> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
@@ -505,10 +532,23 @@ impl Discovery {
             .and_then(|f| family_of(&f))
         {
             Some((family, mut entries)) => {
+                // A C library linked into the executable keeps only what
+                // the program calls: an entry point it lacks (calloc never
+                // linked in) is absent, not an error.
+                let open = maps.readable_path(module);
+                let statically = matches!(
+                    ModuleKind::of_file(module, &open),
+                    Ok(ModuleKind::StaticC { .. })
+                );
+                if statically {
+                    for e in &mut entries {
+                        e.3 = false;
+                    }
+                }
                 // jemalloc, tcmalloc and mimalloc libraries export the C
                 // names as well; probe those first so a call through them
                 // is named as the caller wrote it.
-                if family != AllocFamily::Glibc {
+                if !matches!(family, AllocFamily::Glibc | AllocFamily::Musl) {
                     let mut c = owned(C_API, "");
                     c.extend(
                         entries
@@ -521,7 +561,11 @@ impl Discovery {
                 self.layers.push(Layer {
                     family,
                     module: module.to_string(),
-                    how: format!("serves malloc ({how})"),
+                    how: if statically {
+                        format!("serves malloc ({how}), {family}'s, linked into the executable")
+                    } else {
+                        format!("serves malloc ({how})")
+                    },
                     entries,
                 });
             }

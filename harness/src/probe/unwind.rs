@@ -32,7 +32,8 @@ use rig_ebpf::abi::{
 
 use crate::process::maps::ProcMaps;
 use crate::symbolize::gopclntab::GoTable;
-use crate::symbolize::runtime::GO_STACK_TOPS;
+use crate::symbolize::elf::ElfFacts;
+use crate::symbolize::runtime::{Libc, ModuleKind, GO_STACK_TOPS};
 
 /// One module's rows, sorted by `pc` (module virtual addresses).
 #[derive(Debug, Default)]
@@ -293,6 +294,17 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
     if let Some(go) = GoTable::parse(data)? {
         raw.extend(go_rows(&go, data, &segments));
     }
+    // musl's libc.a has no unwind tables: its thread and process entry
+    // functions end a stack (they are the outermost frames, as glibc's
+    // .eh_frame says of its own), the entries of the rest get entry rows.
+    if let Ok(facts) = ElfFacts::parse(data) {
+        if let ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl } =
+            ModuleKind::of("", &facts)
+        {
+            raw.extend(named_tops(&obj, MUSL_STACK_TOPS));
+        }
+    }
+    raw.extend(entry_rows(&obj, data, &segments, &raw));
     let mut t = table_of(raw)?;
     t.unsupported = unsupported;
     t.exec_segments = segments;
@@ -367,6 +379,118 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
         }
         out.push(UnwindRow {
             pc: f.end,
+            cfa: unwind_cfa::NONE,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// Functions of musl that start a stack: a thread's (`start`,
+/// `start_c11` in pthread_create.c, called by `__clone`) and the process's
+/// (`libc_start_main_stage2` calls main; `_start_c`, `__libc_start_main`).
+const MUSL_STACK_TOPS: &[&str] = &[
+    "start",
+    "start_c11",
+    "__clone",
+    "libc_start_main_stage2",
+    "__libc_start_main",
+    "_start_c",
+];
+
+/// END rows over the whole code of each function named in `names`.
+fn named_tops(obj: &object::File<'_>, names: &[&str]) -> Vec<UnwindRow> {
+    use object::{ObjectSymbol, SymbolKind};
+    let mut out = Vec::new();
+    for s in obj.symbols() {
+        if s.kind() == SymbolKind::Text
+            && s.is_definition()
+            && s.size() > 0
+            && s.name().is_ok_and(|n| names.contains(&n))
+        {
+            out.push(UnwindRow {
+                pc: s.address(),
+                cfa: unwind_cfa::END,
+                ..Default::default()
+            });
+            out.push(UnwindRow {
+                pc: s.address() + s.size(),
+                cfa: unwind_cfa::NONE,
+                ..Default::default()
+            });
+        }
+    }
+    out
+}
+
+/// Rows for the entry of every function symbol that no other row covers
+/// (musl's libc.a is built without unwind tables, and a static musl
+/// program carries its malloc and free so): from the first instruction up
+/// to the first that moves the stack pointer or leaves the straight line,
+/// the return address is at rsp (CFA = rsp + 8, rbp unchanged), so a stack
+/// taken by an entry probe there is whole. Past that, no rule.
+fn entry_rows(
+    obj: &object::File<'_>,
+    data: &[u8],
+    segments: &[(u64, u64, u64)],
+    rows: &[UnwindRow],
+) -> Vec<UnwindRow> {
+    use iced_x86::{Decoder, DecoderOptions, FlowControl};
+    use object::{ObjectSymbol, SymbolKind};
+    let mut sorted: Vec<&UnwindRow> = rows.iter().collect();
+    sorted.sort_by_key(|r| r.pc);
+    let covered = |pc: u64| {
+        let i = sorted.partition_point(|r| r.pc <= pc);
+        i > 0 && sorted[i - 1].cfa != unwind_cfa::NONE
+    };
+    let mut starts: Vec<u64> = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        // Sizeless ones too: hand-written assembly (musl's memcpy) has no size.
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+        .map(|s| s.address())
+        .filter(|&a| !covered(a))
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let mut out = Vec::new();
+    for start in starts {
+        let Some(&(off, size, vaddr)) = segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= start && start < vaddr + size)
+        else {
+            continue;
+        };
+        let from = (off + (start - vaddr)) as usize;
+        let to = (off + size).min(data.len() as u64) as usize;
+        let Some(code) = data.get(from..to.min(from + 64)) else {
+            continue;
+        };
+        let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+        let mut end = start;
+        while decoder.can_decode() {
+            let ins = decoder.decode();
+            if ins.is_invalid() {
+                break;
+            }
+            // Up to and including the start of this instruction.
+            end = ins.ip() + 1;
+            if ins.stack_pointer_increment() != 0
+                || ins.flow_control() != FlowControl::Next
+                || ins.op0_register() == iced_x86::Register::RSP
+            {
+                break;
+            }
+            end = ins.next_ip();
+        }
+        out.push(UnwindRow {
+            pc: start,
+            cfa: unwind_cfa::RSP,
+            cfa_off: 8,
+            ..Default::default()
+        });
+        out.push(UnwindRow {
+            pc: end,
             cfa: unwind_cfa::NONE,
             ..Default::default()
         });

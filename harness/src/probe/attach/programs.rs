@@ -316,9 +316,11 @@ pub(super) fn attach_cpu(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
     )
 }
 
+/// The file of the process's C library: its libc.so, or the executable
+/// that carries it linked in (`allocators::c_library`).
 pub(super) fn libc_path(maps: &ProcMaps, pid: u32, family: Family) -> Result<PathBuf, ProbeError> {
-    maps.find_object(|p| basename(p).starts_with("libc.so"))
-        .map(|p| maps.open_path(&p))
+    crate::probe::allocators::c_library(pid, maps)
+        .map(|(p, _)| maps.readable_path(&p))
         .ok_or(ProbeError::NoLibc { pid, family })
 }
 

@@ -75,7 +75,9 @@ impl Attacher<'_> {
             let r = self.attach_table(ebpf, layer, &lib, &mut done);
             match r {
                 Ok(()) => {}
-                Err(e) if layer.family == AllocFamily::Glibc => return Err(e),
+                Err(e) if matches!(layer.family, AllocFamily::Glibc | AllocFamily::Musl) => {
+                    return Err(e)
+                }
                 Err(e) => self.unprobed(layer, e.to_string()),
             }
         }
@@ -121,6 +123,13 @@ impl Attacher<'_> {
                 },
             )?;
             let Some(info) = info else {
+                if !required && layer.how.contains("linked into") {
+                    self.note(
+                        family,
+                        symbol,
+                        format!("absent: not linked into {}, not probed", basename(&lib_name)),
+                    );
+                }
                 if required {
                     let e = ProbeError::MissingSymbol {
                         lib: lib_name.clone(),
@@ -283,13 +292,13 @@ impl Attacher<'_> {
         maps: &ProcMaps,
     ) -> Result<(), ProbeError> {
         let family = Family::Copy;
-        let libc_maps_path = maps
-            .find_object(|p| basename(p).starts_with("libc.so"))
-            .ok_or(ProbeError::NoLibc {
+        let (libc_maps_path, _) = crate::probe::allocators::c_library(self.pid, maps).ok_or(
+            ProbeError::NoLibc {
                 pid: self.pid,
                 family,
-            })?;
-        let libc = maps.open_path(&libc_maps_path);
+            },
+        )?;
+        let libc = maps.readable_path(&libc_maps_path);
         // The implementations of this process; one CopyImpl per distinct
         // (library, offset) across the tree, whose index is the cookie.
         let mut resolved = Vec::new();
