@@ -319,9 +319,8 @@ fn family_of(facts: &ElfFacts) -> Option<(AllocFamily, Vec<Entry>)> {
     if has("__libc_malloc") {
         // musl defines it too; which C library is the module kind's word.
         let family = match ModuleKind::of("", facts) {
-            ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl } => {
-                AllocFamily::Musl
-            }
+            ModuleKind::StaticC { libc: Libc::Musl }
+            | ModuleKind::CLibrary { libc: Libc::Musl } => AllocFamily::Musl,
             _ => AllocFamily::Glibc,
         };
         return Some((family, owned(C_API, "")));
@@ -417,14 +416,15 @@ pub fn server_of(
         if let Some(v) = bound_slot(pid, maps, module, symbol) {
             let (m, _) = maps.file_offset(v)?;
             let path = m.path.clone()?;
-            return Some((
-                path.clone(),
-                format!(
-                    "{}'s GOT slot for {symbol} -> {v:#x} in {}",
-                    basename(module),
-                    basename(&path)
-                ),
-            ));
+            let mut how = format!(
+                "{}'s GOT slot for {symbol} -> {v:#x} in {}",
+                basename(module),
+                basename(&path)
+            );
+            // A stub whose own slot is not bound yet says nothing.
+            if let Some((path, _)) = follow_canonical_plt(pid, maps, symbol, path, v, &mut how) {
+                return Some((path, how));
+            }
         }
     }
     for module in [exe, libc.as_deref()].into_iter().flatten() {
@@ -435,6 +435,42 @@ pub fn server_of(
                 format!("defined in {} (no bound GOT slot read)", basename(module)),
             ));
         }
+    }
+    None
+}
+
+/// Where a call to `v`, an address in `path`, really goes. A non-PIE
+/// executable that takes `symbol`'s address defines it as its own
+/// `symbol@plt` stub (the canonical PLT entry, so that the address is the
+/// same everywhere), and the dynamic linker binds every other module's slot
+/// to that stub, which jumps on through the executable's own GOT slot: follow
+/// such stubs (through the live process's slots) to the code they reach,
+/// noting each step in `how`. `None` when a stub's slot is not bound yet.
+fn follow_canonical_plt(
+    pid: u32,
+    maps: &ProcMaps,
+    symbol: &str,
+    mut path: String,
+    mut v: u64,
+    how: &mut String,
+) -> Option<(String, u64)> {
+    // A chain of stubs longer than this is not one the dynamic linker makes.
+    for _ in 0..4 {
+        let facts = ElfFacts::shared(&maps.readable_path(&path)).ok()?;
+        let base = load_base(maps, &path, &facts)?;
+        let stub = facts.plt_stub_at(v.wrapping_sub(base));
+        if !stub.is_some_and(|s| s.name.split('@').next() == Some(symbol)) {
+            return Some((path, v));
+        }
+        let next = bound_slot(pid, maps, &path, symbol)?;
+        let (m, _) = maps.file_offset(next)?;
+        let next_path = m.path.clone()?;
+        how.push_str(&format!(
+            ", the canonical {symbol}@plt of {}, whose GOT slot -> {next:#x} in {}",
+            basename(&path),
+            basename(&next_path)
+        ));
+        (path, v) = (next_path, next);
     }
     None
 }

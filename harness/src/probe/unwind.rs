@@ -31,8 +31,8 @@ use rig_ebpf::abi::{
 };
 
 use crate::process::maps::ProcMaps;
-use crate::symbolize::gopclntab::GoTable;
 use crate::symbolize::elf::ElfFacts;
+use crate::symbolize::gopclntab::GoTable;
 use crate::symbolize::runtime::{Libc, ModuleKind, GO_STACK_TOPS};
 
 /// One module's rows, sorted by `pc` (module virtual addresses).
@@ -298,8 +298,8 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
     // functions end a stack (they are the outermost frames, as glibc's
     // .eh_frame says of its own), the entries of the rest get entry rows.
     if let Ok(facts) = ElfFacts::parse(data) {
-        if let ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl } =
-            ModuleKind::of("", &facts)
+        if let ModuleKind::StaticC { libc: Libc::Musl }
+        | ModuleKind::CLibrary { libc: Libc::Musl } = ModuleKind::of("", &facts)
         {
             raw.extend(named_tops(&obj, MUSL_STACK_TOPS));
         }

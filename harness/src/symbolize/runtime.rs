@@ -66,7 +66,13 @@ impl ModuleKind {
             return ModuleKind::Go { version: None };
         }
         let defines = |s: &str| facts.lookup_symbol(s).is_some();
-        let libc = if defines("gnu_get_libc_version") {
+        // glibc's libc.so exports gnu_get_libc_version; a static glibc
+        // program links it only if called, but always its start code's
+        // __libc_setup_tls and _dl_aux_init.
+        let libc = if defines("gnu_get_libc_version")
+            || defines("__libc_setup_tls")
+            || defines("_dl_aux_init")
+        {
             Some(Libc::Glibc)
         } else if defines("__libc_start_main") && defines("malloc") {
             // musl's libc.so is its dynamic linker too; a static musl

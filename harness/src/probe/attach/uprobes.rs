@@ -127,7 +127,10 @@ impl Attacher<'_> {
                     self.note(
                         family,
                         symbol,
-                        format!("absent: not linked into {}, not probed", basename(&lib_name)),
+                        format!(
+                            "absent: not linked into {}, not probed",
+                            basename(&lib_name)
+                        ),
                     );
                 }
                 if required {
@@ -292,12 +295,11 @@ impl Attacher<'_> {
         maps: &ProcMaps,
     ) -> Result<(), ProbeError> {
         let family = Family::Copy;
-        let (libc_maps_path, _) = crate::probe::allocators::c_library(self.pid, maps).ok_or(
-            ProbeError::NoLibc {
+        let (libc_maps_path, _) =
+            crate::probe::allocators::c_library(self.pid, maps).ok_or(ProbeError::NoLibc {
                 pid: self.pid,
                 family,
-            },
-        )?;
+            })?;
         let libc = maps.readable_path(&libc_maps_path);
         // The implementations of this process; one CopyImpl per distinct
         // (library, offset) across the tree, whose index is the cookie.
