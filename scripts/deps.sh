@@ -19,6 +19,8 @@ command -v objdump >/dev/null 2>&1 || need="$need binutils"
 command -v chromium >/dev/null 2>&1 || need="$need chromium"
 # The pprof tests read rig's profiles with `go tool pprof`.
 command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || need="$need golang-go"
+# The static-binary tests link the calibration server with musl.
+command -v musl-gcc >/dev/null 2>&1 || need="$need musl-tools"
 # The process-tree tests measure Debian's nginx (master + workers).
 [ -x /usr/sbin/nginx ] || need="$need nginx"
 # `rig attach -- COMMAND` reads request counts from these load tools'

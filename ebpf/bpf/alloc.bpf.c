@@ -350,3 +350,21 @@ int rig_alloc_free(struct pt_regs *ctx)
 {
 	return record(ctx, 0, PT_REGS_PARM1(ctx) ? 0 : ALLOC_CLASS_NULL_FREE);
 }
+
+/* Go's allocator, runtime.mallocgc(size, typ, needzero): Go 1.17 and later
+ * pass the first integer argument in RAX on amd64 (the harness refuses older
+ * versions). Entry only: the cookie carries ALLOC_COOKIE_NO_RETURN. */
+SEC("uprobe")
+int rig_alloc_go(struct pt_regs *ctx)
+{
+	__u64 n = PT_REGS_RC(ctx);
+	return record(ctx, n, size_class(n));
+}
+
+/* One completed Go garbage collection (runtime.gcMarkTermination): counted
+ * per call site like an allocator call, allocating nothing. */
+SEC("uprobe")
+int rig_alloc_go_gc(struct pt_regs *ctx)
+{
+	return record(ctx, 0, 0);
+}

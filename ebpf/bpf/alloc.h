@@ -39,6 +39,11 @@ enum alloc_kind {
 	ALLOC_RUST_ALLOC_ZEROED = 19, /* (size, align) */
 	ALLOC_RUST_REALLOC = 20,      /* (ptr, old_size, align, new_size) */
 	ALLOC_RUST_DEALLOC = 21,      /* (ptr, size, align) */
+	/* Go: runtime.mallocgc(size, typ, needzero), the register ABI (Go 1.17
+	 * on: size in RAX); and a completed garbage collection
+	 * (runtime.gcMarkTermination, once per cycle), which allocates nothing. */
+	ALLOC_GO_MALLOCGC = 22,
+	ALLOC_GO_GC = 23,
 };
 
 /* size_class for frees of a NULL pointer (counted apart: they free nothing). */

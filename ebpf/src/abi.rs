@@ -75,6 +75,8 @@ pub mod alloc_kind {
     pub const RUST_ALLOC_ZEROED: u32 = 19;
     pub const RUST_REALLOC: u32 = 20;
     pub const RUST_DEALLOC: u32 = 21;
+    pub const GO_MALLOCGC: u32 = 22;
+    pub const GO_GC: u32 = 23;
 }
 /// `ALLOC_KIND_MASK`, `ALLOC_ENTRY_SHIFT`, `ALLOC_ENTRY_MASK` (alloc.h): the
 /// attach cookie is `kind | entry << ALLOC_ENTRY_SHIFT`.

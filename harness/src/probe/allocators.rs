@@ -19,7 +19,11 @@ use rig_ebpf::abi::alloc_kind as k;
 use serde::Serialize;
 
 use crate::process::maps::{basename, ProcMaps};
-use crate::symbolize::elf::{load_base, ElfFacts, R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT};
+use crate::symbolize::elf::{
+    load_base, ElfFacts, SymbolInfo, R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT,
+};
+use crate::symbolize::gopclntab::GoVersion;
+use crate::symbolize::runtime::{self, Libc, ModuleKind};
 
 /// An allocator family rig can probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -37,6 +41,11 @@ pub enum AllocFamily {
     Cpython,
     /// libstdc++'s operator new/delete (over malloc).
     Cxx,
+    /// Go's garbage-collected heap (`runtime.mallocgc`): no frees.
+    Go,
+    /// musl's malloc (mallocng), in its libc.so or linked into a static
+    /// executable.
+    Musl,
 }
 
 impl AllocFamily {
@@ -49,6 +58,8 @@ impl AllocFamily {
             AllocFamily::Rust => "rust",
             AllocFamily::Cpython => "cpython",
             AllocFamily::Cxx => "libstdc++",
+            AllocFamily::Go => "go",
+            AllocFamily::Musl => "musl",
         }
     }
 }
@@ -56,9 +67,12 @@ impl AllocFamily {
 impl AllocFamily {
     /// Whether its entry points may get a uretprobe: every family rig knows
     /// runs on ordinary C stacks, where the kernel's replaced return address
-    /// is restored when the call returns.
+    /// is restored when the call returns, except Go's: Go moves goroutine
+    /// stacks (copying the hijacked return address with them) and checks
+    /// return addresses in its tracebacks, so a uretprobe in Go code
+    /// crashes the program.
     pub fn takes_uretprobes(self) -> bool {
-        true
+        self != AllocFamily::Go
     }
 }
 
@@ -203,6 +217,20 @@ const RUST_API: &[(&str, &str, u32)] = &[
     ("dealloc", "rig_alloc_free", k::RUST_DEALLOC),
 ];
 
+/// Go's allocator and its collector: `runtime.mallocgc(size, typ,
+/// needzero)` (every heap object: `new`, `make`, escaping composite
+/// literals, string and slice growth) and `runtime.gcMarkTermination`,
+/// which runs exactly once per completed collection cycle.
+const GO_API: &[(&str, &str, u32, bool)] = &[
+    ("runtime.mallocgc", "rig_alloc_go", k::GO_MALLOCGC, true),
+    (
+        "runtime.gcMarkTermination",
+        "rig_alloc_go_gc",
+        k::GO_GC,
+        false,
+    ),
+];
+
 const CPYTHON_DOMAINS: &[&str] = &["PyObject_", "PyMem_", "PyMem_Raw"];
 
 const CPYTHON_API: &[(&str, &str, u32)] = &[
@@ -289,7 +317,13 @@ fn family_of(facts: &ElfFacts) -> Option<(AllocFamily, Vec<Entry>)> {
         }
     }
     if has("__libc_malloc") {
-        return Some((AllocFamily::Glibc, owned(C_API, "")));
+        // musl defines it too; which C library is the module kind's word.
+        let family = match ModuleKind::of("", facts) {
+            ModuleKind::StaticC { libc: Libc::Musl }
+            | ModuleKind::CLibrary { libc: Libc::Musl } => AllocFamily::Musl,
+            _ => AllocFamily::Glibc,
+        };
+        return Some((family, owned(C_API, "")));
     }
     None
 }
@@ -382,14 +416,15 @@ pub fn server_of(
         if let Some(v) = bound_slot(pid, maps, module, symbol) {
             let (m, _) = maps.file_offset(v)?;
             let path = m.path.clone()?;
-            return Some((
-                path.clone(),
-                format!(
-                    "{}'s GOT slot for {symbol} -> {v:#x} in {}",
-                    basename(module),
-                    basename(&path)
-                ),
-            ));
+            let mut how = format!(
+                "{}'s GOT slot for {symbol} -> {v:#x} in {}",
+                basename(module),
+                basename(&path)
+            );
+            // A stub whose own slot is not bound yet says nothing.
+            if let Some((path, _)) = follow_canonical_plt(pid, maps, symbol, path, v, &mut how) {
+                return Some((path, how));
+            }
         }
     }
     for module in [exe, libc.as_deref()].into_iter().flatten() {
@@ -402,6 +437,58 @@ pub fn server_of(
         }
     }
     None
+}
+
+/// Where a call to `v`, an address in `path`, really goes. A non-PIE
+/// executable that takes `symbol`'s address defines it as its own
+/// `symbol@plt` stub (the canonical PLT entry, so that the address is the
+/// same everywhere), and the dynamic linker binds every other module's slot
+/// to that stub, which jumps on through the executable's own GOT slot: follow
+/// such stubs (through the live process's slots) to the code they reach,
+/// noting each step in `how`. `None` when a stub's slot is not bound yet.
+fn follow_canonical_plt(
+    pid: u32,
+    maps: &ProcMaps,
+    symbol: &str,
+    mut path: String,
+    mut v: u64,
+    how: &mut String,
+) -> Option<(String, u64)> {
+    // A chain of stubs longer than this is not one the dynamic linker makes.
+    for _ in 0..4 {
+        let facts = ElfFacts::shared(&maps.readable_path(&path)).ok()?;
+        let base = load_base(maps, &path, &facts)?;
+        let stub = facts.plt_stub_at(v.wrapping_sub(base));
+        if !stub.is_some_and(|s| s.name.split('@').next() == Some(symbol)) {
+            return Some((path, v));
+        }
+        let next = bound_slot(pid, maps, &path, symbol)?;
+        let (m, _) = maps.file_offset(next)?;
+        let next_path = m.path.clone()?;
+        how.push_str(&format!(
+            ", the canonical {symbol}@plt of {}, whose GOT slot -> {next:#x} in {}",
+            basename(&path),
+            basename(&next_path)
+        ));
+        (path, v) = (next_path, next);
+    }
+    None
+}
+
+/// The module that holds the process's C library, as in maps: the shared
+/// libc.so when one is mapped, else the executable when it carries its C
+/// library linked in (`ModuleKind::StaticC`: static glibc or musl), with
+/// which C library it is.
+pub fn c_library(pid: u32, maps: &ProcMaps) -> Option<(String, ModuleKind)> {
+    if let Some(libc) = maps.libc_path() {
+        let kind = ModuleKind::of_file(&libc, &maps.readable_path(&libc)).ok()?;
+        return Some((libc, kind));
+    }
+    let exe = exe_in_maps(pid, maps)?;
+    match ModuleKind::of_file(&exe, &maps.readable_path(&exe)).ok()? {
+        k @ ModuleKind::StaticC { .. } => Some((exe, k)),
+        _ => None,
+    }
 }
 
 /// The executable's path as it appears in maps.
@@ -430,6 +517,11 @@ pub fn discover(pid: u32, maps: &ProcMaps) -> Discovery {
         let Ok(facts) = ElfFacts::shared(&maps.readable_path(&path)) else {
             continue;
         };
+        let open = maps.readable_path(&path);
+        if let Ok(ModuleKind::Go { version }) = ModuleKind::of_file(&path, &open) {
+            d.add_go(pid, &path, version);
+            continue;
+        }
         let serves_malloc = server.as_ref().is_some_and(|(m, _)| *m == path);
         d.add_object(pid, &path, &facts, serves_malloc);
     }
@@ -440,6 +532,34 @@ pub fn discover(pid: u32, maps: &ProcMaps) -> Discovery {
 }
 
 impl Discovery {
+    /// A Go module: its allocator is probed when its version passes the
+    /// size in a register rig reads (the register ABI, Go 1.17 on), and
+    /// listed as unprobed, with the version, otherwise.
+    fn add_go(&mut self, pid: u32, path: &str, version: Option<GoVersion>) {
+        match version {
+            Some(v) if v.register_abi() => self.layers.push(Layer {
+                family: AllocFamily::Go,
+                module: path.to_string(),
+                how: format!(
+                    "Go runtime ({v}) in {}: garbage-collected, no frees",
+                    basename(path)
+                ),
+                entries: owned(GO_API, ""),
+            }),
+            _ => self.unprobed.push(Unprobed {
+                pid,
+                allocator: "go".to_string(),
+                module: path.to_string(),
+                why: format!(
+                    "{} is Go {}: rig reads runtime.mallocgc's size from the register ABI \
+                     of Go 1.17 and later, and does not guess an older one's",
+                    basename(path),
+                    version.map_or("of no recorded version".to_string(), |v| v.to_string())
+                ),
+            }),
+        }
+    }
+
     /// The allocator serving malloc (`module`, found `how`): the first
     /// layer, or unprobed when it is none rig knows.
     fn add_server(&mut self, pid: u32, maps: &ProcMaps, module: &str, how: &str) {
@@ -448,10 +568,23 @@ impl Discovery {
             .and_then(|f| family_of(&f))
         {
             Some((family, mut entries)) => {
+                // A C library linked into the executable keeps only what
+                // the program calls: an entry point it lacks (calloc never
+                // linked in) is absent, not an error.
+                let open = maps.readable_path(module);
+                let statically = matches!(
+                    ModuleKind::of_file(module, &open),
+                    Ok(ModuleKind::StaticC { .. })
+                );
+                if statically {
+                    for e in &mut entries {
+                        e.3 = false;
+                    }
+                }
                 // jemalloc, tcmalloc and mimalloc libraries export the C
                 // names as well; probe those first so a call through them
                 // is named as the caller wrote it.
-                if family != AllocFamily::Glibc {
+                if !matches!(family, AllocFamily::Glibc | AllocFamily::Musl) {
                     let mut c = owned(C_API, "");
                     c.extend(
                         entries
@@ -464,7 +597,11 @@ impl Discovery {
                 self.layers.push(Layer {
                     family,
                     module: module.to_string(),
-                    how: format!("serves malloc ({how})"),
+                    how: if statically {
+                        format!("serves malloc ({how}), {family}'s, linked into the executable")
+                    } else {
+                        format!("serves malloc ({how})")
+                    },
                     entries,
                 });
             }
@@ -554,6 +691,62 @@ fn libstdcxx_layer(maps: &ProcMaps, layers: &[Layer]) -> Option<Layer> {
     })
 }
 
+/// Where to probe entry point `symbol` of a `family` layer in the module
+/// at `lib`: its symbol (`.symtab`/`.dynsym`); for Go, the function table
+/// (`.gopclntab`, there when the binary is stripped too), and the probe
+/// goes past the prologue's stack check (`cmp 0x10(%r14),%rsp; jbe`): a
+/// call that grows its goroutine's stack runs the prologue twice
+/// (`morestack` restarts the function), the rest of the function once.
+pub fn find_entry(
+    lib: &std::path::Path,
+    family: AllocFamily,
+    symbol: &str,
+) -> anyhow::Result<Option<SymbolInfo>> {
+    let facts = ElfFacts::shared(lib)?;
+    if family != AllocFamily::Go {
+        return Ok(facts.lookup_symbol(symbol));
+    }
+    let go = runtime::go_table(lib)?;
+    let Some(f) = go.find(symbol) else {
+        return Ok(None);
+    };
+    let Some(file_offset) = facts.vaddr_to_file_offset(f.entry) else {
+        return Ok(None);
+    };
+    let code = std::fs::read(lib)?;
+    let head = code
+        .get(file_offset as usize..(file_offset as usize + 32).min(code.len()))
+        .unwrap_or_default();
+    let skip = past_go_stack_check(head).unwrap_or(0) as u64;
+    Ok(Some(SymbolInfo {
+        name: f.name.clone(),
+        vaddr: f.entry + skip,
+        size: f.end - f.entry - skip,
+        file_offset: file_offset + skip,
+        is_ifunc: false,
+    }))
+}
+
+/// The length of a Go prologue's stack check at the start of `code`:
+/// `[lea -N(%rsp),%r12;] cmp 0x10(%r14),%rsp|%r12; jbe rel` (amd64, the
+/// register ABI: r14 holds the goroutine), `None` without one.
+fn past_go_stack_check(code: &[u8]) -> Option<usize> {
+    let mut i = match code {
+        [0x4c, 0x8d, 0x64, 0x24, _, ..] => 5,
+        [0x4c, 0x8d, 0xa4, 0x24, _, _, _, _, ..] => 8,
+        _ => 0,
+    };
+    match code.get(i..)? {
+        [0x49 | 0x4d, 0x3b, 0x66, 0x10, ..] => i += 4,
+        _ => return None,
+    }
+    match code.get(i..)? {
+        [0x76, _, ..] => Some(i + 2),
+        [0x0f, 0x86, _, _, _, _, ..] => Some(i + 6),
+        _ => None,
+    }
+}
+
 /// The name an entry point is shown by: its symbol, except a mangled Rust
 /// shim (`_RNvCs..___rustc12___rust_alloc`), shown by its API name.
 /// Every allocator entry name the alloc family can report (as
@@ -572,6 +765,7 @@ pub fn entry_names() -> Vec<String> {
     for domain in CPYTHON_DOMAINS {
         names.extend(CPYTHON_API.iter().map(|e| format!("{domain}{}", e.0)));
     }
+    names.extend(GO_API.iter().map(|e| e.0.to_string()));
     names.sort();
     names.dedup();
     names
@@ -614,6 +808,27 @@ mod tests {
         assert!(e
             .iter()
             .any(|x| x.0 == "_rjem_mallocx" && x.1 == "rig_alloc_arg1"));
+    }
+
+    #[test]
+    fn go_prologues_stack_checks_are_measured() {
+        // runtime.mallocgc, go1.19.8: cmp 0x10(%r14),%rsp; jbe; sub $0x70,%rsp
+        let small = [
+            0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0xbe, 0x08, 0, 0, 0x48, 0x83, 0xec, 0x70,
+        ];
+        assert_eq!(past_go_stack_check(&small), Some(10));
+        // runtime.gcMarkTermination: a big frame checks rsp - N in r12.
+        let big = [
+            0x4c, 0x8d, 0xa4, 0x24, 0xd0, 0xfe, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86,
+            0x7a, 0x0c, 0, 0, 0x48,
+        ];
+        assert_eq!(past_go_stack_check(&big), Some(18));
+        // A short jbe, and a function without the check.
+        assert_eq!(
+            past_go_stack_check(&[0x49, 0x3b, 0x66, 0x10, 0x76, 0x20]),
+            Some(6)
+        );
+        assert_eq!(past_go_stack_check(&[0x48, 0x83, 0xec, 0x18]), None);
     }
 
     #[test]

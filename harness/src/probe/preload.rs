@@ -20,8 +20,14 @@ const STACKS_ONLY: &[&str] = &["rig_forget_exec"];
 /// what is not loaded yet): `rig_alloc_arg4` serves only Rust's
 /// `__rust_realloc`, absent from most targets (its BPF_PROG_LOAD took
 /// 1.05–1.18 s when the unwinder was inlined; a few milliseconds now).
-/// `rig_alloc_ret` is attached only for the live heap.
-const ON_FIRST_USE: &[&str] = &["rig_alloc_arg4", "rig_alloc_ret"];
+/// `rig_alloc_ret` is attached only for the live heap; the Go programs
+/// only in Go processes.
+const ON_FIRST_USE: &[&str] = &[
+    "rig_alloc_arg4",
+    "rig_alloc_ret",
+    "rig_alloc_go",
+    "rig_alloc_go_gc",
+];
 
 /// `load` every family on its own thread and load its programs (all but
 /// those `tree` / `stacks` say will not be attached and those loaded on

@@ -7,7 +7,8 @@
 //!
 //! Rows come from each module's `.eh_frame` (parsed with gimli), which every
 //! x86_64 module carries for C++ exceptions and Rust panics even when it was
-//! built without frame pointers. Rules the walk cannot follow (a CFA from a
+//! built without frame pointers; Go code has none, and its rows are made
+//! from `.gopclntab`'s pcsp tables (exact at every pc, see `go_rows`). Rules the walk cannot follow (a CFA from a
 //! register other than rsp/rbp, or an expression other than the PLT stub's)
 //! become "no rule" rows: a stack that reaches one ends there and is marked,
 //! never silently cut.
@@ -30,6 +31,9 @@ use rig_ebpf::abi::{
 };
 
 use crate::process::maps::ProcMaps;
+use crate::symbolize::elf::ElfFacts;
+use crate::symbolize::gopclntab::GoTable;
+use crate::symbolize::runtime::{Libc, ModuleKind, GO_STACK_TOPS};
 
 /// One module's rows, sorted by `pc` (module virtual addresses).
 #[derive(Debug, Default)]
@@ -111,7 +115,9 @@ impl Tables {
             let Some(path) = m.path.as_deref() else {
                 continue;
             };
-            let open = maps.open_path(path);
+            // The mapped object itself: a binary deleted or replaced on
+            // disk since it started (every deploy) still unwinds.
+            let open = maps.mapped_file(m);
             let (id, table) = match self.module(&open) {
                 Ok(x) => x,
                 Err(e) => {
@@ -120,7 +126,7 @@ impl Tables {
                 }
             };
             if table.rows.is_empty() {
-                self.note_missing(path, "no .eh_frame rows".into());
+                self.note_missing(path, "no .eh_frame or .gopclntab rows".into());
                 continue;
             }
             let (first, index_first) = match self.placed.get(&id) {
@@ -187,10 +193,7 @@ impl Tables {
                 .iter()
                 .filter(|m| m.is_exec() && m.is_file_backed())
             {
-                let Some(path) = m.path.as_deref() else {
-                    continue;
-                };
-                if let Ok((id, t)) = self.module(&pm.open_path(path)) {
+                if let Ok((id, t)) = self.module(&pm.mapped_file(m)) {
                     if seen.insert(id) {
                         n.rows += t.rows.len();
                         n.index += t.index.len();
@@ -268,28 +271,244 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
                 && vaddr.checked_add(size).is_some()
         })
         .collect();
-    let Some(eh) = obj.section_by_name(".eh_frame") else {
-        return Ok(ModuleTable {
-            exec_segments: segments,
-            ..Default::default()
-        });
-    };
-    let eh_data = eh.data().map_err(|e| anyhow!("{e}"))?;
-    let mut bases = BaseAddresses::default().set_eh_frame(eh.address());
-    if let Some(t) = obj.section_by_name(".text") {
-        bases = bases.set_text(t.address());
-    }
-    if let Some(g) = obj.section_by_name(".got") {
-        bases = bases.set_got(g.address());
-    }
-    let section = EhFrame::new(eh_data, LittleEndian);
     let code: Vec<(u64, u64)> = segments
         .iter()
         .map(|&(_, size, vaddr)| (vaddr, vaddr + size))
         .collect();
-    let mut t = rows_of(&section, &bases, &code)?;
+    let (mut raw, mut unsupported) = (Vec::new(), 0);
+    if let Some(eh) = obj.section_by_name(".eh_frame") {
+        let eh_data = eh.data().map_err(|e| anyhow!("{e}"))?;
+        let mut bases = BaseAddresses::default().set_eh_frame(eh.address());
+        if let Some(t) = obj.section_by_name(".text") {
+            bases = bases.set_text(t.address());
+        }
+        if let Some(g) = obj.section_by_name(".got") {
+            bases = bases.set_got(g.address());
+        }
+        let section = EhFrame::new(eh_data, LittleEndian);
+        (raw, unsupported) = rows_of(&section, &bases, &code)?;
+    }
+    // Go code (`ModuleKind::Go`: a .gopclntab) has no .eh_frame; its rows
+    // come from the pcsp tables (C code linked in with cgo keeps its
+    // .eh_frame rows above).
+    if let Some(go) = GoTable::parse(data)? {
+        raw.extend(go_rows(&go, data, &segments));
+    }
+    // musl's libc.a has no unwind tables: its thread and process entry
+    // functions end a stack (they are the outermost frames, as glibc's
+    // .eh_frame says of its own), the entries of the rest get entry rows.
+    if let Ok(facts) = ElfFacts::parse(data) {
+        if let ModuleKind::StaticC { libc: Libc::Musl }
+        | ModuleKind::CLibrary { libc: Libc::Musl } = ModuleKind::of("", &facts)
+        {
+            raw.extend(named_tops(&obj, MUSL_STACK_TOPS));
+        }
+    }
+    raw.extend(entry_rows(&obj, data, &segments, &raw));
+    let mut t = table_of(raw)?;
+    t.unsupported = unsupported;
     t.exec_segments = segments;
     Ok(t)
+}
+
+/// Rows of every Go function of `go` whose code lies in `segments`
+/// (file offset, size, virtual address): CFA = rsp + 8 + the pcsp delta
+/// at each pc, the caller's rbp saved at CFA - 16 once the prologue has
+/// stored it (Go keeps frame pointers on amd64: `mov %rbp, N-8(%rsp)` after
+/// `sub $N, %rsp`, or `push %rbp; mov %rsp, %rbp`). The functions Go's
+/// own tracebacks start stacks at (`runtime::GO_STACK_TOPS`) end the walk.
+fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<UnwindRow> {
+    let mut out = Vec::new();
+    let code_of = |entry: u64, end: u64| -> Option<&[u8]> {
+        let &(off, size, vaddr) = segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= entry && end <= vaddr + size)?;
+        let _ = size;
+        let from = usize::try_from(off + (entry - vaddr)).ok()?;
+        let to = usize::try_from(off + (end - vaddr)).ok()?;
+        data.get(from..to)
+    };
+    for f in &go.funcs {
+        if f.entry >= f.end {
+            continue;
+        }
+        let Some(code) = code_of(f.entry, f.end) else {
+            continue;
+        };
+        if GO_STACK_TOPS.contains(&f.name.as_str()) {
+            out.push(UnwindRow {
+                pc: f.entry,
+                cfa: unwind_cfa::END,
+                ..Default::default()
+            });
+            out.push(UnwindRow {
+                pc: f.end,
+                cfa: unwind_cfa::NONE,
+                ..Default::default()
+            });
+            continue;
+        }
+        let steps = go.sp_deltas(f);
+        let saved = bp_saved_at(code).map(|n| f.entry + n as u64);
+        let mut points: Vec<u64> = steps.iter().map(|s| s.0).collect();
+        points.extend(saved);
+        points.sort_unstable();
+        points.dedup();
+        for pc in points {
+            let Some(&(_, delta)) = steps.iter().take_while(|s| s.0 <= pc).last() else {
+                continue;
+            };
+            let row = match i32::try_from(delta + 8) {
+                Ok(off) if delta >= 0 => UnwindRow {
+                    pc,
+                    cfa: unwind_cfa::RSP,
+                    cfa_off: off,
+                    rbp_off: if delta > 0 && saved.is_some_and(|s| pc >= s) {
+                        -16
+                    } else {
+                        0
+                    },
+                    ..Default::default()
+                },
+                _ => UnwindRow {
+                    pc,
+                    ..Default::default()
+                },
+            };
+            out.push(row);
+        }
+        out.push(UnwindRow {
+            pc: f.end,
+            cfa: unwind_cfa::NONE,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// Functions of musl that start a stack: a thread's (`start`,
+/// `start_c11` in pthread_create.c, called by `__clone`) and the process's
+/// (`libc_start_main_stage2` calls main; `_start_c`, `__libc_start_main`).
+const MUSL_STACK_TOPS: &[&str] = &[
+    "start",
+    "start_c11",
+    "__clone",
+    "libc_start_main_stage2",
+    "__libc_start_main",
+    "_start_c",
+];
+
+/// END rows over the whole code of each function named in `names`.
+fn named_tops(obj: &object::File<'_>, names: &[&str]) -> Vec<UnwindRow> {
+    use object::{ObjectSymbol, SymbolKind};
+    let mut out = Vec::new();
+    for s in obj.symbols() {
+        if s.kind() == SymbolKind::Text
+            && s.is_definition()
+            && s.size() > 0
+            && s.name().is_ok_and(|n| names.contains(&n))
+        {
+            out.push(UnwindRow {
+                pc: s.address(),
+                cfa: unwind_cfa::END,
+                ..Default::default()
+            });
+            out.push(UnwindRow {
+                pc: s.address() + s.size(),
+                cfa: unwind_cfa::NONE,
+                ..Default::default()
+            });
+        }
+    }
+    out
+}
+
+/// Rows for the entry of every function symbol that no other row covers
+/// (musl's libc.a is built without unwind tables, and a static musl
+/// program carries its malloc and free so): from the first instruction up
+/// to the first that moves the stack pointer or leaves the straight line,
+/// the return address is at rsp (CFA = rsp + 8, rbp unchanged), so a stack
+/// taken by an entry probe there is whole. Past that, no rule.
+fn entry_rows(
+    obj: &object::File<'_>,
+    data: &[u8],
+    segments: &[(u64, u64, u64)],
+    rows: &[UnwindRow],
+) -> Vec<UnwindRow> {
+    use iced_x86::{Decoder, DecoderOptions, FlowControl};
+    use object::{ObjectSymbol, SymbolKind};
+    let mut sorted: Vec<&UnwindRow> = rows.iter().collect();
+    sorted.sort_by_key(|r| r.pc);
+    let covered = |pc: u64| {
+        let i = sorted.partition_point(|r| r.pc <= pc);
+        i > 0 && sorted[i - 1].cfa != unwind_cfa::NONE
+    };
+    let mut starts: Vec<u64> = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        // Sizeless ones too: hand-written assembly (musl's memcpy) has no size.
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+        .map(|s| s.address())
+        .filter(|&a| !covered(a))
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let mut out = Vec::new();
+    for start in starts {
+        let Some(&(off, size, vaddr)) = segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= start && start < vaddr + size)
+        else {
+            continue;
+        };
+        let from = (off + (start - vaddr)) as usize;
+        let to = (off + size).min(data.len() as u64) as usize;
+        let Some(code) = data.get(from..to.min(from + 64)) else {
+            continue;
+        };
+        let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+        let mut end = start;
+        while decoder.can_decode() {
+            let ins = decoder.decode();
+            if ins.is_invalid() {
+                break;
+            }
+            // Up to and including the start of this instruction.
+            end = ins.ip() + 1;
+            if ins.stack_pointer_increment() != 0
+                || ins.flow_control() != FlowControl::Next
+                || ins.op0_register() == iced_x86::Register::RSP
+            {
+                break;
+            }
+            end = ins.next_ip();
+        }
+        out.push(UnwindRow {
+            pc: start,
+            cfa: unwind_cfa::RSP,
+            cfa_off: 8,
+            ..Default::default()
+        });
+        out.push(UnwindRow {
+            pc: end,
+            cfa: unwind_cfa::NONE,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// Where a Go prologue has saved the caller's rbp: the offset just past
+/// `mov %rbp, d(%rsp)` (Go 1.17 to 1.20) or `push %rbp; mov %rsp, %rbp`
+/// (Go 1.21 on) within the function's first 64 bytes.
+fn bp_saved_at(code: &[u8]) -> Option<usize> {
+    let head = &code[..code.len().min(64)];
+    (0..head.len()).find_map(|i| match &head[i..] {
+        [0x48, 0x89, 0x6c, 0x24, _, ..] => Some(i + 5),
+        [0x48, 0x89, 0xac, 0x24, _, _, _, _, ..] => Some(i + 8),
+        [0x55, 0x48, 0x89, 0xe5, ..] => Some(i + 1),
+        _ => None,
+    })
 }
 
 /// The most code addresses one module's rows may span: far beyond any real
@@ -303,7 +522,7 @@ fn rows_of(
     section: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
     bases: &BaseAddresses,
     code: &[(u64, u64)],
-) -> Result<ModuleTable> {
+) -> Result<(Vec<UnwindRow>, usize)> {
     let mut ctx = Box::new(UnwindContext::new());
     let mut raw: Vec<UnwindRow> = Vec::new();
     let mut unsupported = 0;
@@ -354,6 +573,11 @@ fn rows_of(
         });
         unsupported += bad as usize;
     }
+    Ok((raw, unsupported))
+}
+
+/// A module's table of raw rows (from any source, in any order).
+fn table_of(raw: Vec<UnwindRow>) -> Result<ModuleTable> {
     let rows = compact(raw);
     if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
         // The bucket index has an entry per 256 bytes of the rows' span.
@@ -372,7 +596,7 @@ fn rows_of(
         rows,
         pc_base,
         index,
-        unsupported,
+        unsupported: 0,
         exec_segments: Vec::new(),
     })
 }

@@ -252,6 +252,21 @@ impl ProcMaps {
         Path::new(&format!("/proc/{}/root", self.pid)).exists()
     }
 
+    /// The file `m` maps, as mapped: `/proc/<pid>/map_files/<range>` while
+    /// the process lives (the mapped object itself, also when the file was
+    /// deleted or replaced on disk since, and across mount namespaces),
+    /// [`ProcMaps::readable_path`] otherwise.
+    pub fn mapped_file(&self, m: &Mapping) -> PathBuf {
+        let mf = PathBuf::from(format!(
+            "/proc/{}/map_files/{:x}-{:x}",
+            self.pid, m.start, m.end
+        ));
+        if m.is_file_backed() && std::fs::metadata(&mf).is_ok() {
+            return mf;
+        }
+        self.readable_path(m.path.as_deref().unwrap_or(""))
+    }
+
     /// Best path to open the file mapped as `path` right now: through
     /// `/proc/<pid>/root` while the process lives, the plain path otherwise;
     /// for ` (deleted)` files, `/proc/<pid>/map_files/<range>` while alive.

@@ -91,7 +91,9 @@ impl<'a> Builder<'a> {
                 sums.push(&mut p.alloc);
             }
             for t in sums {
-                if k.size_class == ALLOC_CLASS_NULL_FREE {
+                if kind == alloc_kind::GO_GC {
+                    t.gc_cycles += v.calls;
+                } else if k.size_class == ALLOC_CLASS_NULL_FREE {
                     t.null_frees += v.calls;
                 } else if is_free(kind) {
                     t.frees += v.calls;

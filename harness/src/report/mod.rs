@@ -155,6 +155,14 @@ pub struct AllocTotals {
     pub bytes: u64,
     pub frees: u64,
     pub null_frees: u64,
+    /// Completed garbage collections (Go: a garbage-collected heap has no
+    /// frees; its cycles sit beside its allocations).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gc_cycles: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -327,6 +335,8 @@ pub fn alloc_kind_name(kind: u32) -> &'static str {
         alloc_kind::RUST_ALLOC_ZEROED => "__rust_alloc_zeroed",
         alloc_kind::RUST_REALLOC => "__rust_realloc",
         alloc_kind::RUST_DEALLOC => "__rust_dealloc",
+        alloc_kind::GO_MALLOCGC => "runtime.mallocgc",
+        alloc_kind::GO_GC => "GC cycle",
         _ => "?",
     }
 }

@@ -31,6 +31,13 @@ pub const DEFAULT_WRAPPERS: &[&str] = &[
     "core::",
     "std::",
     "hashbrown::",
+    // Go's runtime and the standard library's system-call wrappers
+    // (`runtime.mallocgc`, `runtime.makeslice`, `internal/poll.(*FD).Read`,
+    // `syscall.read`): the first frame past them is the code that asked.
+    "runtime.",
+    "runtime/internal/",
+    "internal/",
+    "syscall.",
     // C++ runtime and library internals.
     "operator new",
     "operator delete",

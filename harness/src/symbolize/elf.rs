@@ -218,16 +218,20 @@ impl ElfFacts {
                 continue;
             }
             let link = sh.sh_link(e) as usize;
-            if link != 0 && link != dynsym_index.0 {
+            let allocated = sh.sh_flags(e) & u64::from(elf::SHF_ALLOC) != 0;
+            if link != 0 && link != dynsym_index.0 && !allocated {
                 continue; // static relocations of an object file
             }
+            // A static executable's IRELATIVE table (.rela.plt, applied by
+            // its own start code) links to .symtab: its entries name no symbol.
+            let named = link == 0 || link == dynsym_index.0;
             let sname = String::from_utf8_lossy(st.section_name(e, sh).unwrap_or(b"")).into_owned();
             let Ok(relas) = sh.data_as_array::<elf::Rela64<Endianness>, _>(e, data) else {
                 continue;
             };
             for r in relas {
                 let sym_idx = r.r_sym(e, false);
-                let sym = if sym_idx == 0 {
+                let sym = if sym_idx == 0 || !named {
                     None
                 } else {
                     dynsym
@@ -450,6 +454,11 @@ impl ElfFacts {
             }
         }
         v
+    }
+
+    /// Whether this file has a section of that name.
+    pub fn has_section(&self, name: &str) -> bool {
+        self.sections.iter().any(|s| s.name == name)
     }
 
     /// Whether this file has a `.symtab`.

@@ -8,6 +8,8 @@
 //!   file:line and Rust/C++ demangling come from blazesym.
 
 pub mod elf;
+pub mod gopclntab;
+pub mod runtime;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -406,6 +408,22 @@ impl Symbolizer {
         if todo.is_empty() {
             return;
         }
+        // Go code is named from its own table, stripped or not: the names
+        // and lines Go's tracebacks print (runtime::ModuleKind::Go).
+        if let Some(f) = &facts {
+            if runtime::ModuleKind::of(display, f).is_go() {
+                if let Ok(go) = runtime::go_table(open) {
+                    for off in todo {
+                        let r = f
+                            .file_offset_to_vaddr(off)
+                            .and_then(|v| go_resolved(&go, v))
+                            .unwrap_or_else(Resolved::unnamed);
+                        self.cache.insert((key.clone(), off), r);
+                    }
+                    return;
+                }
+            }
+        }
         let results = self
             .blazesym(&self.inner, open, &todo, self.debug_syms)
             .or_else(|e| {
@@ -479,6 +497,24 @@ fn own_dwarf(open: &Path, offs: &[u64]) -> Result<Vec<Resolved>, blazesym::Error
     let src = Source::Elf(BzElf::new(&by_fd));
     let syms = symbolizer.symbolize(&src, Input::FileOffset(offs))?;
     Ok(syms.into_iter().map(convert).collect())
+}
+
+/// The Go function holding link-time address `v`, with its file and line.
+fn go_resolved(go: &gopclntab::GoTable, v: u64) -> Option<Resolved> {
+    let f = go.func_at(v)?;
+    let (file, line) = match go.line_at(f, v) {
+        Some((file, line)) => (Some(file), Some(line)),
+        None => (None, None),
+    };
+    Some(Resolved {
+        naming: Naming::Symbol,
+        function: Some(f.name.clone()),
+        function_offset: v - f.entry,
+        sym_vaddr: f.entry,
+        file,
+        line,
+        inlined: vec![],
+    })
 }
 
 fn convert(s: Symbolized<'_>) -> Resolved {

@@ -128,6 +128,7 @@ fn attribution() -> Attribution {
             bytes: 72_000,
             frees: 3000,
             null_frees: 0,
+            gc_cycles: 0,
         },
         alloc_layers: Vec::new(),
         alloc_unprobed: Vec::new(),

@@ -159,7 +159,7 @@ fn render(s: &StackFrames) -> String {
 }
 
 /// Whether `s` is exactly `chain`'s stack; if not, why.
-fn check_stack(lang: Lang, chain: &Chain, s: &StackFrames) -> Result<(), String> {
+fn check_stack(lang: Lang, chain: &Chain, s: &StackFrames, binary: &str) -> Result<(), String> {
     if !s.incomplete.is_empty() {
         return Err(format!("incomplete: {:?}", s.incomplete));
     }
@@ -189,13 +189,12 @@ fn check_stack(lang: Lang, chain: &Chain, s: &StackFrames) -> Result<(), String>
     if s.user_site != i {
         return Err(format!("user site is frame {}, not {i}", s.user_site));
     }
-    let binary = lang.binary().display().to_string();
     for (function, marker) in chain.frames {
         let fr = f.get(i).ok_or(format!("frame {i} missing"))?;
         let want_at = lang.at(marker);
         if base_name(name(fr)) != *function
             || fr.file_line().as_deref() != Some(want_at.as_str())
-            || fr.module.as_deref() != Some(binary.as_str())
+            || fr.module.as_deref() != Some(binary)
         {
             return Err(format!(
                 "frame {i}: {} is not {function} ({want_at}) in the fixture",
@@ -216,6 +215,20 @@ fn check_stack(lang: Lang, chain: &Chain, s: &StackFrames) -> Result<(), String>
 /// chains, and every chain of those families must have exactly one row,
 /// with exactly `n` × its per-request count and bytes.
 fn assert_truth(a: &Attribution, lang: Lang, pid: u32, families: &[Family], n: u64) {
+    let binary = lang.binary().display().to_string();
+    assert_truth_in(a, lang, pid, families, n, &binary);
+}
+
+/// [`assert_truth`] for the fixture's code mapped from `binary` (its path
+/// as in the process's maps).
+pub(super) fn assert_truth_in(
+    a: &Attribution,
+    lang: Lang,
+    pid: u32,
+    families: &[Family],
+    n: u64,
+    binary: &str,
+) {
     let rows: Vec<&StackRow> = a
         .stacks
         .rows
@@ -240,7 +253,7 @@ fn assert_truth(a: &Attribution, lang: Lang, pid: u32, families: &[Family], n: u
             if !event_matches(c, r) {
                 continue;
             }
-            match check_stack(lang, c, s) {
+            match check_stack(lang, c, s, binary) {
                 Ok(()) => hits.push(ci),
                 Err(e) => why.push(format!("  vs {} at {}: {e}", c.event, c.frames[0].0)),
             }
@@ -274,7 +287,7 @@ fn assert_truth(a: &Attribution, lang: Lang, pid: u32, families: &[Family], n: u
     }
 }
 
-fn print_one_stack_per_event(a: &Attribution, pid: u32) {
+pub(super) fn print_one_stack_per_event(a: &Attribution, pid: u32) {
     for r in a.stacks.rows.iter().filter(|r| r.pid == pid) {
         if let Some(s) = r.stack.as_ref().and_then(|id| a.stacks.stacks.get(id)) {
             println!(

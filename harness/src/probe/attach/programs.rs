@@ -224,7 +224,7 @@ pub(super) fn uprobe_placed(
 pub(super) fn args_read(program: &str) -> usize {
     match program {
         // A forwarder's entry and a lock call's return read no argument.
-        "rig_alloc_fwd" | "rig_mutex_lock_ret" | "rig_alloc_ret" => 0,
+        "rig_alloc_fwd" | "rig_mutex_lock_ret" | "rig_alloc_ret" | "rig_alloc_go_gc" => 0,
         "rig_alloc_arg1" | "rig_alloc_free" => 1,
         "rig_mutex_lock" | "rig_mutex_trylock" | "rig_mutex_unlock" => 1,
         "rig_alloc_calloc" | "rig_alloc_arg2" => 2,
@@ -316,9 +316,11 @@ pub(super) fn attach_cpu(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
     )
 }
 
+/// The file of the process's C library: its libc.so, or the executable
+/// that carries it linked in (`allocators::c_library`).
 pub(super) fn libc_path(maps: &ProcMaps, pid: u32, family: Family) -> Result<PathBuf, ProbeError> {
-    maps.find_object(|p| basename(p).starts_with("libc.so"))
-        .map(|p| maps.open_path(&p))
+    crate::probe::allocators::c_library(pid, maps)
+        .map(|(p, _)| maps.readable_path(&p))
         .ok_or(ProbeError::NoLibc { pid, family })
 }
 

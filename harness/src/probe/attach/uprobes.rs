@@ -55,12 +55,7 @@ impl Attacher<'_> {
     ) -> Result<(), ProbeError> {
         let family = Family::Alloc;
         let found = crate::probe::allocators::discover(self.pid, maps);
-        if !found
-            .layers
-            .iter()
-            .any(|l| l.family == AllocFamily::Glibc || l.entries.iter().any(|e| e.0 == "malloc"))
-            && found.unprobed.is_empty()
-        {
+        if found.layers.is_empty() && found.unprobed.is_empty() {
             // No C allocator found at all (as before discovery: libc is required).
             libc_path(maps, self.pid, family)?;
         }
@@ -71,7 +66,7 @@ impl Attacher<'_> {
         }
         let mut done: Vec<(PathBuf, u64, String)> = Vec::new();
         for layer in &found.layers {
-            let lib = maps.open_path(&layer.module);
+            let lib = maps.readable_path(&layer.module);
             self.note(
                 family,
                 format!("{} allocator", layer.family),
@@ -80,7 +75,9 @@ impl Attacher<'_> {
             let r = self.attach_table(ebpf, layer, &lib, &mut done);
             match r {
                 Ok(()) => {}
-                Err(e) if layer.family == AllocFamily::Glibc => return Err(e),
+                Err(e) if matches!(layer.family, AllocFamily::Glibc | AllocFamily::Musl) => {
+                    return Err(e)
+                }
                 Err(e) => self.unprobed(layer, e.to_string()),
             }
         }
@@ -117,13 +114,25 @@ impl Attacher<'_> {
         let mut found = 0;
         for entry in &layer.entries {
             let (symbol, required) = (entry.0.as_str(), entry.3);
-            let info = elf::lookup_symbol(lib, symbol).map_err(|source| ProbeError::Resolve {
-                pid: self.pid,
-                lib: lib_name.clone(),
-                api: symbol.to_string(),
-                source,
-            })?;
+            let info = crate::probe::allocators::find_entry(lib, layer.family, symbol).map_err(
+                |source| ProbeError::Resolve {
+                    pid: self.pid,
+                    lib: lib_name.clone(),
+                    api: symbol.to_string(),
+                    source,
+                },
+            )?;
             let Some(info) = info else {
+                if !required && layer.how.contains("linked into") {
+                    self.note(
+                        family,
+                        symbol,
+                        format!(
+                            "absent: not linked into {}, not probed",
+                            basename(&lib_name)
+                        ),
+                    );
+                }
                 if required {
                     let e = ProbeError::MissingSymbol {
                         lib: lib_name.clone(),
@@ -234,6 +243,11 @@ impl Attacher<'_> {
             Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
             None => String::new(),
         };
+        let how = if layer.family.takes_uretprobes() {
+            how
+        } else {
+            format!("{how}; no uretprobe (Go moves goroutine stacks): the live heap is not available for Go")
+        };
         self.note(
             family,
             symbol,
@@ -281,13 +295,12 @@ impl Attacher<'_> {
         maps: &ProcMaps,
     ) -> Result<(), ProbeError> {
         let family = Family::Copy;
-        let libc_maps_path = maps
-            .find_object(|p| basename(p).starts_with("libc.so"))
-            .ok_or(ProbeError::NoLibc {
+        let (libc_maps_path, _) =
+            crate::probe::allocators::c_library(self.pid, maps).ok_or(ProbeError::NoLibc {
                 pid: self.pid,
                 family,
             })?;
-        let libc = maps.open_path(&libc_maps_path);
+        let libc = maps.readable_path(&libc_maps_path);
         // The implementations of this process; one CopyImpl per distinct
         // (library, offset) across the tree, whose index is the cookie.
         let mut resolved = Vec::new();

@@ -269,12 +269,23 @@ fn allocations(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
             per(r.bytes, n),
         ]);
     }
+    // A garbage-collected heap (Go) frees nothing by call: its collections
+    // sit beside its allocations instead.
+    let gc = a.alloc_layers.iter().any(|l| l.allocator == "go");
+    let frees = if gc {
+        format!(
+            "{} frees{unit} (garbage-collected heap: no frees; {} GC cycles{unit})",
+            per(t_.frees, n),
+            per(t_.gc_cycles, n)
+        )
+    } else {
+        format!("{} frees{unit}", per(t_.frees, n))
+    };
     let _ = writeln!(
         out,
-        "\nallocations: {} allocs{unit}, {} bytes{unit}, {} frees{unit}\n{t}",
+        "\nallocations: {} allocs{unit}, {} bytes{unit}, {frees}\n{t}",
         per(t_.allocations, n),
         per(t_.bytes, n),
-        per(t_.frees, n)
     );
     alloc_layers(out, a, n, unit);
 }

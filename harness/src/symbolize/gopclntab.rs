@@ -1,0 +1,356 @@
+//! Go's own tables: the version in `.go.buildinfo` and the function table
+//! in `.gopclntab`, which every Go binary keeps, stripped or not
+//! (`-ldflags=-s -w` removes `.symtab` and DWARF, never these: the runtime
+//! needs them for its own tracebacks and garbage collector).
+//!
+//! In: a module's bytes. Out: a [`GoTable`]: every function's name, entry
+//! and end, and its pc-value tables: file and line per pc (`pcfile`,
+//! `pcln`) and the stack pointer's distance from the function's entry per
+//! pc (`pcsp`), which is what unwinding a Go frame needs: Go code has no
+//! `.eh_frame`, and its pcsp is exact at every instruction.
+//!
+//! Layout (Go 1.18 and later; `src/runtime/symtab.go`, `runtime2.go`
+//! `_func`): a header (`pcHeader`), then, at offsets the header gives, the
+//! function names, the compilation-unit file indices, the file names, the
+//! pc-value tables and the function table (`{entryoff, funcoff}` pairs of
+//! u32, `entryoff` from the header's `textStart`). Older layouts (Go 1.2 to
+//! 1.17) are refused with the version, never guessed.
+
+use anyhow::{anyhow, bail, Context, Result};
+use object::{Object, ObjectSection};
+
+/// `pcHeader.magic` of the layouts read here.
+const MAGIC_118: u32 = 0xffff_fff0;
+const MAGIC_120: u32 = 0xffff_fff1;
+
+/// The Go version a binary was built with (`go1.19.8` is 1.19).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct GoVersion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl std::fmt::Display for GoVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "go{}.{}", self.major, self.minor)
+    }
+}
+
+impl GoVersion {
+    /// `go1.19.8`, `go1.21rc2`, `devel go1.22-abc...`: the major and minor
+    /// numbers.
+    pub fn parse(s: &str) -> Option<GoVersion> {
+        let at = s.find("go1.")?;
+        let rest = &s[at + 2..];
+        let mut parts = rest.splitn(2, '.');
+        let major = parts.next()?.parse().ok()?;
+        let minor: String = parts
+            .next()?
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        Some(GoVersion {
+            major,
+            minor: minor.parse().ok()?,
+        })
+    }
+
+    /// Whether amd64 Go code of this version passes arguments in registers
+    /// (the register ABI, Go 1.17 on: the first integer argument in RAX).
+    pub fn register_abi(self) -> bool {
+        (self.major, self.minor) >= (1, 17)
+    }
+}
+
+/// The version string of a Go binary's `.go.buildinfo` (Go 1.18 and later
+/// write it inline: 16 bytes of header, flags bit 1, then varint-prefixed
+/// strings; older ones hold pointers, which are read through the segment
+/// they point into).
+pub fn build_version(data: &[u8]) -> Option<String> {
+    let obj = object::File::parse(data).ok()?;
+    let sec = obj.section_by_name(".go.buildinfo")?;
+    let d = sec.data().ok()?;
+    if d.len() < 32 || &d[..14] != b"\xff Go buildinf:" {
+        return None;
+    }
+    let ptr_size = d[14] as usize;
+    let flags = d[15];
+    if flags & 2 != 0 {
+        let (len, n) = uvarint(&d[32..])?;
+        let s = d.get(32 + n..32 + n + len as usize)?;
+        return Some(String::from_utf8_lossy(s).into_owned());
+    }
+    // Pointer format: a pointer to a Go string header {ptr, len}.
+    if ptr_size != 8 {
+        return None;
+    }
+    let read = |vaddr: u64, n: usize| -> Option<&[u8]> {
+        obj.sections().find_map(|s| {
+            let (a, sz) = (s.address(), s.size());
+            (a <= vaddr && vaddr + n as u64 <= a + sz)
+                .then(|| s.data().ok())
+                .flatten()
+                .and_then(|b| b.get((vaddr - a) as usize..(vaddr - a) as usize + n))
+        })
+    };
+    let hdr = u64::from_le_bytes(d[16..24].try_into().ok()?);
+    let sh = read(hdr, 16)?;
+    let p = u64::from_le_bytes(sh[..8].try_into().ok()?);
+    let len = u64::from_le_bytes(sh[8..16].try_into().ok()?);
+    let s = read(p, usize::try_from(len).ok().filter(|&l| l < 256)?)?;
+    Some(String::from_utf8_lossy(s).into_owned())
+}
+
+/// One Go function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GoFunc {
+    pub name: String,
+    /// Link-time address of its first instruction.
+    pub entry: u64,
+    /// The next function's entry (the end of this one's code).
+    pub end: u64,
+    /// Offsets in the pc-value area of its tables (0: none).
+    pcsp: u32,
+    pcfile: u32,
+    pcln: u32,
+    cu_offset: u32,
+    /// The runtime's `funcID` (0 for ordinary functions).
+    pub func_id: u8,
+}
+
+/// A Go binary's function table.
+#[derive(Clone, Debug)]
+pub struct GoTable {
+    pub version: Option<GoVersion>,
+    /// Sorted by entry.
+    pub funcs: Vec<GoFunc>,
+    /// The pc-value tables (`pctab`), the file names (`filetab`) and the
+    /// compilation units' file indices (`cutab`), copied out of the file.
+    pctab: Vec<u8>,
+    filetab: Vec<u8>,
+    cutab: Vec<u8>,
+    /// Instruction size quantum (1 on x86).
+    quantum: u64,
+}
+
+fn u32_at(d: &[u8], off: usize) -> Result<u32> {
+    d.get(off..off + 4)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        .ok_or_else(|| anyhow!("offset {off:#x} past the end of .gopclntab"))
+}
+
+fn u64_at(d: &[u8], off: usize) -> Result<u64> {
+    d.get(off..off + 8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        .ok_or_else(|| anyhow!("offset {off:#x} past the end of .gopclntab"))
+}
+
+fn cstr(d: &[u8], off: usize) -> Option<&str> {
+    let s = d.get(off..)?;
+    let end = s.iter().position(|&b| b == 0)?;
+    std::str::from_utf8(&s[..end]).ok()
+}
+
+fn uvarint(d: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &b) in d.iter().enumerate().take(10) {
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+impl GoTable {
+    /// The table of a module's bytes: `Ok(None)` for a module that is no Go
+    /// binary (no `.gopclntab`), an error for one whose table rig cannot
+    /// read (its layout is older than Go 1.18, or it is corrupt).
+    pub fn parse(data: &[u8]) -> Result<Option<GoTable>> {
+        let obj = object::File::parse(data)?;
+        let Some(sec) = obj.section_by_name(".gopclntab") else {
+            return Ok(None);
+        };
+        let d = sec.data().map_err(|e| anyhow!("{e}"))?;
+        let version = build_version(data).as_deref().and_then(GoVersion::parse);
+        let magic = u32_at(d, 0)?;
+        if magic != MAGIC_118 && magic != MAGIC_120 {
+            bail!(
+                "its .gopclntab has magic {magic:#x}, a layout older than Go 1.18 ({}): \
+                 rig reads Go 1.18 and later",
+                version.map_or("version unknown".to_string(), |v| v.to_string())
+            );
+        }
+        let quantum = u64::from(*d.get(6).context("short .gopclntab header")?);
+        if d.get(7) != Some(&8) {
+            bail!("a .gopclntab for pointers of other than 8 bytes");
+        }
+        let word = |i: usize| u64_at(d, 8 + 8 * i);
+        let nfunc = word(0)? as usize;
+        let text_start = word(2)?;
+        let (funcname, cu, filetab, pctab, pcln) = (
+            word(3)? as usize,
+            word(4)? as usize,
+            word(5)? as usize,
+            word(6)? as usize,
+            word(7)? as usize,
+        );
+        let section = |from: usize, to: usize| -> Result<Vec<u8>> {
+            d.get(from..to.max(from))
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| anyhow!(".gopclntab offsets {from:#x}..{to:#x} out of bounds"))
+        };
+        let ordered = [funcname, cu, filetab, pctab, pcln];
+        if ordered.windows(2).any(|w| w[0] > w[1]) || pcln > d.len() {
+            bail!(".gopclntab header offsets out of order");
+        }
+        let functab = d
+            .get(pcln..)
+            .ok_or_else(|| anyhow!("functab out of bounds"))?;
+        if nfunc > functab.len() / 8 {
+            bail!(".gopclntab claims {nfunc} functions, more than it holds");
+        }
+        let mut funcs = Vec::with_capacity(nfunc);
+        for i in 0..nfunc {
+            let entry_off = u32_at(functab, 8 * i)?;
+            let func_off = u32_at(functab, 8 * i + 4)? as usize;
+            let next_entry = u32_at(functab, 8 * i + 8)?;
+            // _func: entryOff u32, nameOff i32, args i32, deferreturn u32,
+            // pcsp u32, pcfile u32, pcln u32, npcdata u32, cuOffset u32,
+            // [startLine i32: Go 1.20 on], funcID u8, flag u8, _ u8,
+            // nfuncdata u8.
+            let f = func_off;
+            let name_off = u32_at(functab, f + 4)? as usize;
+            let id_at = if magic == MAGIC_120 { f + 40 } else { f + 36 };
+            let name = cstr(d, funcname + name_off)
+                .ok_or_else(|| anyhow!("function {i}'s name out of bounds"))?
+                .to_string();
+            funcs.push(GoFunc {
+                name,
+                entry: text_start + u64::from(entry_off),
+                end: text_start + u64::from(next_entry),
+                pcsp: u32_at(functab, f + 16)?,
+                pcfile: u32_at(functab, f + 20)?,
+                pcln: u32_at(functab, f + 24)?,
+                cu_offset: u32_at(functab, f + 32)?,
+                func_id: *functab.get(id_at).context("_func out of bounds")?,
+            });
+        }
+        funcs.sort_by_key(|f| f.entry);
+        Ok(Some(GoTable {
+            version,
+            funcs,
+            pctab: section(pctab, pcln)?,
+            filetab: section(filetab, pctab)?,
+            cutab: section(cu, filetab)?,
+            quantum: quantum.max(1),
+        }))
+    }
+
+    /// The function whose code holds link-time address `vaddr`.
+    pub fn func_at(&self, vaddr: u64) -> Option<&GoFunc> {
+        let i = self.funcs.partition_point(|f| f.entry <= vaddr);
+        let f = self.funcs.get(i.checked_sub(1)?)?;
+        (vaddr < f.end).then_some(f)
+    }
+
+    /// The function named `name`.
+    pub fn find(&self, name: &str) -> Option<&GoFunc> {
+        self.funcs.iter().find(|f| f.name == name)
+    }
+
+    /// The (pc, value) steps of one pc-value table: each value holds from
+    /// its pc up to the next step's pc; the last step ends at `f.end`.
+    fn steps(&self, f: &GoFunc, table: u32) -> Vec<(u64, i64)> {
+        let mut out = Vec::new();
+        if table == 0 {
+            return out;
+        }
+        let mut p = match self.pctab.get(table as usize..) {
+            Some(p) => p,
+            None => return out,
+        };
+        let (mut pc, mut val) = (f.entry, -1i64);
+        let mut first = true;
+        while !p.is_empty() && pc < f.end {
+            let Some((uv, n)) = uvarint(p) else { break };
+            if uv == 0 && !first {
+                break;
+            }
+            first = false;
+            p = &p[n..];
+            // zig-zag: 0, -1, 1, -2, ...
+            val += ((uv >> 1) as i64) ^ -((uv & 1) as i64);
+            let Some((dpc, n)) = uvarint(p) else { break };
+            p = &p[n..];
+            out.push((pc, val));
+            pc = pc.saturating_add(dpc * self.quantum);
+        }
+        out
+    }
+
+    fn value_at(&self, f: &GoFunc, table: u32, vaddr: u64) -> Option<i64> {
+        self.steps(f, table)
+            .into_iter()
+            .take_while(|(pc, _)| *pc <= vaddr)
+            .last()
+            .map(|(_, v)| v)
+    }
+
+    /// Source file and line of the instruction at `vaddr` in `f`.
+    pub fn line_at(&self, f: &GoFunc, vaddr: u64) -> Option<(String, u32)> {
+        let line = self.value_at(f, f.pcln, vaddr)?;
+        let file = self.value_at(f, f.pcfile, vaddr)?;
+        let idx = usize::try_from(i64::from(f.cu_offset) + file).ok()?;
+        let file_off = u32_at(&self.cutab, 4 * idx).ok()?;
+        let name = cstr(&self.filetab, file_off as usize)?;
+        Some((name.to_string(), u32::try_from(line).ok()?))
+    }
+
+    /// How far the stack pointer is below its value at `f`'s entry, per pc:
+    /// (pc, bytes) steps, as [`GoTable::steps`].
+    pub fn sp_deltas(&self, f: &GoFunc) -> Vec<(u64, i64)> {
+        self.steps(f, f.pcsp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_read_as_the_go_tool_writes_them() {
+        let v = GoVersion::parse("go1.19.8").unwrap();
+        assert_eq!((v.major, v.minor), (1, 19));
+        assert!(v.register_abi());
+        assert_eq!(GoVersion::parse("go1.21rc2").unwrap().minor, 21);
+        assert_eq!(GoVersion::parse("devel go1.22-1234abcd").unwrap().minor, 22);
+        assert!(!GoVersion::parse("go1.16.15").unwrap().register_abi());
+        assert_eq!(GoVersion::parse("gcc"), None);
+    }
+
+    #[test]
+    fn pc_value_tables_decode_zigzag_deltas() {
+        // value +0x20 (uv 0x40) for 4 pcs, then -0x20 (uv 0x3f) for 1, end.
+        let t = GoTable {
+            version: None,
+            funcs: Vec::new(),
+            pctab: vec![0, 0x42, 4, 0x3f, 1, 0],
+            filetab: Vec::new(),
+            cutab: Vec::new(),
+            quantum: 1,
+        };
+        let f = GoFunc {
+            name: "f".into(),
+            entry: 0x1000,
+            end: 0x1005,
+            pcsp: 1,
+            pcfile: 0,
+            pcln: 0,
+            cu_offset: 0,
+            func_id: 0,
+        };
+        // -1 + 0x21 = 0x20 at 0x1000..0x1004, then 0x20 - 0x20 = 0.
+        assert_eq!(t.sp_deltas(&f), vec![(0x1000, 0x20), (0x1004, 0)]);
+    }
+}

@@ -1,0 +1,197 @@
+//! What kind of code a mapped module holds, decided once per module: the
+//! one seam where runtimes differ.
+//!
+//! In: a mapping of a process (its path as in maps, the file as mapped).
+//! Out: a [`ModuleKind`], which the three consumers read and nothing else
+//! re-derives:
+//!
+//! | kind | entry points (`probe::allocators`, `probe::attach`) | unwinding (`probe::unwind`) | naming (`symbolize`) |
+//! |---|---|---|---|
+//! | `CLibrary` (glibc's or musl's libc.so) | malloc & co, memcpy/memmove/memset, pthread mutexes, in the library | `.eh_frame` | `.symtab`, DWARF, debuglink, `.gnu_debugdata` |
+//! | `StaticC` (an executable with its C library linked in) | the same names, in the executable | `.eh_frame` | as above |
+//! | `Go` | `runtime.mallocgc` (size in RAX, the register ABI), GC cycles; never a return probe | rows from `.gopclntab`'s pcsp tables | `.gopclntab` (stripped or not) |
+//! | `Native` (any other ELF code) | by the allocator's own names (jemalloc, Rust shims...) | `.eh_frame` | `.symtab`, DWARF, debuglink, `.gnu_debugdata` |
+//! | `Jit` (anonymous executable memory) | none | none: a stack reaching it ends, marked `JIT code` | `/tmp/perf-PID.map` |
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::elf::ElfFacts;
+use super::gopclntab::{GoTable, GoVersion};
+use crate::process::maps::{basename, Mapping};
+
+/// Which C library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Libc {
+    Glibc,
+    Musl,
+}
+
+impl std::fmt::Display for Libc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Libc::Glibc => "glibc",
+            Libc::Musl => "musl",
+        })
+    }
+}
+
+/// The kind of code one mapped module holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ModuleKind {
+    /// The C library as a shared object.
+    CLibrary { libc: Libc },
+    /// An executable that carries its own C library (linked statically).
+    StaticC { libc: Libc },
+    /// Go code (an executable, or a c-shared library), with the version
+    /// its build info names (`None`: none recorded).
+    Go { version: Option<GoVersion> },
+    /// Other native code (C, C++, Rust over a dynamic C library).
+    Native,
+    /// Anonymous executable memory: code a JIT compiler wrote.
+    Jit,
+}
+
+impl ModuleKind {
+    /// The kind of a module from its ELF facts and path as in maps.
+    pub fn of(path: &str, facts: &ElfFacts) -> ModuleKind {
+        if facts.has_section(".gopclntab") || facts.has_section(".go.buildinfo") {
+            return ModuleKind::Go { version: None };
+        }
+        let defines = |s: &str| facts.lookup_symbol(s).is_some();
+        // glibc's libc.so exports gnu_get_libc_version; a static glibc
+        // program links it only if called, but always its start code's
+        // __libc_setup_tls and _dl_aux_init.
+        let libc = if defines("gnu_get_libc_version")
+            || defines("__libc_setup_tls")
+            || defines("_dl_aux_init")
+        {
+            Some(Libc::Glibc)
+        } else if defines("__libc_start_main") && defines("malloc") {
+            // musl's libc.so is its dynamic linker too; a static musl
+            // program defines __libc_start_main and no glibc marker.
+            Some(Libc::Musl)
+        } else {
+            None
+        };
+        let b = basename(path);
+        let shared_libc =
+            b.starts_with("libc.so") || b.starts_with("libc.musl") || b.starts_with("ld-musl");
+        match libc {
+            Some(libc) if shared_libc => ModuleKind::CLibrary { libc },
+            Some(libc) if defines("malloc") && defines("__libc_start_main") => {
+                ModuleKind::StaticC { libc }
+            }
+            _ => ModuleKind::Native,
+        }
+    }
+
+    /// The kind of the module mapped as `path`, read from the file at
+    /// `open` (parsed once per file): a Go module with its version.
+    pub fn of_file(path: &str, open: &Path) -> Result<ModuleKind> {
+        let facts = ElfFacts::shared(open)?;
+        Ok(match ModuleKind::of(path, &facts) {
+            ModuleKind::Go { .. } => ModuleKind::Go {
+                version: go_version(open),
+            },
+            k => k,
+        })
+    }
+
+    /// The kind of one mapping (`open`: its file as mapped); `None` for
+    /// data and pseudo mappings (`[heap]`, `[vdso]`...) and unreadable files.
+    pub fn of_mapping(m: &Mapping, open: &Path) -> Option<ModuleKind> {
+        if m.is_exec() && m.path.is_none() {
+            return Some(ModuleKind::Jit);
+        }
+        let path = m.path.as_deref().filter(|_| m.is_file_backed())?;
+        ModuleKind::of_file(path, open).ok()
+    }
+
+    pub fn is_go(self) -> bool {
+        matches!(self, ModuleKind::Go { .. })
+    }
+}
+
+/// A Go module's function table, parsed once per file per rig process
+/// (keyed by the file's identity, as `ElfFacts::shared`).
+pub fn go_table(open: &Path) -> Result<Arc<GoTable>> {
+    type Key = (u64, u64, u64, i64, i64);
+    static CACHE: Mutex<Option<HashMap<Key, Arc<GoTable>>>> = Mutex::new(None);
+    let m = std::fs::metadata(open).with_context(|| format!("reading {}", open.display()))?;
+    let key = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+    if let Some(t) = CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .get(&key)
+    {
+        return Ok(t.clone());
+    }
+    let data = std::fs::read(open).with_context(|| format!("reading {}", open.display()))?;
+    let t = GoTable::parse(&data)
+        .with_context(|| format!("parsing .gopclntab of {}", open.display()))?
+        .with_context(|| format!("{} has no .gopclntab", open.display()))?;
+    let t = Arc::new(t);
+    CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(key, t.clone());
+    Ok(t)
+}
+
+/// The Go version of the module at `open` (from its build info).
+pub fn go_version(open: &Path) -> Option<GoVersion> {
+    go_table(open).ok()?.version
+}
+
+/// Go functions that start a stack, as Go's own tracebacks treat them
+/// (`runtime/traceback.go`, `topofstack`): a goroutine's first frame
+/// (`goexit`), a thread's (`mstart`, `rt0_go`), and the switches to the
+/// thread's system stack (`mcall`, `systemstack`, `morestack`,
+/// `asmcgocall`), beyond which the frames are on another stack; and a
+/// signal's handler entry and return trampoline (`sigtramp`, `sigreturn`),
+/// beyond which lies the kernel's signal frame, whose interrupted frames
+/// rig does not read.
+pub const GO_STACK_TOPS: &[&str] = &[
+    "runtime.goexit",
+    "runtime.mstart",
+    "runtime.rt0_go",
+    "runtime.mcall",
+    "runtime.systemstack",
+    "runtime.morestack",
+    "runtime.asmcgocall",
+    "runtime.sigtramp",
+    "runtime.cgoSigtramp",
+    "runtime.sigreturn",
+    "runtime.sigreturn__sigaction",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_c_library_and_a_plain_program_are_told_apart() {
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let facts = ElfFacts::load(Path::new(libc)).unwrap();
+        assert_eq!(
+            ModuleKind::of(libc, &facts),
+            ModuleKind::CLibrary { libc: Libc::Glibc }
+        );
+        let exe = std::env::current_exe().unwrap();
+        let facts = ElfFacts::load(&exe).unwrap();
+        assert_eq!(
+            ModuleKind::of(&exe.display().to_string(), &facts),
+            ModuleKind::Native
+        );
+    }
+}
