@@ -21,6 +21,7 @@ use crate::process::ProcessId;
 use crate::report::Attribution;
 use crate::symbolize::Symbolizer;
 use crate::window::ebpf::{ProbeWindow, SettleEnd};
+use crate::window::peers::Watched;
 use crate::window::{drive, Phase, WarmUp};
 
 /// Load rig drives itself for a fixed-count window.
@@ -160,6 +161,28 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         }
         attribution.complete = false;
     }
+    if let Some((peers, rig_tcp)) = &w.peers {
+        let accepts: u64 = attribution
+            .syscalls
+            .iter()
+            .filter(|r| r.name == "accept" || r.name == "accept4")
+            .map(|r| r.count)
+            .sum();
+        let accepts = crate::window::peers::foreign_accepts(accepts, *rig_tcp);
+        let requests = requests.unwrap_or(0);
+        if let Some(why) = crate::window::peers::warning(peers, accepts, requests) {
+            eprintln!("rig: {why}");
+            attribution.window.warnings.push(why);
+            attribution.window.other_traffic = Some(crate::report::OtherTraffic {
+                client_ports: peers.connections.iter().copied().collect(),
+                accepts,
+            });
+            attribution.complete = false;
+        }
+    }
+    if attribution.scope == Scope::Tree {
+        attribution.window.rig_excluded = crate::process::rig_within(s.pid);
+    }
     Ok(attribution)
 }
 
@@ -171,6 +194,9 @@ struct Measured {
     drive: Option<String>,
     command: Option<crate::load::tools::CommandRun>,
     warnings: Vec<String>,
+    /// `--drive`: other clients seen on the port, and the TCP handshakes
+    /// rig itself made inside the window.
+    peers: Option<(crate::window::peers::Peers, u64)>,
 }
 
 /// A fixed-count window of load rig drives (`--drive`). Connections (and
@@ -203,9 +229,11 @@ fn driven_window(
             Phase::Under => bail!("warm-up under probes failed: {:?}", warm.errors),
         }
     };
-    let open = || -> Result<ProbeWindow> {
+    let port = d.load.addr.port();
+    let open = || -> Result<Watched<ProbeWindow>> {
         let probes = attach(s)?;
-        Ok(ProbeWindow::new(probes, SettleEnd::Always, || alive(id)))
+        let w = ProbeWindow::new(probes, SettleEnd::Always, || alive(id));
+        Ok(Watched::new(w, port))
     };
     let driven = drive(
         &mut client,
@@ -215,7 +243,7 @@ fn driven_window(
         open,
     )?;
     drop(client);
-    let r = driven.reading;
+    let (r, peers) = driven.reading;
     let mut window = r.window;
     if stop.load(Ordering::Relaxed) {
         window.end = WindowEnd::Interrupted;
@@ -232,6 +260,7 @@ fn driven_window(
         drive: Some(drive_line(d, report.handshakes)),
         command: None,
         warnings: Vec::new(),
+        peers: Some((peers, report.handshakes.tcp)),
     })
 }
 
@@ -312,6 +341,16 @@ fn attach(s: &AttachSettings) -> Result<ProbeSet> {
             children.len()
         ),
         Scope::Process => {}
+    }
+    let own = crate::process::rig_within(s.pid);
+    if scope == Scope::Tree && !own.is_empty() {
+        eprintln!(
+            "rig: rig itself (pid {}) and its {} child process(es) are inside pid {}'s tree: \
+             they are left out, never counted as the target's",
+            own[0],
+            own.len() - 1,
+            s.pid
+        );
     }
     Ok(probes)
 }
@@ -397,6 +436,7 @@ fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<
         drive: None,
         command,
         warnings,
+        peers: None,
     })
 }
 

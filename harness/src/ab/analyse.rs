@@ -1,6 +1,7 @@
 //! From the runs of every arm to verdicts: per case and metric the values
-//! of each arm, compared with the first arm (exact counters decided by
-//! their values, timings by a rank test), negative controls, and whether
+//! of each arm, compared with the first arm (counters proven deterministic
+//! decided by their values; timings and counters that vary between runs of
+//! one arm by their spread and a rank test), negative controls, and whether
 //! equal outputs are evidence.
 
 use std::collections::BTreeMap;
@@ -132,10 +133,96 @@ pub(super) fn analyse(
     }
 }
 
+/// Fewest runs of each arm that can prove a counter deterministic: two
+/// equal runs happen by chance for a counter that moves by one event now
+/// and then (an epoll_wait that returned two events at once), so one round
+/// (two runs per arm) proves nothing and a counter is then compared by its
+/// spread like a timing.
+pub const PROOF_RUNS: usize = 3;
+
+/// The family-wise level for counters that vary between runs of one arm:
+/// stricter than timings' 5%, because a counter that moves with timing is
+/// expected to be identical between identical arms, and a difference on it
+/// must not come from a few lucky runs. Below 4 rounds no rank test can
+/// reach it, so such a counter is never decided there.
+pub const VARYING_COUNTER_ALPHA: f64 = 0.01;
+
+/// A site present in every run of one arm at least this often per request,
+/// and in no run of another, is a difference even when its count varies:
+/// code that runs on every request of one arm and never in the other.
+pub const ONE_ARM_SITE_MIN: f64 = 1.0;
+
+/// One case's counted-pass counters: per arm, one map per successful run.
+struct CountedCase {
+    key: String,
+    control: bool,
+    runs: Vec<Vec<BTreeMap<String, f64>>>,
+}
+
+impl CountedCase {
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .runs
+            .iter()
+            .flatten()
+            .flat_map(|m| m.keys().cloned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// `name` in each run of each arm; a site absent from a run did not
+    /// happen in it: 0 per request.
+    fn values(&self, name: &str) -> Vec<Vec<f64>> {
+        self.runs
+            .iter()
+            .map(|runs| {
+                runs.iter()
+                    .map(|m| m.get(name).copied().unwrap_or(0.0))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+fn constant(v: &[f64]) -> bool {
+    v.windows(2).all(|w| w[0] == w[1])
+}
+
+/// Counters that varied between two runs of one arm in some case or
+/// control: they move with timing on this target, so no case may decide
+/// them by their values.
+fn varying_counters(cases: &[CountedCase]) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for c in cases {
+        for name in c.names() {
+            if c.values(&name).iter().any(|v| !constant(v)) {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `values` (per arm) prove the counter deterministic: enough
+/// runs of every arm, each arm constant, and the name never seen varying.
+fn proven(values: &[Vec<f64>], varies_somewhere: bool) -> bool {
+    !varies_somewhere && values.iter().all(|v| v.len() >= PROOF_RUNS && constant(v))
+}
+
+/// A varying site that runs at least [`ONE_ARM_SITE_MIN`] times per
+/// request in every run of one arm and never in any run of another.
+fn one_arm_only(values: &[Vec<f64>]) -> bool {
+    let present = |v: &Vec<f64>| !v.is_empty() && v.iter().all(|x| *x >= ONE_ARM_SITE_MIN);
+    let absent = |v: &Vec<f64>| !v.is_empty() && v.iter().all(|x| *x == 0.0);
+    values.iter().any(present) && values.iter().any(absent)
+}
+
 /// Per case (in first-seen order) and metric, the values of each arm's
 /// successful runs: timings and memory of the clean pass, every per-request
 /// counter of the counted pass; and per case, the call sites whose
-/// per-request counts differ between arms.
+/// per-request counts really differ between arms.
 fn collect(
     s: &AbSettings,
     n_arms: usize,
@@ -149,7 +236,7 @@ fn collect(
         }
     }
     let mut metrics = Vec::new();
-    let mut code_differences = Vec::new();
+    let mut counted = Vec::new();
     for key in &keys {
         let control = s.controls.iter().any(|c| key.starts_with(&format!("{c}/")));
         let of_arm = |arm: usize| -> Vec<&CaseResult> {
@@ -175,100 +262,119 @@ fn collect(
                 metric: name.to_string(),
                 unit,
                 lower_is_better: lower,
+                counter: false,
                 exact: false,
                 control,
                 values,
             });
         }
-        let sites = counted_values(key, control, &per_arm, &mut metrics);
-        if !control {
-            code_differences.push(CodeDifference {
-                case: key.clone(),
-                sites,
-            });
+        counted.push(CountedCase {
+            key: key.clone(),
+            control,
+            runs: per_arm
+                .iter()
+                .map(|rs| {
+                    rs.iter()
+                        .filter(|r| r.counted.is_some())
+                        .map(|r| crate::case::counted_metrics(r))
+                        .collect()
+                })
+                .collect(),
+        });
+    }
+    let varying = varying_counters(&counted);
+    let mut code_differences = Vec::new();
+    for c in &counted {
+        let d = counted_values(c, &varying, &mut metrics);
+        if !c.control {
+            code_differences.push(d);
         }
     }
+    // Per case in first-seen order: its clean metrics, then its counters.
+    let order = |m: &MetricValues| keys.iter().position(|k| *k == m.case);
+    metrics.sort_by_key(|m| (order(m), m.counter));
     (metrics, code_differences)
 }
 
-/// One case's counted-pass counters: each exact counter as a metric (into
-/// `metrics`); returns the per-site counters whose medians differ between
-/// arms, with those medians.
+/// One case's counters: each total as a metric (into `metrics`), exact
+/// only when proven deterministic; returns the call sites that really
+/// differ between arms, with their medians.
 fn counted_values(
-    key: &str,
-    control: bool,
-    per_arm: &[Vec<&CaseResult>],
+    c: &CountedCase,
+    varying: &std::collections::BTreeSet<String>,
     metrics: &mut Vec<MetricValues>,
-) -> Vec<(String, Vec<f64>)> {
-    let counted: Vec<Vec<BTreeMap<String, f64>>> = per_arm
-        .iter()
-        .map(|rs| {
-            rs.iter()
-                .filter(|r| r.counted.is_some())
-                .map(|r| crate::case::counted_metrics(r))
-                .collect()
-        })
-        .collect();
-    let mut names_all: Vec<String> = counted
-        .iter()
-        .flatten()
-        .flat_map(|m| m.keys().cloned())
-        .collect();
-    names_all.sort();
-    names_all.dedup();
-    let mut sites = Vec::new();
-    for name in names_all {
-        // A site absent from a run did not happen in it: 0 per request.
-        let values: Vec<Vec<f64>> = counted
-            .iter()
-            .map(|runs| {
-                runs.iter()
-                    .map(|m| m.get(&name).copied().unwrap_or(0.0))
-                    .collect()
-            })
-            .collect();
-        let medians: Vec<f64> = values.iter().map(|v| med(v)).collect();
+) -> CodeDifference {
+    let mut d = CodeDifference {
+        case: c.key.clone(),
+        sites: Vec::new(),
+        varying_sites: 0,
+    };
+    for name in c.names() {
+        let values = c.values(&name);
+        let exact = proven(&values, varying.contains(&name));
         let is_site = name.contains(" @ ") || name.starts_with("syscall ");
         if is_site {
-            if medians.iter().any(|m| (m - medians[0]).abs() > 1e-9) {
-                sites.push((name.clone(), medians));
+            let medians: Vec<f64> = values.iter().map(|v| med(v)).collect();
+            let differs = medians.iter().any(|m| (m - medians[0]).abs() > 1e-9);
+            if !exact && varying.contains(&name) {
+                d.varying_sites += 1;
+            }
+            if (exact && differs) || (!exact && one_arm_only(&values)) {
+                d.sites.push((name, medians));
             }
             continue;
         }
         metrics.push(MetricValues {
-            case: key.to_string(),
+            case: c.key.clone(),
             metric: name,
             unit: "",
             lower_is_better: true,
-            exact: true,
-            control,
+            counter: true,
+            exact,
+            control: c.control,
             values,
         });
     }
-    sites
+    d
 }
 
 /// Each metric compared with the first arm.
 fn compare_metrics(metrics: Vec<MetricValues>, n_arms: usize) -> Vec<MetricComparison> {
-    // Timings and memory are noisy: a verdict on them also needs the rank
-    // test, at a family-wise 5% over all the timing metrics compared (a
-    // Bonferroni split). Paired (Wilcoxon) once there are 6 pairs, else
-    // unpaired (Mann-Whitney). Exact counters need no test: identical runs
-    // within each arm and a constant difference are the whole story.
-    let timing_count = |control: bool| {
+    // Timings, memory and counters not proven deterministic are noisy: a
+    // verdict on them also needs the rank test, at a family-wise level over
+    // the metrics of their kind compared (a Bonferroni split): 5% for
+    // timings and memory, 1% for varying counters, main suites and controls
+    // apart. Paired (Wilcoxon) once there are 6 pairs, else unpaired
+    // (Mann-Whitney). Proven counters need no test: identical runs within
+    // each arm and a constant difference are the whole story.
+    let family = |m: &MetricValues| (m.counter, m.control);
+    let family_size = |f: (bool, bool)| {
         metrics
             .iter()
-            .filter(|m| !m.exact && m.control == control)
+            .filter(|m| !m.exact && family(m) == f)
             .count()
             .max(1)
     };
-    let (alpha_main, alpha_control) = (
-        crate::stats::ALPHA / timing_count(false) as f64,
-        crate::stats::ALPHA / timing_count(true) as f64,
-    );
+    let alpha_of = |f: (bool, bool)| {
+        let level = if f.0 {
+            VARYING_COUNTER_ALPHA
+        } else {
+            crate::stats::ALPHA
+        };
+        level / family_size(f) as f64
+    };
+    let alphas: Vec<((bool, bool), f64)> =
+        [(false, false), (false, true), (true, false), (true, true)]
+            .into_iter()
+            .map(|f| (f, alpha_of(f)))
+            .collect();
     metrics
         .into_iter()
         .map(|m| {
+            let alpha = alphas
+                .iter()
+                .find(|(f, _)| *f == family(&m))
+                .map_or(crate::stats::ALPHA, |(_, a)| *a);
             let vs_first = (1..n_arms)
                 .map(|i| {
                     let pairs: Vec<(f64, f64)> = m.values[0]
@@ -285,18 +391,29 @@ fn compare_metrics(metrics: Vec<MetricValues>, n_arms: usize) -> Vec<MetricCompa
                             c.verdict = v;
                             c.reason = why;
                         }
+                        return c;
                     }
-                    let alpha = if m.control { alpha_control } else { alpha_main };
                     let significant = c.test_applied && c.p_value.is_some_and(|p| p < alpha);
-                    if !m.exact && matches!(c.verdict, Verdict::Better | Verdict::Worse) && !significant {
+                    if matches!(c.verdict, Verdict::Better | Verdict::Worse) && !significant {
+                        let kind = if m.counter {
+                            "a counter that varies between runs of one arm (not deterministic on this target) needs p < "
+                        } else {
+                            "a timing verdict needs p < "
+                        };
                         c.verdict = Verdict::NoDifference;
                         c.reason = format!(
-                            "{}; but the rank test is {} (a timing verdict needs p < {alpha:.4}: 5% over the compared timing metrics)",
+                            "{}; but the rank test is {} ({kind}{alpha:.4}: {}% over the compared metrics of its kind)",
                             c.reason,
                             match c.p_value {
                                 Some(p) if c.test_applied => format!("p = {p:.4}"),
                                 _ => "not possible with this few runs".to_string(),
-                            }
+                            },
+                            if m.counter { 1 } else { 5 }
+                        );
+                    } else if m.counter && c.verdict == Verdict::NoDifference {
+                        c.reason = format!(
+                            "{}; a counter that varies between runs of one arm: compared by its spread, not as exact",
+                            c.reason
                         );
                     }
                     c
@@ -338,9 +455,16 @@ fn evidence(
     compared: &[MetricComparison],
 ) -> String {
     let outputs_equal = equality.is_none_or(|e| e.differences.iter().all(|d| d.is_empty()));
+    // A counter that really differs: decided by its values (proven
+    // deterministic) or beyond its spread by the rank test; never a
+    // median that moved with timing.
     let code_differs = code_differences.iter().any(|d| !d.sites.is_empty())
         || compared.iter().any(|m| {
-            m.values.exact && !m.values.control && m.vs_first.iter().any(|c| c.diff_median != 0.0)
+            m.values.counter
+                && !m.values.control
+                && m.vs_first
+                    .iter()
+                    .any(|c| matches!(c.verdict, Verdict::Better | Verdict::Worse))
         });
     let compared_runs = compared
         .iter()
@@ -358,7 +482,7 @@ fn evidence(
 fn summary(compared: &[MetricComparison], names: &[String]) -> String {
     let timing: Vec<&MetricComparison> = compared
         .iter()
-        .filter(|m| !m.values.exact && !m.values.control)
+        .filter(|m| !m.values.counter && !m.values.control)
         .collect();
     let mut verdict_parts = Vec::new();
     for m in &timing {

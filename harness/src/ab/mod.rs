@@ -79,7 +79,14 @@ pub struct MetricValues {
     pub metric: String,
     pub unit: &'static str,
     pub lower_is_better: bool,
-    /// Exact counters (the counted pass) or timings (the clean pass).
+    /// A counter of the counted pass (false: a timing or memory value of
+    /// the clean pass).
+    pub counter: bool,
+    /// A counter proven deterministic on this target: the same value in
+    /// every run of every arm's case (at least [`analyse::PROOF_RUNS`]
+    /// runs each), and never varying between runs of one arm in any other
+    /// case or control of the session. Only these are decided by their
+    /// values; every other metric by its spread and a rank test.
     pub exact: bool,
     pub control: bool,
     pub values: Vec<Vec<f64>>,
@@ -97,9 +104,15 @@ pub struct MetricComparison {
 #[derive(Clone, Debug, Serialize)]
 pub struct CodeDifference {
     pub case: String,
-    /// Call sites (or syscalls) whose per-request count or bytes differ:
+    /// Call sites (or syscalls) whose per-request count or bytes really
+    /// differ: proven deterministic and different, or at least once per
+    /// request in every run of one arm and never in any run of another.
     /// `(site, arm medians)`.
     pub sites: Vec<(String, Vec<f64>)>,
+    /// Call sites whose counts vary between runs of one arm (they move
+    /// with timing, e.g. how many events one epoll_wait returns): never
+    /// taken as a difference on their medians.
+    pub varying_sites: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -34,6 +34,13 @@ pub fn render(r: &AbReport) -> String {
                 d.case
             ));
         }
+        if d.varying_sites > 0 {
+            out.push_str(&format!(
+                "{}: {} call site(s) vary between runs of one arm (they move with timing): \
+                 not taken as differences\n",
+                d.case, d.varying_sites
+            ));
+        }
         for (site, meds) in &d.sites {
             let v = meds
                 .iter()
@@ -125,6 +132,18 @@ fn arm_table(r: &AbReport, i: usize) -> String {
         "{same} exact counters identical between {} and {arm}\n",
         r.arms[0]
     ));
+    let varying = r
+        .metrics
+        .iter()
+        .filter(|m| m.values.counter && !m.values.exact)
+        .count();
+    if varying > 0 {
+        out.push_str(&format!(
+            "{varying} counter(s) not proven deterministic (they vary between runs of one arm, \
+             or an arm has fewer than {} runs): compared by their spread, not as exact\n",
+            super::analyse::PROOF_RUNS
+        ));
+    }
     out
 }
 

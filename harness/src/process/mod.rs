@@ -120,25 +120,52 @@ pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
 }
 
 /// Every descendant of `pid` (children, grandchildren, ...), from the ppid
-/// field of `/proc/*/stat`. Not including `pid` itself.
+/// field of `/proc/*/stat`. Not including `pid` itself, and never rig's own
+/// process or anything below it: when `pid` is an ancestor of rig (the shell
+/// that started it), rig's syscalls, allocations and the load it drives are
+/// not the target's work, so every tree rig measures stops at rig.
 pub fn descendants(pid: u32) -> Vec<u32> {
-    let parents: Vec<(u32, u32)> = all_pids()
+    descendants_outside(pid, &parent_table(), std::process::id())
+}
+
+/// Every `(pid, ppid)` in /proc now.
+fn parent_table() -> Vec<(u32, u32)> {
+    all_pids()
         .into_iter()
         .filter_map(|p| {
             let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
             Some((p, parse_stat_ppid(&stat)?))
         })
-        .collect();
-    descendants_in(pid, &parents)
+        .collect()
+}
+
+/// rig's own process and its descendants, when they are inside `root`'s
+/// tree (`root` is rig's parent, grandparent, ...): what [`descendants`]
+/// leaves out of it. Empty otherwise.
+pub fn rig_within(root: u32) -> Vec<u32> {
+    let me = std::process::id();
+    let parents = parent_table();
+    if me == root || !descendants_in(root, &parents).contains(&me) {
+        return Vec::new();
+    }
+    let mut out = vec![me];
+    out.extend(descendants_in(me, &parents));
+    out
 }
 
 /// Descendants of `root` in a `(pid, ppid)` table.
 pub fn descendants_in(root: u32, parents: &[(u32, u32)]) -> Vec<u32> {
+    descendants_outside(root, parents, root)
+}
+
+/// Descendants of `root` in a `(pid, ppid)` table, leaving out `cut` and
+/// everything below it (`cut == root` cuts nothing).
+pub fn descendants_outside(root: u32, parents: &[(u32, u32)], cut: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let mut frontier = vec![root];
     while let Some(p) = frontier.pop() {
         for &(child, parent) in parents {
-            if parent == p && child != root && !out.contains(&child) {
+            if parent == p && child != root && child != cut && !out.contains(&child) {
                 out.push(child);
                 frontier.push(child);
             }
@@ -146,4 +173,27 @@ pub fn descendants_in(root: u32, parents: &[(u32, u32)]) -> Vec<u32> {
     }
     out.sort_unstable();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_stops_at_the_cut_process_and_everything_below_it() {
+        // 1 → 2 → {3 → 5, 4}; 4 is rig, 5's sibling 6 is under 4.
+        let t = [(2, 1), (3, 2), (4, 2), (5, 3), (6, 4), (7, 6)];
+        assert_eq!(descendants_outside(1, &t, 4), vec![2, 3, 5]);
+        assert_eq!(descendants_outside(1, &t, 1), vec![2, 3, 4, 5, 6, 7]);
+        // A tree below the cut is whole when asked from inside it.
+        assert_eq!(descendants_outside(4, &t, 1), vec![6, 7]);
+    }
+
+    #[test]
+    fn rig_is_never_its_own_ancestors_descendant() {
+        let parent = std::os::unix::process::parent_id();
+        assert!(!descendants(parent).contains(&std::process::id()));
+        assert!(rig_within(parent).starts_with(&[std::process::id()]));
+        assert!(rig_within(std::process::id()).is_empty());
+    }
 }

@@ -108,6 +108,25 @@ pub struct WindowInfo {
     /// Evidence that the window and the load were not the same interval
     /// (an idle target, a load that outlasted the window).
     pub warnings: Vec<String>,
+    /// rig's own process and its children when they are inside the
+    /// followed tree (`--pid` is an ancestor of rig, e.g. the shell that
+    /// started it): left out of every count, never billed to the target.
+    pub rig_excluded: Vec<u32>,
+    /// `--drive`: other clients the target served during the window (the
+    /// counts then hold their work too, divided by rig's requests only);
+    /// such a window is not `complete`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_traffic: Option<OtherTraffic>,
+}
+
+/// Evidence that a driven window's target served clients other than rig.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct OtherTraffic {
+    /// Client ports of connections to the target that were not rig's.
+    pub client_ports: Vec<u16>,
+    /// accept calls of the target in a window in which rig opened no
+    /// connection.
+    pub accepts: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -478,6 +497,8 @@ impl Attribution {
                 drive: None,
                 command: None,
                 warnings: Vec::new(),
+                rig_excluded: Vec::new(),
+                other_traffic: None,
             },
             syscalls,
             alloc,

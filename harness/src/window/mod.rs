@@ -20,6 +20,7 @@
 
 pub mod ebpf;
 pub mod instructions;
+pub mod peers;
 
 use anyhow::Result;
 

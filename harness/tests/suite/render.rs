@@ -86,6 +86,8 @@ fn attribution() -> Attribution {
             drive: None,
             command: None,
             warnings: Vec::new(),
+            rig_excluded: Vec::new(),
+            other_traffic: None,
         },
         syscalls: vec![
             SyscallRow {
@@ -199,6 +201,7 @@ fn ab_report() -> AbReport {
             metric: metric.into(),
             unit,
             lower_is_better: true,
+            counter: exact,
             exact,
             control: false,
             values: vec![a.to_vec(), b.to_vec()],
@@ -231,6 +234,7 @@ fn ab_report() -> AbReport {
                 "malloc calls @ handle_request (server.c:120)".into(),
                 vec![3.0, 2.0],
             )],
+            varying_sites: 0,
         }],
         evidence: "outputs are byte-identical and 1 call site differs: the arms ran different code"
             .into(),

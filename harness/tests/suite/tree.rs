@@ -598,3 +598,62 @@ fn nginx_stacks_run_through_its_event_loop_and_name_user_sites_inside_nginx() {
         .collect();
     assert_eq!(sites.into_iter().collect::<Vec<_>>(), vec!["ngx_memalign"]);
 }
+
+/// `rig attach --pid` of rig's own parent (the shell that started it) in
+/// tree mode: rig and the load command it runs (with the processes that
+/// command forks) are inside that tree, and none of it is the target's
+/// work. The shell is blocked in wait() for the whole window, so the
+/// truth is exact: one process measured, 0 syscalls, 0 allocations.
+#[test]
+fn attach_to_an_ancestor_of_rig_never_counts_rig_or_its_children() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let out = Out::new("ancestor");
+    std::fs::create_dir_all(&out.0).unwrap();
+    let json = out.0.join("a.json");
+    // `; echo` keeps the shell alive as rig's parent (no exec of the last
+    // command); the load command forks three more processes from rig's child.
+    let script = format!(
+        "'{}' attach --pid $$ --tree --probes syscalls,alloc --per 1 --json '{}' \
+         -- /bin/sh -c '/bin/true; /bin/true; /bin/true; /bin/sleep 1'; echo rig=$?",
+        rig_bin(),
+        json.display()
+    );
+    let sh = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&sh.stdout);
+    let stderr = String::from_utf8_lossy(&sh.stderr);
+    assert!(stdout.contains("rig=0"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("rig itself (pid") && stderr.contains("are left out"),
+        "{stderr}"
+    );
+    let a: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let shell = u(&a["pid"]);
+    let pids: Vec<u64> = a["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| u(&p["pid"]))
+        .collect();
+    assert_eq!(pids, vec![shell], "{:#}", a["processes"]);
+    let rig_pid = u(&a["window"]["rig_excluded"][0]);
+    assert_ne!(rig_pid, shell);
+    let syscalls: u64 = a["syscalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| u(&r["count"]))
+        .sum();
+    assert_eq!(syscalls, 0, "{:#}", a["syscalls"]);
+    assert_eq!(
+        u(&a["alloc_totals"]["allocations"]),
+        0,
+        "{:#}",
+        a["alloc_totals"]
+    );
+    assert_eq!(u(&a["alloc_totals"]["frees"]), 0, "{:#}", a["alloc_totals"]);
+}

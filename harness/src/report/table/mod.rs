@@ -162,7 +162,7 @@ fn header(out: &mut String, a: &Attribution, n: Option<u64>) {
             u.pid, u.allocator, u.module, u.why
         );
     }
-    if !a.complete {
+    if !a.losses.is_empty() {
         let _ = writeln!(out, "INCOMPLETE: the probes lost events: {:?}", a.losses);
     }
 
@@ -202,6 +202,15 @@ fn load_lines(out: &mut String, a: &Attribution) {
     }
     for w in &a.window.warnings {
         let _ = writeln!(out, "WARNING: {w}");
+    }
+    if let Some((me, children)) = a.window.rig_excluded.split_first() {
+        let _ = writeln!(
+            out,
+            "note: rig itself (pid {me}) and its {} child process(es) are inside pid {}'s tree \
+             and are NOT measured",
+            children.len(),
+            a.pid
+        );
     }
 }
 
