@@ -459,7 +459,7 @@ fn follow_canonical_plt(
         let facts = ElfFacts::shared(&maps.readable_path(&path)).ok()?;
         let base = load_base(maps, &path, &facts)?;
         let stub = facts.plt_stub_at(v.wrapping_sub(base));
-        if !stub.is_some_and(|s| s.name.split('@').next() == Some(symbol)) {
+        if stub.is_none_or(|s| s.name.split('@').next() != Some(symbol)) {
             return Some((path, v));
         }
         let next = bound_slot(pid, maps, &path, symbol)?;
