@@ -38,6 +38,7 @@ fn probe_cost_measures_every_probe_kind() {
         kinds,
         [
             "malloc entry",
+            "malloc return",
             "free entry",
             "memcpy implementation entry",
             "pthread_mutex_lock entry",

@@ -366,12 +366,11 @@ fn ab_report_shows_the_proof_order_verdicts_and_the_changed_site_in_chromium() {
         .contains("<span>A1</span> <span>B1</span> <span>B2</span> <span>A2</span>"));
     assert!(p.dom.contains("libcalibwork.so sha256 "));
     // allocs/req: 3 in every A run, 2 in every B run (COSTS.md, "A/B fixtures").
-    let row = p
-        .dom
-        .find("<td>allocs/req <small>exact</small></td>")
-        .expect("allocs/req row");
+    // With one round (two runs per arm) no counter is proven deterministic,
+    // so the row is shown but not decided as exact; the changed site is.
+    let row = p.dom.find("<td>allocs/req").expect("allocs/req row");
     let tr = &p.dom[p.dom[..row].rfind("<tr").unwrap()..row + p.dom[row..].find("</tr>").unwrap()];
-    assert!(tr.contains("class=\"verdict-better\""), "{tr}");
+    assert!(!tr.contains("<small>exact</small>"), "{tr}");
     assert!(tr.contains("A: 3 3<br>B: 2 2<br>"), "{tr}");
     assert!(tr.contains("<td class=\"n\">3 → 2</td>"), "{tr}");
     // The changed call site, named.

@@ -1259,3 +1259,69 @@ fn measure_exit_times_after_sigint_of_a_2000_suite_run() {
         times[2], times[0], times[4]
     );
 }
+
+/// Another client sends requests to the target while a `--drive` window
+/// is open: the window's counts are not one request's, so `attach` says
+/// so (`window.other_traffic`, a warning) and exits 5; the same window
+/// without that client is complete.
+#[test]
+fn other_traffic_in_a_driven_window_makes_it_incomplete() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = Scratch::new("trial-other");
+    let server = Server::start(&[]);
+    let (code, text, a) = attach(
+        &s,
+        "alone",
+        server.pid(),
+        &["--drive", &server.url(), "--requests", "300"],
+    );
+    assert_eq!(code, exit::OK, "{text}");
+    let a = a.unwrap();
+    assert!(a["window"]["other_traffic"].is_null(), "{:#}", a["window"]);
+    assert_eq!(a["complete"], true);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let port = server.port;
+    let other = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = [0u8; 4096];
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                c.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    .unwrap();
+                let _ = c.read(&mut buf).unwrap();
+                sent += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            sent
+        })
+    };
+    let (code, text, a) = attach(
+        &s,
+        "shared",
+        server.pid(),
+        &["--drive", &server.url(), "--requests", "1000"],
+    );
+    stop.store(true, Ordering::Relaxed);
+    let sent = other.join().unwrap();
+    assert!(sent > 0, "the other client sent requests");
+    assert_eq!(code, exit::INCOMPLETE, "{text}");
+    assert!(text.contains("OTHER TRAFFIC"), "{text}");
+    let a = a.unwrap();
+    assert_eq!(a["complete"], false);
+    assert!(
+        !a["window"]["other_traffic"]["client_ports"]
+            .as_array()
+            .expect("the other client's port is named")
+            .is_empty(),
+        "{:#}",
+        a["window"]
+    );
+}
