@@ -226,30 +226,37 @@ fn sample(pid: u32) -> Option<Timed> {
 }
 
 /// The phase a sample belongs to: the one its reading began and ended in.
-fn phase_of(t: &PhaseTimes, t0: Instant, t1: Instant) -> Option<usize> {
+/// `settled` is when rig saw the server back at READY's descriptors (or
+/// gave up waiting): the clients' last close completed at
+/// `t.disconnected`, but the server reclaims its side after that, so a
+/// sample between the two belongs to no phase, and the disconnected phase
+/// is what the server holds once it has settled.
+fn phase_of(t: &PhaseTimes, settled: Instant, t0: Instant, t1: Instant) -> Option<usize> {
     let at = |i: Instant| {
         if i < t.connected {
-            0
+            Some(0)
         } else if i < t.closing {
-            1
+            Some(1)
         } else if i < t.disconnected {
-            2
+            Some(2)
+        } else if i < settled {
+            None
         } else {
-            3
+            Some(3)
         }
     };
-    let p = at(t0);
-    (t0 >= t.connecting && p == at(t1)).then_some(p)
+    let p = at(t0)?;
+    (t0 >= t.connecting && Some(p) == at(t1)).then_some(p)
 }
 
-fn phases(t: &PhaseTimes, samples: &[Timed]) -> Vec<PhaseSample> {
+fn phases(t: &PhaseTimes, settled: Instant, samples: &[Timed]) -> Vec<PhaseSample> {
     PHASES
         .iter()
         .enumerate()
         .map(|(i, &phase)| {
             let s: Vec<&ProcSnapshot> = samples
                 .iter()
-                .filter(|s| phase_of(t, s.t0, s.t1) == Some(i))
+                .filter(|s| phase_of(t, settled, s.t0, s.t1) == Some(i))
                 .map(|s| &s.snap)
                 .collect();
             let cpu = match (s.first(), s.last()) {
@@ -413,13 +420,14 @@ fn cycle(
     }
     let out: LiveOutcome = run.join()?;
     wait_for_fds(launched, ready.fds, CLOSE_WAIT);
+    let settled = Instant::now();
     for _ in 0..DISCONNECTED_SAMPLES {
         samples.extend(sample(launched.pid));
         std::thread::sleep(SAMPLE_EVERY);
     }
     let after = ProcSnapshot::read_tree(launched.pid)?;
     let t = &out.times;
-    let phases = phases(t, &samples);
+    let phases = phases(t, settled, &samples);
     let needed = match (&spec.protocols.sse, l.protocol) {
         (Some(s), LiveProto::Sse) => heartbeats_needed(hold, s.interval_ms),
         _ => 0,
@@ -601,12 +609,16 @@ mod tests {
     fn a_sample_across_a_phase_change_belongs_to_no_phase() {
         let (t, p) = times();
         let ms = Duration::from_millis;
-        assert_eq!(phase_of(&p, t + ms(1), t + ms(2)), Some(0));
-        assert_eq!(phase_of(&p, t + ms(9), t + ms(11)), None);
-        assert_eq!(phase_of(&p, t + ms(12), t + ms(19)), Some(1));
-        assert_eq!(phase_of(&p, t + ms(25), t + ms(29)), Some(2));
-        assert_eq!(phase_of(&p, t + ms(29), t + ms(31)), None);
-        assert_eq!(phase_of(&p, t + ms(31), t + ms(40)), Some(3));
+        let settled = t + ms(35);
+        assert_eq!(phase_of(&p, settled, t + ms(1), t + ms(2)), Some(0));
+        assert_eq!(phase_of(&p, settled, t + ms(9), t + ms(11)), None);
+        assert_eq!(phase_of(&p, settled, t + ms(12), t + ms(19)), Some(1));
+        assert_eq!(phase_of(&p, settled, t + ms(25), t + ms(29)), Some(2));
+        assert_eq!(phase_of(&p, settled, t + ms(29), t + ms(31)), None);
+        // Between the clients' last close and the server settling: none.
+        assert_eq!(phase_of(&p, settled, t + ms(31), t + ms(33)), None);
+        assert_eq!(phase_of(&p, settled, t + ms(34), t + ms(36)), None);
+        assert_eq!(phase_of(&p, settled, t + ms(36), t + ms(40)), Some(3));
     }
 
     #[test]
