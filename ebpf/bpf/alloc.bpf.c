@@ -197,18 +197,6 @@ int rig_alloc_ret(struct pt_regs *ctx)
 	return 0;
 }
 
-/* The return address read at an entry, through the trampoline: an entry
- * reached by a tail jump from an entry whose uretprobe already replaced the
- * return address (__rust_alloc -> __rdl_alloc -> malloc) reads the
- * trampoline, and the caller is the one the kernel kept for this slot. */
-static __always_inline __u64 real_caller(__u64 ret, __u64 tramp, __u64 sp)
-{
-	if (!tramp || ret != tramp)
-		return ret;
-	__u64 ri = uretprobe_newest();
-	return uretprobe_orig(&ri, sp);
-}
-
 /* Whether this call runs inside an allocator call still in progress on this
  * thread (struct alloc_frame); if not, it becomes the thread's outermost.
  *
@@ -249,7 +237,7 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 	__u64 tramp = uretprobe_trampoline();
 	__u32 cookie = (__u32)bpf_get_attach_cookie(ctx);
 	struct alloc_key k = {
-		.caller = real_caller(caller_of(ctx), tramp, PT_REGS_SP(ctx)),
+		.caller = caller_through(caller_of(ctx), tramp, PT_REGS_SP(ctx)),
 		.kind = cookie & ~ALLOC_COOKIE_NO_RETURN,
 		.size_class = cls,
 		.tgid = current_tgid(),
@@ -292,7 +280,7 @@ int rig_alloc_fwd(struct pt_regs *ctx)
 	__u32 tid = current_tid();
 	struct alloc_fwd f = {
 		.sp = PT_REGS_SP(ctx),
-		.caller = real_caller(caller_of(ctx), uretprobe_trampoline(), PT_REGS_SP(ctx)),
+		.caller = caller_through(caller_of(ctx), uretprobe_trampoline(), PT_REGS_SP(ctx)),
 		.kind = (__u32)bpf_get_attach_cookie(ctx),
 	};
 	struct alloc_fwd *outer = bpf_map_lookup_elem(&fwds, &tid);

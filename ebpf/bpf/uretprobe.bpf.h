@@ -83,4 +83,17 @@ static __always_inline __u64 uretprobe_orig(__u64 *ri, __u64 slot)
 	return found;
 }
 
+/* The return address read at an entry, through the trampoline: an entry
+ * reached by a tail jump from an entry whose uretprobe already replaced the
+ * return address (__rust_alloc -> __rdl_alloc -> malloc; musl's calloc ->
+ * memset) reads the trampoline, and the caller is the one the kernel kept
+ * for this slot. */
+static __always_inline __u64 caller_through(__u64 ret, __u64 tramp, __u64 sp)
+{
+	if (!tramp || ret != tramp)
+		return ret;
+	__u64 ri = uretprobe_newest();
+	return uretprobe_orig(&ri, sp);
+}
+
 #endif

@@ -340,7 +340,7 @@ fn name_stack(
     for (bit, what) in [
         (stack_flag::TRUNCATED, "truncated"),
         (stack_flag::NO_TABLE, "no unwind table"),
-        (stack_flag::NO_ROW, "no row"),
+        (stack_flag::NO_ROW, no_row_reason(maps, frames.last())),
         (stack_flag::BAD_RULE, "unsupported rule"),
         (stack_flag::READ_FAIL, "unreadable stack"),
         (stack_flag::NO_PROC, "process without tables"),
@@ -358,6 +358,23 @@ fn name_stack(
         frames,
         user_site,
         incomplete,
+    }
+}
+
+/// Why a walk found no row at its last frame: musl's C library (its
+/// libc.a and libc.so) is built without unwind tables, so a stack taken
+/// inside most of musl's code ends there, and says so; elsewhere, the
+/// module's tables have no row for that address.
+fn no_row_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> &'static str {
+    use crate::symbolize::runtime::{Libc, ModuleKind};
+    let kind = last
+        .and_then(|f| f.module.as_deref())
+        .and_then(|m| ModuleKind::of_file(m, &maps.readable_path(m)).ok());
+    match kind {
+        Some(
+            ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl },
+        ) => "no row: musl's C library has no unwind tables",
+        _ => "no row",
     }
 }
 

@@ -54,6 +54,7 @@ mod recovery;
 mod redis;
 mod render;
 mod run;
+mod shipped;
 mod soak;
 mod stacks;
 mod stall;

@@ -1,0 +1,319 @@
+//! The calibration server (fixtures/calib/calib_server.c, costs in
+//! fixtures/calib/COSTS.md) built as servers ship: non-PIE with code that
+//! takes malloc's address (glibc's GOT slot for malloc holds the
+//! executable's canonical `malloc@plt`), linked statically against glibc,
+//! and linked statically against musl (`musl-gcc -static`: no libc.so, the
+//! C library's malloc, memcpy and mutexes inside the executable, and no
+//! unwind tables for musl's code). Every family exact per call site, as
+//! for the dynamic build; what musl's own code adds is known by
+//! construction and asserted as such.
+
+use std::path::Path;
+use std::process::Command;
+
+use rig::probe::Family;
+use rig::report::Attribution;
+use rig::session::Child;
+
+use super::{at, attribute, probes_shared};
+
+const N: u64 = 1000;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Build {
+    NoPie,
+    StaticGlibc,
+    StaticMusl,
+}
+
+fn start(exe: &Path) -> Child {
+    let mut cmd = Command::new(exe);
+    cmd.args(["--port", "0", "--threads", "1"]);
+    Child::spawn_ready(cmd).expect("the calibration server starts")
+}
+
+/// Calls and bytes of the rows of `kind` at `function` and the marker's
+/// line, made by the server's code (`inner`: false) or inside another
+/// allocator call (`inner`: true).
+fn alloc_at(a: &Attribution, function: &str, marker: &str, kind: &str, inner: bool) -> (u64, u64) {
+    let line = at(marker);
+    a.alloc
+        .iter()
+        .filter(|r| {
+            r.kind == kind
+                && r.inner == inner
+                && r.site.function.as_deref() == Some(function)
+                && r.site.file_line().as_deref() == Some(line.as_str())
+        })
+        .fold((0, 0), |(c, b), r| (c + r.calls, b + r.bytes))
+}
+
+fn every_family_exact(exe: &Path, build: Build) {
+    let _g = probes_shared();
+    let target = start(exe);
+    let families = [Family::Alloc, Family::Copy, Family::Locks, Family::Syscalls];
+    // One connection on one worker: nothing contends (COSTS.md, "exact").
+    let a = attribute(&target, &families, N, 1);
+    let musl = build == Build::StaticMusl;
+    assert!(a.complete, "{:#?} {:#?}", a.losses, a.alloc_unprobed);
+    assert!(a.alloc_unprobed.is_empty(), "{:#?}", a.alloc_unprobed);
+    let allocator = if musl { "musl" } else { "glibc" };
+    assert!(
+        a.alloc_layers.iter().all(|l| l.allocator == allocator),
+        "{:#?}",
+        a.alloc_layers
+    );
+
+    // Allocations: (function, marker, kind, calls/req, bytes/req).
+    let expected = [
+        ("calib_alloc_small", "alloc_small_a", "malloc", 1, 24),
+        ("calib_alloc_small", "alloc_small_b", "malloc", 1, 24),
+        ("calib_alloc_small", "alloc_small_c", "malloc", 1, 24),
+        ("calib_alloc_small", "free_small_a", "free", 1, 0),
+        ("calib_alloc_small", "free_small_b", "free", 1, 0),
+        ("calib_alloc_small", "free_small_c", "free", 1, 0),
+        ("calib_alloc_calloc", "calloc", "calloc", 1, 64),
+        ("calib_alloc_calloc", "free_calloc", "free", 1, 0),
+        ("calib_alloc_realloc", "realloc_malloc", "malloc", 1, 5000),
+        ("calib_alloc_realloc", "realloc", "realloc", 1, 100),
+        ("calib_alloc_realloc", "free_realloc", "free", 1, 0),
+        (
+            "calib_alloc_aligned",
+            "posix_memalign",
+            "posix_memalign",
+            1,
+            256,
+        ),
+        ("calib_alloc_aligned", "memalign", "memalign", 1, 512),
+        ("calib_alloc_aligned", "free_posix_memalign", "free", 1, 0),
+        ("calib_alloc_aligned", "free_memalign", "free", 1, 0),
+    ];
+    for (function, marker, kind, calls, bytes) in expected {
+        assert_eq!(
+            alloc_at(&a, function, marker, kind, false),
+            (calls * N, bytes * N),
+            "{kind} at {function} ({}): {:#?}",
+            at(marker),
+            a.alloc
+        );
+    }
+    assert_eq!(a.alloc_totals.allocations, 8 * N, "{:#?}", a.alloc);
+    assert_eq!(
+        a.alloc_totals.bytes,
+        (3 * 24 + 64 + 5000 + 100 + 256 + 512) * N
+    );
+    assert_eq!(a.alloc_totals.frees, 7 * N);
+    // musl's own calls inside the server's: memalign tail-jumps to
+    // aligned_alloc (so its caller is memalign's), posix_memalign calls
+    // aligned_alloc, calloc calls malloc. Inner, counted once.
+    let inner: u64 = a.alloc.iter().filter(|r| r.inner).map(|r| r.calls).sum();
+    if musl {
+        assert_eq!(
+            alloc_at(&a, "calib_alloc_aligned", "memalign", "aligned_alloc", true),
+            (N, 512 * N)
+        );
+        let from = |caller: &str, kind: &str| {
+            a.alloc
+                .iter()
+                .filter(|r| r.inner && r.kind == kind && r.site.function.as_deref() == Some(caller))
+                .fold((0, 0), |(c, b), r| (c + r.calls, b + r.bytes))
+        };
+        assert_eq!(from("posix_memalign", "aligned_alloc"), (N, 256 * N));
+        assert_eq!(from("calloc", "malloc"), (N, 64 * N));
+        assert_eq!(inner, 3 * N, "{:#?}", a.alloc);
+    } else {
+        assert_eq!(inner, 0, "{:#?}", a.alloc);
+    }
+
+    // Copies: (function, marker, api, bucket, bytes per call).
+    let mut copies = vec![
+        ("calib_copy_small", "memcpy_small_a", "memcpy", "<64", 16),
+        ("calib_copy_small", "memcpy_small_b", "memcpy", "<64", 16),
+        ("calib_copy_medium", "memcpy_medium", "memcpy", "<1K", 200),
+        ("calib_copy_large", "memcpy_large", "memcpy", "<16K", 4000),
+        ("calib_copy_huge", "memcpy_huge", "memcpy", ">=16K", 20000),
+        ("calib_move", "memmove", "memmove", "<1K", 1000),
+        ("calib_set", "memset_a", "memset", "<16K", 3000),
+        ("calib_set", "memset_b", "memset", "<1K", 100),
+    ];
+    if musl {
+        // musl's calloc clears the block with a tail call to memset (its
+        // caller is calloc's, at the calloc line): 64 bytes.
+        copies.push(("calib_alloc_calloc", "calloc", "memset", "<1K", 64));
+    }
+    for (function, marker, api, bucket, bytes) in &copies {
+        let rows: Vec<_> = a
+            .copy
+            .iter()
+            .filter(|r| r.site.file_line() == Some(at(marker)))
+            .collect();
+        assert_eq!(rows.len(), 1, "one row at {}: {:#?}", at(marker), a.copy);
+        let r = rows[0];
+        assert_eq!(r.site.function.as_deref(), Some(*function));
+        assert!(r.kind.split('/').any(|k| k == *api), "{} is {api}", r.kind);
+        assert_eq!(r.bucket, *bucket);
+        assert_eq!((r.calls, r.bytes), (N, bytes * N), "at {}", at(marker));
+    }
+    let mut copied = copies.iter().map(|c| c.4).sum::<u64>() * N;
+    if musl {
+        // mallocng moves a block shrunk into a smaller size class:
+        // realloc(p, 100) copies 100 bytes, inside realloc.
+        let r: Vec<_> = a
+            .copy
+            .iter()
+            .filter(|r| r.site.function.as_deref() == Some("__libc_realloc"))
+            .collect();
+        assert_eq!(r.len(), 1, "{:#?}", a.copy);
+        assert_eq!(
+            (r[0].kind.as_str(), r[0].calls, r[0].bytes),
+            ("memcpy", N, 100 * N)
+        );
+        copied += 100 * N;
+    }
+    assert_eq!(
+        a.copy.iter().map(|r| r.bytes).sum::<u64>(),
+        copied,
+        "{:#?}",
+        a.copy
+    );
+
+    // Locks, uncontended.
+    let locks = |marker: &str, op: &str| {
+        a.locks
+            .iter()
+            .filter(|r| r.op == op && r.site.file_line() == Some(at(marker)))
+            .fold((0, 0, 0), |(c, q, w), r| {
+                (c + r.calls, q + r.acquired, w + r.contended)
+            })
+    };
+    assert_eq!(locks("mutex_lock", "lock"), (4 * N, 4 * N, 0));
+    assert_eq!(locks("mutex_unlock", "unlock").0, 4 * N);
+    assert_eq!(locks("mutex_trylock", "trylock"), (N, N, 0));
+    assert_eq!(locks("mutex_unlock_try", "unlock").0, N);
+    assert_eq!(
+        a.locks.iter().map(|r| r.calls).sum::<u64>(),
+        10 * N,
+        "{:#?}",
+        a.locks
+    );
+
+    // Syscalls. musl's nanosleep is the nanosleep syscall (glibc's is
+    // clock_nanosleep); musl's malloc maps and unmaps groups of its own
+    // now and then, beside calib_touch's one mmap and munmap per request.
+    let sleep = if musl { "nanosleep" } else { "clock_nanosleep" };
+    for (name, per_request) in [
+        ("recvfrom", 1),
+        ("sendto", 1),
+        ("getppid", 3),
+        ("getuid", 1),
+        (sleep, 1),
+    ] {
+        assert_eq!(
+            a.syscall(name),
+            per_request * N,
+            "{name}: {:#?}",
+            a.syscalls
+        );
+    }
+    if musl {
+        assert!(a.syscall("mmap") >= N, "{:#?}", a.syscalls);
+        assert_eq!(a.syscall("mmap"), a.syscall("munmap"), "{:#?}", a.syscalls);
+    } else {
+        assert_eq!((a.syscall("mmap"), a.syscall("munmap")), (N, N));
+    }
+    let known = [
+        "recvfrom", "sendto", "getppid", "getuid", sleep, "mmap", "munmap",
+    ];
+    assert!(
+        a.syscalls.iter().all(|r| known.contains(&r.name.as_str())),
+        "{:#?}",
+        a.syscalls
+    );
+
+    // Stacks. Every allocation the server's code makes is a whole stack
+    // naming the handler; so are its syscalls on glibc. In musl's code
+    // (no unwind tables) a stack ends at the first musl frame past an
+    // entry and says why; the frames it has are exact.
+    let pid = target.pid();
+    for r in a.stacks.rows.iter().filter(|r| r.pid == pid) {
+        let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
+        let names: Vec<&str> = s
+            .frames
+            .iter()
+            .filter_map(|f| f.function.as_deref())
+            .collect();
+        let caller = s.frames.get(1).and_then(|f| f.function.as_deref());
+        let inside_musl = musl
+            && (r.family == Family::Syscalls
+                || caller
+                    .is_some_and(|n| ["posix_memalign", "calloc", "__libc_realloc"].contains(&n)));
+        if inside_musl {
+            assert_eq!(
+                s.incomplete,
+                ["no row: musl's C library has no unwind tables"],
+                "{} {}: {names:?}",
+                r.family,
+                r.event
+            );
+            if r.family == Family::Syscalls {
+                let leaf = match r.event.as_str() {
+                    "getppid" | "getuid" => "syscall",
+                    "recvfrom" | "sendto" | "nanosleep" => "sccp",
+                    "munmap" => "munmap",
+                    _ => continue,
+                };
+                assert_eq!(names, [leaf], "{}", r.event);
+            }
+            continue;
+        }
+        assert!(
+            s.incomplete.is_empty(),
+            "{} {} x{}: {:?} {names:?}",
+            r.family,
+            r.event,
+            r.count,
+            s.incomplete
+        );
+        assert!(
+            names.contains(&"calib_serve_conn") && names.contains(&"worker_main"),
+            "{} {}: {names:?}",
+            r.family,
+            r.event
+        );
+    }
+}
+
+#[test]
+fn a_non_pie_server_whose_code_takes_mallocs_address_is_exact_in_every_family() {
+    root_or_skip!();
+    // The canonical malloc@plt the fixture is about.
+    let exe = rig_fixtures::calib_server_nopie();
+    let out = Command::new("readelf")
+        .args(["-h", "-W"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("EXEC (Executable file)"),
+        "non-PIE"
+    );
+    every_family_exact(&exe, Build::NoPie);
+}
+
+#[test]
+fn a_static_glibc_server_is_exact_in_every_family() {
+    root_or_skip!();
+    every_family_exact(
+        &rig_fixtures::calib_server_static("glibc"),
+        Build::StaticGlibc,
+    );
+}
+
+#[test]
+fn a_static_musl_server_is_exact_in_every_family_and_says_where_musl_stacks_end() {
+    root_or_skip!();
+    every_family_exact(
+        &rig_fixtures::calib_server_static("musl"),
+        Build::StaticMusl,
+    );
+}
