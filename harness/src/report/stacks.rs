@@ -339,7 +339,7 @@ fn name_stack(
     let mut incomplete = Vec::new();
     for (bit, what) in [
         (stack_flag::TRUNCATED, "truncated"),
-        (stack_flag::NO_TABLE, "no unwind table"),
+        (stack_flag::NO_TABLE, no_table_reason(maps, frames.last())),
         (stack_flag::NO_ROW, no_row_reason(maps, frames.last())),
         (stack_flag::BAD_RULE, "unsupported rule"),
         (stack_flag::READ_FAIL, "unreadable stack"),
@@ -367,6 +367,9 @@ fn name_stack(
 /// module's tables have no row for that address.
 fn no_row_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> &'static str {
     use crate::symbolize::runtime::{Libc, ModuleKind};
+    if in_jit_code(maps, last) {
+        return "JIT code";
+    }
     let kind = last
         .and_then(|f| f.module.as_deref())
         .and_then(|m| ModuleKind::of_file(m, &maps.readable_path(m)).ok());
@@ -376,6 +379,22 @@ fn no_row_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> 
         ) => "no row: musl's C library has no unwind tables",
         _ => "no row",
     }
+}
+
+/// Why a walk found no table at its last frame: code a JIT wrote
+/// (anonymous executable memory) has none, and is said so.
+fn no_table_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> &'static str {
+    if in_jit_code(maps, last) {
+        "JIT code"
+    } else {
+        "no unwind table"
+    }
+}
+
+fn in_jit_code(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> bool {
+    use crate::symbolize::runtime::ModuleKind;
+    last.and_then(|f| maps.find(f.addr))
+        .is_some_and(|m| ModuleKind::of_jit(m).is_some())
 }
 
 /// The event a (what, arg) pair counts, and its size class for allocations.

@@ -44,6 +44,9 @@ pub enum Naming {
     Unnamed,
     /// Not in a file-backed mapping (`[vdso]`, `[heap]`, anonymous, unmapped).
     NoModule,
+    /// Code a JIT compiler wrote (anonymous executable memory), named from
+    /// the runtime's `/tmp/perf-PID.map`: `name+0xoff [jit]`.
+    Jit,
 }
 
 /// A frame inlined at the site (outermost first, as blazesym reports them).
@@ -97,6 +100,11 @@ impl Site {
                 s
             }
             Naming::Plt => format!("{}@plt", self.function.as_deref().unwrap_or("?")),
+            Naming::Jit => format!(
+                "{}+{:#x} [jit]",
+                self.function.as_deref().unwrap_or("?"),
+                self.function_offset
+            ),
             Naming::Unnamed => format!(
                 "{}+{:#x} [unnamed]",
                 self.module.as_deref().map(basename).unwrap_or("?"),
@@ -198,6 +206,8 @@ pub struct Symbolizer {
     debug_syms: bool,
     modules: HashMap<String, Module>,
     cache: HashMap<(String, u64), Resolved>,
+    /// Each process's perf map, read once per symbolizer.
+    jit: HashMap<u32, Option<Rc<runtime::PerfMap>>>,
 }
 
 impl Default for Symbolizer {
@@ -227,6 +237,7 @@ impl Symbolizer {
             debug_syms,
             modules: HashMap::new(),
             cache: HashMap::new(),
+            jit: HashMap::new(),
         }
     }
 
@@ -266,6 +277,21 @@ impl Symbolizer {
             match maps.find(lookup) {
                 None => {
                     site.module = Some("[unmapped]".into());
+                    pending.push(None)
+                }
+                Some(m) if runtime::ModuleKind::of_jit(m).is_some() => {
+                    // Code a JIT wrote: named from its perf map, when the
+                    // runtime writes one.
+                    site.module_offset = addr - m.start;
+                    let map = self
+                        .jit
+                        .entry(maps.pid)
+                        .or_insert_with(|| runtime::PerfMap::of_process(maps.pid).map(Rc::new));
+                    if let Some((name, off)) = map.as_ref().and_then(|p| p.lookup(lookup)) {
+                        site.function = Some(name.to_string());
+                        site.function_offset = off + delta;
+                        site.naming = Naming::Jit;
+                    }
                     pending.push(None)
                 }
                 Some(m) if !m.is_file_backed() => {

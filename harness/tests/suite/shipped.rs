@@ -317,3 +317,60 @@ fn a_static_musl_server_is_exact_in_every_family_and_says_where_musl_stacks_end(
         Build::StaticMusl,
     );
 }
+
+/// Functions a JIT wrote (fixtures/alloc/jitcode.c: machine code copied
+/// into anonymous memory and named in /tmp/perf-PID.map, as `node
+/// --perf-basic-prof` does): syscalls made inside them counted exactly,
+/// their frames named from the map with the exact offset of the
+/// instruction after `syscall`, and their stacks marked `JIT code`, where
+/// the walk ends (JIT code has no unwind table).
+#[test]
+fn code_a_jit_wrote_is_named_from_its_perf_map_and_its_stacks_say_jit_code() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let mut cmd = Command::new(rig_fixtures::jitcode());
+    cmd.args(["--port", "0"]);
+    let target = Child::spawn_ready(cmd).expect("the JIT fixture starts");
+    let map = format!("/tmp/perf-{}.map", target.pid());
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _map = Remove(map.clone());
+    assert!(Path::new(&map).exists(), "the fixture wrote {map}");
+    let a = super::attribute_path(&target, &[Family::Syscalls], "/", N, 1);
+    assert_eq!(a.syscall("getppid"), 2 * N, "{:#?}", a.syscalls);
+    assert_eq!(a.syscall("getuid"), N, "{:#?}", a.syscalls);
+    // (event, function, offset past `syscall`): mov is 5 bytes, syscall 2,
+    // after push %rbp; mov %rsp,%rbp (4) in jit_getppid.
+    for (event, function, offset, count) in [
+        ("getppid", "jit_getppid", 0xb, 2 * N),
+        ("getuid", "jit_getuid", 0x7, N),
+    ] {
+        let rows: Vec<_> = a
+            .stacks
+            .rows
+            .iter()
+            .filter(|r| r.family == Family::Syscalls && r.event == event)
+            .collect();
+        assert_eq!(
+            rows.iter().map(|r| r.count).sum::<u64>(),
+            count,
+            "{rows:#?}"
+        );
+        for r in rows {
+            let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
+            let leaf = &s.frames[0];
+            assert_eq!(leaf.naming, rig::symbolize::Naming::Jit, "{leaf:?}");
+            assert_eq!(
+                (leaf.function.as_deref(), leaf.function_offset),
+                (Some(function), offset),
+                "{leaf:?}"
+            );
+            assert_eq!(leaf.label(), format!("{function}+{offset:#x} [jit]"));
+            assert_eq!(s.incomplete, ["JIT code"], "{:?}", s.frames);
+        }
+    }
+}
