@@ -218,6 +218,46 @@ fn two_mallocs_in_a_stripped_server_are_counted_exactly_at_unnamed_sites() {
     stacks_whole(&a, Family::Alloc, Some("__libc_start_call_main"));
 }
 
+/// Stripped, with MiniDebugInfo (`.gnu_debugdata`: an xz-compressed ELF
+/// whose `.symtab` keeps the functions, as Fedora and RHEL ship binaries):
+/// the sites are named from it, by function (it has no lines).
+#[test]
+fn a_stripped_server_with_minidebuginfo_is_named_from_its_gnu_debugdata() {
+    root_or_skip!();
+    let out = Command::new("readelf")
+        .args(["-S", "-W"])
+        .arg(rig_fixtures::twomalloc("minidebug"))
+        .output()
+        .unwrap();
+    let sections = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        sections.contains(".gnu_debugdata")
+            && !sections.contains(".symtab")
+            && !sections.contains(".debug_info"),
+        "{sections}"
+    );
+    let a = twomalloc("minidebug");
+    exact_two(&a);
+    for r in a.alloc.iter().filter(|r| r.kind == "malloc") {
+        assert_eq!(r.site.function.as_deref(), Some("handle"), "{r:#?}");
+        assert_eq!(r.site.naming, rig::symbolize::Naming::Symbol, "{r:#?}");
+    }
+    // The tail-called free returns to handle()'s caller, serve(), a static
+    // function of httpserve.c that only the mini symbol table names.
+    let sites: std::collections::BTreeSet<_> = a
+        .alloc
+        .iter()
+        .filter(|r| r.kind == "free")
+        .filter_map(|r| r.site.function.as_deref())
+        .collect();
+    assert_eq!(
+        sites,
+        ["handle", "serve"].into_iter().collect(),
+        "{:#?}",
+        a.alloc
+    );
+}
+
 #[test]
 fn a_debug_file_of_another_build_names_nothing_and_the_counts_stay_exact() {
     root_or_skip!();
