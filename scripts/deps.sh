@@ -21,6 +21,8 @@ command -v chromium >/dev/null 2>&1 || need="$need chromium"
 command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || need="$need golang-go"
 # The static-binary tests link the calibration server with musl.
 command -v musl-gcc >/dev/null 2>&1 || need="$need musl-tools"
+# The MiniDebugInfo fixture compresses its symbol table with xz.
+command -v xz >/dev/null 2>&1 || need="$need xz-utils"
 # The process-tree tests measure Debian's nginx (master + workers).
 [ -x /usr/sbin/nginx ] || need="$need nginx"
 # `rig attach -- COMMAND` reads request counts from these load tools'
