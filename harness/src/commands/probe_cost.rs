@@ -3,7 +3,10 @@
 //! drives them, and only attaches through `probe`.
 //!
 //! The `hitloop` fixture runs a tight loop of one kind of call (malloc+free,
-//! memcpy, mutex lock+unlock, a syscall) and reports its own elapsed time.
+//! memcpy, mutex lock+unlock, a syscall) and reports its own elapsed time;
+//! its Go twin `gohitloop` loops on `runtime.mallocgc` or a syscall, so the
+//! Go allocator probe and the walk of Go frames (rows made from
+//! `.gopclntab`, no `.eh_frame`) are measured the same way.
 //! Each kind runs clean and probed in interleaved rounds (A B B A ...), a fresh
 //! process each run; the difference of the medians over the number of probe
 //! hits per iteration is the cost of one hit.
@@ -83,12 +86,44 @@ pub struct CostRow {
     pub program_ns_stacks: f64,
 }
 
-/// Frames between the probed call and `_start` in every run: the hitloop
-/// descends this many extra frames first (plus its own 6: the probed
-/// function, the loop, the last `descend`, main and libc's two start-up
-/// frames).
+/// Frames between the probed call and the stack's top in every run: the
+/// loop descends extra frames first, as many as make this depth with the
+/// frames of its own (`Fixture::own_frames`).
 pub const STACK_DEPTH: u32 = 20;
-const EXTRA_FRAMES: u32 = STACK_DEPTH - 6;
+
+/// Which loop program a kind runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Fixture {
+    /// calib/hitloop.c (glibc).
+    C,
+    /// go/gohitloop (Go, no cgo).
+    Go,
+}
+
+impl Fixture {
+    fn path(self) -> PathBuf {
+        match self {
+            Fixture::C => rig_fixtures::hitloop().to_path_buf(),
+            Fixture::Go => rig_fixtures::gohitloop(),
+        }
+    }
+
+    /// Frames of the loop program itself under the probed call, counted
+    /// from a backtrace at the probe (gdb's, inlined frames left out): C,
+    /// 6 (the probed function, the loop, the last `descend`, main and
+    /// libc's two start-up frames); Go's mallocgc, 7 (runtime.mallocgc,
+    /// runtime.newobject, main.hitMalloc, the last main.descend,
+    /// main.main, runtime.main, runtime.goexit); Go's syscall, 6
+    /// (syscall.rawSyscallNoError, main.hitSyscall with syscall.Getppid
+    /// inlined, the last main.descend, main.main, runtime.main,
+    /// runtime.goexit).
+    fn own_frames(self, hitloop: &str) -> u32 {
+        match (self, hitloop) {
+            (Fixture::Go, "malloc") => 7,
+            _ => 6,
+        }
+    }
+}
 
 /// The arms of one cost measurement.
 #[derive(Clone, Copy, PartialEq)]
@@ -123,7 +158,8 @@ enum Attach {
 
 struct Kind {
     name: &'static str,
-    /// The hitloop loop to run.
+    /// The loop program, and the loop it runs.
+    fixture: Fixture,
     hitloop: &'static str,
     family: Family,
     attach: Attach,
@@ -140,6 +176,7 @@ struct Kind {
 const KINDS: &[Kind] = &[
     Kind {
         name: "malloc entry",
+        fixture: Fixture::C,
         hitloop: "malloc",
         family: Family::Alloc,
         attach: Attach::Single {
@@ -155,6 +192,7 @@ const KINDS: &[Kind] = &[
     // costs the entry's hit plus this one.
     Kind {
         name: "malloc return",
+        fixture: Fixture::C,
         hitloop: "malloc",
         family: Family::Alloc,
         attach: Attach::Single {
@@ -167,6 +205,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "free entry",
+        fixture: Fixture::C,
         hitloop: "malloc",
         family: Family::Alloc,
         attach: Attach::Single {
@@ -179,6 +218,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "memcpy implementation entry",
+        fixture: Fixture::C,
         hitloop: "memcpy",
         family: Family::Copy,
         attach: Attach::Single {
@@ -191,6 +231,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "pthread_mutex_lock entry",
+        fixture: Fixture::C,
         hitloop: "lock",
         family: Family::Locks,
         attach: Attach::Single {
@@ -203,6 +244,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "pthread_mutex_lock return",
+        fixture: Fixture::C,
         hitloop: "lock",
         family: Family::Locks,
         attach: Attach::Single {
@@ -215,6 +257,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "pthread_mutex_unlock entry",
+        fixture: Fixture::C,
         hitloop: "lock",
         family: Family::Locks,
         attach: Attach::Single {
@@ -227,6 +270,30 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "syscall enter + exit",
+        fixture: Fixture::C,
+        hitloop: "syscall",
+        family: Family::Syscalls,
+        attach: Attach::Family,
+        hits: "raw tracepoints",
+        hits_per_iteration: 2,
+        bpftrace: None,
+    },
+    // Go: the allocator probe (entry only: rig never plants a uretprobe in
+    // Go code), attached as `--probes alloc` attaches it, and stacks walked
+    // through Go frames, which have no `.eh_frame`.
+    Kind {
+        name: "Go runtime.mallocgc entry",
+        fixture: Fixture::Go,
+        hitloop: "malloc",
+        family: Family::Alloc,
+        attach: Attach::Family,
+        hits: "uprobe",
+        hits_per_iteration: 1,
+        bpftrace: None,
+    },
+    Kind {
+        name: "Go syscall enter + exit",
+        fixture: Fixture::Go,
         hitloop: "syscall",
         family: Family::Syscalls,
         attach: Attach::Family,
@@ -261,10 +328,11 @@ struct Run {
 /// Run `hitloop KIND ITERS DEPTH` once, in one arm.
 fn run_once(kind: &Kind, iterations: u64, arm: Arm) -> Result<Run> {
     use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(rig_fixtures::hitloop());
+    let mut cmd = Command::new(kind.fixture.path());
+    let extra = STACK_DEPTH - kind.fixture.own_frames(kind.hitloop);
     cmd.arg(kind.hitloop)
         .arg(iterations.to_string())
-        .arg(EXTRA_FRAMES.to_string())
+        .arg(extra.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     // A SIGKILLed rig must not leave the fixture looping: it dies with rig
