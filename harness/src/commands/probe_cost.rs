@@ -84,6 +84,11 @@ pub struct CostRow {
     /// load on the machine than the loop timings.
     pub program_ns: f64,
     pub program_ns_stacks: f64,
+    /// Runs of the BPF programs in each probed run (no stacks), in run
+    /// order: at least the loop's hits, so the probe was on the function
+    /// the loop calls (the syscall tracepoints also run for every other
+    /// process's syscalls, and filter them out).
+    pub program_runs: Vec<u64>,
 }
 
 /// Frames between the probed call and the stack's top in every run: the
@@ -322,6 +327,7 @@ fn median(v: &[f64]) -> f64 {
 struct Run {
     ns: f64,
     program: Option<f64>,
+    program_runs: u64,
     bpftrace_hits: Option<u64>,
 }
 
@@ -425,10 +431,13 @@ fn run_hitloop(
             .write_all(b"go\n")?;
         line.clear();
         out.read_line(&mut line)?;
-        let program = probes.as_ref().and_then(|p| {
-            let (t, n) = p.program_runtime();
-            (n > 0).then(|| t.as_nanos() as f64 / n as f64)
-        });
+        let (program, program_runs) = match probes.as_ref() {
+            Some(p) => {
+                let (t, n) = p.program_runtime();
+                ((n > 0).then(|| t.as_nanos() as f64 / n as f64), n)
+            }
+            None => (None, 0),
+        };
         drop(probes);
         let bpftrace_hits = match bpftrace.as_mut() {
             Some(b) => Some(b.stop()?),
@@ -442,6 +451,7 @@ fn run_hitloop(
         Ok(Run {
             ns: ns / iterations as f64,
             program,
+            program_runs,
             bpftrace_hits,
         })
     })()
@@ -720,6 +730,7 @@ pub fn measure(iterations: u64, rounds: usize) -> Result<Vec<CostRow>> {
     for kind in KINDS {
         let (mut clean, mut probed, mut stacked) = (Vec::new(), Vec::new(), Vec::new());
         let (mut prog, mut prog_stacked) = (Vec::new(), Vec::new());
+        let mut runs = Vec::new();
         for _ in 0..rounds {
             // Palindromic order: drift over the round hits every arm alike.
             for arm in [
@@ -736,11 +747,19 @@ pub fn measure(iterations: u64, rounds: usize) -> Result<Vec<CostRow>> {
                         kind.name
                     );
                 }
-                let Run { ns, program, .. } = run_once(kind, iterations, arm)
+                let Run {
+                    ns,
+                    program,
+                    program_runs,
+                    ..
+                } = run_once(kind, iterations, arm)
                     .with_context(|| format!("measuring the {} probe", kind.name))?;
                 match arm {
                     Arm::Clean => clean.push(ns),
-                    Arm::Probed => probed.push(ns),
+                    Arm::Probed => {
+                        probed.push(ns);
+                        runs.push(program_runs);
+                    }
                     Arm::Stacked | Arm::Bpftrace => stacked.push(ns),
                 }
                 match (arm, program) {
@@ -768,6 +787,7 @@ pub fn measure(iterations: u64, rounds: usize) -> Result<Vec<CostRow>> {
             stack_depth: STACK_DEPTH,
             program_ns: median(&prog),
             program_ns_stacks: median(&prog_stacked),
+            program_runs: runs,
         });
     }
     Ok(rows)

@@ -44,7 +44,9 @@ fn probe_cost_measures_every_probe_kind() {
             "pthread_mutex_lock entry",
             "pthread_mutex_lock return",
             "pthread_mutex_unlock entry",
-            "syscall enter + exit"
+            "syscall enter + exit",
+            "Go runtime.mallocgc entry",
+            "Go syscall enter + exit"
         ]
     );
     for r in rows.as_array().unwrap() {
@@ -55,6 +57,16 @@ fn probe_cost_measures_every_probe_kind() {
         );
         assert_eq!(r["probed_runs"].as_array().unwrap().len(), 2);
         assert!(r["ns_per_hit"].as_f64().unwrap().is_finite(), "{r}");
+        // Each probed arm ran its BPF program (the kernel's run count was
+        // not zero), with and without stacks: the Go rows too, whose
+        // probe is on runtime.mallocgc in the Go executable and whose
+        // stacks are walked through Go frames.
+        assert!(r["program_ns"].as_f64().unwrap().is_finite(), "{r}");
+        assert!(r["program_ns_stacks"].as_f64().unwrap().is_finite(), "{r}");
+        let per = r["hits_per_iteration"].as_u64().unwrap();
+        for n in r["program_runs"].as_array().unwrap() {
+            assert!(n.as_u64().unwrap() >= 2000 * per, "{r}");
+        }
         assert!(stdout.contains(r["kind"].as_str().unwrap()));
     }
 }
