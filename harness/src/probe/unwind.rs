@@ -305,6 +305,7 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
         }
     }
     raw.extend(entry_rows(&obj, data, &segments, &raw));
+    raw.extend(v8_builtin_rows(&obj, data, &segments));
     let mut t = table_of(raw)?;
     t.unsupported = unsupported;
     t.exec_segments = segments;
@@ -487,6 +488,60 @@ fn entry_rows(
             pc: start,
             cfa: unwind_cfa::RSP,
             cfa_off: 8,
+            ..Default::default()
+        });
+        out.push(UnwindRow {
+            pc: end,
+            cfa: unwind_cfa::NONE,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// Rows for V8's embedded builtins (`Builtins_*` in node's `.text`:
+/// machine code V8 generated at build time, with no `.eh_frame`). V8 walks
+/// its own stacks by frame pointer alone, so every builtin that calls out
+/// has set up a standard frame first: from just past its `push %rbp; mov
+/// %rsp,%rbp` (within the first 256 bytes) to its end, CFA = rbp + 16, the
+/// caller's rbp saved at CFA - 16. A walk through them reaches the
+/// JavaScript frames that called them. Before that point the entry rows
+/// apply; a builtin without that prologue keeps no rule.
+fn v8_builtin_rows(
+    obj: &object::File<'_>,
+    data: &[u8],
+    segments: &[(u64, u64, u64)],
+) -> Vec<UnwindRow> {
+    use object::{ObjectSymbol, SymbolKind};
+    const PROLOGUE: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
+    let mut out = Vec::new();
+    for sym in obj.symbols() {
+        if sym.kind() != SymbolKind::Text
+            || !sym.is_definition()
+            || sym.size() == 0
+            || !sym.name().is_ok_and(|n| n.starts_with("Builtins_"))
+        {
+            continue;
+        }
+        let (start, end) = (sym.address(), sym.address() + sym.size());
+        let Some(&(off, _, vaddr)) = segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= start && end <= vaddr + size)
+        else {
+            continue;
+        };
+        let from = (off + (start - vaddr)) as usize;
+        let Some(code) = data.get(from..from + (sym.size().min(256) as usize)) else {
+            continue;
+        };
+        let Some(at) = code.windows(PROLOGUE.len()).position(|w| w == PROLOGUE) else {
+            continue;
+        };
+        out.push(UnwindRow {
+            pc: start + (at + PROLOGUE.len()) as u64,
+            cfa: unwind_cfa::RBP,
+            cfa_off: 16,
+            rbp_off: -16,
             ..Default::default()
         });
         out.push(UnwindRow {
