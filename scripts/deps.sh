@@ -3,7 +3,8 @@
 # clang + libbpf-dev + kernel UAPI headers to compile the BPF programs, and
 # libc6-dbg so glibc's internal routines get their true names; nginx (not
 # started) for the process-tree tests; chromium for the report.html tests;
-# golang-go for `go tool pprof`; websocketd for the live suite.
+# golang-go for `go tool pprof`; websocketd for the live suite;
+# prometheus-node-exporter and nodejs for the tests of real Go and node servers.
 set -eu
 need=""
 command -v clang >/dev/null 2>&1 || need="$need clang"
@@ -32,6 +33,11 @@ command -v h2load >/dev/null 2>&1 || need="$need nghttp2-client"
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
 # The live suite's tests measure a WebSocket server not written here.
 command -v websocketd >/dev/null 2>&1 || need="$need websocketd"
+# Servers nobody here wrote, measured as Debian ships them: the Prometheus
+# node exporter (Go; started by its test on a port it chose, never as a
+# service) and node (nodejs).
+dpkg -s prometheus-node-exporter >/dev/null 2>&1 || need="$need prometheus-node-exporter"
+command -v node >/dev/null 2>&1 || need="$need nodejs"
 # The allocator tests: the calibration server linked against Debian's
 # jemalloc, mimalloc and tcmalloc_minimal, a CPython extension (headers),
 # and Debian's redis-server (jemalloc; started by the test itself on a port

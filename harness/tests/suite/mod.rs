@@ -36,6 +36,7 @@ mod cxx;
 mod drive;
 mod errors;
 mod flame;
+mod foreign;
 mod fuzz;
 mod gate;
 mod golang;
