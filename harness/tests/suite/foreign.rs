@@ -130,7 +130,7 @@ fn label(s: &serde_json::Value) -> String {
 }
 
 const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
-const EXPORTER_REQUESTS: u64 = 100;
+const EXPORTER_REQUESTS: u64 = 40;
 
 /// Debian's prometheus-node-exporter (Go 1.19, stripped, cgo): GET
 /// /metrics allocates on Go's heap (runtime.mallocgc, probed at entry
@@ -243,7 +243,7 @@ fn prometheus_node_exporter_allocates_per_request_with_whole_go_stacks_and_no_ur
     );
 }
 
-const NODE_REQUESTS: u64 = 500;
+const NODE_REQUESTS: u64 = 200;
 
 /// node (V8) running fixtures/node/server.js with `--perf-basic-prof`: the
 /// alloc family is complete and served by glibc, found through node's
