@@ -618,12 +618,12 @@ while True:
 
 /// `rig attach --duration 2s`: the window it reports is the interval its
 /// counters saw. A ticker's calls in the window (one a millisecond) equal
-/// the reported length in ms, within 5 ticks (a tick's lateness at each
-/// edge), and it closes at the asked time. This pins the timing (from the
-/// start snapshot's counter reads to the end snapshot's, stack frames read
-/// after every counter); one family on an idle ticker reads in
-/// milliseconds, so it does not reproduce a window stretched by seconds of
-/// frame reads on a busy target.
+/// the reported length in ms, within 25 ticks (the ticker's lateness at
+/// each edge on a loaded machine), and it closes at the asked time. This
+/// pins the timing (from the start snapshot's counter reads to the end
+/// snapshot's, stack frames read after every counter); one family on an
+/// idle ticker reads in milliseconds, so it does not reproduce a window
+/// stretched by seconds of frame reads on a busy target.
 #[test]
 fn an_attach_duration_window_reports_the_length_its_counters_saw() {
     root_or_skip!();
@@ -660,7 +660,10 @@ fn an_attach_duration_window_reports_the_length_its_counters_saw() {
         .and_then(|r| r["count"].as_i64())
         .unwrap_or_else(|| panic!("no clock_nanosleep: {:#}\n{stderr}", a["syscalls"]));
     eprintln!("window {ms} ms, {ticks} ticks");
-    assert!((ticks - ms).abs() <= 5, "window {ms} ms, {ticks} ticks");
+    // A few ticks at each edge go to the ticker's own lateness, which a
+    // loaded machine stretches to ~10 ms; the defect this pins stretches a
+    // window by the frame reads, hundreds of milliseconds and more.
+    assert!((ticks - ms).abs() <= 25, "window {ms} ms, {ticks} ticks");
     // The window closes at the asked time, not at the end of the reads.
     assert!(
         (2000..2050).contains(&ms),
