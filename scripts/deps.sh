@@ -24,6 +24,8 @@ command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || need="$need golang
 command -v musl-gcc >/dev/null 2>&1 || need="$need musl-tools"
 # The MiniDebugInfo fixture compresses its symbol table with xz.
 command -v xz >/dev/null 2>&1 || need="$need xz-utils"
+# A trial server does its network I/O through io_uring (liburing).
+[ -f /usr/include/liburing.h ] || need="$need liburing-dev"
 # The process-tree tests measure Debian's nginx (master + workers).
 [ -x /usr/sbin/nginx ] || need="$need nginx"
 # `rig attach -- COMMAND` reads request counts from these load tools'

@@ -360,6 +360,24 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
     losses
 }
 
+/// The sentence for a window whose target called io_uring_enter: the
+/// reads, writes, accepts and sends it submitted are io_uring operations,
+/// done by the kernel inside io_uring_enter or on the process's io-wq
+/// threads, so the syscall table has only the submissions and waits.
+pub(super) fn io_uring(syscalls: &[SyscallRow]) -> Option<String> {
+    let calls: u64 = syscalls
+        .iter()
+        .filter(|r| r.name.starts_with("io_uring_"))
+        .map(|r| r.count)
+        .sum();
+    (calls > 0).then(|| {
+        "io_uring: the target submits I/O as io_uring operations; the reads, writes, accepts \
+         and sends it asks for that way are not syscalls and are not in this table \
+         (io_uring_enter counts its submissions and waits, not its operations)"
+            .to_string()
+    })
+}
+
 /// How the probes themselves bend what they measure, for the families on.
 pub(super) fn distortions(w: &Window) -> Vec<String> {
     let mut distortions = Vec::new();

@@ -64,6 +64,10 @@ pub struct Attribution {
     pub notes: Vec<AttachNote>,
     /// Which reported timings the probes themselves inflate.
     pub distortions: Vec<String>,
+    /// When the target called io_uring_enter: its I/O was io_uring
+    /// operations, which are not syscalls and are not in `syscalls`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io_uring: Option<String>,
     /// Hardware instruction counters: present or not, and what the kernel
     /// said. Without them rig reports no instruction counts (never zero).
     pub pmu: crate::host::Pmu,
@@ -470,6 +474,7 @@ impl Attribution {
             .map(|h| live::LiveHeapSection::new(h, &w.maps, &w.alloc_entries, sym, &stacks));
         let mut b = build::Builder::new(w, sym);
         let syscalls = b.syscalls();
+        let io_uring = build::io_uring(&syscalls);
         let (alloc, alloc_totals, alloc_layers) = b.alloc();
         let copy = b.copy();
         let locks = b.locks();
@@ -521,6 +526,7 @@ impl Attribution {
             probe_syscalls_excluded,
             notes: w.notes.clone(),
             distortions: build::distortions(w),
+            io_uring,
             pmu: crate::host::detect_pmu(),
             stacks,
             cpu: build::cpu(w),

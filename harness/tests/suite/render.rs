@@ -175,6 +175,7 @@ fn attribution() -> Attribution {
         complete: true,
         notes: Vec::new(),
         distortions: vec!["off-CPU time includes the probes' own overhead".into()],
+        io_uring: None,
         pmu: Pmu {
             instructions: false,
             detail: "no PMU (hand-made value)".into(),

@@ -142,8 +142,13 @@ struct Server {
 
 impl Server {
     fn start(flags: &[&str]) -> Server {
+        Server::start_program(rig_fixtures::trial_server(), flags)
+    }
+
+    /// `program --port 0 FLAGS…`, which prints `READY port=N`.
+    fn start_program(program: &Path, flags: &[&str]) -> Server {
         use std::io::BufRead;
-        let mut child = Command::new(rig_fixtures::trial_server())
+        let mut child = Command::new(program)
             .args(["--port", "0"])
             .args(flags)
             .stdout(Stdio::piped())
@@ -896,6 +901,75 @@ fn forking_and_500_thread_servers_are_counted_exactly() {
             );
         }
     }
+}
+
+/// A server whose accepts, receives and sends are io_uring operations
+/// (liburing): its one I/O syscall is io_uring_enter, at a rate that moves
+/// with timing. rig counts its allocations and copies exactly per request
+/// (one malloc(64) + free, one 70-byte memcpy, by construction), with the
+/// handler's file:line, and says that the syscall table holds only the
+/// submissions and waits: the reads and writes themselves are not in it.
+#[test]
+fn an_io_uring_server_is_exact_and_its_syscall_table_says_what_it_leaves_out() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = Scratch::new("trial-uring");
+    let server = Server::start_program(rig_fixtures::uring_server(), &[]);
+    let json = s.0.join("uring.json");
+    let child = Command::new(rig_bin())
+        .args(["attach", "--pid", &server.pid().to_string()])
+        .args(["--probes", "syscalls,alloc,copy", "--drive", &server.url()])
+        .args(["--requests", "1000", "--json"])
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, out, err) = finish(child);
+    assert_eq!(code, exit::OK, "{out}\n{err}");
+    let a: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(a["complete"], true, "{:#}", a["losses"]);
+    let t = &a["alloc_totals"];
+    assert_eq!(
+        (
+            t["allocations"].as_i64(),
+            t["bytes"].as_i64(),
+            t["frees"].as_i64()
+        ),
+        (Some(1000), Some(64_000), Some(1000)),
+        "{t:#}"
+    );
+    // The malloc's site is the handler's line, read from the source.
+    let src = std::fs::read_to_string(repo().join("fixtures/trial/uring_server.c")).unwrap();
+    let line = src
+        .lines()
+        .position(|l| l.contains("= malloc(ALLOC_BYTES)"))
+        .unwrap() as i64
+        + 1;
+    let malloc = a["alloc"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "malloc")
+        .unwrap();
+    assert_eq!(malloc["site"]["function"], "handle", "{malloc:#}");
+    assert_eq!(malloc["site"]["line"].as_i64(), Some(line), "{malloc:#}");
+    let copied: i64 = a["copy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["bytes"].as_i64())
+        .sum();
+    assert_eq!(copied, 70_000, "{:#}", a["copy"]);
+    // The only I/O syscall is io_uring_enter; no read, write, accept or
+    // send reached the kernel as a syscall.
+    assert!(syscalls(&a, "io_uring_enter") > 0, "{:#}", a["syscalls"]);
+    for name in ["read", "write", "recvfrom", "sendto", "accept4", "accept"] {
+        assert_eq!(syscalls(&a, name), 0, "{name}: {:#}", a["syscalls"]);
+    }
+    let note = a["io_uring"].as_str().unwrap_or_default();
+    assert!(note.contains("not in this table"), "{:#}", a);
+    assert!(out.contains("note: io_uring:"), "{out}");
 }
 
 /// Two `rig attach` sessions on one pid at once, one driven (1000

@@ -237,6 +237,9 @@ fn syscalls(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         per(total, n),
         a.probe_syscalls_excluded
     );
+    if let Some(note) = &a.io_uring {
+        let _ = writeln!(out, "note: {note}");
+    }
 }
 
 /// Allocation calls and bytes by call site, api and size class.
