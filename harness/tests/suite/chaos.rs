@@ -28,6 +28,7 @@
 //! and a SIGKILL case also `chaos: <case>: nothing left <ms> ms after
 //! SIGKILL` (the watchdogs' and the kernel's teardown).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -236,11 +237,24 @@ impl Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st, tag) = (Arc::clone(&seen), Arc::clone(&stop), tag.to_string());
         let thread = std::thread::spawn(move || {
+            let mut last_fds = BTreeSet::new();
             while !st.load(Ordering::Relaxed) {
                 let progs = program_ids_of(rig_pid);
                 let tree: Vec<u32> = tagged(&tag).into_iter().filter(|&p| p != rig_pid).collect();
+                // A child rig forked and that has not exec'd its program
+                // yet is still rig's image, holding rig's descriptors
+                // until the exec closes them (all are close-on-exec): it
+                // is not the target holding rig's objects. An exec in
+                // progress shows the new image a moment before it closes
+                // them, so a descriptor is a leak only when two polls in
+                // a row find it.
+                let rig_exe = std::fs::read_link(format!("/proc/{rig_pid}/exe")).ok();
                 let mut fds = Vec::new();
                 for &p in &tree {
+                    let exe = std::fs::read_link(format!("/proc/{p}/exe")).ok();
+                    if exe.is_some() && exe == rig_exe {
+                        continue;
+                    }
                     fds.extend(
                         kernel_object_fds(p)
                             .into_iter()
@@ -258,7 +272,13 @@ impl Watcher {
                         g.tagged.push(p);
                     }
                 }
-                g.leaked_fds.extend(fds);
+                let now: BTreeSet<String> = fds.into_iter().collect();
+                for f in now.intersection(&last_fds) {
+                    if !g.leaked_fds.contains(f) {
+                        g.leaked_fds.push(f.clone());
+                    }
+                }
+                last_fds = now;
                 drop(g);
                 std::thread::sleep(Duration::from_millis(10));
             }
