@@ -183,9 +183,20 @@ impl Drop for Server {
 /// `rig attach --pid P --probes syscalls ARGS… --json J`: exit, stderr,
 /// and the JSON when it was written.
 fn attach(s: &Scratch, name: &str, pid: u32, args: &[&str]) -> (i32, String, Option<Value>) {
+    attach_probes(s, name, pid, "syscalls", args)
+}
+
+/// [`attach`] with the families `probes`.
+fn attach_probes(
+    s: &Scratch,
+    name: &str,
+    pid: u32,
+    probes: &str,
+    args: &[&str],
+) -> (i32, String, Option<Value>) {
     let json = s.0.join(format!("{name}.json"));
     let child = Command::new(rig_bin())
-        .args(["attach", "--pid", &pid.to_string(), "--probes", "syscalls"])
+        .args(["attach", "--pid", &pid.to_string(), "--probes", probes])
         .args(args)
         .arg("--json")
         .arg(&json)
@@ -915,19 +926,15 @@ fn an_io_uring_server_is_exact_and_its_syscall_table_says_what_it_leaves_out() {
     let _g = probes_shared();
     let s = Scratch::new("trial-uring");
     let server = Server::start_program(rig_fixtures::uring_server(), &[]);
-    let json = s.0.join("uring.json");
-    let child = Command::new(rig_bin())
-        .args(["attach", "--pid", &server.pid().to_string()])
-        .args(["--probes", "syscalls,alloc,copy", "--drive", &server.url()])
-        .args(["--requests", "1000", "--json"])
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (code, out, err) = finish(child);
-    assert_eq!(code, exit::OK, "{out}\n{err}");
-    let a: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (code, text, a) = attach_probes(
+        &s,
+        "uring",
+        server.pid(),
+        "syscalls,alloc,copy",
+        &["--drive", &server.url(), "--requests", "1000"],
+    );
+    assert_eq!(code, exit::OK, "{text}");
+    let a = a.unwrap();
     assert_eq!(a["complete"], true, "{:#}", a["losses"]);
     let t = &a["alloc_totals"];
     assert_eq!(
@@ -969,7 +976,7 @@ fn an_io_uring_server_is_exact_and_its_syscall_table_says_what_it_leaves_out() {
     }
     let note = a["io_uring"].as_str().unwrap_or_default();
     assert!(note.contains("not in this table"), "{:#}", a);
-    assert!(out.contains("note: io_uring:"), "{out}");
+    assert!(text.contains("note: io_uring:"), "{text}");
 }
 
 /// Two `rig attach` sessions on one pid at once, one driven (1000
