@@ -442,7 +442,9 @@ pub struct ProbeCostArgs {
     /// Loop iterations per run.
     #[arg(long, default_value_t = 50_000)]
     pub iterations: u64,
-    /// A B B A rounds per probe kind.
+    /// Rounds per probe kind; each round runs clean, probed, probed with
+    /// stacks, then the same three in reverse (A B C C B A), a fresh
+    /// process each run.
     #[arg(long, default_value_t = 2)]
     pub rounds: usize,
     /// Also write the measurements as JSON.
