@@ -8,8 +8,9 @@
 //! Go allocator probe and the walk of Go frames (rows made from
 //! `.gopclntab`, no `.eh_frame`) are measured the same way.
 //! Each kind runs clean, probed and probed with stacks in palindromic rounds
-//! (A B C C B A ...), a fresh process each run; the difference of the medians over the number of probe
-//! hits per iteration is the cost of one hit.
+//! (A B C C B A ...), a fresh process each run; the difference of the
+//! medians over the number of probe hits per iteration is the cost of one
+//! hit.
 //!
 //! `--against-bpftrace` measures, in the same rounds, a bpftrace uprobe on
 //! the same function (a count per thread, bpftrace's usual one-liner)
