@@ -4,7 +4,8 @@
 # libc6-dbg so glibc's internal routines get their true names; nginx (not
 # started) for the process-tree tests; chromium for the report.html tests;
 # golang-go for `go tool pprof`; websocketd for the live suite;
-# prometheus-node-exporter and nodejs for the tests of real Go and node servers.
+# prometheus-node-exporter and nodejs for the tests of real Go and node servers;
+# Rust's x86_64-unknown-linux-musl target for a static Rust fixture.
 set -eu
 need=""
 command -v clang >/dev/null 2>&1 || need="$need clang"
@@ -62,4 +63,13 @@ if [ -n "$need" ]; then
 		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 	fi
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+fi
+# A stack fixture is also built as Rust builds servers for Alpine-style
+# images (static, musl inside): Rust's musl target, through rustup. Without
+# it that fixture is not built and its test fails, saying so.
+if command -v rustup >/dev/null 2>&1 &&
+	! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+	echo "deps: installing Rust's x86_64-unknown-linux-musl target"
+	rustup target add x86_64-unknown-linux-musl ||
+		echo "deps: could not install x86_64-unknown-linux-musl (its stack test will fail)" >&2
 fi

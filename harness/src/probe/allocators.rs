@@ -316,14 +316,19 @@ fn family_of(facts: &ElfFacts) -> Option<(AllocFamily, Vec<Entry>)> {
             return Some((AllocFamily::Jemalloc, owned(JEMALLOC_API, prefix)));
         }
     }
+    // Which C library is the module kind's word: musl defines
+    // __libc_malloc too (1.2.3, Debian's), or only a local
+    // __libc_malloc_impl behind a weak malloc (1.2.5, the one Rust's
+    // x86_64-unknown-linux-musl target links in).
+    let musl = matches!(
+        ModuleKind::of("", facts),
+        ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl }
+    );
+    if musl && has("malloc") {
+        return Some((AllocFamily::Musl, owned(C_API, "")));
+    }
     if has("__libc_malloc") {
-        // musl defines it too; which C library is the module kind's word.
-        let family = match ModuleKind::of("", facts) {
-            ModuleKind::StaticC { libc: Libc::Musl }
-            | ModuleKind::CLibrary { libc: Libc::Musl } => AllocFamily::Musl,
-            _ => AllocFamily::Glibc,
-        };
-        return Some((family, owned(C_API, "")));
+        return Some((AllocFamily::Glibc, owned(C_API, "")));
     }
     None
 }

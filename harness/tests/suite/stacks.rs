@@ -342,6 +342,57 @@ fn rust_release_stacks_and_their_exact_counts_equal_the_truth() {
     );
 }
 
+/// The Rust fixture built for `x86_64-unknown-linux-musl`, as Alpine-style
+/// images ship Rust servers: a static executable with musl's malloc and
+/// free inside it (no libc.so, no GOT slot to read). Both allocator layers
+/// (Rust's shims outer, musl's malloc and free inner) are exact per site
+/// with whole stacks down to musl's `libc_start_main_stage2`; the syscalls
+/// are exact by name.
+#[test]
+fn rust_static_musl_allocations_are_exact_with_whole_stacks() {
+    let test = "rust_static_musl_allocations_are_exact_with_whole_stacks";
+    if !root_or_skip(test) {
+        return;
+    }
+    let binary = Lang::RustMusl.binary();
+    assert!(
+        binary.exists(),
+        "{test}: {} was not built: Rust's x86_64-unknown-linux-musl target is not installed \
+         (scripts/deps.sh installs it: rustup target add x86_64-unknown-linux-musl)",
+        binary.display()
+    );
+    let _g = probes_shared();
+    let mut fx = Fixture::start(binary);
+    let a = measure(&mut fx, &[Family::Alloc, Family::Syscalls], N);
+    print_one_stack_per_event(&a, fx.pid());
+    assert_truth(&a, Lang::RustMusl, fx.pid(), &[Family::Alloc], N);
+    let layers: Vec<(String, u64, bool)> = a
+        .alloc_layers
+        .iter()
+        .map(|l| {
+            let all = l.totals.allocations;
+            (l.allocator.clone(), all, l.inner_allocations == all)
+        })
+        .collect();
+    assert_eq!(
+        layers,
+        vec![("musl".to_string(), 2 * N, true), ("rust".to_string(), 2 * N, false)],
+        "musl's malloc is found in the executable and is the inner layer"
+    );
+    // musl's stacks of syscalls still end inside musl (no unwind tables),
+    // so only their counts by name are checked here.
+    for call in ["read", "write", "getppid"] {
+        let n: u64 = a
+            .stacks
+            .rows
+            .iter()
+            .filter(|r| r.pid == fx.pid() && r.family == Family::Syscalls && r.event == call)
+            .map(|r| r.count)
+            .sum();
+        assert_eq!(n, N, "{call}: exactly one per request");
+    }
+}
+
 /// gdb's frames at one stop: (pc, function) per physical frame, innermost
 /// first (inlined frames share their caller's pc and are left out).
 type GdbStack = Vec<(u64, String)>;
