@@ -376,7 +376,10 @@ fn rust_static_musl_allocations_are_exact_with_whole_stacks() {
         .collect();
     assert_eq!(
         layers,
-        vec![("musl".to_string(), 2 * N, true), ("rust".to_string(), 2 * N, false)],
+        vec![
+            ("musl".to_string(), 2 * N, true),
+            ("rust".to_string(), 2 * N, false)
+        ],
         "musl's malloc is found in the executable and is the inner layer"
     );
     // musl's stacks of syscalls still end inside musl (no unwind tables),
