@@ -325,8 +325,14 @@ fn attach(s: &AttachSettings) -> Result<ProbeSet> {
     crate::errln!(
         "rig: probes attached in {:.2} s ({} families; the kernel verified {verified} BPF instructions)",
         t0.elapsed().as_secs_f64(),
-        s.families.len()
+        probes.families.len()
     );
+    let kernel = crate::probe::kernel::kernel();
+    if let Some(line) =
+        crate::probe::kernel::degraded_line(kernel, &kernel.degraded(&probes.families))
+    {
+        crate::errln!("rig: {line}");
+    }
     match scope {
         Scope::Tree => crate::errln!(
             "rig: following the process tree of pid {}: {} process(es) now ({} descendant(s)); \
