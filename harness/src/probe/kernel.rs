@@ -33,6 +33,9 @@ pub struct Features {
     /// `bpf_get_attach_cookie` from a uprobe (Linux 5.15): which allocator
     /// entry or copy implementation fired.
     pub attach_cookie: bool,
+    /// The sched_switch tracepoint passes `prev_state` (Linux 5.18); before,
+    /// sched reads it from the task, as those kernels' accounting did.
+    pub sched_switch_prev_state: bool,
     /// BPF ring buffer maps (Linux 5.8). No family needs one; reported so a
     /// result says what the kernel had.
     pub ring_buffer: bool,
@@ -93,6 +96,7 @@ impl Kernel {
                 global_functions,
                 bpf_loop: helper(BpfHelper::BPF_FUNC_loop),
                 attach_cookie: helper(BpfHelper::BPF_FUNC_get_attach_cookie),
+                sched_switch_prev_state: btf && sched_switch_has_four_args(),
                 ring_buffer: is_map_supported(MapType::RingBuf).unwrap_or(false),
                 perf_software_events: software_event_opens(),
                 cgroup_v1: mounts.lines().any(|l| l.split(' ').nth(2) == Some("cgroup")),
@@ -111,6 +115,7 @@ impl Kernel {
                 global_functions: true,
                 bpf_loop: true,
                 attach_cookie: true,
+                sched_switch_prev_state: true,
                 ring_buffer: true,
                 perf_software_events: true,
                 cgroup_v1: false,
@@ -143,6 +148,15 @@ impl Kernel {
             asked
         } else {
             Stacks::Off
+        }
+    }
+
+    /// The sched family's sched_switch program.
+    pub fn sched_switch_program(&self) -> &'static str {
+        if self.features.sched_switch_prev_state {
+            "rig_sched_switch"
+        } else {
+            "rig_sched_switch_task_state"
         }
     }
 
@@ -207,6 +221,13 @@ impl Kernel {
                 "each uprobe named by its address in a map rig fills as it attaches".into(),
             );
         }
+        if f.btf && !f.sched_switch_prev_state {
+            add(
+                "sched_switch_prev_state",
+                &|x| x == Family::Sched,
+                "voluntary or not from the switched-out task's state, read at the tracepoint".into(),
+            );
+        }
         if !f.perf_software_events {
             add(
                 "perf_software_events",
@@ -236,6 +257,54 @@ pub fn degraded_line(kernel: &Kernel, degraded: &[Degraded]) -> Option<String> {
         kernel.version,
         parts.join("; ")
     ))
+}
+
+/// Whether the kernel attaches a raw tracepoint program that reads a fourth
+/// argument of sched_switch: it refuses one that reads past the
+/// tracepoint's arguments. The program (`r2 = ctx->args[3]; return 0`) is
+/// attached for the moment of the probe and closed.
+fn sched_switch_has_four_args() -> bool {
+    const BPF_PROG_LOAD: libc::c_long = 5;
+    const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+    const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+    let insns: [[u8; 8]; 3] = [
+        [0x79, 0x12, 24, 0, 0, 0, 0, 0], // r2 = *(u64 *)(r1 + 24)
+        [0xb7, 0, 0, 0, 0, 0, 0, 0],     // r0 = 0
+        [0x95, 0, 0, 0, 0, 0, 0, 0],     // exit
+    ];
+    let license = c"GPL";
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&BPF_PROG_TYPE_RAW_TRACEPOINT.to_ne_bytes());
+    attr[4..8].copy_from_slice(&(insns.len() as u32).to_ne_bytes());
+    attr[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
+    attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+    // SAFETY: attr is a bpf_attr for BPF_PROG_LOAD whose pointers (insns,
+    // license) outlive the call; the kernel returns a new fd or -1.
+    let prog = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, attr.as_ptr(), attr.len()) };
+    if prog < 0 {
+        return false;
+    }
+    let name = c"sched_switch";
+    let mut attr = [0u8; 128];
+    attr[0..8].copy_from_slice(&(name.as_ptr() as u64).to_ne_bytes());
+    attr[8..12].copy_from_slice(&(prog as u32).to_ne_bytes());
+    // SAFETY: as above, for BPF_RAW_TRACEPOINT_OPEN (name, prog_fd).
+    let tp = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_RAW_TRACEPOINT_OPEN,
+            attr.as_ptr(),
+            attr.len(),
+        )
+    };
+    // SAFETY: both fds were returned by the kernel above and are ours.
+    unsafe {
+        if tp >= 0 {
+            libc::close(tp as i32);
+        }
+        libc::close(prog as i32);
+    }
+    tp >= 0
 }
 
 /// Opens (and closes) a software cpu-clock event on this thread.
@@ -286,12 +355,16 @@ mod tests {
         k.version = "5.10.0-32-amd64".into();
         k.features.bpf_loop = false;
         k.features.attach_cookie = false;
+        k.features.sched_switch_prev_state = false;
         assert_eq!(k.build(), Build::Compat);
+        assert_eq!(k.sched_switch_program(), "rig_sched_switch_task_state");
         assert!(k.cookies_by_address());
         assert_eq!(k.stacks(Stacks::On), Stacks::On);
         let d = k.degraded(&[Family::Syscalls, Family::Alloc]);
         let features: Vec<&str> = d.iter().map(|d| d.feature).collect();
         assert_eq!(features, ["bpf_loop", "attach_cookie"]);
+        let all: Vec<&str> = k.degraded(&Family::ALL).iter().map(|d| d.feature).collect();
+        assert_eq!(all, ["bpf_loop", "attach_cookie", "sched_switch_prev_state"]);
         assert_eq!(d[1].families, [Family::Alloc]);
         let line = degraded_line(&k, &d).unwrap();
         assert!(line.starts_with("kernel 5.10.0-32-amd64 degraded: no bpf_loop (syscalls,alloc): "));

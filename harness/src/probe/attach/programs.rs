@@ -71,7 +71,12 @@ pub(super) fn attach_tracepoints(objects: &mut [(Family, Ebpf)]) -> Result<(), P
                 raw_tp(ebpf, *family, "rig_sys_exit", "sys_exit")?;
             }
             Family::Faults => attach_faults(ebpf)?,
-            Family::Sched => raw_tp(ebpf, *family, "rig_sched_switch", "sched_switch")?,
+            Family::Sched => raw_tp(
+                ebpf,
+                *family,
+                kernel().sched_switch_program(),
+                "sched_switch",
+            )?,
             Family::Cpu => attach_cpu(ebpf)?,
             Family::Locks => {
                 raw_tp(ebpf, *family, "rig_lock_sys_enter", "sys_enter")?;
