@@ -2,7 +2,7 @@
 # their prerequisites first (scripts/deps.sh; needs root, as rig itself does).
 CARGO ?= cargo
 
-.PHONY: deps build demo test lint
+.PHONY: deps build demo test lint kernels
 deps:
 	@sh scripts/deps.sh
 
@@ -41,3 +41,12 @@ lint: deps
 
 test: lint
 	$(CARGO) test --workspace
+
+# The kernel matrix: a subset of the privileged tests (every family's exact
+# calibration counts, the stack fixtures, one process tree) inside Debian's
+# 5.10, 6.1 and 6.12 kernels under QEMU (scripts/kernels.sh; KERNELS="6.1"
+# picks, TESTS="filter ..." overrides the subset). Run after the host suite:
+# the guests are emulated (TCG) and want both cores.
+KERNELS ?= 5.10 6.1 6.12
+kernels: deps
+	sh -c 'exec bash scripts/kernels.sh --kernels "$(KERNELS)" $${TESTS:+-- $$TESTS}'

@@ -46,25 +46,31 @@ fn main() {
         let c = src.join(format!("{name}.bpf.c"));
         println!("cargo:rerun-if-changed={}", c.display());
         for (suffix, flags) in VARIANTS {
-            compile(&clang, &multiarch, &c, &out.join(format!("{name}{suffix}.bpf.o")), flags);
+            compile(
+                &clang,
+                &multiarch,
+                &c,
+                &out.join(format!("{name}{suffix}.bpf.o")),
+                flags,
+            );
         }
     }
 }
 
 fn compile(clang: &str, multiarch: &str, c: &Path, obj: &Path, flags: &[&str]) {
     let status = Command::new(clang)
-            .args(["-g", "-O2", "-target", "bpf", "-Wall", "-Werror"])
-            .args(flags)
-            .arg("-D__TARGET_ARCH_x86")
-            .arg(format!("-I{multiarch}"))
-            .arg("-c")
-            .arg(c)
-            .arg("-o")
-            .arg(obj)
-            .status()
-            .unwrap_or_else(|e| {
-                panic!("running {clang}: {e}. Install clang and libbpf-dev (`make deps`)")
-            });
+        .args(["-g", "-O2", "-target", "bpf", "-Wall", "-Werror"])
+        .args(flags)
+        .arg("-D__TARGET_ARCH_x86")
+        .arg(format!("-I{multiarch}"))
+        .arg("-c")
+        .arg(c)
+        .arg("-o")
+        .arg(obj)
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("running {clang}: {e}. Install clang and libbpf-dev (`make deps`)")
+        });
     assert!(status.success(), "{clang} failed on {}", c.display());
 }
 

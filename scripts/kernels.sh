@@ -35,8 +35,7 @@ declare -A SUITE=([5.10]=bullseye [6.1]=bookworm [6.12]=bookworm-backports)
 KERNELS="5.10 6.1 6.12"
 # Every family's exact calibration counts (syscalls, alloc, copy, locks,
 # faults, sched), on-CPU samples, the stack fixtures' stacks (C, C++, Rust),
-# one process tree (nginx, master and worker), and the attach line's
-# feature report.
+# one process tree (nginx, master and worker).
 MATRIX_TESTS=(
 	attach_calib::counts_exact_allocations_per_request_at_each_call_site
 	attach_calib::counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation
@@ -48,7 +47,6 @@ MATRIX_TESTS=(
 	stacks::cxx_stacks_through_libstdcxx_and_their_exact_counts_equal_the_truth
 	stacks::rust_release_stacks_and_their_exact_counts_equal_the_truth
 	tree::nginx_one_worker_costs_exactly_its_ground_truth_per_request_twice
-	kernel::
 )
 JOBS=1 SMP=2 MEM=3G TMO=2400 RUN=""
 while [ $# -gt 0 ]; do

@@ -83,9 +83,7 @@ impl Kernel {
     fn probe() -> Kernel {
         let helper = |h| is_helper_supported(ProgramType::KProbe, h).unwrap_or(false);
         let btf = std::path::Path::new("/sys/kernel/btf/vmlinux").exists();
-        let global_functions = aya::features()
-            .btf()
-            .is_some_and(|b| b.btf_func_global());
+        let global_functions = aya::features().btf().is_some_and(|b| b.btf_func_global());
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
         Kernel {
             version: std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -99,8 +97,12 @@ impl Kernel {
                 sched_switch_prev_state: btf && sched_switch_has_four_args(),
                 ring_buffer: is_map_supported(MapType::RingBuf).unwrap_or(false),
                 perf_software_events: software_event_opens(),
-                cgroup_v1: mounts.lines().any(|l| l.split(' ').nth(2) == Some("cgroup")),
-                cgroup_v2: mounts.lines().any(|l| l.split(' ').nth(2) == Some("cgroup2")),
+                cgroup_v1: mounts
+                    .lines()
+                    .any(|l| l.split(' ').nth(2) == Some("cgroup")),
+                cgroup_v2: mounts
+                    .lines()
+                    .any(|l| l.split(' ').nth(2) == Some("cgroup2")),
             },
         }
     }
@@ -225,7 +227,8 @@ impl Kernel {
             add(
                 "sched_switch_prev_state",
                 &|x| x == Family::Sched,
-                "voluntary or not from the switched-out task's state, read at the tracepoint".into(),
+                "voluntary or not from the switched-out task's state, read at the tracepoint"
+                    .into(),
             );
         }
         if !f.perf_software_events {
@@ -364,7 +367,10 @@ mod tests {
         let features: Vec<&str> = d.iter().map(|d| d.feature).collect();
         assert_eq!(features, ["bpf_loop", "attach_cookie"]);
         let all: Vec<&str> = k.degraded(&Family::ALL).iter().map(|d| d.feature).collect();
-        assert_eq!(all, ["bpf_loop", "attach_cookie", "sched_switch_prev_state"]);
+        assert_eq!(
+            all,
+            ["bpf_loop", "attach_cookie", "sched_switch_prev_state"]
+        );
         assert_eq!(d[1].families, [Family::Alloc]);
         let line = degraded_line(&k, &d).unwrap();
         assert!(line.starts_with("kernel 5.10.0-32-amd64 degraded: no bpf_loop (syscalls,alloc): "));
