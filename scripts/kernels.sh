@@ -170,7 +170,9 @@ GUEST
 		-fsdev local,id=r,path=/,security_model=none,multidevs=remap \
 		-device virtio-9p-pci,fsdev=r,mount_tag=host -nic none </dev/null 2>&1 |
 		tr -d '\r' > "$w/console" || true
-	grep -v -E '^\[ *[0-9]+\.[0-9]+\]' "$w/console" > "$w/out" || true
+	# The guest's own output: from its first line on (the firmware's and
+	# kernel's messages before it stay in the console log).
+	sed -n '/^=== guest kernel/,$p' "$w/console" | grep -v -E '^\[ *[0-9]+\.[0-9]+\]' > "$w/out" || true
 }
 
 need_tools
@@ -187,8 +189,8 @@ fi
 
 [ $# -gt 0 ] && FILTERS=("$@") || FILTERS=("${MATRIX_TESTS[@]}")
 echo "kernels: building the test binary (cargo test --no-run)"
-BIN=$(cargo test -p rig --test integration --no-run --message-format=json 2>/dev/null |
-	sed -n 's/.*"executable":"\([^"]*integration[^"]*\)".*/\1/p' | tail -1)
+BIN=$(cargo test -p rig --test integration --no-run --message-format=json |
+	sed -n 's/.*"executable":"\([^"]*integration[^"]*\)".*/\1/p' | tail -1) || true
 [ -x "$BIN" ] || { echo "kernels: could not build the integration test binary" >&2; exit 1; }
 cargo build -q -p rig
 
