@@ -41,6 +41,11 @@ pub struct Features {
     pub ring_buffer: bool,
     /// Software perf events (cpu-clock, page faults) with BPF programs.
     pub perf_software_events: bool,
+    /// The uretprobe trampoline returns through the `uretprobe` syscall
+    /// (335, Linux 6.11); before, through a trap. Where it exists rig sees
+    /// one such syscall per uretprobe hit in the target and keeps it out of
+    /// the syscall table (`probe_syscalls_excluded`); before, there is none.
+    pub uretprobe_syscall: bool,
     pub cgroup_v1: bool,
     pub cgroup_v2: bool,
 }
@@ -73,6 +78,16 @@ pub struct Kernel {
     pub features: Features,
 }
 
+/// Whether the kernel has the `uretprobe` syscall: its entry is in
+/// /proc/kallsyms. Calling it is no probe, since outside the trampoline it
+/// raises SIGILL.
+fn has_uretprobe_syscall() -> bool {
+    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|k| {
+        k.lines()
+            .any(|l| l.rsplit(' ').next() == Some("__x64_sys_uretprobe"))
+    })
+}
+
 /// The running kernel, probed on first use.
 pub fn kernel() -> &'static Kernel {
     static KERNEL: OnceLock<Kernel> = OnceLock::new();
@@ -97,6 +112,7 @@ impl Kernel {
                 sched_switch_prev_state: btf && sched_switch_has_four_args(),
                 ring_buffer: is_map_supported(MapType::RingBuf).unwrap_or(false),
                 perf_software_events: software_event_opens(),
+                uretprobe_syscall: has_uretprobe_syscall(),
                 cgroup_v1: mounts
                     .lines()
                     .any(|l| l.split(' ').nth(2) == Some("cgroup")),
@@ -120,6 +136,7 @@ impl Kernel {
                 sched_switch_prev_state: true,
                 ring_buffer: true,
                 perf_software_events: true,
+                uretprobe_syscall: true,
                 cgroup_v1: false,
                 cgroup_v2: true,
             },

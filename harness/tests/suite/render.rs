@@ -190,6 +190,7 @@ fn attribution() -> Attribution {
                 sched_switch_prev_state: true,
                 ring_buffer: true,
                 perf_software_events: true,
+                uretprobe_syscall: true,
                 cgroup_v1: false,
                 cgroup_v2: true,
             },
