@@ -23,6 +23,10 @@
 #   busybox-static plus virtio and 9p modules, inserted in dependency order.
 # - The kernel hands unknown `name=value` boot parameters to init as
 #   environment variables: that is how the guest finds its work directory.
+# - TCG's TSCs look unsynchronized to the guest, which then falls back to
+#   the hpet clocksource; the vDSO cannot read hpet, so every
+#   clock_gettime becomes a real syscall and the syscall counts stop being
+#   the host's. `tsc=reliable clocksource=tsc` keeps the vDSO working.
 # - The host suite is built once (`cargo test --no-run`); the guests run
 #   that test binary, never cargo.
 set -euo pipefail
@@ -65,6 +69,19 @@ done
 
 CACHE=$ROOT/target/kernels
 mkdir -p "$CACHE"
+# This invocation's guests: each boot() writes its qemu's pid here, and a
+# kill of this script (SIGINT, SIGTERM, the CI's timeout) kills them, and
+# only them, instead of leaving qemu running.
+SESSION=$(mktemp -d "$CACHE/session.XXXXXX")
+stop_guests() {
+	local f
+	for f in "$SESSION"/*.pid; do
+		[ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+	done
+}
+trap 'stop_guests; rm -rf "$SESSION"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 need_tools() {
 	local need=""
@@ -164,15 +181,26 @@ echo "=== guest kernel $(uname -r)"
 bash $W/cmd </dev/null; echo $? > $W/rc
 sync; echo o > /proc/sysrq-trigger; poweroff -f
 GUEST
+	# The serial console goes to a file, so that $! is timeout's pid, and
+	# timeout passes a SIGTERM on to qemu.
 	timeout "$TMO" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m "$MEM" -smp "$SMP" \
-		-nographic -no-reboot -kernel "$CACHE/$v/vmlinuz" -initrd "$CACHE/$v/initrd.gz" \
-		-append "console=ttyS0 panic=-1 quiet rigvm=$w" \
+		-display none -serial "file:$w/console.raw" -monitor none -no-reboot \
+		-kernel "$CACHE/$v/vmlinuz" -initrd "$CACHE/$v/initrd.gz" \
+		-append "console=ttyS0 panic=-1 quiet tsc=reliable clocksource=tsc rigvm=$w" \
 		-fsdev local,id=r,path=/,security_model=none,multidevs=remap \
-		-device virtio-9p-pci,fsdev=r,mount_tag=host -nic none </dev/null 2>&1 |
-		tr -d '\r' > "$w/console" || true
+		-device virtio-9p-pci,fsdev=r,mount_tag=host -nic none </dev/null > "$w/qemu.log" 2>&1 &
+	local qemu=$! pidf
+	pidf="$SESSION/$(basename "$w").pid"
+	echo "$qemu" > "$pidf"
+	wait "$qemu" || true
+	rm -f "$pidf"
+	tr -d '\r' < "$w/console.raw" > "$w/console" 2>/dev/null || true
+	cat "$w/qemu.log" >> "$w/console"
 	# The guest's own output: from its first line on (the firmware's and
-	# kernel's messages before it stay in the console log).
-	sed -n '/^=== guest kernel/,$p' "$w/console" | grep -v -E '^\[ *[0-9]+\.[0-9]+\]' > "$w/out" || true
+	# kernel's messages before it stay in the console log). The line may
+	# start after the firmware's terminal escapes.
+	sed -n '/=== guest kernel/,$p' "$w/console" | sed 's/^.*=== guest kernel/=== guest kernel/' |
+		grep -v -E '^\[ *[0-9]+\.[0-9]+\]' > "$w/out" || true
 }
 
 need_tools
@@ -180,7 +208,7 @@ for v in $KERNELS; do fetch_kernel "$v"; make_initrd "$v"; done
 [ -z "$RUN" ] || for v in $RUN; do fetch_kernel "$v"; make_initrd "$v"; done
 
 if [ -n "$RUN" ]; then
-	w=$(mktemp -d "$CACHE/run.XXXXXX"); trap 'rm -rf "$w"' EXIT
+	w=$(mktemp -d "$SESSION/run.XXXXXX")
 	printf '%q ' "$@" > "$w/cmd"
 	boot "$RUN" "$w"; cat "$w/out"
 	[ -f "$w/rc" ] || { echo "kernels: no exit code from $RUN (guest died or timed out; console: $w/console)" >&2; exit 125; }
@@ -199,7 +227,7 @@ mkdir -p "$RESULTS"
 run_kernel() {
 	local v=$1 w start
 	# Under target/, not /tmp: each guest has a /tmp of its own.
-	w=$(mktemp -d "$CACHE/run.XXXXXX")
+	w=$(mktemp -d "$SESSION/run.XXXXXX")
 	[ -z "${CI:-}" ] || echo "export CI=$CI" > "$w/env"
 	{
 		printf '%q --test-threads=1 ' "$BIN"
