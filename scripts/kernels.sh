@@ -38,7 +38,8 @@ ROOT=$(pwd)
 declare -A SUITE=([5.10]=bullseye [6.1]=bookworm [6.12]=bookworm-backports)
 KERNELS="5.10 6.1 6.12"
 # Every family's exact calibration counts (syscalls, alloc, copy, locks,
-# faults, sched), on-CPU samples, the stack fixtures' stacks (C, C++, Rust),
+# faults, sched), on-CPU samples against the scheduler's CPU time, the
+# stack fixtures' stacks (C, C++, Rust),
 # one process tree (nginx, master and worker).
 MATRIX_TESTS=(
 	attach_calib::counts_exact_allocations_per_request_at_each_call_site
@@ -47,6 +48,7 @@ MATRIX_TESTS=(
 	attach_calib::counts_exact_syscalls_and_none_of_the_probes_own
 	attach_calib::counts_exact_page_faults_at_the_faulting_instruction
 	attach_calib::context_switches_match_the_kernels_accounting_exactly
+	attach_calib::cpu_samples_match_the_schedulers_cpu_time_and_land_in_the_spinning_function
 	stacks::c_stacks_without_frame_pointers_and_their_exact_counts_equal_the_truth
 	stacks::cxx_stacks_through_libstdcxx_and_their_exact_counts_equal_the_truth
 	stacks::rust_release_stacks_and_their_exact_counts_equal_the_truth

@@ -511,3 +511,112 @@ fn every_program_rig_loads_verifies_in_fewer_than_20000_instructions() {
     let heavy: Vec<_> = verified.iter().filter(|(_, _, n)| *n >= 20_000).collect();
     assert!(heavy.is_empty(), "{heavy:?}");
 }
+
+/// CPU time of every thread of `pid` as the scheduler accounts it
+/// (`/proc/PID/task/*/schedstat`: ns on CPU, exact).
+fn proc_cpu_ns(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| {
+            let s = std::fs::read_to_string(t.unwrap().path().join("schedstat")).unwrap();
+            s.split_whitespace().next().unwrap().parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+/// The cpu family's samples are statistics, so the check is against the
+/// kernel's own accounting: a target that spins in one named function
+/// (hitloop's `hit_none`, 3 frames under `main`) is sampled once per
+/// period of its CPU time, as the scheduler counts that time, within the
+/// sampling's granularity; and the samples' stacks are whole and end in
+/// that function.
+#[test]
+fn cpu_samples_match_the_schedulers_cpu_time_and_land_in_the_spinning_function() {
+    root_or_skip!();
+    let _g = probes_shared();
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = std::process::Command::new(rig_fixtures::hitloop())
+        .args(["none", "400000000", "3"])
+        .env("HITLOOP_HOLD", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "READY\n");
+    let probes = ProbeSet::attach(pid, &[Family::Cpu]).unwrap();
+    let before = proc_cpu_ns(pid);
+    let start = probes.start_window().unwrap();
+    input.write_all(b"go\n").unwrap();
+    line.clear();
+    output.read_line(&mut line).unwrap();
+    assert!(line.starts_with("ns="), "{line}");
+    let w = probes.end_window(start, WindowEnd::Completed).unwrap();
+    let on_cpu = proc_cpu_ns(pid) - before;
+    let a = rig::report::Attribution::build(&w, None, None, &mut rig::symbolize::Symbolizer::new());
+    drop(probes);
+    input.write_all(b"exit\n").unwrap();
+    let _ = child.wait();
+
+    let period = a.cpu.period_ns;
+    let samples = a.cpu.user + a.cpu.kernel;
+    let expected = on_cpu / period;
+    println!("on cpu {on_cpu} ns, period {period} ns: {samples} samples, {expected} expected");
+    assert!(
+        expected >= 200,
+        "the loop ran {on_cpu} ns: too short to weigh"
+    );
+    // One sample per period the target ran: a timer tick lands in it or in
+    // another task at each of its switches in and out, so the count can
+    // differ by a few ticks per switch, never by more than 5%.
+    let slack = expected / 20 + 2;
+    assert!(
+        samples.abs_diff(expected) <= slack,
+        "{samples} samples against {expected} periods of scheduled CPU time (slack {slack})"
+    );
+    let rows: Vec<_> = a
+        .stacks
+        .rows
+        .iter()
+        .filter(|r| r.pid == pid && r.family == Family::Cpu)
+        .collect();
+    assert_eq!(rows.iter().map(|r| r.count).sum::<u64>(), samples);
+    let want = [
+        "hit_none", "descend", "descend", "descend", "descend", "main",
+    ];
+    let mut in_loop = 0;
+    for r in &rows {
+        let s = &a.stacks.stacks[r.stack.as_ref().expect("a user stack")];
+        let names: Vec<&str> = s
+            .frames
+            .iter()
+            .map(|f| f.function.as_deref().unwrap_or("?"))
+            .collect();
+        if names.first() == Some(&"hit_none") {
+            assert!(s.incomplete.is_empty(), "{names:?}: {:?}", s.incomplete);
+            assert_eq!(
+                &names[..want.len().min(names.len())],
+                &want[..],
+                "{names:?}"
+            );
+            let runtime = &names[want.len()..];
+            let c_runtime = rig_fixtures::stacks::C_RUNTIME;
+            assert!(
+                runtime.len() == c_runtime.len()
+                    && runtime.iter().zip(c_runtime).all(|(g, w)| g.starts_with(w)),
+                "{names:?}"
+            );
+            in_loop += r.count;
+        }
+    }
+    // The loop is all the target runs in the window, but for the line it
+    // writes after it.
+    assert!(
+        in_loop * 100 >= samples * 98,
+        "{in_loop} of {samples} samples in hit_none: {rows:#?}"
+    );
+}

@@ -413,7 +413,8 @@ impl ProbeSet {
     }
 
     /// How many instructions the kernel's verifier processed for each
-    /// loaded program, `(family, program, count)`. A program of 100,000
+    /// loaded program, `(family, program, count)`; empty on kernels that do
+    /// not say (before Linux 5.16). A program of 100,000
     /// verified instructions takes most of a second of CPU to load; the
     /// attach line prints the sum, and a test bounds each.
     pub fn verified_instructions(&self) -> Vec<(Family, String, u32)> {
@@ -425,6 +426,8 @@ impl ProbeSet {
                     .info()
                     .ok()
                     .and_then(|i| i.verified_instruction_count())
+                    // Before Linux 5.16 the kernel leaves the count at 0.
+                    .filter(|&n| n > 0)
                 {
                     out.push((*family, name.to_string(), n));
                 }
