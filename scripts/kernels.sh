@@ -40,7 +40,8 @@ KERNELS="5.10 6.1 6.12"
 # Every family's exact calibration counts (syscalls, alloc, copy, locks,
 # faults, sched), on-CPU samples against the scheduler's CPU time, the
 # stack fixtures' stacks (C, C++, Rust),
-# one process tree (nginx, master and worker).
+# one process tree (nginx, master and worker), and the same kernel with
+# its BTF hidden (as a kernel built without it).
 MATRIX_TESTS=(
 	attach_calib::counts_exact_allocations_per_request_at_each_call_site
 	attach_calib::counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation
@@ -49,6 +50,7 @@ MATRIX_TESTS=(
 	attach_calib::counts_exact_page_faults_at_the_faulting_instruction
 	attach_calib::context_switches_match_the_kernels_accounting_exactly
 	attach_calib::cpu_samples_match_the_schedulers_cpu_time_and_land_in_the_spinning_function
+	attach_calib::without_the_kernels_btf_counts_stay_exact_and_rig_says_what_it_gave_up
 	stacks::c_stacks_without_frame_pointers_and_their_exact_counts_equal_the_truth
 	stacks::cxx_stacks_through_libstdcxx_and_their_exact_counts_equal_the_truth
 	stacks::rust_release_stacks_and_their_exact_counts_equal_the_truth
