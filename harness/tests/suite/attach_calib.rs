@@ -558,6 +558,14 @@ fn cpu_samples_match_the_schedulers_cpu_time_and_land_in_the_spinning_function()
     line.clear();
     output.read_line(&mut line).unwrap();
     assert!(line.starts_with("ns="), "{line}");
+    // Until it blocks in its next read of stdin the target still runs (its
+    // write, its return to user space), and a sample taken between the
+    // snapshot's reads of the two sample maps would be in one and not the
+    // other.
+    let syscall = format!("/proc/{pid}/syscall");
+    while !std::fs::read_to_string(&syscall).is_ok_and(|s| s.starts_with("0 0x0 ")) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let w = probes.end_window(start, WindowEnd::Completed).unwrap();
     let on_cpu = proc_cpu_ns(pid) - before;
     let a = rig::report::Attribution::build(&w, None, None, &mut rig::symbolize::Symbolizer::new());
