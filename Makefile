@@ -2,7 +2,7 @@
 # their prerequisites first (scripts/deps.sh; needs root, as rig itself does).
 CARGO ?= cargo
 
-.PHONY: deps build demo test lint
+.PHONY: deps build demo test lint kernels
 deps:
 	@sh scripts/deps.sh
 
@@ -41,3 +41,16 @@ lint: deps
 
 test: lint
 	$(CARGO) test --workspace
+	$(MAKE) kernels
+
+# The kernel matrix: a subset of the privileged tests (every family's exact
+# calibration counts, the stack fixtures, one process tree) inside Debian's
+# 5.10, 6.1 and 6.12 kernels under QEMU (scripts/kernels.sh; KERNELS="6.1"
+# picks, TESTS="filter ..." overrides the subset). `make test` runs it after
+# the host suite, not beside it: the guests are emulated (TCG) on the same
+# cores. The three guests run side by side (KERNEL_JOBS): their tests wait
+# on requests and timers more than they compute.
+KERNELS ?= 5.10 6.1 6.12
+KERNEL_JOBS ?= 3
+kernels: deps
+	sh -c 'exec bash scripts/kernels.sh --kernels "$(KERNELS)" --jobs $(KERNEL_JOBS) $${TESTS:+-- $$TESTS}'

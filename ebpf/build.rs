@@ -1,6 +1,10 @@
 //! Compiles the BPF programs in `bpf/` with clang (`-g -O2 -target bpf`; aya
 //! refuses objects without BTF, which `-g` provides) against libbpf-dev's
-//! headers, into OUT_DIR, where `src/lib.rs` embeds them.
+//! headers, into OUT_DIR, where `src/lib.rs` embeds them. Each program is
+//! built twice: `NAME.bpf.o` for kernels with `bpf_loop` and
+//! `bpf_get_attach_cookie` (Linux 5.17 on), and `NAME.compat.bpf.o` with
+//! `RIG_COMPAT` defined, for older ones (a bounded frame loop, cookies
+//! looked up by address); the harness picks one per kernel.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -24,7 +28,10 @@ const HEADERS: &[&str] = &[
     "cpu.h",
     "stack.h",
     "stack.bpf.h",
+    "uretprobe.bpf.h",
 ];
+/// The object variants: file suffix and extra clang flags.
+const VARIANTS: &[(&str, &[&str])] = &[("", &[]), (".compat", &["-DRIG_COMPAT"])];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
@@ -38,21 +45,33 @@ fn main() {
     for name in PROGRAMS {
         let c = src.join(format!("{name}.bpf.c"));
         println!("cargo:rerun-if-changed={}", c.display());
-        let obj = out.join(format!("{name}.bpf.o"));
-        let status = Command::new(&clang)
-            .args(["-g", "-O2", "-target", "bpf", "-Wall", "-Werror"])
-            .arg("-D__TARGET_ARCH_x86")
-            .arg(format!("-I{multiarch}"))
-            .arg("-c")
-            .arg(&c)
-            .arg("-o")
-            .arg(&obj)
-            .status()
-            .unwrap_or_else(|e| {
-                panic!("running {clang}: {e}. Install clang and libbpf-dev (`make deps`)")
-            });
-        assert!(status.success(), "{clang} failed on {}", c.display());
+        for (suffix, flags) in VARIANTS {
+            compile(
+                &clang,
+                &multiarch,
+                &c,
+                &out.join(format!("{name}{suffix}.bpf.o")),
+                flags,
+            );
+        }
     }
+}
+
+fn compile(clang: &str, multiarch: &str, c: &Path, obj: &Path, flags: &[&str]) {
+    let status = Command::new(clang)
+        .args(["-g", "-O2", "-target", "bpf", "-Wall", "-Werror"])
+        .args(flags)
+        .arg("-D__TARGET_ARCH_x86")
+        .arg(format!("-I{multiarch}"))
+        .arg("-c")
+        .arg(c)
+        .arg("-o")
+        .arg(obj)
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("running {clang}: {e}. Install clang and libbpf-dev (`make deps`)")
+        });
+    assert!(status.success(), "{clang} failed on {}", c.display());
 }
 
 fn find_clang() -> String {

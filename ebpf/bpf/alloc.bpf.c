@@ -235,7 +235,7 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	__u64 tramp = uretprobe_trampoline();
-	__u32 cookie = (__u32)bpf_get_attach_cookie(ctx);
+	__u32 cookie = (__u32)attach_cookie(ctx);
 	struct alloc_key k = {
 		.caller = caller_through(caller_of(ctx), tramp, PT_REGS_SP(ctx)),
 		.kind = cookie & ~ALLOC_COOKIE_NO_RETURN,
@@ -281,7 +281,7 @@ int rig_alloc_fwd(struct pt_regs *ctx)
 	struct alloc_fwd f = {
 		.sp = PT_REGS_SP(ctx),
 		.caller = caller_through(caller_of(ctx), uretprobe_trampoline(), PT_REGS_SP(ctx)),
-		.kind = (__u32)bpf_get_attach_cookie(ctx),
+		.kind = (__u32)attach_cookie(ctx),
 	};
 	struct alloc_fwd *outer = bpf_map_lookup_elem(&fwds, &tid);
 	if (outer && outer->sp == f.sp && outer->caller == f.caller)

@@ -69,6 +69,37 @@ static __always_inline __u64 caller_of(struct pt_regs *ctx)
 	return ret;
 }
 
+#ifdef RIG_COMPAT
+/* The object built for kernels before 5.17 (build.rs compiles every program
+ * twice, the second time with RIG_COMPAT): a uprobe's cookie is not handed
+ * to it by the kernel (bpf_get_attach_cookie is 5.15) but found by the
+ * address it fired at, in a map the harness fills as it attaches. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct rig_cookie_key);
+	__type(value, __u64);
+} attach_cookies SEC(".maps");
+
+static __always_inline __u64 attach_cookie(struct pt_regs *ctx)
+{
+	struct rig_cookie_key k = { .tgid = current_tgid(), .addr = PT_REGS_IP(ctx) };
+	__u64 *c = bpf_map_lookup_elem(&attach_cookies, &k);
+	if (!c) {
+		/* x86 reports the address past the int3 on some paths. */
+		k.addr -= 1;
+		c = bpf_map_lookup_elem(&attach_cookies, &k);
+	}
+	if (!c) {
+		stat_add(RIG_STAT_LOOKUP_FAIL, 1);
+		return 0;
+	}
+	return *c;
+}
+#else
+#define attach_cookie(ctx) bpf_get_attach_cookie(ctx)
+#endif
+
 /* Add to a per-CPU hash value, inserting a zeroed one first. Returns NULL
  * (and counts it) when the map is full. */
 static __always_inline void *upsert(void *map, const void *key, const void *zero)

@@ -34,4 +34,15 @@ struct rig_stats {
 };
 _Static_assert(sizeof(struct rig_stats) == 64, "rig_stats ABI");
 
+/* Key of the `attach_cookies` map of the objects built for kernels without
+ * bpf_get_attach_cookie (Linux 5.15) or bpf_loop (5.17): the cookie of the
+ * uprobe at user address `addr` of process `tgid`, written by the harness
+ * when it attaches there. Rust twin: `CookieKey` (ebpf/src/abi.rs). */
+struct rig_cookie_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 addr;
+};
+_Static_assert(sizeof(struct rig_cookie_key) == 16, "rig_cookie_key ABI");
+
 #endif

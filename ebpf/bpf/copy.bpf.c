@@ -23,7 +23,7 @@ int rig_copy(struct pt_regs *ctx)
 	__u32 bucket = n < 64 ? COPY_LT_64 : n < 1024 ? COPY_LT_1K : n < 16384 ? COPY_LT_16K : COPY_GE_16K;
 	struct copy_key k = {
 		.caller = caller_through(caller_of(ctx), uretprobe_trampoline(), PT_REGS_SP(ctx)),
-		.impl = (__u32)bpf_get_attach_cookie(ctx),
+		.impl = (__u32)attach_cookie(ctx),
 		.bucket = bucket,
 		.tgid = current_tgid(),
 	};

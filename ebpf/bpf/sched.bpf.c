@@ -3,7 +3,11 @@
  * raw tracepoint: TP_PROTO(bool preempt, struct task_struct *prev,
  * struct task_struct *next, unsigned int prev_state). The kernel bills nvcsw
  * exactly when !preempt && prev_state != 0, so the same test here matches
- * /proc/<pid>/task/<tid>/status. */
+ * /proc/<pid>/task/<tid>/status. Before Linux 5.18 the tracepoint has no
+ * prev_state argument (three args; a program reading a fourth is refused at
+ * attach): rig_sched_switch_task_state reads prev's state from the task
+ * instead, as those kernels' own accounting did; the harness attaches one of
+ * the two by the kernel's features (probe::kernel). */
 #include "common.bpf.h"
 #include "sched.h"
 
@@ -35,13 +39,11 @@ static __always_inline struct sched_val *thread_val(__u32 tid, __u32 tgid)
 	return upsert(&sched_threads, &tid, &zero);
 }
 
-SEC("raw_tracepoint/sched_switch")
-int rig_sched_switch(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int on_switch(struct bpf_raw_tracepoint_args *ctx, __u32 prev_state)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 preempt = ctx->args[0];
 	struct task_struct *next = (struct task_struct *)ctx->args[2];
-	__u32 prev_state = (__u32)ctx->args[3];
 
 	/* The tracepoint runs in prev's context. */
 	__u32 prev_tgid = current_tgid();
@@ -80,4 +82,30 @@ int rig_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 		}
 	}
 	return 0;
+}
+
+SEC("raw_tracepoint/sched_switch")
+int rig_sched_switch(struct bpf_raw_tracepoint_args *ctx)
+{
+	return on_switch(ctx, (__u32)ctx->args[3]);
+}
+
+/* The task's state field: `__state` since Linux 5.14, `state` before. */
+struct task_struct___state {
+	unsigned int __state;
+} __attribute__((preserve_access_index));
+struct task_struct___state_old {
+	long state;
+} __attribute__((preserve_access_index));
+
+SEC("raw_tracepoint/sched_switch")
+int rig_sched_switch_task_state(struct bpf_raw_tracepoint_args *ctx)
+{
+	void *prev = (void *)ctx->args[1];
+	__u32 state;
+	if (bpf_core_field_exists(struct task_struct___state, __state))
+		state = BPF_CORE_READ((struct task_struct___state *)prev, __state);
+	else
+		state = (__u32)BPF_CORE_READ((struct task_struct___state_old *)prev, state);
+	return on_switch(ctx, state);
 }

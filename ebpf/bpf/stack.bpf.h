@@ -339,6 +339,17 @@ static long unwind_step(__u32 i, void *ctx)
 	return 0;
 }
 
+#ifdef RIG_COMPAT
+/* Without bpf_loop (before Linux 5.17) the frames are a bounded loop the
+ * verifier walks iteration by iteration; each step is a global function, so
+ * it is checked once and each iteration costs the verifier a call and a
+ * compare, and the walk keeps all RIG_STACK_MAX_FRAMES frames. */
+__attribute__((noinline)) int unwind_step_global(__u32 i)
+{
+	return unwind_step(i, 0) != 0;
+}
+#endif
+
 static __always_inline __u64 stack_hash(struct ustack *st)
 {
 	__u64 h = 0xcbf29ce484222325ull ^ ((__u64)st->flags << 32) ^ st->len;
@@ -380,7 +391,13 @@ __attribute__((noinline)) __u64 take_ustack(__u32 tgid, __u64 ip, __u64 sp, __u6
 	__u32 *slot = bpf_map_lookup_elem(&unwind_slots, &tgid);
 	if (slot) {
 		w->slot = *slot;
+#ifdef RIG_COMPAT
+		for (__u32 i = 0; i < RIG_STACK_MAX_FRAMES + 1; i++)
+			if (unwind_step_global(i))
+				break;
+#else
 		bpf_loop(RIG_STACK_MAX_FRAMES + 1, unwind_step, 0, 0);
+#endif
 	} else {
 		w->st.ip[0] = ip;
 		w->st.len = 1;

@@ -25,6 +25,18 @@ pub struct Stats {
 }
 const _: () = assert!(size_of::<Stats>() == 64);
 
+/// C twin: `struct rig_cookie_key` (common.h): the key of `attach_cookies`
+/// in the objects built for kernels without `bpf_get_attach_cookie`; the
+/// value is the cookie (u64) of the uprobe at `addr` in process `tgid`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CookieKey {
+    pub tgid: u32,
+    pub pad: u32,
+    pub addr: u64,
+}
+const _: () = assert!(size_of::<CookieKey>() == 16);
+
 /// C twin: `struct sys_count` (syscalls.h).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -232,6 +244,8 @@ const _: () = assert!(size_of::<SchedVal>() == 32);
 // SAFETY: all of these are repr(C), fixed-width integers only, no padding
 // holes (sizes asserted above), valid for any bit pattern.
 unsafe impl aya::Pod for Stats {}
+// SAFETY: repr(C), integers only, no padding (asserted size).
+unsafe impl aya::Pod for CookieKey {}
 unsafe impl aya::Pod for SysCount {}
 unsafe impl aya::Pod for SysKey {}
 unsafe impl aya::Pod for AllocKey {}

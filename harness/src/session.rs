@@ -317,16 +317,24 @@ fn attach(s: &AttachSettings) -> Result<ProbeSet> {
         crate::probe::Stacks::On,
         s.live_heap,
     )?;
-    let verified: u64 = probes
-        .verified_instructions()
-        .iter()
-        .map(|(_, _, n)| u64::from(*n))
-        .sum();
+    let counts = probes.verified_instructions();
+    let verified = if counts.is_empty() {
+        "this kernel does not say how many BPF instructions it verified".to_string()
+    } else {
+        let n: u64 = counts.iter().map(|(_, _, n)| u64::from(*n)).sum();
+        format!("the kernel verified {n} BPF instructions")
+    };
     crate::errln!(
-        "rig: probes attached in {:.2} s ({} families; the kernel verified {verified} BPF instructions)",
+        "rig: probes attached in {:.2} s ({} families; {verified})",
         t0.elapsed().as_secs_f64(),
-        s.families.len()
+        probes.families.len()
     );
+    let kernel = crate::probe::kernel::kernel();
+    if let Some(line) =
+        crate::probe::kernel::degraded_line(kernel, &kernel.degraded(&probes.families))
+    {
+        crate::errln!("rig: {line}");
+    }
     match scope {
         Scope::Tree => crate::errln!(
             "rig: following the process tree of pid {}: {} process(es) now ({} descendant(s)); \

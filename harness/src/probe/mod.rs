@@ -13,6 +13,7 @@ pub mod attach;
 pub mod callgrind;
 pub mod ifunc;
 pub mod instructions;
+pub mod kernel;
 pub mod live;
 pub mod perf;
 pub mod placement;
@@ -166,6 +167,8 @@ pub enum ProbeError {
         #[source]
         source: aya::EbpfError,
     },
+    #[error("{family} probes: no uprobe cookie by address on this kernel: {why}")]
+    Cookie { family: Family, why: String },
     #[error("{family} BPF object has no {what} `{name}` (rig build is inconsistent)")]
     Missing {
         family: Family,

@@ -29,6 +29,12 @@ const ON_FIRST_USE: &[&str] = &[
     "rig_alloc_go_gc",
 ];
 
+/// The sched_switch program this kernel does not take (the other one of
+/// the pair, `probe::kernel::Kernel::sched_switch_program`).
+fn not_for_this_kernel(name: &str) -> bool {
+    name.starts_with("rig_sched_switch") && name != super::kernel::kernel().sched_switch_program()
+}
+
 /// `load` every family on its own thread and load its programs (all but
 /// those `tree` / `stacks` say will not be attached and those loaded on
 /// first use), in `families` order.
@@ -48,7 +54,8 @@ pub(crate) fn load_all(
                     for (name, p) in ebpf.programs_mut() {
                         let unused = (!tree && TREE_ONLY.contains(&name))
                             || (!stacks && STACKS_ONLY.contains(&name))
-                            || ON_FIRST_USE.contains(&name);
+                            || ON_FIRST_USE.contains(&name)
+                            || not_for_this_kernel(name);
                         if !unused {
                             load_program(family, name, p)?;
                         }

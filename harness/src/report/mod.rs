@@ -71,6 +71,10 @@ pub struct Attribution {
     /// Hardware instruction counters: present or not, and what the kernel
     /// said. Without them rig reports no instruction counts (never zero).
     pub pmu: crate::host::Pmu,
+    /// The kernel the window ran on, what it offers the probe families and
+    /// what the families gave up for what it lacks: a result from an old
+    /// kernel says so.
+    pub kernel: KernelSection,
     /// Whole stacks of every counted event, with exact counts per stack
     /// and the user site of each.
     pub stacks: stacks::StackSection,
@@ -80,6 +84,27 @@ pub struct Attribution {
     /// allocated at its end, by call site.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live_heap: Option<live::LiveHeapSection>,
+}
+
+/// `kernel` of an attribution (`probe::kernel`).
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelSection {
+    pub version: String,
+    pub features: crate::probe::kernel::Features,
+    /// Empty on a kernel that lacks nothing the window's families use.
+    pub degraded: Vec<crate::probe::kernel::Degraded>,
+}
+
+impl KernelSection {
+    /// The running kernel, for `families`.
+    pub fn of(families: &[Family]) -> KernelSection {
+        let k = crate::probe::kernel::kernel();
+        KernelSection {
+            version: k.version.clone(),
+            features: k.features,
+            degraded: k.degraded(families),
+        }
+    }
 }
 
 /// On-CPU samples of the window: statistics (a sample every `period_ns` of
@@ -528,6 +553,7 @@ impl Attribution {
             distortions: build::distortions(w),
             io_uring,
             pmu: crate::host::detect_pmu(),
+            kernel: KernelSection::of(&w.families),
             stacks,
             cpu: build::cpu(w),
             live_heap,

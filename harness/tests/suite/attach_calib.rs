@@ -341,10 +341,15 @@ fn counts_exact_syscalls_and_none_of_the_probes_own() {
         a.syscalls
     );
     // One trampoline syscall per uretprobe hit: 4 locks + 1 trylock per
-    // request. Seen, and kept out of the table.
+    // request. Seen, and kept out of the table. Kernels before 6.11 return
+    // from a uretprobe through a trap, with no syscall at all.
+    let trampoline = if a.kernel.features.uretprobe_syscall {
+        5 * N
+    } else {
+        0
+    };
     assert_eq!(
-        a.probe_syscalls_excluded,
-        5 * N,
+        a.probe_syscalls_excluded, trampoline,
         "trampoline syscalls were seen and excluded"
     );
     // Nothing else: the two workers may contend on g_mu, so futex may
@@ -436,8 +441,11 @@ fn context_switches_match_the_kernels_accounting_exactly() {
     let vol: u64 = w.delta.sched.values().map(|v| v.voluntary).sum();
     let invol: u64 = w.delta.sched.values().map(|v| v.involuntary).sum();
     assert_eq!((vol, invol), (after.0 - before.0, after.1 - before.1));
-    // At least the nanosleep and the blocking recv of every request.
-    assert!(vol >= N, "{vol}");
+    // Not vacuous: most requests block in their recv and nanosleep. Not
+    // every one does: a 1 µs nanosleep that expired before the task
+    // blocked, or a recv whose data had arrived, does not switch (seen on
+    // an emulated 5.10 guest sharing its cores: 859 of 1000).
+    assert!(vol >= N / 2, "{vol}");
     // Both workers served (two connections, one worker each): the threads
     // that existed before attaching are all counted.
     let active = w
@@ -505,4 +513,231 @@ fn every_program_rig_loads_verifies_in_fewer_than_20000_instructions() {
     }
     let heavy: Vec<_> = verified.iter().filter(|(_, _, n)| *n >= 20_000).collect();
     assert!(heavy.is_empty(), "{heavy:?}");
+}
+
+/// CPU time of every thread of `pid` as the scheduler accounts it
+/// (`/proc/PID/task/*/schedstat`: ns on CPU, exact).
+fn proc_cpu_ns(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| {
+            let s = std::fs::read_to_string(t.unwrap().path().join("schedstat")).unwrap();
+            s.split_whitespace().next().unwrap().parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+/// The cpu family's samples are statistics, so the check is against the
+/// kernel's own accounting: a target that spins in one named function
+/// (hitloop's `hit_none`, 3 frames under `main`) is sampled once per
+/// period of its CPU time, as the scheduler counts that time, within the
+/// sampling's granularity; and the samples' stacks are whole and end in
+/// that function.
+#[test]
+fn cpu_samples_match_the_schedulers_cpu_time_and_land_in_the_spinning_function() {
+    root_or_skip!();
+    let _g = probes_shared();
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = std::process::Command::new(rig_fixtures::hitloop())
+        .args(["none", "400000000", "3"])
+        .env("HITLOOP_HOLD", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "READY\n");
+    let probes = ProbeSet::attach(pid, &[Family::Cpu]).unwrap();
+    let before = proc_cpu_ns(pid);
+    let start = probes.start_window().unwrap();
+    input.write_all(b"go\n").unwrap();
+    line.clear();
+    output.read_line(&mut line).unwrap();
+    assert!(line.starts_with("ns="), "{line}");
+    // Until it blocks in its next read of stdin the target still runs (its
+    // write, its return to user space), and a sample taken between the
+    // snapshot's reads of the two sample maps would be in one and not the
+    // other.
+    let syscall = format!("/proc/{pid}/syscall");
+    while !std::fs::read_to_string(&syscall).is_ok_and(|s| s.starts_with("0 0x0 ")) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let w = probes.end_window(start, WindowEnd::Completed).unwrap();
+    let on_cpu = proc_cpu_ns(pid) - before;
+    let a = rig::report::Attribution::build(&w, None, None, &mut rig::symbolize::Symbolizer::new());
+    drop(probes);
+    input.write_all(b"exit\n").unwrap();
+    let _ = child.wait();
+
+    let period = a.cpu.period_ns;
+    let samples = a.cpu.user + a.cpu.kernel;
+    let expected = on_cpu / period;
+    println!("on cpu {on_cpu} ns, period {period} ns: {samples} samples, {expected} expected");
+    assert!(
+        expected >= 200,
+        "the loop ran {on_cpu} ns: too short to weigh"
+    );
+    // One sample per period the target ran: a timer tick lands in it or in
+    // another task at each of its switches in and out, so the count can
+    // differ by a few ticks per switch, never by more than 5%. A timer that
+    // fires late (a virtual CPU its host did not run for a while) fires
+    // once for all the periods it missed, so samples can fall short of the
+    // scheduled time but never exceed it. The kernel matrix's guests are
+    // emulated, three on two cores (`rigvm=` on their command line): there
+    // the count is only bounded above.
+    let slack = expected / 20 + 2;
+    let emulated = std::fs::read_to_string("/proc/cmdline").is_ok_and(|c| c.contains("rigvm="));
+    assert!(
+        samples <= expected + slack,
+        "{samples} samples against {expected} periods of scheduled CPU time (slack {slack})"
+    );
+    if emulated {
+        assert!(samples >= expected / 8, "{samples} of {expected}");
+    } else {
+        assert!(
+            samples + slack >= expected,
+            "{samples} samples against {expected} periods of scheduled CPU time (slack {slack})"
+        );
+    }
+    let rows: Vec<_> = a
+        .stacks
+        .rows
+        .iter()
+        .filter(|r| r.pid == pid && r.family == Family::Cpu)
+        .collect();
+    assert_eq!(rows.iter().map(|r| r.count).sum::<u64>(), samples);
+    let want = [
+        "hit_none", "descend", "descend", "descend", "descend", "main",
+    ];
+    let mut in_loop = 0;
+    for r in &rows {
+        let s = &a.stacks.stacks[r.stack.as_ref().expect("a user stack")];
+        let names: Vec<&str> = s
+            .frames
+            .iter()
+            .map(|f| f.function.as_deref().unwrap_or("?"))
+            .collect();
+        if names.first() == Some(&"hit_none") {
+            assert!(s.incomplete.is_empty(), "{names:?}: {:?}", s.incomplete);
+            assert_eq!(
+                &names[..want.len().min(names.len())],
+                &want[..],
+                "{names:?}"
+            );
+            let runtime = &names[want.len()..];
+            let c_runtime = rig_fixtures::stacks::C_RUNTIME;
+            assert!(
+                runtime.len() == c_runtime.len()
+                    && runtime.iter().zip(c_runtime).all(|(g, w)| g.starts_with(w)),
+                "{names:?}"
+            );
+            in_loop += r.count;
+        }
+    }
+    // The loop is all the target runs in the window, but for the line it
+    // writes after it.
+    assert!(
+        in_loop * 100 >= samples * 98,
+        "{in_loop} of {samples} samples in hit_none: {rows:#?}"
+    );
+}
+
+/// A kernel without BTF (built without CONFIG_DEBUG_INFO_BTF), as rig sees
+/// it: `/sys/kernel/btf` hidden under an empty tmpfs in a private mount
+/// namespace, so neither rig's feature probe nor the loader's CO-RE finds
+/// vmlinux's BTF. Every family but sched still loads, the attach line and
+/// the JSON say what was given up, and the counts by name and by call site
+/// stay exact.
+#[test]
+fn without_the_kernels_btf_counts_stay_exact_and_rig_says_what_it_gave_up() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("attach.json");
+    let script = format!(
+        "mount -t tmpfs none /sys/kernel/btf && exec {} attach --pid {} --probes all \
+         --drive http://127.0.0.1:{}/calib --requests {N} --json {}",
+        super::rig_bin(),
+        target.pid(),
+        target.port,
+        json.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("unshare runs (util-linux)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("rig: kernel ")
+            && l.contains("degraded: no btf (")
+            && l.contains("no sched family")),
+        "{stderr}"
+    );
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(d["kernel"]["features"]["btf"], false);
+    assert_eq!(
+        d["kernel"]["degraded"][0]["feature"], "btf",
+        "{}",
+        d["kernel"]
+    );
+    assert_eq!(
+        d["families"],
+        serde_json::json!(["syscalls", "alloc", "copy", "locks", "faults", "cpu"])
+    );
+    assert!(
+        d["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["family"] == "sched" && n["note"].as_str().unwrap().contains("no BTF")),
+        "{}",
+        d["notes"]
+    );
+    let calls = |name: &str| -> u64 {
+        d["syscalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["name"] == name)
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum()
+    };
+    for (name, per_request) in [
+        ("recvfrom", 1),
+        ("sendto", 1),
+        ("getppid", 3),
+        ("getuid", 1),
+        ("mmap", 1),
+        ("munmap", 1),
+        ("clock_nanosleep", 1),
+    ] {
+        assert_eq!(calls(name), per_request * N, "{name}: {}", d["syscalls"]);
+    }
+    // calib_server's allocations (fixtures/calib/COSTS.md): 8 allocations
+    // and 7 frees of 6004 bytes per request, each at its own line.
+    let t = &d["alloc_totals"];
+    assert_eq!(
+        (
+            t["allocations"].as_u64(),
+            t["bytes"].as_u64(),
+            t["frees"].as_u64()
+        ),
+        (Some(8 * N), Some(6004 * N), Some(7 * N)),
+        "{t}"
+    );
+    let small = d["alloc"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["site"]["function"] == "calib_alloc_small" && r["kind"] == "malloc")
+        .map(|r| r["calls"].as_u64().unwrap())
+        .sum::<u64>();
+    assert_eq!(small, 3 * N, "{}", d["alloc"]);
 }

@@ -180,6 +180,22 @@ fn attribution() -> Attribution {
             instructions: false,
             detail: "no PMU (hand-made value)".into(),
         },
+        kernel: rig::report::KernelSection {
+            version: "6.18.0 (hand-made value)".into(),
+            features: rig::probe::kernel::Features {
+                btf: true,
+                global_functions: true,
+                bpf_loop: true,
+                attach_cookie: true,
+                sched_switch_prev_state: true,
+                ring_buffer: true,
+                perf_software_events: true,
+                uretprobe_syscall: true,
+                cgroup_v1: false,
+                cgroup_v2: true,
+            },
+            degraded: Vec::new(),
+        },
         stacks,
         cpu: CpuSamples {
             period_ns: 250_000,

@@ -32,7 +32,7 @@ use serde::Serialize;
 use super::placement::{safe_probe_offset_joining, Placement, Why};
 use super::read;
 use super::stacks::{self, StackTables, Stacks};
-use super::{Family, ProbeError, Snapshot};
+use super::{kernel, Family, ProbeError, Snapshot};
 use crate::probe::allocators::{AllocFamily, Layer, Unprobed};
 use crate::process::maps::ProcMaps;
 use crate::symbolize::elf;
@@ -236,8 +236,29 @@ impl ProbeSet {
         stack_mode: Stacks,
         live_heap: bool,
     ) -> Result<ProbeSet, ProbeError> {
-        let live_heap = live_heap && families.contains(&Family::Alloc);
         check_target(pid)?;
+        // What this kernel cannot load is left out, with a note saying why;
+        // the rest loads as usual.
+        let k = kernel::kernel();
+        let stack_mode = k.stacks(stack_mode);
+        let mut refused = Vec::new();
+        let families: Vec<Family> = families
+            .iter()
+            .copied()
+            .filter(|&f| match k.allows(f) {
+                Ok(()) => true,
+                Err(why) => {
+                    refused.push(AttachNote {
+                        family: f,
+                        what: "family".into(),
+                        note: format!("not loaded: {why}"),
+                    });
+                    false
+                }
+            })
+            .collect();
+        let families = &families[..];
+        let live_heap = live_heap && families.contains(&Family::Alloc);
         // The tables are sized for the processes there now (with room for
         // children that exec something else).
         let mut initial = vec![pid];
@@ -275,7 +296,7 @@ impl ProbeSet {
             copy_impls: Vec::new(),
             alloc_entries: Vec::new(),
             alloc_unprobed: Vec::new(),
-            notes: Vec::new(),
+            notes: refused,
         };
         shared.join_at_attach(pid, &pids)?;
         attach_tracepoints(&mut shared.objects)?;
@@ -329,6 +350,7 @@ impl ProbeSet {
         } else {
             Vec::new()
         };
+        let stack_mode = kernel::kernel().stacks(stack_mode);
         let mut tables = StackTables::new(stack_mode, &[&maps]);
         let mut objects = vec![(family, load(family, stack_mode, tables.capacity(), false)?)];
         tables.install(&mut objects, pid, &maps)?;
@@ -391,7 +413,8 @@ impl ProbeSet {
     }
 
     /// How many instructions the kernel's verifier processed for each
-    /// loaded program, `(family, program, count)`. A program of 100,000
+    /// loaded program, `(family, program, count)`; empty on kernels that do
+    /// not say (before Linux 5.16). A program of 100,000
     /// verified instructions takes most of a second of CPU to load; the
     /// attach line prints the sum, and a test bounds each.
     pub fn verified_instructions(&self) -> Vec<(Family, String, u32)> {
@@ -403,6 +426,8 @@ impl ProbeSet {
                     .info()
                     .ok()
                     .and_then(|i| i.verified_instruction_count())
+                    // Before Linux 5.16 the kernel leaves the count at 0.
+                    .filter(|&n| n > 0)
                 {
                     out.push((*family, name.to_string(), n));
                 }

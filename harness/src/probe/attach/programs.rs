@@ -2,6 +2,8 @@
 //! uprobes at a safe placement, per-CPU software events.
 
 use super::*;
+use crate::probe::kernel::{kernel, Build};
+use rig_ebpf::abi::CookieKey;
 
 pub(super) fn load(
     family: Family,
@@ -9,14 +11,18 @@ pub(super) fn load(
     sizes: crate::probe::unwind::Sizes,
     live_heap: bool,
 ) -> Result<Ebpf, ProbeError> {
-    let bytes = match family {
-        Family::Syscalls => rig_ebpf::SYSCALLS,
-        Family::Alloc => rig_ebpf::ALLOC,
-        Family::Copy => rig_ebpf::COPY,
-        Family::Locks => rig_ebpf::LOCKS,
-        Family::Faults => rig_ebpf::FAULTS,
-        Family::Sched => rig_ebpf::SCHED,
-        Family::Cpu => rig_ebpf::CPU,
+    let object = match family {
+        Family::Syscalls => &rig_ebpf::SYSCALLS,
+        Family::Alloc => &rig_ebpf::ALLOC,
+        Family::Copy => &rig_ebpf::COPY,
+        Family::Locks => &rig_ebpf::LOCKS,
+        Family::Faults => &rig_ebpf::FAULTS,
+        Family::Sched => &rig_ebpf::SCHED,
+        Family::Cpu => &rig_ebpf::CPU,
+    };
+    let bytes = match kernel().build() {
+        Build::Full => object.full,
+        Build::Compat => object.compat,
     };
     stacks::load_object(family, bytes, stack_mode, sizes, live_heap)
 }
@@ -65,7 +71,12 @@ pub(super) fn attach_tracepoints(objects: &mut [(Family, Ebpf)]) -> Result<(), P
                 raw_tp(ebpf, *family, "rig_sys_exit", "sys_exit")?;
             }
             Family::Faults => attach_faults(ebpf)?,
-            Family::Sched => raw_tp(ebpf, *family, "rig_sched_switch", "sched_switch")?,
+            Family::Sched => raw_tp(
+                ebpf,
+                *family,
+                kernel().sched_switch_program(),
+                "sched_switch",
+            )?,
             Family::Cpu => attach_cpu(ebpf)?,
             Family::Locks => {
                 raw_tp(ebpf, *family, "rig_lock_sys_enter", "sys_enter")?;
@@ -190,6 +201,16 @@ pub(super) fn uprobe_placed(
     cookie: Option<u64>,
     pid: u32,
 ) -> Result<Placement, ProbeError> {
+    // A kernel without bpf_get_attach_cookie gets the cookie in the
+    // object's attach_cookies map instead, under the address the probe
+    // fires at (the compat build looks it up there).
+    let cookie = match cookie {
+        Some(c) if kernel().cookies_by_address() => {
+            insert_cookie(ebpf, family, pid, lib, placement.file_offset, c)?;
+            None
+        }
+        c => c,
+    };
     let p: &mut UProbe = ebpf
         .program_mut(program)
         .ok_or_else(|| missing_program(family, program))?
@@ -213,6 +234,70 @@ pub(super) fn uprobe_placed(
         ),
     ))?;
     Ok(placement)
+}
+
+/// Write `cookie` under every address at which `pid` maps `file_offset` of
+/// `lib` (the file is matched by inode: `lib` may be any path to the mapped
+/// file, /proc/PID/map_files or /proc/PID/root, whose device numbers need not
+/// be the ones the maps file prints).
+fn insert_cookie(
+    ebpf: &mut Ebpf,
+    family: Family,
+    pid: u32,
+    lib: &Path,
+    file_offset: u64,
+    cookie: u64,
+) -> Result<(), ProbeError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(lib).map_err(|source| ProbeError::Cookie {
+        family,
+        why: format!("stat {}: {source}", lib.display()),
+    })?;
+    let maps = ProcMaps::read(pid).map_err(|source| ProbeError::Maps { pid, source })?;
+    let addrs: Vec<u64> = maps
+        .mappings
+        .iter()
+        .filter(|m| m.inode == meta.ino() && m.is_exec())
+        .filter(|m| file_offset >= m.offset && file_offset < m.offset + (m.end - m.start))
+        .map(|m| m.start + (file_offset - m.offset))
+        .collect();
+    if addrs.is_empty() {
+        return Err(ProbeError::Cookie {
+            family,
+            why: format!(
+                "{}+{file_offset:#x} (inode {}) is in no executable mapping of pid {pid}",
+                lib.display(),
+                meta.ino()
+            ),
+        });
+    }
+    let m = ebpf
+        .map_mut("attach_cookies")
+        .ok_or_else(|| ProbeError::Missing {
+            family,
+            what: "map",
+            name: "attach_cookies".into(),
+        })?;
+    let mut map: HashMap<_, CookieKey, u64> =
+        HashMap::try_from(m).map_err(|source| ProbeError::Map {
+            family,
+            map: "attach_cookies",
+            source,
+        })?;
+    for addr in addrs {
+        let key = CookieKey {
+            tgid: pid,
+            pad: 0,
+            addr,
+        };
+        map.insert(key, cookie, 0)
+            .map_err(|source| ProbeError::Map {
+                family,
+                map: "attach_cookies",
+                source,
+            })?;
+    }
+    Ok(())
 }
 
 /// How many argument registers (`PT_REGS_PARM1`.. in ebpf/bpf/*.bpf.c) a
