@@ -260,8 +260,9 @@ pub fn matrix<'a>(cases: &'a [Value], parts: &[Part<'a>]) -> Matrix<'a> {
             },
         })
         .collect();
-    let distinct = |f: &dyn Fn(Coordinates<'a>) -> &'a str| {
-        let mut v: Vec<&str> = cases.iter().map(|c| f(Coordinates::of(c))).collect();
+    let at: Vec<Coordinates> = cases.iter().map(Coordinates::of).collect();
+    let distinct = |f: fn(&Coordinates<'a>) -> &'a str| {
+        let mut v: Vec<&str> = at.iter().map(f).collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -269,9 +270,9 @@ pub fn matrix<'a>(cases: &'a [Value], parts: &[Part<'a>]) -> Matrix<'a> {
     Matrix {
         columns,
         rows,
-        suites: distinct(&|c| c.suite),
-        protocols: distinct(&|c| c.protocol),
-        targets: distinct(&|c| c.target),
+        suites: distinct(|c| c.suite),
+        protocols: distinct(|c| c.protocol),
+        targets: distinct(|c| c.target),
     }
 }
 

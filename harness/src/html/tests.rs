@@ -473,7 +473,7 @@ fn a_run_of_skipped_cases_is_one_row_listing_every_case_and_one_section() {
     let d = out_dir("skipped", &cases);
     let html = render(&Inputs::read(&d.0).unwrap()).unwrap();
     assert!(html.contains(&format!(
-        "<tr class=\"case-row status-ok\" data-case=\"{ok}\" data-suite=\"s0\""
+        "<tr class=\"case-row status-ok\" data-case=\"{ok}\" data-suite=\"calib\""
     )));
     let first = "s1/calib/h1/calib/closed/1x1/ka/#1";
     let anchor = format!("skipped-{}", crate::scenario::slug(first));
