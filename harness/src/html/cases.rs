@@ -217,13 +217,20 @@ enum Entry<'a> {
 
 /// The matrix: columns, and a row per part.
 pub fn matrix<'a>(cases: &'a [Value], parts: &[Part<'a>]) -> Matrix<'a> {
+    // The counters any case has, in one pass over the cases: most cases
+    // of an interrupted run have no counted pass at all.
+    let mut has = vec![false; PER_REQUEST_FIELDS.len()];
+    for c in cases {
+        if let Some(per) = c["counted"]["per_request"].as_object() {
+            for (i, (k, _)) in PER_REQUEST_FIELDS.iter().enumerate() {
+                has[i] |= per.get(*k).is_some_and(Value::is_number);
+            }
+        }
+    }
     let counters: Vec<&(&str, &str)> = PER_REQUEST_FIELDS
         .iter()
-        .filter(|(k, _)| {
-            cases
-                .iter()
-                .any(|c| c["counted"]["per_request"][*k].is_number())
-        })
+        .zip(&has)
+        .filter_map(|(f, has)| has.then_some(f))
         .collect();
     let column = |label, numeric, counter| Column {
         label,
