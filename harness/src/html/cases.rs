@@ -1,7 +1,9 @@
 //! The matrix table and each case's section, from `cases.jsonl` lines.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::chart;
@@ -36,17 +38,6 @@ pub fn fmt(v: f64) -> String {
     } else {
         format!("{v:.3}")
     }
-}
-
-fn cell(v: Option<f64>) -> Value {
-    match v {
-        Some(x) if x.is_finite() => json!({"v": fmt(x), "s": x}),
-        _ => json!({"v": "—", "s": null}),
-    }
-}
-
-fn text(v: impl Into<String>) -> Value {
-    json!({"v": v.into(), "s": null})
 }
 
 pub fn load_text(c: &Value) -> String {
@@ -86,21 +77,171 @@ pub fn slim(mut c: Value) -> Value {
     c
 }
 
-/// The matrix: columns, and a row per case.
-pub fn matrix(cases: &[Value]) -> Value {
+/// A stretch of the case list as the page shows it: one case, or a run of
+/// consecutive cases skipped for the same reasons. An interrupted run skips
+/// every case not yet started (thousands, for a large matrix): one row and
+/// one section say so, the cases' ids listed in a collapsed `<details>`.
+pub enum Part<'a> {
+    One(&'a Value),
+    Skipped(&'a [Value]),
+}
+
+/// Shorter runs keep a row each: a summary would save nothing there.
+const SKIPPED_RUN: usize = 3;
+
+fn is_skipped(c: &Value) -> bool {
+    c["status"] == "skipped"
+}
+
+/// The cases in order, runs of at least [`SKIPPED_RUN`] skipped cases with
+/// the same reasons each as one part. One pass over the cases.
+pub fn parts(cases: &[Value]) -> Vec<Part<'_>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < cases.len() {
+        let c = &cases[i];
+        let mut end = i + 1;
+        if is_skipped(c) {
+            while end < cases.len()
+                && is_skipped(&cases[end])
+                && cases[end]["reasons"] == c["reasons"]
+            {
+                end += 1;
+            }
+        }
+        if end - i >= SKIPPED_RUN {
+            out.push(Part::Skipped(&cases[i..end]));
+        } else {
+            out.extend(cases[i..end].iter().map(Part::One));
+        }
+        i = end;
+    }
+    out
+}
+
+/// The reasons of a run of skipped cases, as one line.
+fn reasons_text(c: &Value) -> String {
+    c["reasons"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The anchor of a run of skipped cases: its first case's, which no other
+/// part has.
+fn run_anchor(run: &[Value]) -> String {
+    format!("skipped-{}", slug_of(&run[0]))
+}
+
+#[derive(Serialize)]
+pub struct Matrix<'a> {
+    columns: Vec<Column>,
+    rows: Vec<Entry<'a>>,
+    suites: Vec<&'a str>,
+    protocols: Vec<&'a str>,
+    targets: Vec<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Column {
+    label: &'static str,
+    numeric: bool,
+    counter: bool,
+}
+
+/// A cell: its text, and the number it sorts by.
+#[derive(Serialize)]
+struct Cell<'a> {
+    v: Cow<'a, str>,
+    s: Option<f64>,
+}
+
+impl<'a> Cell<'a> {
+    fn num(v: Option<f64>) -> Cell<'a> {
+        match v {
+            Some(x) if x.is_finite() => Cell {
+                v: fmt(x).into(),
+                s: Some(x),
+            },
+            _ => Cell::text("—"),
+        }
+    }
+
+    fn text(v: impl Into<Cow<'a, str>>) -> Cell<'a> {
+        Cell {
+            v: v.into(),
+            s: None,
+        }
+    }
+}
+
+/// The filters' coordinates of a case.
+#[derive(Serialize)]
+struct Coordinates<'a> {
+    id: &'a str,
+    suite: &'a str,
+    target: &'a str,
+    protocol: &'a str,
+}
+
+impl<'a> Coordinates<'a> {
+    fn of(c: &'a Value) -> Coordinates<'a> {
+        Coordinates {
+            id: c["id"].as_str().unwrap_or_default(),
+            suite: c["suite"].as_str().unwrap_or_default(),
+            target: c["target_name"].as_str().unwrap_or_default(),
+            protocol: c["protocol"].as_str().unwrap_or("—"),
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+enum Entry<'a> {
+    Case {
+        #[serde(flatten)]
+        at: Coordinates<'a>,
+        slug: String,
+        status: &'a str,
+        cells: Vec<Cell<'a>>,
+    },
+    Skipped {
+        anchor: String,
+        reasons: String,
+        cases: Vec<Coordinates<'a>>,
+    },
+}
+
+/// The matrix: columns, and a row per part.
+pub fn matrix<'a>(cases: &'a [Value], parts: &[Part<'a>]) -> Matrix<'a> {
+    // The counters any case has, in one pass over the cases: most cases
+    // of an interrupted run have no counted pass at all.
+    let mut has = vec![false; PER_REQUEST_FIELDS.len()];
+    for c in cases {
+        if let Some(per) = c["counted"]["per_request"].as_object() {
+            for (i, (k, _)) in PER_REQUEST_FIELDS.iter().enumerate() {
+                has[i] |= per.get(*k).is_some_and(Value::is_number);
+            }
+        }
+    }
     let counters: Vec<&(&str, &str)> = PER_REQUEST_FIELDS
         .iter()
-        .filter(|(k, _)| {
-            cases
-                .iter()
-                .any(|c| c["counted"]["per_request"][*k].is_number())
-        })
+        .zip(&has)
+        .filter_map(|(f, has)| has.then_some(f))
         .collect();
-    let mut columns: Vec<Value> = [
+    let column = |label, numeric, counter| Column {
+        label,
+        numeric,
+        counter,
+    };
+    let mut columns: Vec<Column> = [
         "case", "suite", "target", "protocol", "path", "load", "conns", "ka", "status",
     ]
-    .iter()
-    .map(|l| json!({"label": l, "numeric": false}))
+    .into_iter()
+    .map(|l| column(l, false, false))
     .collect();
     for l in [
         "rps",
@@ -110,29 +251,40 @@ pub fn matrix(cases: &[Value]) -> Value {
         "CPU µs/req",
         "RSS max KiB",
     ] {
-        columns.push(json!({"label": l, "numeric": true}));
+        columns.push(column(l, true, false));
     }
     for (_, l) in &counters {
-        columns.push(json!({"label": l, "numeric": true, "counter": true}));
+        columns.push(column(l, true, true));
     }
-    let rows: Vec<Value> = cases.iter().map(|c| matrix_row(c, &counters)).collect();
-    let distinct = |f: &dyn Fn(&Value) -> String| {
-        let mut v: Vec<String> = rows.iter().map(f).collect();
-        v.sort();
+    let rows = parts
+        .iter()
+        .map(|p| match p {
+            Part::One(c) => matrix_row(c, &counters),
+            Part::Skipped(run) => Entry::Skipped {
+                anchor: run_anchor(run),
+                reasons: reasons_text(&run[0]),
+                cases: run.iter().map(Coordinates::of).collect(),
+            },
+        })
+        .collect();
+    let at: Vec<Coordinates> = cases.iter().map(Coordinates::of).collect();
+    let distinct = |f: fn(&Coordinates<'a>) -> &'a str| {
+        let mut v: Vec<&str> = at.iter().map(f).collect();
+        v.sort_unstable();
         v.dedup();
         v
     };
-    json!({
-        "columns": columns,
-        "rows": rows,
-        "suites": distinct(&|r| r["suite"].as_str().unwrap_or_default().to_string()),
-        "protocols": distinct(&|r| r["protocol"].as_str().unwrap_or_default().to_string()),
-        "targets": distinct(&|r| r["target"].as_str().unwrap_or_default().to_string()),
-    })
+    Matrix {
+        columns,
+        rows,
+        suites: distinct(|c| c.suite),
+        protocols: distinct(|c| c.protocol),
+        targets: distinct(|c| c.target),
+    }
 }
 
 /// The matrix row of case `c`: its columns in order, then `counters`.
-fn matrix_row(c: &Value, counters: &[&(&str, &str)]) -> Value {
+fn matrix_row<'a>(c: &'a Value, counters: &[&(&str, &str)]) -> Entry<'a> {
     let clean = &c["clean"];
     let lat = &clean["load"]["latency"];
     let rss = clean["server"]["rss_max_kib"]
@@ -143,111 +295,145 @@ fn matrix_row(c: &Value, counters: &[&(&str, &str)]) -> Value {
             .and_then(|o| o.last())
             .and_then(|p| p["rss_bytes"].as_f64())
             .map(|b| b / 1024.0));
+    let at = Coordinates::of(c);
+    let status = c["status"].as_str().unwrap_or_default();
     let mut cells = vec![
-        text(c["id"].as_str().unwrap_or_default()),
-        text(c["suite"].as_str().unwrap_or_default()),
-        text(c["target_name"].as_str().unwrap_or_default()),
-        text(c["protocol"].as_str().unwrap_or("—")),
-        text(c["path"].as_str().unwrap_or("—")),
-        text(load_text(c)),
-        text(topology_text(c)),
-        text(match (c["kind"].as_str(), c["keepalive"].as_bool()) {
+        Cell::text(at.id),
+        Cell::text(at.suite),
+        Cell::text(at.target),
+        Cell::text(at.protocol),
+        Cell::text(c["path"].as_str().unwrap_or("—")),
+        Cell::text(load_text(c)),
+        Cell::text(topology_text(c)),
+        Cell::text(match (c["kind"].as_str(), c["keepalive"].as_bool()) {
             (Some("http"), Some(true)) => "ka",
             (Some("http"), Some(false)) => "new",
             _ => "—",
         }),
-        text(c["status"].as_str().unwrap_or_default()),
-        cell(clean["load"]["rps"].as_f64()),
-        cell(us(&lat["p50_ns"])),
-        cell(us(&lat["p99_ns"])),
-        cell(us(&lat["p999_ns"])),
-        cell(clean["server"]["cpu_us_per_request"].as_f64()),
-        cell(rss),
+        Cell::text(status),
+        Cell::num(clean["load"]["rps"].as_f64()),
+        Cell::num(us(&lat["p50_ns"])),
+        Cell::num(us(&lat["p99_ns"])),
+        Cell::num(us(&lat["p999_ns"])),
+        Cell::num(clean["server"]["cpu_us_per_request"].as_f64()),
+        Cell::num(rss),
     ];
     for (k, _) in counters {
-        cells.push(cell(c["counted"]["per_request"][*k].as_f64()));
+        cells.push(Cell::num(c["counted"]["per_request"][*k].as_f64()));
     }
-    json!({
-        "id": c["id"], "slug": slug_of(c), "suite": c["suite"],
-        "target": c["target_name"], "protocol": c["protocol"].as_str().unwrap_or("—"),
-        "status": c["status"], "cells": cells,
-    })
+    Entry::Case {
+        at,
+        slug: slug_of(c),
+        status,
+        cells,
+    }
 }
 
-/// Each case's section; its charts go into `charts` under ids it names.
-pub fn views(cases: &[Value], flames: &Flames, charts: &mut Map<String, Value>) -> Vec<Value> {
-    cases
+/// A section of the page's case list: one case's, or a run of skipped
+/// cases' (their ids are in the matrix's row of the run).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum View<'a> {
+    Case(Value),
+    Skipped {
+        skipped: usize,
+        anchor: String,
+        reasons: String,
+        first: &'a str,
+        last: &'a str,
+    },
+}
+
+/// Each part's section; the charts of its case go into `charts` under ids
+/// it names.
+pub fn views<'a>(
+    parts: &[Part<'a>],
+    flames: &Flames,
+    charts: &mut Map<String, Value>,
+) -> Vec<View<'a>> {
+    parts
         .iter()
-        .map(|c| {
-            let slug = slug_of(c);
-            let id = c["id"].as_str().unwrap_or_default();
-            let mut plots = Vec::new();
-            if let Some(h) = c["clean"]["load"]["histogram"].as_object() {
-                let lat = chart::percentile_chart(
-                    "latency, clean pass (from the scheduled send in open loop)",
-                    &[
-                        ("latency", &h["latency"]),
-                        ("request latency", &h["request_latency"]),
-                    ],
-                );
-                if let Some(v) = lat {
-                    charts.insert(format!("latency-{slug}"), v);
-                    plots.push(json!({"kind": "latency", "chart": format!("latency-{slug}")}));
-                }
-                match chart::percentile_chart(
-                    "dispatch lag (actual − scheduled send)",
-                    &[("dispatch lag", &h["dispatch_lag"])],
-                ) {
-                    Some(v) => {
-                        charts.insert(format!("lag-{slug}"), v);
-                        plots.push(json!({"kind": "lag", "chart": format!("lag-{slug}")}));
-                    }
-                    None => plots.push(json!({"kind": "lag", "none":
-                        "no dispatch lag recorded (closed loop: each request is sent when the last one returns)"})),
-                }
-            }
-            if let Some(series) = c["clean"]["series"].as_array().filter(|s| s.len() > 1) {
-                let (mem, cpu) = chart::series_charts(series);
-                charts.insert(format!("memory-{slug}"), mem);
-                charts.insert(format!("cpu-{slug}"), cpu);
-                plots.push(json!({"kind": "memory", "chart": format!("memory-{slug}")}));
-                plots.push(json!({"kind": "cpu", "chart": format!("cpu-{slug}")}));
-            }
-            if let Some(v) = chart::memslope_chart(&c["memslope"]) {
-                charts.insert(format!("memslope-{slug}"), v);
-                plots.push(json!({"kind": "memslope", "chart": format!("memslope-{slug}")}));
-            }
-            if let Some((lat, mem)) = chart::soak_charts(&c["soak"]) {
-                charts.insert(format!("soak-latency-{slug}"), lat);
-                charts.insert(format!("soak-memory-{slug}"), mem);
-                plots.push(json!({"kind": "soak-latency", "chart": format!("soak-latency-{slug}")}));
-                plots.push(json!({"kind": "soak-memory", "chart": format!("soak-memory-{slug}")}));
-            }
-            if let Some(v) = chart::live_chart(&c["live"]) {
-                charts.insert(format!("live-{slug}"), v);
-                plots.push(json!({"kind": "live", "chart": format!("live-{slug}")}));
-            }
-            let counted = &c["counted"];
-            json!({
-                "id": id,
-                "slug": slug,
-                "status": c["status"],
-                "reasons": c["reasons"],
-                "kind": c["kind"],
-                "plots": plots,
-                "clean": clean_facts(&c["clean"]),
-                "memory": c["memory"]["proc"],
-                "counted": counted.is_object(),
-                "requests": requests(counted),
-                "complete": counted["attribution"]["complete"],
-                "losses": counted["attribution"]["losses"],
-                "sites": counted["top_sites"],
-                "processes": counted["attribution"]["processes"],
-                "flames": flames.of(&slug, false),
-                "live_heap": live_heap_view(&c["memslope"]["live_heap"]),
-            })
+        .map(|p| match p {
+            Part::One(c) => View::Case(view(c, flames, charts)),
+            Part::Skipped(run) => View::Skipped {
+                skipped: run.len(),
+                anchor: run_anchor(run),
+                reasons: reasons_text(&run[0]),
+                first: run[0]["id"].as_str().unwrap_or_default(),
+                last: run[run.len() - 1]["id"].as_str().unwrap_or_default(),
+            },
         })
         .collect()
+}
+
+fn view(c: &Value, flames: &Flames, charts: &mut Map<String, Value>) -> Value {
+    let slug = slug_of(c);
+    let id = c["id"].as_str().unwrap_or_default();
+    let mut plots = Vec::new();
+    if let Some(h) = c["clean"]["load"]["histogram"].as_object() {
+        let lat = chart::percentile_chart(
+            "latency, clean pass (from the scheduled send in open loop)",
+            &[
+                ("latency", &h["latency"]),
+                ("request latency", &h["request_latency"]),
+            ],
+        );
+        if let Some(v) = lat {
+            charts.insert(format!("latency-{slug}"), v);
+            plots.push(json!({"kind": "latency", "chart": format!("latency-{slug}")}));
+        }
+        match chart::percentile_chart(
+            "dispatch lag (actual − scheduled send)",
+            &[("dispatch lag", &h["dispatch_lag"])],
+        ) {
+            Some(v) => {
+                charts.insert(format!("lag-{slug}"), v);
+                plots.push(json!({"kind": "lag", "chart": format!("lag-{slug}")}));
+            }
+            None => plots.push(json!({"kind": "lag", "none":
+                "no dispatch lag recorded (closed loop: each request is sent when the last one returns)"})),
+        }
+    }
+    if let Some(series) = c["clean"]["series"].as_array().filter(|s| s.len() > 1) {
+        let (mem, cpu) = chart::series_charts(series);
+        charts.insert(format!("memory-{slug}"), mem);
+        charts.insert(format!("cpu-{slug}"), cpu);
+        plots.push(json!({"kind": "memory", "chart": format!("memory-{slug}")}));
+        plots.push(json!({"kind": "cpu", "chart": format!("cpu-{slug}")}));
+    }
+    if let Some(v) = chart::memslope_chart(&c["memslope"]) {
+        charts.insert(format!("memslope-{slug}"), v);
+        plots.push(json!({"kind": "memslope", "chart": format!("memslope-{slug}")}));
+    }
+    if let Some((lat, mem)) = chart::soak_charts(&c["soak"]) {
+        charts.insert(format!("soak-latency-{slug}"), lat);
+        charts.insert(format!("soak-memory-{slug}"), mem);
+        plots.push(json!({"kind": "soak-latency", "chart": format!("soak-latency-{slug}")}));
+        plots.push(json!({"kind": "soak-memory", "chart": format!("soak-memory-{slug}")}));
+    }
+    if let Some(v) = chart::live_chart(&c["live"]) {
+        charts.insert(format!("live-{slug}"), v);
+        plots.push(json!({"kind": "live", "chart": format!("live-{slug}")}));
+    }
+    let counted = &c["counted"];
+    json!({
+        "id": id,
+        "slug": slug,
+        "status": c["status"],
+        "reasons": c["reasons"],
+        "kind": c["kind"],
+        "plots": plots,
+        "clean": clean_facts(&c["clean"]),
+        "memory": c["memory"]["proc"],
+        "counted": counted.is_object(),
+        "requests": requests(counted),
+        "complete": counted["attribution"]["complete"],
+        "losses": counted["attribution"]["losses"],
+        "sites": counted["top_sites"],
+        "processes": counted["attribution"]["processes"],
+        "flames": flames.of(&slug, false),
+        "live_heap": live_heap_view(&c["memslope"]["live_heap"]),
+    })
 }
 
 fn clean_facts(clean: &Value) -> Value {

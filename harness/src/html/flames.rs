@@ -5,7 +5,7 @@
 //! the flamegraph keeps its own search and zoom script, and its element ids
 //! and script cannot clash with the page's or another flamegraph's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -93,7 +93,7 @@ impl Flames {
     /// Flamegraphs of slugs that are no case of `known` (the differential
     /// ones of `rig ab`, named by the case without its arm), and every
     /// differential one.
-    pub fn except(&self, known: &[String]) -> Vec<Value> {
+    pub fn except(&self, known: &BTreeSet<String>) -> Vec<Value> {
         self.by_case
             .keys()
             .filter_map(|slug| {

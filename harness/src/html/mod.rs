@@ -24,11 +24,12 @@ mod flames;
 mod lite;
 mod sweep;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const TEMPLATE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("page.js");
@@ -140,53 +141,96 @@ impl Inputs {
     }
 }
 
+/// The counts of a `rig run` in the page's header.
+#[derive(Serialize)]
+struct RunCounts<'a> {
+    complete: &'a Value,
+    interrupted: &'a Value,
+    ok: &'a Value,
+    limited: &'a Value,
+    failed: &'a Value,
+    skipped: &'a Value,
+}
+
+/// What the template is given. Typed, so it goes to the template in one
+/// conversion; the matrix and the skipped cases, most rows of a large
+/// interrupted run, are never built as JSON first.
+#[derive(Serialize)]
+struct Page<'a> {
+    title: &'static str,
+    kind: Kind,
+    dir: String,
+    rig_version: &'a Value,
+    argv: Option<String>,
+    started_unix_s: &'a Value,
+    host: &'a Value,
+    run: Option<RunCounts<'a>>,
+    matrix: cases::Matrix<'a>,
+    cases: Vec<cases::View<'a>>,
+    sweeps: Vec<Value>,
+    ab: Option<Value>,
+    gate: Option<Value>,
+    other_flames: Vec<Value>,
+    style: &'static str,
+    script: &'static str,
+    charts: serde_json::Map<String, Value>,
+}
+
 /// The page as HTML.
 pub fn render(inp: &Inputs) -> Result<String> {
     let mut charts = serde_json::Map::new();
-    let matrix = cases::matrix(&inp.cases);
-    let views = cases::views(&inp.cases, &inp.flames, &mut charts);
+    let parts = cases::parts(&inp.cases);
+    let matrix = cases::matrix(&inp.cases, &parts);
+    let views = cases::views(&parts, &inp.flames, &mut charts);
     let sweeps = sweep::sweeps(&inp.cases, &mut charts);
     let ab = (inp.kind == Kind::Ab).then(|| compare::ab(inp));
     let gate = (inp.kind == Kind::Gate).then(|| compare::gate(&inp.summary));
-    let known: Vec<String> = inp.cases.iter().map(cases::slug_of).collect();
+    let known: BTreeSet<String> = inp.cases.iter().map(cases::slug_of).collect();
     let other_flames = inp.flames.except(&known);
     let m = &inp.manifest;
-    let title = match inp.kind {
-        Kind::Run => "rig run",
-        Kind::Ab => "rig ab",
-        Kind::Gate => "rig gate",
+    let s = &inp.summary;
+    let page = Page {
+        title: match inp.kind {
+            Kind::Run => "rig run",
+            Kind::Ab => "rig ab",
+            Kind::Gate => "rig gate",
+        },
+        kind: inp.kind,
+        dir: inp.dir.display().to_string(),
+        rig_version: &m["rig_version"],
+        argv: m["argv"].as_array().map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        }),
+        started_unix_s: &m["started_unix_s"],
+        host: &m["host"],
+        run: (inp.kind == Kind::Run).then(|| RunCounts {
+            complete: &s["complete"],
+            interrupted: &s["interrupted"],
+            ok: &s["ok"],
+            limited: &s["limited"],
+            failed: &s["failed"],
+            skipped: &s["skipped"],
+        }),
+        matrix,
+        cases: views,
+        sweeps,
+        ab,
+        gate,
+        other_flames,
+        style: STYLE,
+        script: SCRIPT,
+        charts,
     };
-    let ctx = json!({
-        "title": title,
-        "kind": inp.kind,
-        "dir": inp.dir.display().to_string(),
-        "rig_version": m["rig_version"],
-        "argv": m["argv"].as_array().map(|a| a.iter().filter_map(Value::as_str)
-            .collect::<Vec<_>>().join(" ")),
-        "started_unix_s": m["started_unix_s"],
-        "host": m["host"],
-        "run": (inp.kind == Kind::Run).then(|| json!({
-            "complete": inp.summary["complete"], "interrupted": inp.summary["interrupted"],
-            "ok": inp.summary["ok"], "limited": inp.summary["limited"],
-            "failed": inp.summary["failed"], "skipped": inp.summary["skipped"],
-        })),
-        "matrix": matrix,
-        "cases": views,
-        "sweeps": sweeps,
-        "ab": ab,
-        "gate": gate,
-        "other_flames": other_flames,
-        "style": STYLE,
-        "script": SCRIPT,
-        "charts": Value::Object(charts),
-    });
     let mut env = minijinja::Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
     env.set_formatter(format_value);
     env.add_template("page.html", TEMPLATE)
         .context("report.html template")?;
     env.get_template("page.html")?
-        .render(minijinja::value::Serde(&ctx))
+        .render(minijinja::value::Serde(&page))
         .context("rendering report.html")
 }
 

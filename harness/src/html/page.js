@@ -155,13 +155,17 @@
     });
   });
 
-  // Matrix filters: a row shows when it matches every chosen value.
+  // Matrix filters: a row shows when it matches every chosen value; a row
+  // of skipped cases when one of the cases it lists does.
   var selects = document.querySelectorAll("select[data-filter]");
   function filter() {
-    document.querySelectorAll("tr.case-row").forEach(function (r) {
+    document.querySelectorAll(".case-row").forEach(function (r) {
       var show = true;
       selects.forEach(function (s) { if (s.value && r.dataset[s.dataset.filter] !== s.value) show = false; });
       r.hidden = !show;
+    });
+    document.querySelectorAll("tr.skipped-run").forEach(function (r) {
+      r.hidden = !r.querySelector("li.case-row:not([hidden])");
     });
   }
   selects.forEach(function (s) { s.addEventListener("change", filter); });

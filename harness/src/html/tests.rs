@@ -452,3 +452,69 @@ fn a_live_case_draws_its_server_phase_by_phase() {
     assert_eq!(v["series"][0]["points"], json!([[1.0, 8.0], [1.25, 12.0]]));
     assert_eq!(v["series"][2]["points"], json!([[1.0, 30.0], [1.25, 44.0]]));
 }
+
+fn skipped_case(i: usize, why: &str) -> Value {
+    json!({
+        "id": format!("s{i}/calib/h1/calib/closed/1x1/ka/#1"), "suite": format!("s{i}"),
+        "kind": "http", "target": 0, "target_name": "calib", "repeat": 1, "protocol": "h1",
+        "path": "/calib", "load": {"kind": "closed"}, "topology": {"connections": 1, "streams": 1},
+        "keepalive": true, "status": "skipped", "reasons": [why],
+    })
+}
+
+#[test]
+fn a_run_of_skipped_cases_is_one_row_listing_every_case_and_one_section() {
+    let why = "rig was interrupted by SIGINT before this case";
+    let ok = "s0/calib/h1/calib/closed/1x1/ka/#1";
+    let mut cases = vec![http_case(ok, 1)];
+    cases.extend((1..=5).map(|i| skipped_case(i, why)));
+    // Two skipped for another reason: too few to fold, a row each.
+    cases.extend((6..=7).map(|i| skipped_case(i, "the target failed to start")));
+    let d = out_dir("skipped", &cases);
+    let html = render(&Inputs::read(&d.0).unwrap()).unwrap();
+    assert!(html.contains(&format!(
+        "<tr class=\"case-row status-ok\" data-case=\"{ok}\" data-suite=\"calib\""
+    )));
+    let first = "s1/calib/h1/calib/closed/1x1/ka/#1";
+    let anchor = format!("skipped-{}", crate::scenario::slug(first));
+    assert!(
+        html.contains(&format!(
+            "<tr class=\"skipped-run status-skipped\" id=\"{anchor}\"><td colspan=\"18\"><details><summary>5 cases skipped: {why}</summary>"
+        )),
+        "{html}"
+    );
+    // Every skipped case is named in the row's list, with its filters' data.
+    for i in 1..=5 {
+        assert!(
+            html.contains(&format!(
+                "<li class=\"case-row\" data-case=\"s{i}/calib/h1/calib/closed/1x1/ka/#1\" data-suite=\"s{i}\" data-protocol=\"h1\" data-target=\"calib\">s{i}/calib/h1/calib/closed/1x1/ka/#1</li>"
+            )),
+            "s{i}"
+        );
+        assert!(html.contains(&format!("<option>s{i}</option>")));
+    }
+    assert_eq!(html.matches("<li class=\"case-row\"").count(), 5);
+    // One section for the run, not one per case.
+    assert!(html.contains(&format!(
+        "<h3>5 cases skipped, {first} to s5/calib/h1/calib/closed/1x1/ka/#1 <small class=\"status\">skipped</small></h3>"
+    )));
+    assert_eq!(
+        html.matches("<article class=\"case status-skipped\"")
+            .count(),
+        3
+    );
+    for i in 6..=7 {
+        let id = format!("s{i}/calib/h1/calib/closed/1x1/ka/#1");
+        assert!(html.contains(&format!(
+            "<tr class=\"case-row status-skipped\" data-case=\"{id}\" data-suite=\"s{i}\""
+        )));
+        assert!(html.contains(&format!(
+            "<article class=\"case status-skipped\" id=\"case-{}\" data-case=\"{id}\">",
+            crate::scenario::slug(&id)
+        )));
+    }
+    assert_eq!(
+        html.matches("<li>the target failed to start</li>").count(),
+        2
+    );
+}

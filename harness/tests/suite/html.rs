@@ -561,3 +561,70 @@ fn the_matrix_sorts_and_filters_and_the_flamegraph_tabs_switch_in_chromium() {
     assert_eq!(got["tab_after"], ids(&["copy"]), "{got:#}");
     assert_eq!(got["tab_on"], "copy", "{got:#}");
 }
+
+/// An interrupted run's skipped cases, one row for the run: the suite
+/// filter keeps the row while one of the cases it lists is of the chosen
+/// suite, shows only those cases in its list, and hides the row when none
+/// is.
+#[test]
+fn a_row_of_skipped_cases_follows_the_suite_filter_by_the_cases_it_lists_in_chromium() {
+    let Some(chrome) = chromium(test_name!()) else {
+        return;
+    };
+    let d = scratch("skipped");
+    let dir = d.path();
+    let mut lines = format!("{}\n", handmade_case("s0/calib/a/#1", "s0", 8.0));
+    for (i, s) in ["s1", "s2", "s2"].into_iter().enumerate() {
+        let mut c = handmade_case(&format!("{s}/calib/p{i}/#1"), s, 0.0);
+        c["status"] = "skipped".into();
+        c["reasons"] = serde_json::json!(["rig was interrupted by SIGINT before this case"]);
+        c.as_object_mut().unwrap().remove("clean");
+        c.as_object_mut().unwrap().remove("counted");
+        lines += &format!("{c}\n");
+    }
+    std::fs::write(dir.join("cases.jsonl"), lines).unwrap();
+    std::fs::write(dir.join("manifest.json"), r#"{"rig_version": "t"}"#).unwrap();
+    let page = rig::html::write(dir).unwrap();
+    let driver = r#"<script>
+(function () {
+  var out = {};
+  var row = document.querySelector("tr.skipped-run");
+  var listed = function () {
+    return Array.prototype.filter.call(row.querySelectorAll("li.case-row"), function (l) { return !l.hidden; })
+      .map(function (l) { return l.dataset.suite; });
+  };
+  var s = document.querySelector('select[data-filter="suite"]');
+  [["s2", "s2"], ["s0", "s0"], ["", "all"]].forEach(function (v) {
+    s.value = v[0]; s.dispatchEvent(new Event("change"));
+    out[v[1]] = {row: !row.hidden, listed: listed()};
+  });
+  var pre = document.createElement("pre");
+  pre.id = "driver"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script></body>"#;
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(
+            "<summary>3 cases skipped: rig was interrupted by SIGINT before this case</summary>"
+        ),
+        "{html}"
+    );
+    let driven = dir.join("driven.html");
+    std::fs::write(&driven, html.replace("</body>", driver)).unwrap();
+    let p = load(&chrome, &driven, &shot("skipped"));
+    assert_clean(&p);
+    let json = p
+        .dom
+        .split_once("<pre id=\"driver\">")
+        .and_then(|(_, r)| r.split_once("</pre>"))
+        .map(|(j, _)| j.replace("&quot;", "\""))
+        .unwrap_or_else(|| panic!("the driver wrote nothing: {}", p.dom));
+    let got: Value = serde_json::from_str(&json).unwrap();
+    let want = serde_json::json!({
+        "s2": {"row": true, "listed": ["s2", "s2"]},
+        "s0": {"row": false, "listed": []},
+        "all": {"row": true, "listed": ["s1", "s2", "s2"]},
+    });
+    assert_eq!(got, want, "{got:#}");
+}
