@@ -292,3 +292,154 @@ fn unwind_tables_of_arbitrary_and_mutated_elf_bytes_never_panic() {
         },
     );
 }
+
+/// The rows the stack height analysis gives `code` at 0x1000, compacted as
+/// a table holds them: (pc, CFA rule, CFA offset, rbp offset).
+fn analysed(code: &[u8]) -> Vec<(u64, u8, i32, i16)> {
+    compact(height::height_rows(code, 0x1000, &[]))
+        .iter()
+        .map(|r| (r.pc, r.cfa, r.cfa_off, r.rbp_off))
+        .collect()
+}
+
+const RSP: u8 = unwind_cfa::RSP;
+const RBP: u8 = unwind_cfa::RBP;
+const NONE: u8 = unwind_cfa::NONE;
+
+#[test]
+fn stack_height_follows_pushes_a_frame_and_a_branch_around_a_call() {
+    let code = [
+        0x55, // 1000 push rbp
+        0x53, // 1001 push rbx
+        0x48, 0x83, 0xec, 0x18, // 1002 sub rsp, 0x18
+        0x85, 0xff, // 1006 test edi, edi
+        0x74, 0x05, // 1008 je 100f
+        0xe8, 0xf1, 0x0f, 0x00, 0x00, // 100a call 2000
+        0x48, 0x83, 0xc4, 0x18, // 100f add rsp, 0x18
+        0x5b, // 1013 pop rbx
+        0x5d, // 1014 pop rbp
+        0xc3, // 1015 ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x1002, RSP, 24, -16),
+            (0x1006, RSP, 48, -16),
+            (0x1013, RSP, 24, -16),
+            (0x1014, RSP, 16, -16),
+            (0x1015, RSP, 8, 0),
+            (0x1016, NONE, 0, 0),
+        ]
+    );
+}
+
+#[test]
+fn two_paths_reaching_one_instruction_at_different_heights_give_it_no_row() {
+    let code = [
+        0x85, 0xff, // 1000 test edi, edi
+        0x74, 0x01, // 1002 je 1005
+        0x50, // 1004 push rax
+        0x31, 0xc0, // 1005 xor eax, eax: height 0 or 8
+        0xc3, // 1007 ret
+    ];
+    assert_eq!(analysed(&code), [(0x1000, RSP, 8, 0), (0x1005, NONE, 0, 0)]);
+}
+
+#[test]
+fn an_rsp_aligned_without_a_frame_pointer_ends_the_rows() {
+    let code = [
+        0x53, // 1000 push rbx
+        0x48, 0x83, 0xe4, 0xf0, // 1001 and rsp, -16
+        0xe8, 0xf6, 0x0f, 0x00, 0x00, // 1005 call 2000
+        0x5b, // 100a pop rbx
+        0xc3, // 100b ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, 0),
+            (0x1005, NONE, 0, 0)
+        ]
+    );
+}
+
+#[test]
+fn an_rsp_aligned_under_a_frame_pointer_is_followed_from_rbp_up_to_leave() {
+    let code = [
+        0x55, // 1000 push rbp
+        0x48, 0x89, 0xe5, // 1001 mov rbp, rsp
+        0x48, 0x83, 0xe4, 0xf0, // 1004 and rsp, -16
+        0x48, 0x83, 0xec, 0x20, // 1008 sub rsp, 0x20
+        0xe8, 0xef, 0x0f, 0x00, 0x00, // 100c call 2000
+        0xc9, // 1011 leave
+        0xc3, // 1012 ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x1008, RBP, 16, -16),
+            (0x1012, RSP, 8, 0),
+            (0x1013, NONE, 0, 0),
+        ]
+    );
+}
+
+#[test]
+fn rsp_from_a_register_rbp_written_unsaved_and_jump_tables_end_a_path() {
+    // mov rsp, rax: nothing after it has a row.
+    let code = [0x48, 0x89, 0xc4, 0xc3];
+    assert_eq!(analysed(&code), [(0x1000, RSP, 8, 0), (0x1003, NONE, 0, 0)]);
+    // xor ebp, ebp before any push rbp: the caller's rbp is gone.
+    let code = [0x31, 0xed, 0xc3];
+    assert_eq!(analysed(&code), [(0x1000, RSP, 8, 0), (0x1002, NONE, 0, 0)]);
+    // sub rsp, rdi.
+    let code = [0x48, 0x29, 0xfc, 0xc3];
+    assert_eq!(analysed(&code), [(0x1000, RSP, 8, 0), (0x1003, NONE, 0, 0)]);
+    // push rbx; jmp rax; then code only the jump table reaches.
+    let code = [0x53, 0xff, 0xe0, 0x5b, 0xc3];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, 0),
+            (0x1003, NONE, 0, 0)
+        ]
+    );
+}
+
+#[test]
+fn a_loop_keeps_its_height_and_a_tail_jump_ends_the_path() {
+    let code = [
+        0x48, 0x83, 0xec, 0x08, // 1000 sub rsp, 8
+        0xff, 0xc9, // 1004 dec ecx
+        0x75, 0xfc, // 1006 jne 1004
+        0x48, 0x83, 0xc4, 0x08, // 1008 add rsp, 8
+        0xe9, 0xef, 0x0f, 0x00, 0x00, // 100c jmp 2000
+        0xcc, // 1011 int3: padding no path reaches
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1004, RSP, 16, 0),
+            (0x100c, RSP, 8, 0),
+            (0x1011, NONE, 0, 0),
+        ]
+    );
+}
+
+#[test]
+fn no_row_covers_a_poisoned_byte() {
+    // push rbx; pop rbx; ret, with the ret's byte poisoned.
+    let rows = compact(height::height_rows(&[0x53, 0x5b, 0xc3], 0x1000, &[0x1002]));
+    let rows: Vec<_> = rows.iter().map(|r| (r.pc, r.cfa, r.cfa_off)).collect();
+    assert_eq!(
+        rows,
+        [(0x1000, RSP, 8), (0x1001, RSP, 16), (0x1002, NONE, 0)]
+    );
+}
