@@ -443,3 +443,77 @@ fn no_row_covers_a_poisoned_byte() {
         [(0x1000, RSP, 8), (0x1001, RSP, 16), (0x1002, NONE, 0)]
     );
 }
+
+/// Where both give a CFA from the same register, the analysis of every function of libc
+/// (entered at CFA = rsp + 8) says what its `.eh_frame` says.
+#[test]
+fn stack_height_analysis_agrees_with_the_eh_frame_of_libc() {
+    let maps = ProcMaps::read(std::process::id()).unwrap();
+    let libc = maps.libc_path().expect("the test binary maps libc");
+    let data = std::fs::read(&libc).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let eh = obj.section_by_name(".eh_frame").unwrap();
+    let bases = BaseAddresses::default().set_eh_frame(eh.address());
+    let section = EhFrame::new(eh.data().unwrap(), LittleEndian);
+    let segments = exec_segments(&obj);
+    let mut ctx = Box::new(UnwindContext::new());
+    let mut entries = section.entries(&bases);
+    let (mut compared, mut wrong) = (0usize, Vec::new());
+    while let Some(entry) = entries.next().unwrap() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            continue;
+        };
+        let (begin, end) = (fde.initial_address(), fde.end_address());
+        let Some(&(off, _, vaddr)) = segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= begin && end <= vaddr + size)
+        else {
+            continue;
+        };
+        let code = &data[(off + begin - vaddr) as usize..(off + end - vaddr) as usize];
+        let Ok(mut table) = fde.rows(&section, &bases, &mut ctx) else {
+            continue;
+        };
+        let mut cfi = Vec::new();
+        while let Ok(Some(row)) = table.next_row() {
+            cfi.push((row.end_address(), convert(&section, row)));
+        }
+        // Code entered by a jump at another height (GCC's `.cold` parts),
+        // and FDEs of assembly that describe only its entry (glibc's
+        // `__mpn_mul_1` pushes rbp and rbx without saying so).
+        if cfi.len() < 2 || (cfi[0].1.cfa, cfi[0].1.cfa_off) != (unwind_cfa::RSP, 8) {
+            continue;
+        }
+        let ours = height::height_rows(code, begin, &[]);
+        for w in ours.windows(2) {
+            let r = w[0];
+            let Some((_, c)) = cfi.iter().find(|(e, c)| c.pc <= r.pc && r.pc < *e) else {
+                continue;
+            };
+            if c.cfa != r.cfa || r.cfa == unwind_cfa::NONE {
+                continue;
+            }
+            compared += 1;
+            // GCC's epilogues keep the rule of an rbp their `pop rbp` has
+            // restored (its slot is below rsp): ours says restored.
+            let popped = r.rbp_off == 0 && i32::from(c.rbp_off) < -c.cfa_off;
+            if c.cfa_off != r.cfa_off || (c.rbp_off != r.rbp_off && !popped) {
+                wrong.push(format!(
+                    "{begin:#x}: at {:#x} eh_frame {}+{} rbp {} , ours {}+{} rbp {}",
+                    r.pc, c.cfa, c.cfa_off, c.rbp_off, r.cfa, r.cfa_off, r.rbp_off
+                ));
+            }
+        }
+    }
+    eprintln!("compared {compared} rows");
+    assert!(compared > 10_000, "{compared}");
+    assert!(
+        wrong.is_empty(),
+        "{} wrong: {:#?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(20)]
+    );
+}
