@@ -14,8 +14,10 @@
 //! change to rsp it cannot follow (`and rsp`, `mov rsp, reg`,
 //! `sub rsp, reg`...) end the walk on that path. The caller's rbp is
 //! followed too: once `push rbp` saves it, the rows say where; once `mov
-//! rbp, rsp` makes it a frame pointer, `leave` and the rsp changes above
-//! are followed from it (CFA = rbp + 16 + what was pushed before it). An
+//! rbp, rsp` makes it a frame pointer, rsp changes it cannot follow, and
+//! paths that join at different heights, keep a row from it (CFA = rbp +
+//! 16 + what was pushed before it) until `leave` or `lea rsp, [rbp - n]`
+//! gives the height back. An
 //! instruction that writes rbp before saving it ends the path, so a row
 //! that says "rbp unchanged" is right.
 
@@ -50,6 +52,23 @@ impl Frame {
         saved_bp: None,
         frame_bp: None,
     };
+
+    /// The frame at an instruction two paths reach with `self` and
+    /// `other`: the same one, or, under one frame pointer over one saved
+    /// rbp, that frame with its depth unknown (the CFA comes from rbp on
+    /// both). `None`: no rule is right on both.
+    fn join(self, other: Frame) -> Option<Frame> {
+        if self == other {
+            return Some(self);
+        }
+        (self.frame_bp.is_some()
+            && self.frame_bp == other.frame_bp
+            && self.saved_bp == other.saved_bp)
+            .then_some(Frame {
+                depth: None,
+                ..self
+            })
+    }
 
     fn row(&self, pc: u64) -> Option<UnwindRow> {
         let (cfa, off) = match (self.depth, self.frame_bp) {
@@ -112,12 +131,15 @@ fn step(ins: &Instruction, info: &mut InstructionInfoFactory, f: Frame) -> Optio
                 return None;
             }
             if pop && reg0.is_some_and(is_bp) {
-                // Only the pop that restores the caller's rbp from where
-                // it was saved is followed.
-                if reg0 != Some(Register::RBP) || f.depth.is_none() || f.saved_bp != f.depth {
-                    return None;
+                f.depth?;
+                if reg0 == Some(Register::RBP) && f.saved_bp == f.depth {
+                    // The caller's rbp, back from where it was saved.
+                    f.saved_bp = None;
+                } else {
+                    // Any other value (GCC pops pushed arguments into a
+                    // saved register): the caller's rbp stays in its slot.
+                    f.saved_bp?;
                 }
-                f.saved_bp = None;
                 f.frame_bp = None;
             }
             if !pop && reg0 == Some(Register::RBP) && f.saved_bp.is_none() {
@@ -223,12 +245,24 @@ pub fn height_rows(code: &[u8], start: u64, poison: &[u64]) -> Vec<UnwindRow> {
     let mut seen: HashMap<u64, (Option<Frame>, u64)> = HashMap::new();
     let mut work = vec![(start, Frame::ENTRY)];
     while let Some((pc, frame)) = work.pop() {
-        if let Some((known, _)) = seen.get_mut(&pc) {
-            if *known != Some(frame) && known.is_some() {
+        if let Some(&(known, _)) = seen.get(&pc) {
+            let Some(known) = known else {
+                continue;
+            };
+            match known.join(frame) {
+                Some(j) if j == known => {}
+                // Under one frame pointer the paths agree on the CFA: this
+                // instruction and what it reaches are redone from rbp.
+                Some(j) => {
+                    seen.remove(&pc);
+                    work.push((pc, j));
+                }
                 // A join with another height: this instruction and what
-                // only it reaches get no row (reached ones are redone).
-                *known = None;
-                poison_from(&mut seen, pc, &mut decoder, start, end);
+                // it reaches get no row.
+                None => {
+                    seen.insert(pc, (None, pc));
+                    poison_from(&mut seen, pc, &mut decoder, start, end);
+                }
             }
             continue;
         }

@@ -390,6 +390,62 @@ fn an_rsp_aligned_under_a_frame_pointer_is_followed_from_rbp_up_to_leave() {
 }
 
 #[test]
+fn paths_joining_at_different_heights_under_a_frame_pointer_keep_a_row_from_rbp() {
+    let code = [
+        0x55, // 1000 push rbp
+        0x48, 0x89, 0xe5, // 1001 mov rbp, rsp
+        0x85, 0xff, // 1004 test edi, edi
+        0x74, 0x03, // 1006 je 100b
+        0x48, 0x29, 0xc4, // 1008 sub rsp, rax (a variable-length array)
+        0xe8, 0xf0, 0x0f, 0x00, 0x00, // 100b call 2000: height 8 or unknown
+        0xc9, // 1010 leave
+        0xc3, // 1011 ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x100b, RBP, 16, -16),
+            (0x1011, RSP, 8, 0),
+            (0x1012, NONE, 0, 0),
+        ]
+    );
+}
+
+#[test]
+fn a_pop_into_a_saved_rbp_keeps_the_callers_rbp_in_its_slot() {
+    let code = [
+        0x55, // 1000 push rbp
+        0x6a, 0x01, // 1001 push 1 (an argument)
+        0xe8, 0xf8, 0x0f, 0x00, 0x00, // 1003 call 2000
+        0x5d, // 1008 pop rbp: drops the argument
+        0x5d, // 1009 pop rbp: the caller's, back
+        0xc3, // 100a ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x1003, RSP, 24, -16),
+            (0x1009, RSP, 16, -16),
+            (0x100a, RSP, 8, 0),
+            (0x100b, NONE, 0, 0),
+        ]
+    );
+    // Without a saved rbp, a pop into it loses the caller's.
+    assert_eq!(
+        analysed(&[0x6a, 0x01, 0x5d, 0xc3]),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1002, RSP, 16, 0),
+            (0x1003, NONE, 0, 0)
+        ]
+    );
+}
+
+#[test]
 fn rsp_from_a_register_rbp_written_unsaved_and_jump_tables_end_a_path() {
     // mov rsp, rax: nothing after it has a row.
     let code = [0x48, 0x89, 0xc4, 0xc3];
