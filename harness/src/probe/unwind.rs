@@ -8,9 +8,11 @@
 //! Rows come from each module's `.eh_frame` (parsed with gimli), which every
 //! x86_64 module carries for C++ exceptions and Rust panics even when it was
 //! built without frame pointers; Go code has none, and its rows are made
-//! from `.gopclntab`'s pcsp tables (exact at every pc, see `go_rows`). Rules the walk cannot follow (a CFA from a
-//! register other than rsp/rbp, or an expression other than the PLT stub's)
-//! become "no rule" rows: a stack that reaches one ends there and is marked,
+//! from `.gopclntab`'s pcsp tables (exact at every pc, see `go_rows`);
+//! musl's C library has none either, and its rows come from the stack
+//! height analysis of its machine code (`height`). Rules the walk cannot
+//! follow (a CFA from a register other than rsp/rbp, or an expression other
+//! than the PLT stub's) become "no rule" rows: a stack that reaches one ends there and is marked,
 //! never silently cut.
 
 use std::collections::HashMap;
@@ -532,8 +534,9 @@ fn named_tops(obj: &object::File<'_>, names: &[&str]) -> Vec<UnwindRow> {
 }
 
 /// Rows for the entry of every function symbol that no other row covers
-/// (musl's libc.a is built without unwind tables, and a static musl
-/// program carries its malloc and free so): from the first instruction up
+/// in code of no known convention (hand-written assembly, code generated
+/// at build time; musl's gets `analysed_rows` instead): from the first
+/// instruction up
 /// to the first that moves the stack pointer or leaves the straight line,
 /// the return address is at rsp (CFA = rsp + 8, rbp unchanged), so a stack
 /// taken by an entry probe there is whole. Past that, no rule.

@@ -166,9 +166,9 @@ fn step(ins: &Instruction, info: &mut InstructionInfoFactory, f: Frame) -> Optio
         {
             // The callee pops what the call pushed, unless it is the next
             // instruction (`call 1f; 1: pop reg` reads the pc).
-            if ins.is_call_near() && ins.near_branch_target() == ins.next_ip() {
-                f.depth = Some(f.depth? + 8);
-            }
+            let reads_pc = ins.is_call_near() && ins.near_branch_target() == ins.next_ip();
+            let pushed = if reads_pc { 8 } else { 0 };
+            f.depth = f.depth.map(|d| d + pushed);
         }
         _ if matches!(flow, FlowControl::Return) => {}
         _ if ins.stack_pointer_increment() != 0 => return None,
@@ -181,6 +181,10 @@ fn step(ins: &Instruction, info: &mut InstructionInfoFactory, f: Frame) -> Optio
             f.frame_bp = Some(f.depth?);
         }
         _ if writes(info, is_sp) => {
+            if writes(info, is_bp) {
+                // `xchg rsp, rbp`: neither gives the CFA any more.
+                return None;
+            }
             f.depth = sp_after(ins, reg0, f);
             if f.depth.is_none() && f.frame_bp.is_none() {
                 return None;
@@ -293,10 +297,10 @@ pub fn height_rows(code: &[u8], start: u64, poison: &[u64]) -> Vec<UnwindRow> {
                     work.push((ins.near_branch_target(), after));
                 }
             }
-            FlowControl::UnconditionalBranch => {
-                if ins.is_jmp_short_or_near() && inside(ins.near_branch_target()) {
-                    work.push((ins.near_branch_target(), after));
-                }
+            FlowControl::UnconditionalBranch
+                if ins.is_jmp_short_or_near() && inside(ins.near_branch_target()) =>
+            {
+                work.push((ins.near_branch_target(), after));
             }
             // Jump tables, returns, traps: the path ends.
             _ => {}

@@ -456,6 +456,16 @@ fn rsp_from_a_register_rbp_written_unsaved_and_jump_tables_end_a_path() {
     // sub rsp, rdi.
     let code = [0x48, 0x29, 0xfc, 0xc3];
     assert_eq!(analysed(&code), [(0x1000, RSP, 8, 0), (0x1003, NONE, 0, 0)]);
+    // push rbp; mov rbp, rsp; xchg rsp, rbp: neither gives the CFA.
+    let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x87, 0xe5, 0xc3];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x1007, NONE, 0, 0)
+        ]
+    );
     // push rbx; jmp rax; then code only the jump table reaches.
     let code = [0x53, 0xff, 0xe0, 0x5b, 0xc3];
     assert_eq!(
