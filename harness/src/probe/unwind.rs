@@ -477,6 +477,13 @@ fn analysed_rows(
         let i = sized.partition_point(|f| f.0 < a);
         i > 0 && a < sized[i - 1].0 + sized[i - 1].1
     };
+    // Jump tables, read from the file as its segments map it.
+    let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
+        obj.segments()
+            .find_map(|seg| seg.data_range(addr, len as u64).ok().flatten())
+            .filter(|b| b.len() == len)
+            .map(<[u8]>::to_vec)
+    };
     let mut out = Vec::new();
     for &(start, size) in &funcs {
         if covered(start) || skip.contains(&start) || inside_another(start) {
@@ -503,7 +510,7 @@ fn analysed_rows(
         let Some(code) = data.get(from as usize..(from + (end - start)) as usize) else {
             continue;
         };
-        out.extend(height::height_rows(code, start, &poison));
+        out.extend(height::height_rows(code, start, &poison, &read));
     }
     out
 }

@@ -9,10 +9,11 @@
 //! (CFA = rsp + 8), and follows the function's control flow: pushes, pops,
 //! `add`/`sub rsp, imm` and `lea rsp, [rsp + imm]` move the height, a call
 //! leaves it as it was, a return or a jump out of the function ends a path,
-//! and a branch inside it carries the height to its target. Two paths that
-//! reach one instruction with different heights, an indirect jump, or a
-//! change to rsp it cannot follow (`and rsp`, `mov rsp, reg`,
-//! `sub rsp, reg`...) end the walk on that path. The caller's rbp is
+//! and a branch inside it carries the height to its target, as does a
+//! jump table laid out as GCC does, bounded by its compare (`jump_table`).
+//! Two paths that reach one instruction with different heights, any other
+//! indirect jump, or a change to rsp it cannot follow (`and rsp`,
+//! `mov rsp, reg`, `sub rsp, reg`...) end the walk on that path. The caller's rbp is
 //! followed too: once `push rbp` saves it, the rows say where; once `mov
 //! rbp, rsp` makes it a frame pointer, rsp changes it cannot follow, and
 //! paths that join at different heights, keep a row from it (CFA = rbp +
@@ -240,15 +241,43 @@ fn sp_after(ins: &Instruction, reg0: Option<Register>, f: Frame) -> Option<i64> 
 /// first byte). `poison`: addresses no row may cover (the byte before a
 /// signal return trampoline, which the walk looks up for a return address
 /// that points at the trampoline).
-pub fn height_rows(code: &[u8], start: u64, poison: &[u64]) -> Vec<UnwindRow> {
+pub fn height_rows(
+    code: &[u8],
+    start: u64,
+    poison: &[u64],
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Vec<UnwindRow> {
     let end = start + code.len() as u64;
     let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
     let mut info = InstructionInfoFactory::new();
     // The frame before each reached instruction, and its end; `None`: two
     // paths disagree, or no path could follow it.
     let mut seen: HashMap<u64, (Option<Frame>, u64)> = HashMap::new();
+    // The instruction each reached one follows in a straight line
+    // (`u64::MAX`: two do).
+    let mut after_of: HashMap<u64, u64> = HashMap::new();
+    // Indirect jumps reached with a frame, and the targets of those read
+    // as jump tables.
+    let mut jumps: Vec<(u64, Frame)> = Vec::new();
+    let mut tables: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut work = vec![(start, Frame::ENTRY)];
-    while let Some((pc, frame)) = work.pop() {
+    loop {
+        let Some((pc, frame)) = work.pop() else {
+            // Jump tables are read once the code before them is known.
+            for (jmp, frame) in std::mem::take(&mut jumps) {
+                if seen.get(&jmp).map(|s| s.0) != Some(Some(frame)) {
+                    continue;
+                }
+                let targets = tables.entry(jmp).or_insert_with(|| {
+                    jump_table(jmp, &after_of, &mut decoder, start, end, read).unwrap_or_default()
+                });
+                work.extend(targets.iter().map(|&t| (t, frame)));
+            }
+            if work.is_empty() {
+                break;
+            }
+            continue;
+        };
         if let Some(&(known, _)) = seen.get(&pc) {
             let Some(known) = known else {
                 continue;
@@ -265,7 +294,7 @@ pub fn height_rows(code: &[u8], start: u64, poison: &[u64]) -> Vec<UnwindRow> {
                 // it reaches get no row.
                 None => {
                     seen.insert(pc, (None, pc));
-                    poison_from(&mut seen, pc, &mut decoder, start, end);
+                    poison_from(&mut seen, &tables, pc, &mut decoder, start, end);
                 }
             }
             continue;
@@ -284,7 +313,14 @@ pub fn height_rows(code: &[u8], start: u64, poison: &[u64]) -> Vec<UnwindRow> {
             continue;
         };
         let inside = |t: u64| (start..end).contains(&t);
-        match ins.flow_control() {
+        let flow = ins.flow_control();
+        if matches!(flow, FlowControl::Next | FlowControl::ConditionalBranch) {
+            after_of
+                .entry(ins.next_ip())
+                .and_modify(|p| *p = u64::MAX)
+                .or_insert(pc);
+        }
+        match flow {
             FlowControl::Next
             | FlowControl::Call
             | FlowControl::IndirectCall
@@ -302,7 +338,8 @@ pub fn height_rows(code: &[u8], start: u64, poison: &[u64]) -> Vec<UnwindRow> {
             {
                 work.push((ins.near_branch_target(), after));
             }
-            // Jump tables, returns, traps: the path ends.
+            FlowControl::IndirectBranch => jumps.push((pc, after)),
+            // Returns, traps: the path ends.
             _ => {}
         }
     }
@@ -333,6 +370,7 @@ pub fn height_rows(code: &[u8], start: u64, poison: &[u64]) -> Vec<UnwindRow> {
 /// height may have come from either.
 fn poison_from(
     seen: &mut HashMap<u64, (Option<Frame>, u64)>,
+    tables: &HashMap<u64, Vec<u64>>,
     from: u64,
     decoder: &mut Decoder<'_>,
     start: u64,
@@ -361,6 +399,7 @@ fn poison_from(
             FlowControl::UnconditionalBranch if ins.is_jmp_short_or_near() => {
                 next.push(ins.near_branch_target())
             }
+            FlowControl::IndirectBranch => next.extend(tables.get(&pc).into_iter().flatten()),
             _ => {}
         }
         for n in next {
@@ -375,4 +414,122 @@ fn poison_from(
             }
         }
     }
+}
+
+/// The targets of the indirect jump at `jmp` when it reads a jump table
+/// as GCC lays one out, bounded by the compare that guards it, every
+/// target inside the function; `None` for any other indirect jump.
+///
+/// Position-independent: `cmp $N, %r; ja default; lea T(%rip), %b;
+/// [movzx/mov %r, %i;] movslq (%b,%i,4), %d; add %b, %d; jmp *%d` (the
+/// `lea` and the zero-extension in either order), entries `T + rel32`.
+/// Absolute: `cmp $N, %r; ja default; [movzx/mov %r, %i;] jmp
+/// *T(,%i,8)`, entries of 8 bytes. The instructions must follow each
+/// other in a straight line, as the walk reached them.
+fn jump_table(
+    jmp: u64,
+    after_of: &HashMap<u64, u64>,
+    decoder: &mut Decoder<'_>,
+    start: u64,
+    end: u64,
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<Vec<u64>> {
+    // The instructions up to `jmp` in a straight line, nearest first.
+    let mut chain: Vec<Instruction> = Vec::new();
+    let mut pc = jmp;
+    for _ in 0..7 {
+        decoder
+            .set_position(usize::try_from(pc - start).ok()?)
+            .ok()?;
+        decoder.set_ip(pc);
+        chain.push(decoder.decode());
+        match after_of.get(&pc) {
+            Some(&p) if p != u64::MAX => pc = p,
+            _ => break,
+        }
+    }
+    let full = |r: Register| r.full_register();
+    // `rest`: what precedes the table's load and address, nearest first.
+    let (table, index, entry, mut rest) = if chain[0].op0_kind() == OpKind::Register {
+        let d = full(chain[0].op0_register());
+        let (add, load) = (chain.get(1)?, chain.get(2)?);
+        let base = load.memory_base();
+        if !matches!(add.code(), Code::Add_r64_rm64 | Code::Add_rm64_r64)
+            || add.op0_kind() != OpKind::Register
+            || add.op1_kind() != OpKind::Register
+            || full(add.op0_register()) != d
+            || full(add.op1_register()) != base
+            || load.code() != Code::Movsxd_r64_rm32
+            || full(load.op0_register()) != d
+            || load.memory_index_scale() != 4
+            || load.memory_displacement64() != 0
+            || base == d
+        {
+            return None;
+        }
+        let mut rest = chain[3..].to_vec();
+        // The table's address, just before the load or one further.
+        let lea = (0..2.min(rest.len())).find(|&i| {
+            rest[i].code() == Code::Lea_r64_m
+                && rest[i].memory_base() == Register::RIP
+                && rest[i].op0_register() == base
+        })?;
+        let table = rest.remove(lea).memory_displacement64();
+        (table, load.memory_index(), 4, rest)
+    } else if chain[0].op0_kind() == OpKind::Memory
+        && chain[0].memory_base() == Register::None
+        && chain[0].memory_index_scale() == 8
+    {
+        let table = chain[0].memory_displacement64();
+        (table, chain[0].memory_index(), 8, chain[1..].to_vec())
+    } else {
+        return None;
+    };
+    // An optional zero-extension into the index, then the guard.
+    let mut bounded = full(index);
+    if let Some(z) = rest.first() {
+        let zext = matches!(
+            z.code(),
+            Code::Movzx_r32_rm8 | Code::Movzx_r32_rm16 | Code::Mov_r32_rm32 | Code::Mov_rm32_r32
+        ) && z.op0_kind() == OpKind::Register
+            && z.op1_kind() == OpKind::Register
+            && full(z.op0_register()) == bounded;
+        if zext {
+            bounded = full(z.op1_register());
+            rest.remove(0);
+        }
+    }
+    let (ja, cmp) = (rest.first()?, rest.get(1)?);
+    let extra = match ja.mnemonic() {
+        Mnemonic::Ja => 1,
+        Mnemonic::Jae => 0,
+        _ => return None,
+    };
+    if cmp.mnemonic() != Mnemonic::Cmp
+        || cmp.op0_kind() != OpKind::Register
+        || full(cmp.op0_register()) != bounded
+        || !matches!(
+            cmp.op1_kind(),
+            OpKind::Immediate8
+                | OpKind::Immediate8to32
+                | OpKind::Immediate8to64
+                | OpKind::Immediate32
+                | OpKind::Immediate32to64
+        )
+    {
+        return None;
+    }
+    let count = usize::try_from(cmp.immediate(1)).ok()?.checked_add(extra)?;
+    if count == 0 || count > 4096 {
+        return None;
+    }
+    let bytes = read(table, count * entry)?;
+    let targets: Vec<u64> = bytes
+        .chunks_exact(entry)
+        .map(|e| match entry {
+            4 => table.wrapping_add(i32::from_le_bytes(e.try_into().unwrap()) as i64 as u64),
+            _ => u64::from_le_bytes(e.try_into().unwrap()),
+        })
+        .collect();
+    (targets.len() == count && targets.iter().all(|t| (start..end).contains(t))).then_some(targets)
 }

@@ -296,7 +296,7 @@ fn unwind_tables_of_arbitrary_and_mutated_elf_bytes_never_panic() {
 /// The rows the stack height analysis gives `code` at 0x1000, compacted as
 /// a table holds them: (pc, CFA rule, CFA offset, rbp offset).
 fn analysed(code: &[u8]) -> Vec<(u64, u8, i32, i16)> {
-    compact(height::height_rows(code, 0x1000, &[]))
+    compact(height::height_rows(code, 0x1000, &[], &|_, _| None))
         .iter()
         .map(|r| (r.pc, r.cfa, r.cfa_off, r.rbp_off))
         .collect()
@@ -499,10 +499,81 @@ fn a_loop_keeps_its_height_and_a_tail_jump_ends_the_path() {
     );
 }
 
+/// `switch (edi) { case 0: case 1: ... default: ... }` as GCC lays it out
+/// (`cmp`, `ja`, `lea` of the table, `movslq`, `add`, `jmp *%rax`), with
+/// `cmp_reg` the modrm byte of its compare, and its table at 0x3000.
+fn switch(cmp_reg: u8, case1: i32) -> (Vec<u8>, Vec<u8>) {
+    let mut code = vec![
+        0x53, // 1000 push rbx
+        0x83, cmp_reg, 0x01, // 1001 cmp edi, 1
+        0x77, 0x14, // 1004 ja 101a
+        0x48, 0x8d, 0x15, 0xf3, 0x1f, 0x00, 0x00, // 1006 lea rdx, [rip + 0x3000]
+        0x48, 0x63, 0x04, 0xba, // 100d movslq (%rdx,%rdi,4), %rax
+        0x48, 0x01, 0xd0, // 1011 add rax, rdx
+        0xff, 0xe0, // 1014 jmp rax
+    ];
+    code.extend([0x5b, 0xc3, 0x5b, 0xc3, 0x5b, 0xc3]); // 1016, 1018, 101a: pop rbx; ret
+    let table = [0x1016 - 0x3000i32, case1 - 0x3000]
+        .iter()
+        .flat_map(|e| e.to_le_bytes())
+        .collect();
+    (code, table)
+}
+
+fn analysed_with(code: &[u8], table: &[u8]) -> Vec<(u64, u8, i32)> {
+    let read = |addr: u64, len: usize| {
+        let at = usize::try_from(addr.checked_sub(0x3000)?).ok()?;
+        table.get(at..at + len).map(<[u8]>::to_vec)
+    };
+    compact(height::height_rows(code, 0x1000, &[], &read))
+        .iter()
+        .map(|r| (r.pc, r.cfa, r.cfa_off))
+        .collect()
+}
+
+#[test]
+fn a_jump_table_guarded_by_its_compare_carries_the_height_to_every_case() {
+    let (code, table) = switch(0xff, 0x1018);
+    assert_eq!(
+        analysed_with(&code, &table),
+        [
+            (0x1000, RSP, 8),
+            (0x1001, RSP, 16),
+            (0x1017, RSP, 8),
+            (0x1018, RSP, 16),
+            (0x1019, RSP, 8),
+            (0x101a, RSP, 16),
+            (0x101b, RSP, 8),
+            (0x101c, NONE, 0),
+        ]
+    );
+    // Cases only the table reaches get no row when the compare bounds
+    // another register (esi), a case lies outside the function, or the
+    // table cannot be read.
+    let unread = [
+        (0x1000, RSP, 8),
+        (0x1001, RSP, 16),
+        (0x1016, NONE, 0),
+        (0x101a, RSP, 16),
+        (0x101b, RSP, 8),
+        (0x101c, NONE, 0),
+    ];
+    let (code, table) = switch(0xfe, 0x1018);
+    assert_eq!(analysed_with(&code, &table), unread);
+    let (code, table) = switch(0xff, 0x2000);
+    assert_eq!(analysed_with(&code, &table), unread);
+    assert_eq!(analysed_with(&code, &[]), unread);
+}
+
 #[test]
 fn no_row_covers_a_poisoned_byte() {
     // push rbx; pop rbx; ret, with the ret's byte poisoned.
-    let rows = compact(height::height_rows(&[0x53, 0x5b, 0xc3], 0x1000, &[0x1002]));
+    let rows = compact(height::height_rows(
+        &[0x53, 0x5b, 0xc3],
+        0x1000,
+        &[0x1002],
+        &|_, _| None,
+    ));
     let rows: Vec<_> = rows.iter().map(|r| (r.pc, r.cfa, r.cfa_off)).collect();
     assert_eq!(
         rows,
@@ -553,7 +624,13 @@ fn stack_height_analysis_agrees_with_the_eh_frame_of_libc() {
         if cfi.len() < 2 || (cfi[0].1.cfa, cfi[0].1.cfa_off) != (unwind_cfa::RSP, 8) {
             continue;
         }
-        let ours = height::height_rows(code, begin, &[]);
+        let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
+            obj.segments()
+                .find_map(|seg| seg.data_range(addr, len as u64).ok().flatten())
+                .filter(|b| b.len() == len)
+                .map(<[u8]>::to_vec)
+        };
+        let ours = height::height_rows(code, begin, &[], &read);
         for w in ours.windows(2) {
             let r = w[0];
             let Some((_, c)) = cfi.iter().find(|(e, c)| c.pc <= r.pc && r.pc < *e) else {

@@ -364,8 +364,9 @@ fn name_stack(
 /// Why a walk found no row at its last frame: musl's C library (its
 /// libc.a and libc.so) is built without unwind tables, and its rows come
 /// from the stack height analysis of its machine code, so a stack ends
-/// there only where that height is unknown (code reached through a jump
-/// table, rsp changed in a way it cannot follow, a signal frame), and
+/// there only where that height is unknown (code reached through an
+/// indirect jump it cannot bound, rsp changed in a way it cannot follow,
+/// a signal frame), and
 /// says so; elsewhere, the module's tables have no row for that address.
 fn no_row_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> &'static str {
     use crate::symbolize::runtime::{Libc, ModuleKind};
