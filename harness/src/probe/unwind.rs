@@ -495,9 +495,9 @@ fn analysed_rows(
             .copied()
             .unwrap_or(u64::MAX);
         let end = if size > 0 {
-            (start + size).min(next)
+            start.saturating_add(size).min(next)
         } else {
-            next.min(start + MAX_SIZELESS)
+            next.min(start.saturating_add(MAX_SIZELESS))
         };
         let Some(&(off, seg_size, vaddr)) = segments
             .iter()

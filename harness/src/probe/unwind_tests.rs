@@ -293,6 +293,52 @@ fn unwind_tables_of_arbitrary_and_mutated_elf_bytes_never_panic() {
     );
 }
 
+#[test]
+fn stack_height_analysis_of_arbitrary_code_and_mutated_musl_programs_never_panics() {
+    use proptest::prelude::*;
+    fuzz(
+        "stack_height_analysis_of_arbitrary_code",
+        (
+            prop::collection::vec(any::<u8>(), 0..512),
+            prop::collection::vec(any::<u8>(), 0..64),
+        ),
+        |(code, table)| {
+            let read = |addr: u64, len: usize| {
+                let at = usize::try_from(addr % 64).ok()?;
+                table.get(at..at.checked_add(len)?).map(<[u8]>::to_vec)
+            };
+            let rows = height::height_rows(&code, 0x1000, &[0x1010], &read);
+            assert!(rows
+                .iter()
+                .all(|r| (0x1000..=0x1000 + 512 + 15).contains(&r.pc)));
+        },
+    );
+    // musl's code in a static program, and the symbols that say where its
+    // functions are, mutated.
+    let elf = std::fs::read(rig_fixtures::calib_server_static("musl")).unwrap();
+    let file = object::File::parse(&*elf).unwrap();
+    let range = |name: &str| {
+        let (off, size) = file.section_by_name(name).unwrap().file_range().unwrap();
+        off as usize..(off + size) as usize
+    };
+    let (text, symtab) = (range(".text"), range(".symtab"));
+    check_table(&module_of(&elf).unwrap());
+    fuzz(
+        "stack_height_analysis_of_mutated_musl_programs",
+        prop::collection::vec((any::<bool>(), any::<usize>(), any::<u8>()), 1..48),
+        |edits| {
+            let mut b = elf.clone();
+            for (in_text, at, byte) in edits {
+                let r = if in_text { &text } else { &symtab };
+                b[r.start + at % r.len()] = byte;
+            }
+            if let Ok(t) = module_of(&b) {
+                check_table(&t);
+            }
+        },
+    );
+}
+
 /// The rows the stack height analysis gives `code` at 0x1000, compacted as
 /// a table holds them: (pc, CFA rule, CFA offset, rbp offset).
 fn analysed(code: &[u8]) -> Vec<(u64, u8, i32, i16)> {
