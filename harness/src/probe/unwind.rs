@@ -302,7 +302,8 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
     // keeps rbp as the ABI says, which the stack height analysis of its
     // machine code follows: its thread and process entry functions end a
     // stack (they are the outermost frames, as glibc's .eh_frame says of
-    // its own), its signal return trampoline is no frame, and every other
+    // its own), its signal return trampoline and clone are no frames of
+    // a caller's, and every other
     // function gets rows wherever its height is known. Code without
     // unwind tables anywhere else is of no known convention (V8's
     // builtins, hand-written assembly): only its entries get rows.
@@ -317,7 +318,8 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
             data,
             &segments,
             &raw,
-            MUSL_SIGNAL_RETURNS,
+            MUSL_NO_FRAME,
+            MUSL_RETURNED_INTO,
         ));
     } else {
         raw.extend(entry_rows(&obj, data, &segments, &raw));
@@ -410,29 +412,36 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
 const MUSL_STACK_TOPS: &[&str] = &[
     "start",
     "start_c11",
-    "__clone",
     "libc_start_main_stage2",
     "__libc_start_main",
     "_start_c",
 ];
 
-/// musl's signal return trampoline (src/signal/x86_64/restore.s): a
-/// handler returns into it, with the signal frame, not a return address,
-/// at rsp. It gets no row, nor does the byte before it, where the walk
-/// looks up a return address that points at it.
-const MUSL_SIGNAL_RETURNS: &[&str] = &["__restore_rt"];
+/// Functions of musl where rsp holds no frame of a caller's: they get no
+/// rows, and a stack taken in them ends there, marked. A signal handler
+/// returns into `__restore_rt` (src/signal/x86_64/restore.s) with the
+/// signal frame at rsp; past `__clone`'s clone syscall
+/// (src/thread/x86_64/clone.s) the child runs the same instructions on
+/// its new stack.
+const MUSL_NO_FRAME: &[&str] = &["__restore_rt", "__clone"];
+
+/// Of those, the ones entered by a return (a handler's into
+/// `__restore_rt`): the walk looks up the byte before such a return
+/// address, which gets no row either.
+const MUSL_RETURNED_INTO: &[&str] = &["__restore_rt"];
 
 /// Rows for every function symbol no row covers, from the stack height
 /// analysis of its machine code (`height::height_rows`), up to its size or,
 /// when it has none (hand-written assembly: musl's memcpy), the next
-/// symbol or row. `no_frame`: functions that get no rows at all, nor the
-/// byte before them.
+/// symbol or row. `no_frame`: functions that get no rows;
+/// `returned_into`: those the byte before which gets none either.
 fn analysed_rows(
     obj: &object::File<'_>,
     data: &[u8],
     segments: &[(u64, u64, u64)],
     rows: &[UnwindRow],
     no_frame: &[&str],
+    returned_into: &[&str],
 ) -> Vec<UnwindRow> {
     use object::{ObjectSymbol, SymbolKind};
     // Longer than any function of musl's, short enough that a sizeless
@@ -460,7 +469,9 @@ fn analysed_rows(
     let poison: Vec<u64> = obj
         .symbols()
         .chain(obj.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.name().is_ok_and(|n| no_frame.contains(&n)))
+        .filter(|s| {
+            s.kind() == SymbolKind::Text && s.name().is_ok_and(|n| returned_into.contains(&n))
+        })
         .map(|s| s.address().wrapping_sub(1))
         .collect();
     // Aliases share an address: the one with a size speaks for them.

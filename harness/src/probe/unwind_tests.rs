@@ -293,6 +293,52 @@ fn unwind_tables_of_arbitrary_and_mutated_elf_bytes_never_panic() {
     );
 }
 
+/// In the static calibration server: musl's functions have rows from their
+/// entry, but not its signal return trampoline, the byte before it, nor
+/// its clone.
+#[test]
+fn musls_signal_return_and_clone_get_no_rows_and_its_other_functions_do() {
+    use object::ObjectSymbol;
+    let elf = std::fs::read(rig_fixtures::calib_server_static("musl")).unwrap();
+    let t = module_of(&elf).unwrap();
+    let file = object::File::parse(&*elf).unwrap();
+    // (start, size), a hand-written one (`__clone`) up to the next symbol.
+    let at = |name: &str| {
+        let s = file.symbols().find(|s| s.name() == Ok(name)).unwrap();
+        let next = file
+            .symbols()
+            .map(|n| n.address())
+            .filter(|&a| a > s.address())
+            .min()
+            .unwrap();
+        let size = if s.size() > 0 {
+            s.size()
+        } else {
+            next - s.address()
+        };
+        (s.address(), size)
+    };
+    let rule = |pc: u64| lookup(&t, pc).map_or(NONE, |r| r.cfa);
+    for name in ["__restore_rt", "__clone"] {
+        let (start, size) = at(name);
+        for pc in start..start + size {
+            assert_eq!(rule(pc), NONE, "{name}+{:#x}", pc - start);
+        }
+    }
+    assert_eq!(rule(at("__restore_rt").0 - 1), NONE);
+    for name in [
+        "sccp",
+        "recvfrom",
+        "__libc_malloc_impl",
+        "alloc_slot",
+        "printf_core",
+    ] {
+        let (start, _) = at(name);
+        let r = lookup(&t, start).unwrap();
+        assert_eq!((r.cfa, r.cfa_off, r.rbp_off), (RSP, 8, 0), "{name}");
+    }
+}
+
 #[test]
 fn stack_height_analysis_of_arbitrary_code_and_mutated_musl_programs_never_panics() {
     use proptest::prelude::*;
