@@ -8,9 +8,11 @@
 //! Rows come from each module's `.eh_frame` (parsed with gimli), which every
 //! x86_64 module carries for C++ exceptions and Rust panics even when it was
 //! built without frame pointers; Go code has none, and its rows are made
-//! from `.gopclntab`'s pcsp tables (exact at every pc, see `go_rows`). Rules the walk cannot follow (a CFA from a
-//! register other than rsp/rbp, or an expression other than the PLT stub's)
-//! become "no rule" rows: a stack that reaches one ends there and is marked,
+//! from `.gopclntab`'s pcsp tables (exact at every pc, see `go_rows`);
+//! musl's C library has none either, and its rows come from the stack
+//! height analysis of its machine code (`height`). Rules the walk cannot
+//! follow (a CFA from a register other than rsp/rbp, or an expression other
+//! than the PLT stub's) become "no rule" rows: a stack that reaches one ends there and is marked,
 //! never silently cut.
 
 use std::collections::HashMap;
@@ -294,17 +296,34 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
     if let Some(go) = GoTable::parse(data)? {
         raw.extend(go_rows(&go, data, &segments));
     }
-    // musl's libc.a has no unwind tables: its thread and process entry
-    // functions end a stack (they are the outermost frames, as glibc's
-    // .eh_frame says of its own), the entries of the rest get entry rows.
-    if let Ok(facts) = ElfFacts::parse(data) {
-        if let ModuleKind::StaticC { libc: Libc::Musl }
-        | ModuleKind::CLibrary { libc: Libc::Musl } = ModuleKind::of("", &facts)
-        {
-            raw.extend(named_tops(&obj, MUSL_STACK_TOPS));
-        }
+    // Code no row covers. In musl's C library (its libc.a is built
+    // without unwind tables, and a static musl program carries its malloc,
+    // memcpy and syscall wrappers so) it is C code entered by calls that
+    // keeps rbp as the ABI says, which the stack height analysis of its
+    // machine code follows: its thread and process entry functions end a
+    // stack (they are the outermost frames, as glibc's .eh_frame says of
+    // its own), its signal return trampoline and clone are no frames of
+    // a caller's, and every other
+    // function gets rows wherever its height is known. Code without
+    // unwind tables anywhere else is of no known convention (V8's
+    // builtins, hand-written assembly): only its entries get rows.
+    let kind = ElfFacts::parse(data).map(|facts| ModuleKind::of("", &facts));
+    if let Ok(
+        ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl },
+    ) = kind
+    {
+        raw.extend(named_tops(&obj, MUSL_STACK_TOPS));
+        raw.extend(analysed_rows(
+            &obj,
+            data,
+            &segments,
+            &raw,
+            MUSL_NO_FRAME,
+            MUSL_RETURNED_INTO,
+        ));
+    } else {
+        raw.extend(entry_rows(&obj, data, &segments, &raw));
     }
-    raw.extend(entry_rows(&obj, data, &segments, &raw));
     raw.extend(v8_builtin_rows(&obj, data, &segments));
     let mut t = table_of(raw)?;
     t.unsupported = unsupported;
@@ -393,11 +412,119 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
 const MUSL_STACK_TOPS: &[&str] = &[
     "start",
     "start_c11",
-    "__clone",
     "libc_start_main_stage2",
     "__libc_start_main",
     "_start_c",
 ];
+
+/// Functions of musl where rsp holds no frame of a caller's: they get no
+/// rows, and a stack taken in them ends there, marked. A signal handler
+/// returns into `__restore_rt` (src/signal/x86_64/restore.s) with the
+/// signal frame at rsp; past `__clone`'s clone syscall
+/// (src/thread/x86_64/clone.s) the child runs the same instructions on
+/// its new stack.
+const MUSL_NO_FRAME: &[&str] = &["__restore_rt", "__clone"];
+
+/// Of those, the ones entered by a return (a handler's into
+/// `__restore_rt`): the walk looks up the byte before such a return
+/// address, which gets no row either.
+const MUSL_RETURNED_INTO: &[&str] = &["__restore_rt"];
+
+/// Rows for every function symbol no row covers, from the stack height
+/// analysis of its machine code (`height::height_rows`), up to its size or,
+/// when it has none (hand-written assembly: musl's memcpy), the next
+/// symbol or row. `no_frame`: functions that get no rows;
+/// `returned_into`: those the byte before which gets none either.
+fn analysed_rows(
+    obj: &object::File<'_>,
+    data: &[u8],
+    segments: &[(u64, u64, u64)],
+    rows: &[UnwindRow],
+    no_frame: &[&str],
+    returned_into: &[&str],
+) -> Vec<UnwindRow> {
+    use object::{ObjectSymbol, SymbolKind};
+    // Longer than any function of musl's, short enough that a sizeless
+    // symbol at the end of the text is not read as megabytes of code.
+    const MAX_SIZELESS: u64 = 1 << 16;
+    let mut starts: Vec<u64> = rows.iter().map(|r| r.pc).collect();
+    let mut funcs: Vec<(u64, u64)> = Vec::new();
+    let mut skip: Vec<u64> = Vec::new();
+    for s in obj.symbols().chain(obj.dynamic_symbols()) {
+        if s.kind() != SymbolKind::Text || !s.is_definition() || s.address() == 0 {
+            continue;
+        }
+        starts.push(s.address());
+        let name = s.name().unwrap_or("");
+        // `f.cold` (code GCC moved out of `f`) is entered by a jump from
+        // `f`, at `f`'s height, not by a call.
+        if name.contains(".cold") || no_frame.contains(&name) {
+            skip.push(s.address());
+            continue;
+        }
+        funcs.push((s.address(), s.size()));
+    }
+    starts.sort_unstable();
+    starts.dedup();
+    let poison: Vec<u64> = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        .filter(|s| {
+            s.kind() == SymbolKind::Text && s.name().is_ok_and(|n| returned_into.contains(&n))
+        })
+        .map(|s| s.address().wrapping_sub(1))
+        .collect();
+    // Aliases share an address: the one with a size speaks for them.
+    funcs.sort_unstable_by_key(|&(a, size)| (a, std::cmp::Reverse(size)));
+    funcs.dedup_by_key(|f| f.0);
+    let mut sorted: Vec<&UnwindRow> = rows.iter().collect();
+    sorted.sort_by_key(|r| r.pc);
+    let covered = |pc: u64| {
+        let i = sorted.partition_point(|r| r.pc <= pc);
+        i > 0 && sorted[i - 1].cfa != unwind_cfa::NONE
+    };
+    let sized: Vec<(u64, u64)> = funcs.iter().filter(|f| f.1 > 0).copied().collect();
+    let inside_another = |a: u64| {
+        let i = sized.partition_point(|f| f.0 < a);
+        i > 0 && a < sized[i - 1].0 + sized[i - 1].1
+    };
+    // Jump tables, read from the file as its segments map it.
+    let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
+        obj.segments()
+            .find_map(|seg| seg.data_range(addr, len as u64).ok().flatten())
+            .filter(|b| b.len() == len)
+            .map(<[u8]>::to_vec)
+    };
+    let mut out = Vec::new();
+    for &(start, size) in &funcs {
+        if covered(start) || skip.contains(&start) || inside_another(start) {
+            continue;
+        }
+        // Up to the next symbol or row: code someone else describes.
+        let next = starts[starts.partition_point(|&a| a <= start)..]
+            .first()
+            .copied()
+            .unwrap_or(u64::MAX);
+        let end = if size > 0 {
+            start.saturating_add(size).min(next)
+        } else {
+            next.min(start.saturating_add(MAX_SIZELESS))
+        };
+        let Some(&(off, seg_size, vaddr)) = segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= start && start < vaddr + size)
+        else {
+            continue;
+        };
+        let end = end.min(vaddr + seg_size);
+        let from = off + (start - vaddr);
+        let Some(code) = data.get(from as usize..(from + (end - start)) as usize) else {
+            continue;
+        };
+        out.extend(height::height_rows(code, start, &poison, &read));
+    }
+    out
+}
 
 /// END rows over the whole code of each function named in `names`.
 fn named_tops(obj: &object::File<'_>, names: &[&str]) -> Vec<UnwindRow> {
@@ -425,8 +552,9 @@ fn named_tops(obj: &object::File<'_>, names: &[&str]) -> Vec<UnwindRow> {
 }
 
 /// Rows for the entry of every function symbol that no other row covers
-/// (musl's libc.a is built without unwind tables, and a static musl
-/// program carries its malloc and free so): from the first instruction up
+/// in code of no known convention (hand-written assembly, code generated
+/// at build time; musl's gets `analysed_rows` instead): from the first
+/// instruction up
 /// to the first that moves the stack pointer or leaves the straight line,
 /// the return address is at rsp (CFA = rsp + 8, rbp unchanged), so a stack
 /// taken by an entry probe there is whole. Past that, no rule.
@@ -807,6 +935,9 @@ fn compact(mut raw: Vec<UnwindRow>) -> Vec<UnwindRow> {
 fn same_rule(a: &UnwindRow, b: &UnwindRow) -> bool {
     a.cfa == b.cfa && a.cfa_off == b.cfa_off && a.rbp_off == b.rbp_off
 }
+
+#[path = "unwind_height.rs"]
+mod height;
 
 #[cfg(test)]
 #[path = "unwind_tests.rs"]

@@ -292,3 +292,463 @@ fn unwind_tables_of_arbitrary_and_mutated_elf_bytes_never_panic() {
         },
     );
 }
+
+/// In the static calibration server: musl's functions have rows from their
+/// entry, but not its signal return trampoline, the byte before it, nor
+/// its clone.
+#[test]
+fn musls_signal_return_and_clone_get_no_rows_and_its_other_functions_do() {
+    use object::ObjectSymbol;
+    let elf = std::fs::read(rig_fixtures::calib_server_static("musl")).unwrap();
+    let t = module_of(&elf).unwrap();
+    let file = object::File::parse(&*elf).unwrap();
+    // (start, size), a hand-written one (`__clone`) up to the next symbol.
+    let at = |name: &str| {
+        let s = file.symbols().find(|s| s.name() == Ok(name)).unwrap();
+        let next = file
+            .symbols()
+            .map(|n| n.address())
+            .filter(|&a| a > s.address())
+            .min()
+            .unwrap();
+        let size = if s.size() > 0 {
+            s.size()
+        } else {
+            next - s.address()
+        };
+        (s.address(), size)
+    };
+    let rule = |pc: u64| lookup(&t, pc).map_or(NONE, |r| r.cfa);
+    for name in ["__restore_rt", "__clone"] {
+        let (start, size) = at(name);
+        for pc in start..start + size {
+            assert_eq!(rule(pc), NONE, "{name}+{:#x}", pc - start);
+        }
+    }
+    assert_eq!(rule(at("__restore_rt").0 - 1), NONE);
+    for name in [
+        "sccp",
+        "recvfrom",
+        "__libc_malloc_impl",
+        "alloc_slot",
+        "printf_core",
+    ] {
+        let (start, _) = at(name);
+        let r = lookup(&t, start).unwrap();
+        assert_eq!((r.cfa, r.cfa_off, r.rbp_off), (RSP, 8, 0), "{name}");
+    }
+}
+
+#[test]
+fn stack_height_analysis_of_arbitrary_code_and_mutated_musl_programs_never_panics() {
+    use proptest::prelude::*;
+    fuzz(
+        "stack_height_analysis_of_arbitrary_code",
+        (
+            prop::collection::vec(any::<u8>(), 0..512),
+            prop::collection::vec(any::<u8>(), 0..64),
+        ),
+        |(code, table)| {
+            let read = |addr: u64, len: usize| {
+                let at = usize::try_from(addr % 64).ok()?;
+                table.get(at..at.checked_add(len)?).map(<[u8]>::to_vec)
+            };
+            let rows = height::height_rows(&code, 0x1000, &[0x1010], &read);
+            assert!(rows
+                .iter()
+                .all(|r| (0x1000..=0x1000 + 512 + 15).contains(&r.pc)));
+        },
+    );
+    // musl's code in a static program, and the symbols that say where its
+    // functions are, mutated.
+    let elf = std::fs::read(rig_fixtures::calib_server_static("musl")).unwrap();
+    let file = object::File::parse(&*elf).unwrap();
+    let range = |name: &str| {
+        let (off, size) = file.section_by_name(name).unwrap().file_range().unwrap();
+        off as usize..(off + size) as usize
+    };
+    let (text, symtab) = (range(".text"), range(".symtab"));
+    check_table(&module_of(&elf).unwrap());
+    fuzz(
+        "stack_height_analysis_of_mutated_musl_programs",
+        prop::collection::vec((any::<bool>(), any::<usize>(), any::<u8>()), 1..48),
+        |edits| {
+            let mut b = elf.clone();
+            for (in_text, at, byte) in edits {
+                let r = if in_text { &text } else { &symtab };
+                b[r.start + at % r.len()] = byte;
+            }
+            if let Ok(t) = module_of(&b) {
+                check_table(&t);
+            }
+        },
+    );
+}
+
+/// The rows the stack height analysis gives `code` at 0x1000, compacted as
+/// a table holds them: (pc, CFA rule, CFA offset, rbp offset).
+fn analysed(code: &[u8]) -> Vec<(u64, u8, i32, i16)> {
+    compact(height::height_rows(code, 0x1000, &[], &|_, _| None))
+        .iter()
+        .map(|r| (r.pc, r.cfa, r.cfa_off, r.rbp_off))
+        .collect()
+}
+
+const RSP: u8 = unwind_cfa::RSP;
+const RBP: u8 = unwind_cfa::RBP;
+const NONE: u8 = unwind_cfa::NONE;
+
+#[test]
+fn stack_height_follows_pushes_a_frame_and_a_branch_around_a_call() {
+    let code = [
+        0x55, // 1000 push rbp
+        0x53, // 1001 push rbx
+        0x48, 0x83, 0xec, 0x18, // 1002 sub rsp, 0x18
+        0x85, 0xff, // 1006 test edi, edi
+        0x74, 0x05, // 1008 je 100f
+        0xe8, 0xf1, 0x0f, 0x00, 0x00, // 100a call 2000
+        0x48, 0x83, 0xc4, 0x18, // 100f add rsp, 0x18
+        0x5b, // 1013 pop rbx
+        0x5d, // 1014 pop rbp
+        0xc3, // 1015 ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x1002, RSP, 24, -16),
+            (0x1006, RSP, 48, -16),
+            (0x1013, RSP, 24, -16),
+            (0x1014, RSP, 16, -16),
+            (0x1015, RSP, 8, 0),
+            (0x1016, NONE, 0, 0),
+        ]
+    );
+}
+
+#[test]
+fn two_paths_reaching_one_instruction_at_different_heights_give_it_no_row() {
+    let code = [
+        0x85, 0xff, // 1000 test edi, edi
+        0x74, 0x01, // 1002 je 1005
+        0x50, // 1004 push rax
+        0x31, 0xc0, // 1005 xor eax, eax: height 0 or 8
+        0xc3, // 1007 ret
+    ];
+    assert_eq!(analysed(&code), [(0x1000, RSP, 8, 0), (0x1005, NONE, 0, 0)]);
+}
+
+#[test]
+fn an_rsp_aligned_without_a_frame_pointer_ends_the_rows() {
+    let code = [
+        0x53, // 1000 push rbx
+        0x48, 0x83, 0xe4, 0xf0, // 1001 and rsp, -16
+        0xe8, 0xf6, 0x0f, 0x00, 0x00, // 1005 call 2000
+        0x5b, // 100a pop rbx
+        0xc3, // 100b ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, 0),
+            (0x1005, NONE, 0, 0)
+        ]
+    );
+}
+
+#[test]
+fn an_rsp_aligned_under_a_frame_pointer_is_followed_from_rbp_up_to_leave() {
+    let code = [
+        0x55, // 1000 push rbp
+        0x48, 0x89, 0xe5, // 1001 mov rbp, rsp
+        0x48, 0x83, 0xe4, 0xf0, // 1004 and rsp, -16
+        0x48, 0x83, 0xec, 0x20, // 1008 sub rsp, 0x20
+        0xe8, 0xef, 0x0f, 0x00, 0x00, // 100c call 2000
+        0xc9, // 1011 leave
+        0xc3, // 1012 ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x1008, RBP, 16, -16),
+            (0x1012, RSP, 8, 0),
+            (0x1013, NONE, 0, 0),
+        ]
+    );
+}
+
+#[test]
+fn paths_joining_at_different_heights_under_a_frame_pointer_keep_a_row_from_rbp() {
+    let code = [
+        0x55, // 1000 push rbp
+        0x48, 0x89, 0xe5, // 1001 mov rbp, rsp
+        0x85, 0xff, // 1004 test edi, edi
+        0x74, 0x03, // 1006 je 100b
+        0x48, 0x29, 0xc4, // 1008 sub rsp, rax (a variable-length array)
+        0xe8, 0xf0, 0x0f, 0x00, 0x00, // 100b call 2000: height 8 or unknown
+        0xc9, // 1010 leave
+        0xc3, // 1011 ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x100b, RBP, 16, -16),
+            (0x1011, RSP, 8, 0),
+            (0x1012, NONE, 0, 0),
+        ]
+    );
+}
+
+#[test]
+fn a_pop_into_a_saved_rbp_keeps_the_callers_rbp_in_its_slot() {
+    let code = [
+        0x55, // 1000 push rbp
+        0x6a, 0x01, // 1001 push 1 (an argument)
+        0xe8, 0xf8, 0x0f, 0x00, 0x00, // 1003 call 2000
+        0x5d, // 1008 pop rbp: drops the argument
+        0x5d, // 1009 pop rbp: the caller's, back
+        0xc3, // 100a ret
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x1003, RSP, 24, -16),
+            (0x1009, RSP, 16, -16),
+            (0x100a, RSP, 8, 0),
+            (0x100b, NONE, 0, 0),
+        ]
+    );
+    // Without a saved rbp, a pop into it loses the caller's.
+    assert_eq!(
+        analysed(&[0x6a, 0x01, 0x5d, 0xc3]),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1002, RSP, 16, 0),
+            (0x1003, NONE, 0, 0)
+        ]
+    );
+}
+
+#[test]
+fn rsp_from_a_register_rbp_written_unsaved_and_jump_tables_end_a_path() {
+    // mov rsp, rax: nothing after it has a row.
+    let code = [0x48, 0x89, 0xc4, 0xc3];
+    assert_eq!(analysed(&code), [(0x1000, RSP, 8, 0), (0x1003, NONE, 0, 0)]);
+    // xor ebp, ebp before any push rbp: the caller's rbp is gone.
+    let code = [0x31, 0xed, 0xc3];
+    assert_eq!(analysed(&code), [(0x1000, RSP, 8, 0), (0x1002, NONE, 0, 0)]);
+    // sub rsp, rdi.
+    let code = [0x48, 0x29, 0xfc, 0xc3];
+    assert_eq!(analysed(&code), [(0x1000, RSP, 8, 0), (0x1003, NONE, 0, 0)]);
+    // push rbp; mov rbp, rsp; xchg rsp, rbp: neither gives the CFA.
+    let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x87, 0xe5, 0xc3];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, -16),
+            (0x1007, NONE, 0, 0)
+        ]
+    );
+    // push rbx; jmp rax; then code only the jump table reaches.
+    let code = [0x53, 0xff, 0xe0, 0x5b, 0xc3];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1001, RSP, 16, 0),
+            (0x1003, NONE, 0, 0)
+        ]
+    );
+}
+
+#[test]
+fn a_loop_keeps_its_height_and_a_tail_jump_ends_the_path() {
+    let code = [
+        0x48, 0x83, 0xec, 0x08, // 1000 sub rsp, 8
+        0xff, 0xc9, // 1004 dec ecx
+        0x75, 0xfc, // 1006 jne 1004
+        0x48, 0x83, 0xc4, 0x08, // 1008 add rsp, 8
+        0xe9, 0xef, 0x0f, 0x00, 0x00, // 100c jmp 2000
+        0xcc, // 1011 int3: padding no path reaches
+    ];
+    assert_eq!(
+        analysed(&code),
+        [
+            (0x1000, RSP, 8, 0),
+            (0x1004, RSP, 16, 0),
+            (0x100c, RSP, 8, 0),
+            (0x1011, NONE, 0, 0),
+        ]
+    );
+}
+
+/// `switch (edi) { case 0: case 1: ... default: ... }` as GCC lays it out
+/// (`cmp`, `ja`, `lea` of the table, `movslq`, `add`, `jmp *%rax`), with
+/// `cmp_reg` the modrm byte of its compare, and its table at 0x3000.
+fn switch(cmp_reg: u8, case1: i32) -> (Vec<u8>, Vec<u8>) {
+    let mut code = vec![
+        0x53, // 1000 push rbx
+        0x83, cmp_reg, 0x01, // 1001 cmp edi, 1
+        0x77, 0x14, // 1004 ja 101a
+        0x48, 0x8d, 0x15, 0xf3, 0x1f, 0x00, 0x00, // 1006 lea rdx, [rip + 0x3000]
+        0x48, 0x63, 0x04, 0xba, // 100d movslq (%rdx,%rdi,4), %rax
+        0x48, 0x01, 0xd0, // 1011 add rax, rdx
+        0xff, 0xe0, // 1014 jmp rax
+    ];
+    code.extend([0x5b, 0xc3, 0x5b, 0xc3, 0x5b, 0xc3]); // 1016, 1018, 101a: pop rbx; ret
+    let table = [0x1016 - 0x3000i32, case1 - 0x3000]
+        .iter()
+        .flat_map(|e| e.to_le_bytes())
+        .collect();
+    (code, table)
+}
+
+fn analysed_with(code: &[u8], table: &[u8]) -> Vec<(u64, u8, i32)> {
+    let read = |addr: u64, len: usize| {
+        let at = usize::try_from(addr.checked_sub(0x3000)?).ok()?;
+        table.get(at..at + len).map(<[u8]>::to_vec)
+    };
+    compact(height::height_rows(code, 0x1000, &[], &read))
+        .iter()
+        .map(|r| (r.pc, r.cfa, r.cfa_off))
+        .collect()
+}
+
+#[test]
+fn a_jump_table_guarded_by_its_compare_carries_the_height_to_every_case() {
+    let (code, table) = switch(0xff, 0x1018);
+    assert_eq!(
+        analysed_with(&code, &table),
+        [
+            (0x1000, RSP, 8),
+            (0x1001, RSP, 16),
+            (0x1017, RSP, 8),
+            (0x1018, RSP, 16),
+            (0x1019, RSP, 8),
+            (0x101a, RSP, 16),
+            (0x101b, RSP, 8),
+            (0x101c, NONE, 0),
+        ]
+    );
+    // Cases only the table reaches get no row when the compare bounds
+    // another register (esi), a case lies outside the function, or the
+    // table cannot be read.
+    let unread = [
+        (0x1000, RSP, 8),
+        (0x1001, RSP, 16),
+        (0x1016, NONE, 0),
+        (0x101a, RSP, 16),
+        (0x101b, RSP, 8),
+        (0x101c, NONE, 0),
+    ];
+    let (code, table) = switch(0xfe, 0x1018);
+    assert_eq!(analysed_with(&code, &table), unread);
+    let (code, table) = switch(0xff, 0x2000);
+    assert_eq!(analysed_with(&code, &table), unread);
+    assert_eq!(analysed_with(&code, &[]), unread);
+}
+
+#[test]
+fn no_row_covers_a_poisoned_byte() {
+    // push rbx; pop rbx; ret, with the ret's byte poisoned.
+    let rows = compact(height::height_rows(
+        &[0x53, 0x5b, 0xc3],
+        0x1000,
+        &[0x1002],
+        &|_, _| None,
+    ));
+    let rows: Vec<_> = rows.iter().map(|r| (r.pc, r.cfa, r.cfa_off)).collect();
+    assert_eq!(
+        rows,
+        [(0x1000, RSP, 8), (0x1001, RSP, 16), (0x1002, NONE, 0)]
+    );
+}
+
+/// Where both give a CFA from the same register, the analysis of every function of libc
+/// (entered at CFA = rsp + 8) says what its `.eh_frame` says.
+#[test]
+fn stack_height_analysis_agrees_with_the_eh_frame_of_libc() {
+    let maps = ProcMaps::read(std::process::id()).unwrap();
+    let libc = maps.libc_path().expect("the test binary maps libc");
+    let data = std::fs::read(&libc).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let eh = obj.section_by_name(".eh_frame").unwrap();
+    let bases = BaseAddresses::default().set_eh_frame(eh.address());
+    let section = EhFrame::new(eh.data().unwrap(), LittleEndian);
+    let segments = exec_segments(&obj);
+    let mut ctx = Box::new(UnwindContext::new());
+    let mut entries = section.entries(&bases);
+    let (mut compared, mut wrong) = (0usize, Vec::new());
+    while let Some(entry) = entries.next().unwrap() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            continue;
+        };
+        let (begin, end) = (fde.initial_address(), fde.end_address());
+        let Some(&(off, _, vaddr)) = segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= begin && end <= vaddr + size)
+        else {
+            continue;
+        };
+        let code = &data[(off + begin - vaddr) as usize..(off + end - vaddr) as usize];
+        let Ok(mut table) = fde.rows(&section, &bases, &mut ctx) else {
+            continue;
+        };
+        let mut cfi = Vec::new();
+        while let Ok(Some(row)) = table.next_row() {
+            cfi.push((row.end_address(), convert(&section, row)));
+        }
+        // Code entered by a jump at another height (GCC's `.cold` parts),
+        // and FDEs of assembly that describe only its entry (glibc's
+        // `__mpn_mul_1` pushes rbp and rbx without saying so).
+        if cfi.len() < 2 || (cfi[0].1.cfa, cfi[0].1.cfa_off) != (unwind_cfa::RSP, 8) {
+            continue;
+        }
+        let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
+            obj.segments()
+                .find_map(|seg| seg.data_range(addr, len as u64).ok().flatten())
+                .filter(|b| b.len() == len)
+                .map(<[u8]>::to_vec)
+        };
+        let ours = height::height_rows(code, begin, &[], &read);
+        for w in ours.windows(2) {
+            let r = w[0];
+            let Some((_, c)) = cfi.iter().find(|(e, c)| c.pc <= r.pc && r.pc < *e) else {
+                continue;
+            };
+            if c.cfa != r.cfa || r.cfa == unwind_cfa::NONE {
+                continue;
+            }
+            compared += 1;
+            // GCC's epilogues keep the rule of an rbp their `pop rbp` has
+            // restored (its slot is below rsp): ours says restored.
+            let popped = r.rbp_off == 0 && i32::from(c.rbp_off) < -c.cfa_off;
+            if c.cfa_off != r.cfa_off || (c.rbp_off != r.rbp_off && !popped) {
+                wrong.push(format!(
+                    "{begin:#x}: at {:#x} eh_frame {}+{} rbp {} , ours {}+{} rbp {}",
+                    r.pc, c.cfa, c.cfa_off, c.rbp_off, r.cfa, r.cfa_off, r.rbp_off
+                ));
+            }
+        }
+    }
+    eprintln!("compared {compared} rows");
+    assert!(compared > 10_000, "{compared}");
+    assert!(
+        wrong.is_empty(),
+        "{} wrong: {:#?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(20)]
+    );
+}

@@ -362,9 +362,12 @@ fn name_stack(
 }
 
 /// Why a walk found no row at its last frame: musl's C library (its
-/// libc.a and libc.so) is built without unwind tables, so a stack taken
-/// inside most of musl's code ends there, and says so; elsewhere, the
-/// module's tables have no row for that address.
+/// libc.a and libc.so) is built without unwind tables, and its rows come
+/// from the stack height analysis of its machine code, so a stack ends
+/// there only where that height is unknown (code reached through an
+/// indirect jump it cannot bound, rsp changed in a way it cannot follow,
+/// a signal frame), and
+/// says so; elsewhere, the module's tables have no row for that address.
 fn no_row_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> &'static str {
     use crate::symbolize::runtime::{Libc, ModuleKind};
     if in_jit_code(maps, last) {
@@ -376,7 +379,7 @@ fn no_row_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> 
     match kind {
         Some(
             ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl },
-        ) => "no row: musl's C library has no unwind tables",
+        ) => "no row: musl's code has no unwind tables, and its stack height here is unknown",
         _ => "no row",
     }
 }

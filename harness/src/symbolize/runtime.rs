@@ -7,8 +7,8 @@
 //!
 //! | kind | entry points (`probe::allocators`, `probe::attach`) | unwinding (`probe::unwind`) | naming (`symbolize`) |
 //! |---|---|---|---|
-//! | `CLibrary` (glibc's or musl's libc.so) | malloc & co, memcpy/memmove/memset, pthread mutexes, in the library | `.eh_frame` | `.symtab`, DWARF, debuglink, `.gnu_debugdata` |
-//! | `StaticC` (an executable with its C library linked in) | the same names, in the executable | `.eh_frame` | as above |
+//! | `CLibrary` (glibc's or musl's libc.so) | malloc & co, memcpy/memmove/memset, pthread mutexes, in the library | `.eh_frame`; musl's code (none): the stack height analysis of its machine code | `.symtab`, DWARF, debuglink, `.gnu_debugdata` |
+//! | `StaticC` (an executable with its C library linked in) | the same names, in the executable | as above | as above |
 //! | `Go` | `runtime.mallocgc` (size in RAX, the register ABI), GC cycles; never a return probe | rows from `.gopclntab`'s pcsp tables | `.gopclntab` (stripped or not) |
 //! | `Native` (any other ELF code) | by the allocator's own names (jemalloc, Rust shims...) | `.eh_frame` | `.symtab`, DWARF, debuglink, `.gnu_debugdata` |
 //! | `Jit` (anonymous executable memory) | none | none: a stack reaching it ends, marked `JIT code` | `/tmp/perf-PID.map` |

@@ -14,7 +14,7 @@ use rig::probe::{Family, ProbeSet, WindowEnd};
 use rig::report::stacks::{StackFrames, StackRow};
 use rig::report::Attribution;
 use rig::symbolize::{Site, Symbolizer};
-use rig_fixtures::stacks::{Between, Chain, Lang};
+use rig_fixtures::stacks::{Between, Chain, Lang, RS_MUSL_RUNTIME};
 
 use super::{probes_shared, root_or_skip};
 
@@ -346,11 +346,12 @@ fn rust_release_stacks_and_their_exact_counts_equal_the_truth() {
 /// images ship Rust servers: a static executable with musl's malloc and
 /// free inside it (no libc.so, no GOT slot to read). Both allocator layers
 /// (Rust's shims outer, musl's malloc and free inner) are exact per site
-/// with whole stacks down to musl's `libc_start_main_stage2`; the syscalls
-/// are exact by name.
+/// with whole stacks down to musl's `libc_start_main_stage2`; so are the
+/// syscalls, through musl's wrappers (no unwind tables: rig's rows for them
+/// come from the stack height analysis of their machine code).
 #[test]
-fn rust_static_musl_allocations_are_exact_with_whole_stacks() {
-    let test = "rust_static_musl_allocations_are_exact_with_whole_stacks";
+fn rust_static_musl_allocations_and_syscalls_are_exact_with_whole_stacks() {
+    let test = "rust_static_musl_allocations_and_syscalls_are_exact_with_whole_stacks";
     if !root_or_skip(test) {
         return;
     }
@@ -382,17 +383,66 @@ fn rust_static_musl_allocations_are_exact_with_whole_stacks() {
         ],
         "musl's malloc is found in the executable and is the inner layer"
     );
-    // musl's stacks of syscalls still end inside musl (no unwind tables),
-    // so only their counts by name are checked here.
-    for call in ["read", "write", "getppid"] {
-        let n: u64 = a
+    // Each syscall at one whole stack: musl's wrapper (and `sccp`, the
+    // cancellation point it calls), std's frames, then the truth's frames
+    // of the fixture and the runtime's, exactly.
+    let own = |f: &Site| {
+        f.file
+            .as_deref()
+            .is_some_and(|p| Path::new(p).file_name() == Some("stackcalib.rs".as_ref()))
+    };
+    for (call, musl) in [
+        ("getppid", &["getppid"][..]),
+        ("read", &["sccp", "read"][..]),
+        ("write", &["sccp", "write"][..]),
+    ] {
+        let rows: Vec<&StackRow> = a
             .stacks
             .rows
             .iter()
             .filter(|r| r.pid == fx.pid() && r.family == Family::Syscalls && r.event == call)
-            .map(|r| r.count)
-            .sum();
-        assert_eq!(n, N, "{call}: exactly one per request");
+            .collect();
+        assert_eq!(rows.len(), 1, "{call}: one stack");
+        assert_eq!(rows[0].count, N, "{call}: exactly one per request");
+        let s = &a.stacks.stacks[rows[0].stack.as_ref().unwrap()];
+        assert!(
+            s.incomplete.is_empty(),
+            "{call}: {:?}\n{}",
+            s.incomplete,
+            render(s)
+        );
+        let names: Vec<&str> = s.frames.iter().map(name).collect();
+        assert_eq!(&names[..musl.len()], musl, "{call}:\n{}", render(s));
+        let chain = Lang::RustMusl
+            .chains()
+            .iter()
+            .find(|c| c.event == call)
+            .unwrap();
+        let first = s.frames.iter().position(own).unwrap();
+        assert!(
+            names[musl.len()..first].iter().all(|n| is_rust_std(n)),
+            "{call}: only std between musl and the fixture:\n{}",
+            render(s)
+        );
+        let fixture: Vec<(&str, Option<String>)> = s.frames[first..first + chain.frames.len()]
+            .iter()
+            .map(|f| (base_name(name(f)), f.file_line()))
+            .collect();
+        let truth: Vec<(&str, Option<String>)> = chain
+            .frames
+            .iter()
+            .map(|(function, marker)| (*function, Some(Lang::RustMusl.at(marker))))
+            .collect();
+        assert_eq!(fixture, truth, "{call}:\n{}", render(s));
+        let runtime = &names[first + chain.frames.len()..];
+        assert!(
+            runtime.len() == RS_MUSL_RUNTIME.len()
+                && runtime
+                    .iter()
+                    .zip(RS_MUSL_RUNTIME)
+                    .all(|(g, w)| g.starts_with(w)),
+            "{call}: runtime frames {runtime:?}"
+        );
     }
 }
 
