@@ -83,8 +83,10 @@ pub struct MetricSeries {
     pub kind: Kind,
     /// One per reading; `null` where it was not measured.
     pub values: Vec<Option<f64>>,
-    /// Relative half-width for timing metrics (0.05: ±5% of the level);
-    /// 0 for exact counters; `null` when no build was measured twice.
+    /// For timing metrics, how far two readings may differ, relative to
+    /// their level (0.05: 5%), from the builds measured more than once
+    /// (`series::band`); 0 for exact counters; `null` when no build was
+    /// measured twice.
     pub band: Option<f64>,
     pub steps: Vec<StepReport>,
     /// Exact counters that moved between readings of one build.

@@ -171,12 +171,27 @@ fn target_of<'a>(manifest: &'a Value, target: &str) -> Option<&'a Value> {
         .find(|t| t["name"].as_str() == Some(target))
 }
 
-/// The executable the manifest names for `target`, if it is still the
-/// build that ran.
+/// The executable the manifest names for `target` (`rig run`: the first
+/// object of its `targets[]` entry; `rig ab`: the arm's `binary`
+/// expectation; `rig gate`: `binary`), if it is still the build that ran.
 fn exe_of(manifest: &Value, target: &str, build: &str) -> Option<PathBuf> {
-    let t = target_of(manifest, target)?;
-    let exe = t["objects"].as_array()?.first()?;
-    let path = PathBuf::from(exe["path"].as_str()?);
+    let run = target_of(manifest, target).and_then(|t| t["objects"][0]["path"].as_str());
+    let ab = || {
+        manifest["arms"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"].as_str() == Some(target))?["expected_objects"]
+            .as_array()?
+            .iter()
+            .find(|e| e["via"] == "binary")?["path"]
+            .as_str()
+    };
+    let gate = || {
+        manifest["binary"]
+            .as_str()
+            .or_else(|| manifest["binary"]["path"].as_str())
+    };
+    let path = PathBuf::from(run.or_else(ab).or_else(gate)?);
     let (_, sha, _) = crate::launch::start::hash_file(&path).ok()?;
     (sha == build).then_some(path)
 }
@@ -269,11 +284,10 @@ fn round(c: &Value) -> Round {
                 family,
                 row["calls"].as_u64().unwrap_or(0),
             );
-            add(
-                format!("{kind} bytes @ {f}"),
-                family,
-                row["bytes"].as_u64().unwrap_or(0),
-            );
+            // Frees have no bytes: no `free bytes` counter (absent is 0).
+            if let Some(bytes) = row["bytes"].as_u64().filter(|b| *b > 0) {
+                add(format!("{kind} bytes @ {f}"), family, bytes);
+            }
         }
     }
     for row in rows("syscalls") {

@@ -136,7 +136,7 @@ fn series_table(c: &Comparison, series: &[MetricSeries]) -> Table {
     for m in series {
         let band = match (m.kind, m.band) {
             (Kind::Exact, _) => "exact".to_string(),
-            (Kind::Timing, Some(b)) => format!("±{:.1}%", b * 100.0),
+            (Kind::Timing, Some(b)) => format!("{:.1}%", b * 100.0),
             (Kind::Timing, None) => "no control".to_string(),
         };
         let mut row = vec![m.metric.clone(), band];

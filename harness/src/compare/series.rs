@@ -38,10 +38,13 @@ pub struct Moves {
     pub unstable: Vec<(usize, usize)>,
 }
 
-/// The band of a metric: 0 for an exact counter; for a timing metric the
-/// largest relative spread ((max − min) / median) of any build measured
-/// more than once, `None` when no build was (nothing says how much it
-/// moves by itself, so no step can be told from noise).
+/// The band of a metric: 0 for an exact counter. For a timing metric,
+/// from every build measured more than once: the largest relative
+/// standard deviation `s` of one build's readings (each over its median),
+/// and the band is `3·√2·s`, three standard deviations of the difference
+/// of two single readings. `None` when no build was measured twice:
+/// nothing says how much the metric moves by itself, so no step can be
+/// told from noise.
 pub fn band(kind: Kind, by_build: &[Vec<f64>]) -> Option<f64> {
     if kind == Kind::Exact {
         return Some(0.0);
@@ -50,19 +53,22 @@ pub fn band(kind: Kind, by_build: &[Vec<f64>]) -> Option<f64> {
         .iter()
         .filter(|v| v.len() >= 2)
         .map(|v| {
-            let mut s = v.clone();
-            s.sort_by(f64::total_cmp);
-            let median = s[s.len() / 2];
-            let spread = s[s.len() - 1] - s[0];
-            if median.abs() > 0.0 {
-                spread / median.abs()
-            } else if spread > 0.0 {
+            let mut sorted = v.clone();
+            sorted.sort_by(f64::total_cmp);
+            let median = sorted[sorted.len() / 2].abs();
+            let n = v.len() as f64;
+            let mean = v.iter().sum::<f64>() / n;
+            let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+            if median > 0.0 {
+                sd / median
+            } else if sd > 0.0 {
                 f64::INFINITY
             } else {
                 0.0
             }
         })
         .reduce(f64::max)
+        .map(|s| 3.0 * std::f64::consts::SQRT_2 * s)
 }
 
 /// Is `b` outside `a`'s band? Exact counters: any difference beyond float
@@ -130,14 +136,12 @@ mod tests {
 
     #[test]
     fn timing_moves_inside_the_band_of_identical_builds_are_not_steps() {
-        // Build a twice: 1000 and 1100 rps, a 10% spread.
-        let w = band(Kind::Timing, &[vec![1000.0, 1100.0], vec![1200.0]]).unwrap();
-        assert!(
-            (w - 0.1 / 1.1).abs() < 1e-6 || (w - 0.1).abs() < 1e-6,
-            "{w}"
-        );
+        // Build a twice: 1000 and 1020 rps; s = 14.1 (1.39% of 1020), the
+        // band 3·√2·s = 5.9%.
+        let w = band(Kind::Timing, &[vec![1000.0, 1020.0], vec![1200.0]]).unwrap();
+        assert!((w - 60.0 / 1020.0).abs() < 1e-9, "{w}");
         let builds = b(&["a", "a", "b", "c"]);
-        let v = [Some(1000.0), Some(1100.0), Some(1150.0), Some(2000.0)];
+        let v = [Some(1000.0), Some(1020.0), Some(1070.0), Some(2000.0)];
         let m = steps(Kind::Timing, &v, &builds, Some(w));
         assert_eq!(m.steps.len(), 1, "{m:?}");
         assert_eq!((m.steps[0].from, m.steps[0].to), (2, 3));
