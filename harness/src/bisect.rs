@@ -437,7 +437,15 @@ pub fn bisect(s: &BisectSettings, stop: &AtomicBool) -> Result<Found> {
 }
 
 pub fn command(s: &BisectSettings, stop: &AtomicBool) -> Result<i32> {
-    let f = bisect(s, stop)?;
+    let f = match bisect(s, stop) {
+        Ok(f) => f,
+        // The worktree is already removed (dropped with the session).
+        Err(_) if stop.load(Ordering::Relaxed) => {
+            crate::errln!("rig bisect: interrupted; no commit found");
+            return Ok(crate::exit::INTERRUPTED);
+        }
+        Err(e) => return Err(e),
+    };
     let (p, c) = (&f.parent, &f.first);
     crate::outln!(
         "first commit where `{}` moved: {} {}",
