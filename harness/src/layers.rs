@@ -19,6 +19,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("fsutil", &[]),
     ("usage", &[]),
     ("host", &[]),
+    ("funchash", &[]),
+    ("gitfacts", &[]),
     ("scenario", &["fsutil"]),
     ("stats", &[]),
     ("process", &[]),
@@ -103,6 +105,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "case",
             "exit",
             "flamegraph",
+            "gitfacts",
             "html",
             "interrupt",
             "launch",
@@ -151,6 +154,17 @@ const LAYERS: &[(&str, &[&str])] = &[
             "window",
         ],
     ),
+    // Result directories over builds, and the commit where a counter moved.
+    (
+        "compare",
+        &["exit", "fsutil", "funchash", "gitfacts", "launch"],
+    ),
+    (
+        "bisect",
+        &[
+            "compare", "exit", "funchash", "gitfacts", "launch", "probe", "run", "scenario",
+        ],
+    ),
     // The small commands (attach and demo output, instructions,
     // probe-cost, check-config, report).
     (
@@ -175,11 +189,14 @@ const LAYERS: &[(&str, &[&str])] = &[
         "cli",
         &[
             "ab",
+            "bisect",
             "commands",
+            "compare",
             "exit",
             "flamegraph",
             "fsutil",
             "gate",
+            "gitfacts",
             "interrupt",
             "launch",
             "load",

@@ -6,7 +6,8 @@
 //! - commands: `session` (the attach window), `run`, `ab`, `gate`,
 //!   `flamegraph` (`rig flame`, the flamegraphs of output directories),
 //!   `commands` (attach and demo output, instructions, probe-cost,
-//!   check-config, report).
+//!   check-config, report), `compare` (result directories over builds)
+//!   and `bisect` (the commit where a counter moved).
 //! - `case`: one case on fresh servers (clean, counted, memory passes).
 //! - `window`: the fixed-count window, once (warm-up, counters, N requests).
 //! - `report` (attribution, tables, output directory) and `metrics`
@@ -16,17 +17,22 @@
 //!   port-holder proof, arm identity), `load` (generators), `sample` (/proc
 //!   and cgroup, by pid), `probe` (eBPF, perf counter, callgrind control).
 //! - leaves: `process` (pids, tree, maps), `symbolize`, `scenario`,
-//!   `stats`, `host`.
+//!   `stats`, `host`, `funchash` (function hashes of two builds),
+//!   `gitfacts` (the commit a file was built from).
 
 pub mod ab;
+pub mod bisect;
 pub mod case;
 pub mod cli;
 pub mod commands;
+pub mod compare;
 pub mod console;
 pub mod exit;
 pub mod flamegraph;
 pub mod fsutil;
+pub mod funchash;
 pub mod gate;
+pub mod gitfacts;
 pub mod host;
 pub mod html;
 pub mod interrupt;

@@ -35,6 +35,51 @@ pub enum Cmd {
     Report(ReportArgs),
     /// Render a flamegraph (SVG, folded stacks or pprof) from recorded results, without re-running.
     Flame(FlameArgs),
+    /// Result directories over builds side by side: every metric's series, its noise band, its steps and their commits.
+    Compare(CompareArgs),
+    /// The first commit between a good and a bad one where an exact counter moved (builds in a temporary worktree).
+    Bisect(BisectArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Result directories of rig run, rig ab or rig gate, oldest build first.
+    #[arg(required = true, num_args = 1..)]
+    pub dirs: Vec<PathBuf>,
+    /// Also write the comparison as JSON here (a new file).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct BisectArgs {
+    /// The git repository (its work tree is never touched: commits are checked out in a temporary worktree).
+    #[arg(long)]
+    pub repo: PathBuf,
+    /// Shell command that builds a commit, run in the worktree's top directory (`sh -c`).
+    #[arg(long)]
+    pub build: String,
+    /// Target spec; its paths inside --repo are moved into the worktree.
+    #[arg(long)]
+    pub target: PathBuf,
+    /// A commit where the counter has its old value.
+    #[arg(long)]
+    pub good: String,
+    /// A commit, descending from --good, where it has moved.
+    #[arg(long)]
+    pub bad: String,
+    /// The exact counter, as rig compare names it: allocs/req, syscalls/req, `malloc calls @ FUNCTION`, `syscall NAME`.
+    #[arg(long)]
+    pub counter: String,
+    /// Probe families of the counted window.
+    #[arg(long, default_value = "syscalls,alloc")]
+    pub probes: String,
+    /// Requests of each counted window.
+    #[arg(long, default_value_t = 200)]
+    pub requests: u64,
+    /// Matrix of the one case measured (default: one h1 connection on the spec's first endpoint).
+    #[arg(long)]
+    pub matrix: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

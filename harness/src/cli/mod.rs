@@ -143,6 +143,18 @@ pub fn run() -> Result<i32> {
             new_output_file("--out", &a.out)?;
             crate::flamegraph::command(&s)
         }
+        Cmd::Compare(c) => {
+            new_output_file("--json", &c.json)?;
+            crate::compare::command(&crate::compare::CompareSettings {
+                dirs: c.dirs.clone(),
+                json: c.json.clone(),
+            })
+        }
+        Cmd::Bisect(b) => {
+            let s = bisect_settings(&b)?;
+            crate::probe::require_root()?;
+            crate::bisect::command(&s, &*stop_flag()?)
+        }
         Cmd::Demo(d) => {
             check_demo(&d)?;
             new_output_file("--json", &d.common.json)?;

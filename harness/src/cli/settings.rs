@@ -178,6 +178,43 @@ pub(super) fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
     })
 }
 
+pub(super) fn bisect_settings(a: &BisectArgs) -> Result<crate::bisect::BisectSettings> {
+    let families = Family::parse_list(&a.probes)?;
+    if families.is_empty() {
+        crate::refuse!(
+            "--probes {}: give the families the counter needs (alloc, syscalls...)",
+            a.probes
+        );
+    }
+    if a.requests == 0 {
+        crate::refuse!("--requests 0: give at least 1 request per window");
+    }
+    let Some(repo) = crate::gitfacts::git(&a.repo, &["rev-parse", "--show-toplevel"]) else {
+        crate::refuse!(
+            "--repo {}: not a git work tree; give the repository's directory",
+            a.repo.display()
+        );
+    };
+    if let Err(e) = std::fs::metadata(&a.target) {
+        crate::refuse!(
+            "--target {}: {e}; give the target spec file",
+            a.target.display()
+        );
+    }
+    Ok(crate::bisect::BisectSettings {
+        repo: std::path::PathBuf::from(repo),
+        build: a.build.clone(),
+        target: a.target.clone(),
+        good: a.good.clone(),
+        bad: a.bad.clone(),
+        counter: a.counter.clone(),
+        matrix: a.matrix.clone(),
+        families,
+        requests: a.requests,
+        argv: std::env::args().collect(),
+    })
+}
+
 pub(super) fn gate_settings(a: &GateArgs) -> Result<crate::gate::GateSettings> {
     let baseline = crate::gate::Baseline::load(&a.baseline)?;
     if !Family::parse_list(&baseline.probes)?.is_empty() {

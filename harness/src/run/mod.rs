@@ -40,6 +40,9 @@ struct TargetManifest {
     /// The uid and gid its first launch ran as.
     uid: Option<u32>,
     gid: Option<u32>,
+    /// The commit of the git work tree the executable lives in, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    git: Option<crate::gitfacts::GitFacts>,
 }
 
 #[derive(Serialize)]
@@ -215,6 +218,7 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
             objects: None,
             uid: None,
             gid: None,
+            git: None,
         })
         .collect();
     let write_manifest =
@@ -307,6 +311,11 @@ pub fn run(rs: &RunSettings, stop: &AtomicBool) -> Result<Vec<CaseResult>> {
                 // The first launch of a target records what it mapped, hashed.
                 if targets[case.target].objects.is_none() && r.objects.is_some() {
                     targets[case.target].objects = r.objects.clone();
+                    targets[case.target].git = r
+                        .objects
+                        .as_ref()
+                        .and_then(|o| o.first())
+                        .and_then(|exe| crate::gitfacts::of(std::path::Path::new(&exe.path)));
                     let launch = r
                         .clean
                         .as_ref()

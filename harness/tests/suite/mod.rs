@@ -31,6 +31,7 @@ mod callgrind;
 mod chaos;
 mod cleanup;
 mod command;
+mod compare;
 mod cost;
 mod cxx;
 mod drive;

@@ -1,0 +1,383 @@
+//! A result directory read back: one [`Reading`] per target in it.
+//!
+//! In: a directory of `rig run`, `rig ab` or `rig gate` (`cases.jsonl`,
+//! `manifest.json`). Out: for each target, its build (the executable's
+//! SHA-256 as launched), its commit (the manifest's `git`, when the
+//! executable lived in a work tree) and, per case key, each round's
+//! metrics by name.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use super::series::Kind;
+use crate::gitfacts::GitFacts;
+
+/// One target of one result directory.
+#[derive(Clone, Debug)]
+pub struct Reading {
+    pub dir: PathBuf,
+    pub target: String,
+    /// The executable's SHA-256, as the launches hashed it.
+    pub build: String,
+    /// The executable, when the manifest names it and the file there still
+    /// hashes to `build` (function hashes are read from it).
+    pub exe: Option<PathBuf>,
+    pub git: Option<GitFacts>,
+    /// Case key (the id without target and round) → the case.
+    pub cases: BTreeMap<String, CaseReading>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CaseReading {
+    /// The case's matrix settings (lengths, counts, timeouts): cases are
+    /// aligned across directories only when these are equal.
+    pub settings: BTreeMap<String, Value>,
+    /// One per round that measured something.
+    pub rounds: Vec<Round>,
+}
+
+/// One round's metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Round {
+    pub values: BTreeMap<String, Metric>,
+    /// Probe families whose totals the counted pass has: a site counter of
+    /// one of these absent from the round is 0 there.
+    pub families: BTreeSet<&'static str>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    pub value: f64,
+    pub kind: Kind,
+    /// The probe family of a per-site counter (`alloc`, `copy`,
+    /// `syscalls`, `faults`); `None` for totals.
+    pub family: Option<&'static str>,
+}
+
+/// Fields of a case line that are results or identity, not settings.
+const NOT_SETTINGS: &[&str] = &[
+    "id",
+    "target",
+    "target_name",
+    "repeat",
+    "status",
+    "reasons",
+    "memory",
+    "memslope",
+    "recovery",
+    "soak",
+    "live",
+    "clean",
+    "counted",
+    "elapsed_ms",
+    "arm",
+];
+
+/// The case key of a case id: the id without its target (second part) and
+/// round (`#N`), as `metrics::CaseKey::path_form` prints it.
+pub fn case_key(id: &str) -> String {
+    let mut parts: Vec<&str> = id.split('/').collect();
+    if parts.last().is_some_and(|p| p.starts_with('#')) {
+        parts.pop();
+    }
+    if parts.len() > 1 {
+        parts.remove(1);
+    }
+    parts.join("/")
+}
+
+/// Every target of `dir`, in the order its cases name them.
+pub fn read_dir(dir: &Path) -> Result<Vec<Reading>> {
+    let cases_path = dir.join("cases.jsonl");
+    let text = std::fs::read_to_string(&cases_path).with_context(|| {
+        format!(
+            "{}: not a result directory of rig run, rig ab or rig gate (no readable cases.jsonl)",
+            dir.display()
+        )
+    })?;
+    let manifest: Value = std::fs::read(dir.join("manifest.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    let mut out: Vec<Reading> = Vec::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let c: Value = serde_json::from_str(line)
+            .with_context(|| format!("{} line {}", cases_path.display(), n + 1))?;
+        let target = c["target_name"].as_str().unwrap_or("?").to_string();
+        let Some(build) = ["clean", "counted"]
+            .iter()
+            .find_map(|p| c[p]["launch"]["exe_sha256"].as_str())
+        else {
+            continue;
+        };
+        let i = match out
+            .iter()
+            .position(|r| r.target == target && r.build == build)
+        {
+            Some(i) => i,
+            None => {
+                out.push(Reading {
+                    dir: dir.to_path_buf(),
+                    exe: exe_of(&manifest, &target, build),
+                    git: git_of(&manifest, &target),
+                    target: target.clone(),
+                    build: build.to_string(),
+                    cases: BTreeMap::new(),
+                });
+                out.len() - 1
+            }
+        };
+        let id = c["id"].as_str().unwrap_or_default();
+        let entry = out[i].cases.entry(case_key(id)).or_default();
+        if entry.settings.is_empty() {
+            entry.settings = settings(&c);
+        }
+        let round = round(&c);
+        if !round.values.is_empty() {
+            entry.rounds.push(round);
+        }
+    }
+    if out.is_empty() {
+        bail!(
+            "{}: cases.jsonl holds no measured case (every case failed or was skipped)",
+            dir.display()
+        );
+    }
+    Ok(out)
+}
+
+fn settings(c: &Value) -> BTreeMap<String, Value> {
+    c.as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| !NOT_SETTINGS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn target_of<'a>(manifest: &'a Value, target: &str) -> Option<&'a Value> {
+    manifest["targets"]
+        .as_array()?
+        .iter()
+        .find(|t| t["name"].as_str() == Some(target))
+}
+
+/// The executable the manifest names for `target` (`rig run`: the first
+/// object of its `targets[]` entry; `rig ab`: the arm's `binary`
+/// expectation; `rig gate`: `binary`), if it is still the build that ran.
+fn exe_of(manifest: &Value, target: &str, build: &str) -> Option<PathBuf> {
+    let run = target_of(manifest, target).and_then(|t| t["objects"][0]["path"].as_str());
+    let ab = || {
+        manifest["arms"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"].as_str() == Some(target))?["expected_objects"]
+            .as_array()?
+            .iter()
+            .find(|e| e["via"] == "binary")?["path"]
+            .as_str()
+    };
+    let gate = || {
+        manifest["binary"]
+            .as_str()
+            .or_else(|| manifest["binary"]["path"].as_str())
+    };
+    let path = PathBuf::from(run.or_else(ab).or_else(gate)?);
+    let (_, sha, _) = crate::launch::start::hash_file(&path).ok()?;
+    (sha == build).then_some(path)
+}
+
+fn git_of(manifest: &Value, target: &str) -> Option<GitFacts> {
+    serde_json::from_value(target_of(manifest, target)?["git"].clone()).ok()
+}
+
+/// Timing metrics of the clean pass: (name, JSON pointer).
+const TIMING: &[(&str, &str)] = &[
+    ("rps", "/clean/load/rps"),
+    ("latency p50 µs", "/clean/load/latency/p50_ns"),
+    ("latency p90 µs", "/clean/load/latency/p90_ns"),
+    ("latency p99 µs", "/clean/load/latency/p99_ns"),
+    ("latency p99.9 µs", "/clean/load/latency/p999_ns"),
+    ("server CPU µs/req", "/clean/server/cpu_us_per_request"),
+    ("RSS max KiB", "/clean/server/rss_max_kib"),
+    ("PSS max KiB", "/clean/server/pss_max_kib"),
+    ("idle RSS KiB", "/memory/proc/rss_kib"),
+];
+
+/// The counted pass's per-request totals: (schema field, name, exact?).
+/// Context switches and contention depend on scheduling, not on the code
+/// alone: they get a band like timing.
+const PER_REQUEST: &[(&str, &str, bool)] = &[
+    ("syscalls", "syscalls/req", true),
+    ("allocations", "allocs/req", true),
+    ("alloc_bytes", "alloc bytes/req", true),
+    ("frees", "frees/req", true),
+    ("copy_bytes", "copy bytes/req", true),
+    ("copy_calls", "copy calls/req", true),
+    ("lock_acquisitions", "lock acquisitions/req", true),
+    ("page_faults", "page faults/req", true),
+    ("contended", "contended/req", false),
+    ("voluntary_cs", "voluntary cs/req", false),
+    ("involuntary_cs", "involuntary cs/req", false),
+];
+
+fn round(c: &Value) -> Round {
+    let mut r = Round::default();
+    for (name, ptr) in TIMING {
+        if let Some(v) = c.pointer(ptr).and_then(Value::as_f64) {
+            let v = if ptr.ends_with("_ns") { v / 1e3 } else { v };
+            r.values.insert(name.to_string(), timing(v));
+        }
+    }
+    let per = &c["counted"]["per_request"];
+    for (field, name, exact) in PER_REQUEST {
+        if let Some(v) = per[field].as_f64() {
+            let kind = if *exact { Kind::Exact } else { Kind::Timing };
+            r.values.insert(
+                name.to_string(),
+                Metric {
+                    value: v,
+                    kind,
+                    family: None,
+                },
+            );
+        }
+    }
+    for (family, field) in [
+        ("alloc", "allocations"),
+        ("copy", "copy_calls"),
+        ("syscalls", "syscalls"),
+        ("faults", "page_faults"),
+    ] {
+        if per[field].is_number() {
+            r.families.insert(family);
+        }
+    }
+    let a = &c["counted"]["attribution"];
+    let Some(requests) = a["window"]["requests"].as_u64().filter(|n| *n > 0) else {
+        return r;
+    };
+    let mut add = |name: String, family: &'static str, count: u64| {
+        let e = r.values.entry(name).or_insert(Metric {
+            value: 0.0,
+            kind: Kind::Exact,
+            family: Some(family),
+        });
+        e.value += count as f64 / requests as f64;
+    };
+    let rows = |k: &str| a[k].as_array().cloned().unwrap_or_default();
+    for (family, key) in [("alloc", "alloc"), ("copy", "copy")] {
+        for row in rows(key) {
+            let kind = row["kind"].as_str().unwrap_or("?");
+            let f = function_of(&row["site"]);
+            add(
+                format!("{kind} calls @ {f}"),
+                family,
+                row["calls"].as_u64().unwrap_or(0),
+            );
+            // Frees have no bytes: no `free bytes` counter (absent is 0).
+            if let Some(bytes) = row["bytes"].as_u64().filter(|b| *b > 0) {
+                add(format!("{kind} bytes @ {f}"), family, bytes);
+            }
+        }
+    }
+    for row in rows("syscalls") {
+        let name = row["name"].as_str().unwrap_or("?");
+        add(
+            format!("syscall {name}"),
+            "syscalls",
+            row["count"].as_u64().unwrap_or(0),
+        );
+    }
+    for row in rows("faults") {
+        add(
+            format!("faults @ {}", function_of(&row["site"])),
+            "faults",
+            row["count"].as_u64().unwrap_or(0),
+        );
+    }
+    r
+}
+
+fn timing(value: f64) -> Metric {
+    Metric {
+        value,
+        kind: Kind::Timing,
+        family: None,
+    }
+}
+
+/// A site by its function, not its line: lines move between commits
+/// whenever code above them is edited; the function stays (and a rename is
+/// told by the function hashes).
+fn function_of(site: &Value) -> String {
+    match site["function"].as_str() {
+        Some(f) => f.to_string(),
+        None => format!(
+            "{}+{:#x}",
+            site["module"]
+                .as_str()
+                .and_then(|m| m.rsplit('/').next())
+                .unwrap_or("?"),
+            site["module_offset"].as_u64().unwrap_or(0)
+        ),
+    }
+}
+
+/// The function of a per-site counter name (`malloc calls @ f` → `f`).
+pub fn site_function(name: &str) -> Option<&str> {
+    name.split_once(" @ ").map(|(_, f)| f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_case_key_drops_the_target_and_the_round() {
+        assert_eq!(
+            case_key("calib/calib/h1/calib/closed/1x1/ka/#1"),
+            "calib/h1/calib/closed/1x1/ka"
+        );
+        assert_eq!(case_key("memory/peer/plain/#2"), "memory/plain");
+    }
+
+    #[test]
+    fn a_round_has_timing_totals_and_sites_by_function() {
+        let c = serde_json::json!({
+            "clean": {"load": {"rps": 1000.0, "latency": {"p50_ns": 2000}},
+                      "server": {"cpu_us_per_request": 5.0}},
+            "counted": {
+                "per_request": {"allocations": 2.0, "syscalls": 1.0, "voluntary_cs": 0.5},
+                "attribution": {
+                    "window": {"requests": 10},
+                    "alloc": [
+                        {"kind": "malloc", "calls": 10, "bytes": 240,
+                         "site": {"function": "f", "line": 3}},
+                        {"kind": "malloc", "calls": 10, "bytes": 240,
+                         "site": {"function": "f", "line": 4}}
+                    ],
+                    "syscalls": [{"name": "read", "count": 10}]
+                }
+            }
+        });
+        let r = round(&c);
+        assert_eq!(r.values["rps"].kind, Kind::Timing);
+        assert_eq!(r.values["latency p50 µs"].value, 2.0);
+        assert_eq!(r.values["allocs/req"].kind, Kind::Exact);
+        assert_eq!(r.values["voluntary cs/req"].kind, Kind::Timing);
+        assert_eq!(r.values["malloc calls @ f"].value, 2.0);
+        assert_eq!(r.values["malloc bytes @ f"].value, 48.0);
+        assert_eq!(r.values["syscall read"].value, 1.0);
+        assert!(r.families.contains("alloc") && !r.families.contains("copy"));
+    }
+}

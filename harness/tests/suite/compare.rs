@@ -1,0 +1,401 @@
+//! `rig compare` and `rig bisect` over a series of calibration-server
+//! builds: a git repository made here, six commits, one of which adds one
+//! allocation per request and one of which only renames a function.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{probes_shared, repo, rig_bin};
+use rig::exit;
+
+/// The calibration flags of fixtures/build.rs, plus a prefix map: the
+/// same source built in two worktrees is the same binary (DWARF names the
+/// build directory otherwise).
+const BUILD_SH: &str = r#"set -e
+mkdir -p build
+gcc -O2 -g -fno-omit-frame-pointer -fno-builtin -fno-inline-functions-called-once \
+  -fno-optimize-sibling-calls -fno-tree-loop-distribute-patterns -pthread -Wl,-z,now \
+  -fdebug-prefix-map="$PWD"=. -o build/calib_server calib_server.c
+"#;
+
+const SPEC: &str = r#"name = "calib"
+argv = ["build/calib_server", "--port", "{port}", "--threads", "2"]
+port = "argv"
+ready = { stdout = "READY" }
+[protocols]
+h1 = true
+[[endpoints]]
+path = "/calib"
+status = 200
+body = { literal = "calib\n" }
+"#;
+
+const MATRIX: &str = r#"[defaults]
+warmup_ms = 50
+duration_ms = 200
+counted_requests = 100
+settle_ms = 50
+
+[[suite]]
+name = "series"
+kind = "http"
+protocols = ["h1"]
+paths = ["/calib"]
+topologies = ["1"]
+"#;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=rig",
+            "-c",
+            "user.email=rig@example.invalid",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// Replace `from` (which must be there) by `to` in `file`.
+fn edit(file: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains(from), "{from:?} in {}", file.display());
+    std::fs::write(file, text.replace(from, to)).unwrap();
+}
+
+fn commit(repo: &Path, msg: &str) -> String {
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-qm", msg]);
+    git(repo, &["rev-parse", "HEAD"])
+}
+
+/// The repository with its six commits, oldest first.
+fn make_repo(repo: &Path) -> Vec<String> {
+    std::fs::create_dir_all(repo).unwrap();
+    git(repo, &["init", "-q"]);
+    let src = repo.join("calib_server.c");
+    std::fs::copy(self::repo().join("fixtures/calib/calib_server.c"), &src).unwrap();
+    std::fs::write(repo.join("build.sh"), BUILD_SH).unwrap();
+    std::fs::write(repo.join("spec.toml"), SPEC).unwrap();
+    std::fs::write(repo.join(".gitignore"), "build/\n").unwrap();
+    let mut c = vec![commit(repo, "import the calibration server")];
+    std::fs::write(repo.join("README"), "the calibration server\n").unwrap();
+    c.push(commit(repo, "docs: a README"));
+    let text = std::fs::read_to_string(&src).unwrap();
+    std::fs::write(
+        &src,
+        text.replace("calib_alloc_calloc", "calib_alloc_zeroed"),
+    )
+    .unwrap();
+    c.push(commit(
+        repo,
+        "rename calib_alloc_calloc to calib_alloc_zeroed",
+    ));
+    edit(&src, "    void *p[3];\n", "    void *p[4];\n");
+    edit(
+        &src,
+        "/* SITE:alloc_small_c */\n",
+        "/* SITE:alloc_small_c */\n    p[3] = malloc(g_sz_small);\n",
+    );
+    edit(
+        &src,
+        "/* SITE:free_small_c */\n",
+        "/* SITE:free_small_c */\n    free(p[3]);\n",
+    );
+    c.push(commit(repo, "calib_alloc_small: a fourth allocation"));
+    edit(
+        &src,
+        "/* Raw syscall(2) so glibc",
+        "/* A comment only.\n * Raw syscall(2) so glibc",
+    );
+    c.push(commit(repo, "calib_syscalls: a comment"));
+    edit(
+        &src,
+        "g_sink += (unsigned long)i; /* not a probe site",
+        "g_sink += (unsigned long)i + 1; /* not a probe site",
+    );
+    c.push(commit(repo, "calib_spin: one more add"));
+    c
+}
+
+/// `rig run` of the series matrix on the build of `spec`, into `out`.
+fn rig_run(spec: &Path, matrix: &Path, out: &Path) {
+    let o = Command::new(rig_bin())
+        .arg("run")
+        .arg("--target")
+        .arg(spec)
+        .arg("--matrix")
+        .arg(matrix)
+        .arg("--out")
+        .arg(out)
+        .args(["--probes", "alloc,syscalls"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(exit::OK),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn series<'a>(case: &'a Value, metric: &str) -> &'a Value {
+    case["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["metric"] == metric)
+        .unwrap_or_else(|| panic!("no series {metric}"))
+}
+
+fn steps(s: &Value) -> Vec<(u64, u64)> {
+    s["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|st| (st["from"].as_u64().unwrap(), st["to"].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn compare_marks_the_allocation_step_in_its_commit_and_bisect_finds_that_commit() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let d = tempfile::Builder::new()
+        .prefix("rig-compare-")
+        .tempdir()
+        .unwrap();
+    let root = d.path();
+    let main = root.join("repo");
+    let commits = make_repo(&main);
+    let matrix = root.join("m.toml");
+    std::fs::write(&matrix, MATRIX).unwrap();
+
+    // Each commit built in a worktree of its own (the binaries must stay
+    // for the function hashes); the first one measured twice: the negative
+    // control of the timing band.
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for (i, c) in commits.iter().enumerate() {
+        let wt = root.join(format!("wt{}", i + 1));
+        git(
+            &main,
+            &["worktree", "add", "-q", "--detach", wt.to_str().unwrap(), c],
+        );
+        let b = Command::new("sh")
+            .arg("build.sh")
+            .current_dir(&wt)
+            .output()
+            .unwrap();
+        assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+        let runs = if i == 0 { 2 } else { 1 };
+        for r in 0..runs {
+            let out = root.join(format!("run-c{}-{}", i + 1, r + 1));
+            rig_run(&wt.join("spec.toml"), &matrix, &out);
+            dirs.push(out);
+        }
+    }
+
+    let json = root.join("compare.json");
+    let o = Command::new(rig_bin())
+        .arg("compare")
+        .args(&dirs)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(
+        o.status.code(),
+        Some(exit::OK),
+        "{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let c: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let readings = c["readings"].as_array().unwrap();
+    assert_eq!(readings.len(), 7, "{text}");
+    // Readings: R1, R2 = commit 1 twice; R3 = commit 2 (a README: the same
+    // binary); R4 rename; R5 the allocation; R6 a comment; R7 calib_spin.
+    assert_eq!(readings[0]["build"], readings[1]["build"], "{text}");
+    assert_eq!(readings[0]["build"], readings[2]["build"], "{text}");
+    for (r, commit) in readings.iter().skip(1).zip(&commits) {
+        assert_eq!(r["git"]["commit"], commit.as_str(), "{text}");
+    }
+    assert_eq!(c["cases"].as_array().unwrap().len(), 1, "{text}");
+    let case = &c["cases"][0];
+    assert_eq!(case["case"], "series/h1/calib/closed/1x1/ka");
+
+    // Exactly one allocation step, in the interval R4 → R5 (the commit
+    // that adds it), and no step of any exact counter anywhere else.
+    let allocs = series(case, "allocs/req");
+    assert_eq!(allocs["values"][0], 8.0, "{text}");
+    assert_eq!(steps(allocs), vec![(3, 4)], "{text}");
+    let st = &allocs["steps"][0];
+    assert_eq!(
+        (st["before"].as_f64(), st["after"].as_f64()),
+        (Some(8.0), Some(9.0))
+    );
+    let adding = format!(
+        "{} calib_alloc_small: a fourth allocation",
+        &commits[3][..7]
+    );
+    let logged: Vec<&str> = st["commits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(
+        logged[0].starts_with(&commits[3][..7]),
+        "{logged:?} {adding}"
+    );
+    for s in case["series"].as_array().unwrap() {
+        if s["kind"] == "exact" {
+            for step in steps(s) {
+                assert_eq!(step, (3, 4), "{}: {text}", s["metric"]);
+            }
+            assert_eq!(s["unstable"].as_array().unwrap().len(), 0, "{text}");
+        } else {
+            // Timing: never a step between identical builds (R1, R2, R3).
+            for step in steps(s) {
+                assert!(step.0 >= 2, "{}: {step:?}: {text}", s["metric"]);
+            }
+        }
+    }
+    let site = series(case, "malloc calls @ calib_alloc_small");
+    assert_eq!(steps(site), vec![(3, 4)]);
+    assert_eq!(site["steps"][0]["function"], "changed");
+    // The renamed function's counter is one series under its first name.
+    let calloc = series(case, "calloc calls @ calib_alloc_calloc");
+    assert!(steps(calloc).is_empty());
+    assert!(
+        calloc["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v == 1.0),
+        "{text}"
+    );
+    assert!(
+        !text.contains("@ calib_alloc_zeroed"),
+        "the rename made a series of its own: {text}"
+    );
+    assert!(
+        text.contains("allocs/req: 8 → 9 (+1) between R4 and R5"),
+        "{text}"
+    );
+    assert!(
+        text.contains("malloc calls @ calib_alloc_small: 3 → 4 (+1) between R4 and R5; at calib_alloc_small, a function that changed"),
+        "{text}"
+    );
+
+    // The function diffs: the rename, the changed function, a comment that
+    // changes no function, and calib_spin.
+    let fdiff = |to: u64| -> &Value {
+        c["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["to"] == to)
+            .unwrap_or_else(|| panic!("no function diff into R{}: {text}", to + 1))
+    };
+    let rename = fdiff(3);
+    assert_eq!(
+        rename["renamed"],
+        serde_json::json!([["calib_alloc_calloc", "calib_alloc_zeroed"]]),
+        "{text}"
+    );
+    assert_eq!(rename["changed"], serde_json::json!([]), "{text}");
+    assert_eq!(
+        fdiff(4)["changed"],
+        serde_json::json!(["calib_alloc_small"]),
+        "{text}"
+    );
+    assert_eq!(fdiff(5)["changed"], serde_json::json!([]), "{text}");
+    assert_eq!(
+        fdiff(6)["changed"],
+        serde_json::json!(["calib_spin"]),
+        "{text}"
+    );
+    assert!(
+        text.contains("renamed: calib_alloc_calloc → calib_alloc_zeroed"),
+        "{text}"
+    );
+
+    // Bisect on the repository the test made, from its own checkout.
+    let head = git(&main, &["rev-parse", "HEAD"]);
+    let worktrees = git(&main, &["worktree", "list"]);
+    let o = Command::new(rig_bin())
+        .arg("bisect")
+        .arg("--repo")
+        .arg(&main)
+        .args(["--build", "sh build.sh"])
+        .arg("--target")
+        .arg(main.join("spec.toml"))
+        .args(["--good", &commits[0], "--bad", &commits[5]])
+        .args(["--counter", "allocs/req", "--requests", "50"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(exit::OK), "{text}");
+    assert!(
+        text.contains(&format!(
+            "first commit where `allocs/req` moved: {} calib_alloc_small: a fourth allocation",
+            &commits[3][..12]
+        )),
+        "{text}"
+    );
+    assert!(text.contains("8 → 9 (+1)"), "{text}");
+    assert!(text.contains("changed: calib_alloc_small"), "{text}");
+    // The user's checkout is where it was, and the bisection's worktree is gone.
+    assert_eq!(git(&main, &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(&main, &["status", "--porcelain"]), "");
+    assert_eq!(git(&main, &["worktree", "list"]), worktrees);
+}
+
+#[test]
+fn compare_refuses_to_align_cases_measured_with_different_settings() {
+    let d = tempfile::tempdir().unwrap();
+    let line = |duration: u64, sha: &str| {
+        serde_json::json!({
+            "id": "s/t/h1/x/closed/1x1/ka/#1", "target_name": "t", "repeat": 1,
+            "duration_ms": duration, "status": "ok",
+            "clean": {"launch": {"exe_sha256": sha}, "load": {"rps": 100.0}},
+        })
+        .to_string()
+    };
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    for (dir, dur, sha) in [(&a, 200, "aa"), (&b, 500, "bb")] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("cases.jsonl"), line(dur, sha) + "\n").unwrap();
+    }
+    let o = Command::new(rig_bin())
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(exit::ERROR), "{err}");
+    assert!(
+        err.contains("s/h1/x/closed/1x1/ka: matrix setting `duration_ms` is 200 in R1"),
+        "{err}"
+    );
+    assert!(err.contains("but 500 in R2"), "{err}");
+}
