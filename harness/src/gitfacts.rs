@@ -27,6 +27,12 @@ pub struct GitFacts {
 
 /// `git -C dir ARGS`, its stdout trimmed, or `None` when it fails.
 pub fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    git_output(dir, args).map(|s| s.trim().to_string())
+}
+
+/// `git -C dir ARGS`, its stdout as it is (a file's text keeps its line
+/// numbers), or `None` when it fails.
+pub fn git_output(dir: &Path, args: &[&str]) -> Option<String> {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -36,7 +42,7 @@ pub fn git(dir: &Path, args: &[&str]) -> Option<String> {
         .ok()?;
     out.status
         .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The facts of the work tree `file` sits in (the directory itself when

@@ -16,6 +16,7 @@
 pub mod read;
 mod render;
 pub mod series;
+pub mod touched;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -27,6 +28,7 @@ use crate::funchash::{FunctionDiff, FunctionHash, FunctionState};
 use crate::gitfacts::GitFacts;
 pub use read::{read_dir, Reading};
 use series::{Kind, Step};
+use touched::{Commit, Touched};
 
 pub struct CompareSettings {
     pub dirs: Vec<PathBuf>,
@@ -105,6 +107,9 @@ pub struct StepReport {
     /// `changed`, `added`, `identical` (the change is in its callees) or
     /// `unknown` (no function hashes).
     pub function: Option<String>,
+    /// For a per-site counter whose interval has commits: which of them
+    /// changed a line of its function (`touched`).
+    pub touched: Option<Touched>,
 }
 
 /// Read, align and analyse `dirs`.
@@ -345,11 +350,27 @@ fn series_of(
         let steps = moves
             .steps
             .into_iter()
-            .map(|step| StepReport {
-                commits: commits_between(&readings[step.from], &readings[step.to]),
-                function: read::site_function(name)
-                    .map(|f| function_state(readings, diffs, step.from, step.to, f).to_string()),
-                step,
+            .map(|step| {
+                let (a, b) = (&readings[step.from], &readings[step.to]);
+                let commits = commits_between(a, b);
+                let site = read::site_function(name);
+                let touched = match (site, &b.git) {
+                    (Some(f), Some(g)) if !commits.is_empty() => Some(touched::touched(
+                        &g.work_tree,
+                        &commits,
+                        f,
+                        &names_of(diffs, f, step.to),
+                    )),
+                    _ => None,
+                };
+                StepReport {
+                    commits: commits.into_iter().map(|c| c.line).collect(),
+                    function: site.map(|f| {
+                        function_state(readings, diffs, step.from, step.to, f).to_string()
+                    }),
+                    touched,
+                    step,
+                }
             })
             .collect();
         out.push(MetricSeries {
@@ -396,9 +417,26 @@ fn function_state(
     state
 }
 
-/// `git log --reverse from..to`, one `short subject` per commit, when both
-/// readings name a commit and the later one's work tree still exists.
-fn commits_between(a: &Reading, b: &Reading) -> Vec<String> {
+/// Every name function `f` (the series' name: its first) had up to
+/// reading `to`, following renames.
+fn names_of(diffs: &BTreeMap<usize, FunctionDiff>, f: &str, to: usize) -> Vec<String> {
+    let mut names = vec![f.to_string()];
+    for i in 1..=to {
+        let last = names.last().expect("one name at least");
+        if let Some((_, new)) = diffs
+            .get(&i)
+            .and_then(|d| d.renamed.iter().find(|(o, _)| o == last))
+        {
+            names.push(new.clone());
+        }
+    }
+    names
+}
+
+/// `git log --reverse from..to`, each commit's id and `short subject`,
+/// when both readings name a commit and the later one's work tree still
+/// exists.
+fn commits_between(a: &Reading, b: &Reading) -> Vec<Commit> {
     let (Some(ga), Some(gb)) = (&a.git, &b.git) else {
         return Vec::new();
     };
@@ -408,8 +446,16 @@ fn commits_between(a: &Reading, b: &Reading) -> Vec<String> {
     let range = format!("{}..{}", ga.commit, gb.commit);
     crate::gitfacts::git(
         &gb.work_tree,
-        &["log", "--reverse", "--format=%h %s", &range],
+        &["log", "--reverse", "--format=%H %h %s", &range],
     )
-    .map(|t| t.lines().map(str::to_string).collect())
+    .map(|t| {
+        t.lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(id, line)| Commit {
+                id: id.to_string(),
+                line: line.to_string(),
+            })
+            .collect()
+    })
     .unwrap_or_default()
 }

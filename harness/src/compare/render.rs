@@ -61,6 +61,12 @@ pub fn table(c: &Comparison) -> String {
                         let _ = write!(s, "; {} commits: {}", many.len(), many.join(" · "));
                     }
                 }
+                if let Some(t) = &st.touched {
+                    // One commit that touched it is what "one commit" said.
+                    if st.commits.len() > 1 || t.commits.is_empty() {
+                        let _ = write!(s, "; {}", t.message);
+                    }
+                }
                 s.push('\n');
             }
             for (a, b) in &m.unstable {

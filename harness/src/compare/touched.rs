@@ -1,0 +1,382 @@
+//! Which commits of a step's interval touched the function the step is at.
+//!
+//! In: a work tree, the interval's commits and the names the function had
+//! there. Out: the commits whose diff (`git show -U0`, against the first
+//! parent) changes a line of the function in a source file, before or
+//! after the commit. The function's lines run from its definition (the
+//! name followed by `(`, not indented, or after `fn`, `func`, `def`, and
+//! not ending in `;`) to the closing line at the definition's indentation.
+//! A hunk's `@@ … @@ name` context is not enough: git names there the last
+//! definition above the hunk, so the comment above the next function, or
+//! a function added after it, would count.
+
+use std::ops::RangeInclusive;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::gitfacts;
+
+/// What [`StepReport`](super::StepReport) says about the commits of a
+/// step at a per-site counter.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Touched {
+    /// The function as the series names it.
+    pub function: String,
+    /// The commits that touched it, `short subject` (as the step's
+    /// `commits`), oldest first.
+    pub commits: Vec<String>,
+    /// The sentence the table and the page print.
+    pub message: String,
+}
+
+/// A commit of an interval: its full id and its `short subject` line.
+pub struct Commit {
+    pub id: String,
+    pub line: String,
+}
+
+/// Extensions of the files read as source code.
+const SOURCE: &[&str] = &[
+    "c", "h", "cc", "cp", "cpp", "cxx", "c++", "hh", "hpp", "hxx", "inl", "rs", "go", "zig", "m",
+    "mm", "java", "kt", "py", "js", "ts",
+];
+
+/// Which of `commits` touched function `f` (known also as `names`), in the
+/// repository of `work_tree`.
+pub fn touched(work_tree: &Path, commits: &[Commit], f: &str, names: &[String]) -> Touched {
+    let idents: Vec<&str> = names.iter().filter_map(|n| source_name(n)).collect();
+    let hit: Vec<&Commit> = commits
+        .iter()
+        .filter(|c| !idents.is_empty() && commit_touches(work_tree, &c.id, &idents))
+        .collect();
+    let short = |c: &Commit| c.line.split(' ').next().unwrap_or_default().to_string();
+    let message = match hit.as_slice() {
+        [] => format!(
+            "no commit in the interval touched {f} (the change is elsewhere: its callers, \
+             callees, flags or libraries)"
+        ),
+        [one] if commits.len() == 1 => format!("{} touched {f}", short(one)),
+        [one] => format!("only {} touched {f}", short(one)),
+        many => format!(
+            "{} touched {f}",
+            many.iter().map(|c| short(c)).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    Touched {
+        function: f.to_string(),
+        commits: hit.iter().map(|c| c.line.clone()).collect(),
+        message,
+    }
+}
+
+/// The identifier a symbol's name has in source code: `ns::Type::f(int)`
+/// → `f`, `main.(*T).Serve` → `Serve`, GCC's clones `f.part.0`, `f.cold`
+/// → `f`, Rust's `{{closure}}` and Go's `funcN` closures → their function.
+pub fn source_name(symbol: &str) -> Option<&str> {
+    let s = symbol.split('(').next()?;
+    let s = s
+        .rsplit("::")
+        .find(|p| !p.is_empty() && !p.starts_with("{{"))?;
+    let s = s.split('<').next()?;
+    let gcc = ["cold", "part", "isra", "constprop", "lto_priv", "localalias"];
+    let part = s.split('.').rev().find(|p| {
+        !p.is_empty()
+            && !gcc.contains(p)
+            && !p.bytes().all(|b| b.is_ascii_digit())
+            && !(p.starts_with("func") && p.len() > 4 && p[4..].bytes().all(|b| b.is_ascii_digit()))
+    })?;
+    let ident = part.trim_start_matches('*');
+    let ok = ident
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+        && !ident.starts_with(|c: char| c.is_ascii_digit());
+    (ok && !ident.is_empty()).then_some(ident)
+}
+
+fn commit_touches(work_tree: &Path, id: &str, idents: &[&str]) -> bool {
+    let Some(diff) = gitfacts::git_output(
+        work_tree,
+        &[
+            "show",
+            "-U0",
+            "--format=",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-renames",
+            "--diff-merges=first-parent",
+            id,
+        ],
+    ) else {
+        return false;
+    };
+    let text = |rev: &str, path: &str| {
+        gitfacts::git_output(work_tree, &["show", &format!("{rev}:{path}")]).unwrap_or_default()
+    };
+    parse_diff(&diff).iter().any(|fd| {
+        let is_source = |p: &Option<String>| {
+            p.as_deref()
+                .and_then(|p| Path::new(p).extension())
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| SOURCE.contains(&e))
+        };
+        if !is_source(&fd.old_path) && !is_source(&fd.new_path) {
+            return false;
+        }
+        let old = fd
+            .old_path
+            .as_deref()
+            .map_or(String::new(), |p| text(&format!("{id}^"), p));
+        let new = fd
+            .new_path
+            .as_deref()
+            .map_or(String::new(), |p| text(id, p));
+        idents.iter().any(|f| {
+            let (before, after) = (function_lines(&old, f), function_lines(&new, f));
+            fd.hunks.iter().any(|h| {
+                before.iter().any(|r| overlaps(r, h.old))
+                    || after.iter().any(|r| overlaps(r, h.new))
+            })
+        })
+    })
+}
+
+/// One hunk of a `-U0` diff: `(start, count)` in the old and the new file,
+/// as its `@@ -a,b +c,d @@` line says (a count of 0: nothing on that side,
+/// the change sits after line `start`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hunk {
+    pub old: (u32, u32),
+    pub new: (u32, u32),
+}
+
+/// One file of a diff; a path is `None` on the side where it does not
+/// exist (`/dev/null`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct FileDiff {
+    pub old_path: Option<String>,
+    pub new_path: Option<String>,
+    pub hunks: Vec<Hunk>,
+}
+
+/// The files and hunks of `git show -U0 --format=` output.
+pub fn parse_diff(text: &str) -> Vec<FileDiff> {
+    let mut out: Vec<FileDiff> = Vec::new();
+    let path = |s: &str, prefix: &str| -> Option<String> {
+        (s != "/dev/null").then(|| s.strip_prefix(prefix).unwrap_or(s).to_string())
+    };
+    for line in text.lines() {
+        if line.starts_with("diff --git ") {
+            out.push(FileDiff {
+                old_path: None,
+                new_path: None,
+                hunks: Vec::new(),
+            });
+        } else if let (Some(f), Some(p)) = (out.last_mut(), line.strip_prefix("--- ")) {
+            f.old_path = path(p.trim_end(), "a/");
+        } else if let (Some(f), Some(p)) = (out.last_mut(), line.strip_prefix("+++ ")) {
+            f.new_path = path(p.trim_end(), "b/");
+        } else if let (Some(f), Some(h)) = (out.last_mut(), line.strip_prefix("@@ -")) {
+            let mut parts = h.split(' ');
+            let range = |s: Option<&str>| -> Option<(u32, u32)> {
+                let s = s?;
+                Some(match s.split_once(',') {
+                    Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+                    None => (s.parse().ok()?, 1),
+                })
+            };
+            let old = range(parts.next());
+            let new = range(parts.next().and_then(|p| p.strip_prefix('+')));
+            if let (Some(old), Some(new)) = (old, new) {
+                f.hunks.push(Hunk { old, new });
+            }
+        }
+    }
+    out
+}
+
+/// Does a hunk side `(start, count)` change a line of `r`? A count of 0
+/// inserts (or, on the other side, deletes) after line `start`: inside the
+/// function when that line is in it and is not its last.
+fn overlaps(r: &RangeInclusive<u32>, (start, count): (u32, u32)) -> bool {
+    if count == 0 {
+        *r.start() <= start && start < *r.end()
+    } else {
+        start <= *r.end() && start + count - 1 >= *r.start()
+    }
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+/// Is `name` in `line` as an identifier followed by `(` or `<`?
+fn names_call_form(line: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
+    line.match_indices(name).any(|(i, _)| {
+        let before = line[..i].chars().next_back();
+        let after = line[i + name.len()..].trim_start().chars().next();
+        !before.is_some_and(ident) && matches!(after, Some('(' | '<'))
+    })
+}
+
+/// The 1-based line ranges of the definitions of `name` in `source`.
+pub fn function_lines(source: &str, name: &str) -> Vec<RangeInclusive<u32>> {
+    let lines: Vec<&str> = source.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim();
+        if !names_call_form(l, name) || t.ends_with(';') {
+            continue;
+        }
+        let keyword = ["fn ", "func ", "def "]
+            .iter()
+            .any(|k| t.starts_with(k) || t.contains(&format!(" {k}")));
+        let top = indent(l) == 0 && t.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        if !(keyword || top) {
+            continue;
+        }
+        let at = indent(l);
+        let mut end = lines.len();
+        for (j, m) in lines.iter().enumerate().skip(i + 1) {
+            let u = m.trim();
+            if u.is_empty() || indent(m) > at || u.starts_with(['{', ')', '#']) {
+                continue;
+            }
+            // The closing line is the function's; any other line at its
+            // indentation is the next thing (Python, or no body at all).
+            end = if u.starts_with('}') { j + 1 } else { j };
+            break;
+        }
+        out.push(i as u32 + 1..=end.max(i + 1) as u32);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: &str = "\
+/* 3 x malloc */
+CALIB_FN void calib_alloc_small(void)
+{
+    void *p[3];
+    p[0] = malloc(1);
+    free(p[0]);
+}
+
+/* calloc */
+CALIB_FN void calib_alloc_calloc(void)
+{
+    calib_alloc_small();
+}
+";
+
+    #[test]
+    fn a_function_runs_from_its_definition_to_its_closing_brace() {
+        assert_eq!(function_lines(C, "calib_alloc_small"), vec![2..=7]);
+        assert_eq!(function_lines(C, "calib_alloc_calloc"), vec![10..=13]);
+        let rs = "impl A {\n    pub fn f(&self) -> u32 {\n        g(1)\n    }\n    fn h() {}\n}\n";
+        assert_eq!(function_lines(rs, "f"), vec![2..=4]);
+        assert_eq!(function_lines(rs, "g"), vec![]);
+        let go = "func (s *S) Serve(w W) {\n\tw.Write()\n}\n";
+        assert_eq!(function_lines(go, "Serve"), vec![1..=3]);
+    }
+
+    #[test]
+    fn only_hunks_inside_the_function_touch_it() {
+        let r = 2..=7;
+        assert!(overlaps(&r, (4, 1)));
+        assert!(overlaps(&r, (5, 0)), "an insertion after line 5");
+        assert!(!overlaps(&r, (7, 0)), "an insertion after the closing brace");
+        assert!(!overlaps(&r, (9, 2)), "the comment above the next function");
+        assert!(overlaps(&r, (1, 2)), "a hunk that reaches into the definition");
+    }
+
+    #[test]
+    fn a_diff_gives_its_files_and_hunk_ranges() {
+        let d = "diff --git a/s.c b/s.c\nindex 1..2 100644\n--- a/s.c\n+++ b/s.c\n\
+                 @@ -4 +4 @@ CALIB_FN void calib_alloc_small(void)\n-x\n+y\n\
+                 @@ -9,0 +10,2 @@ CALIB_FN void calib_alloc_small(void)\n+a\n+b\n\
+                 diff --git a/new.c b/new.c\nnew file mode 100644\n--- /dev/null\n+++ b/new.c\n\
+                 @@ -0,0 +1 @@\n+int x;\n";
+        let f = parse_diff(d);
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].old_path.as_deref(), Some("s.c"));
+        assert_eq!(
+            f[0].hunks,
+            vec![
+                Hunk {
+                    old: (4, 1),
+                    new: (4, 1)
+                },
+                Hunk {
+                    old: (9, 0),
+                    new: (10, 2)
+                }
+            ]
+        );
+        assert_eq!(f[1].old_path, None);
+        assert_eq!(f[1].new_path.as_deref(), Some("new.c"));
+    }
+
+    #[test]
+    fn a_symbol_is_looked_up_by_its_source_identifier() {
+        assert_eq!(source_name("calib_alloc_small"), Some("calib_alloc_small"));
+        assert_eq!(source_name("calib_alloc_small.part.0"), Some("calib_alloc_small"));
+        assert_eq!(source_name("ns::Conn::read(int)"), Some("read"));
+        assert_eq!(source_name("peer::serve::{{closure}}"), Some("serve"));
+        assert_eq!(source_name("main.(*Server).Serve"), Some("Serve"));
+        assert_eq!(source_name("main.handler.func1"), Some("handler"));
+        assert_eq!(source_name("<unknown>"), None);
+    }
+
+    #[test]
+    fn the_commit_that_edits_the_function_is_named_and_its_neighbours_are_not() {
+        let d = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let o = std::process::Command::new("git")
+                .arg("-C")
+                .arg(d.path())
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "git {args:?}");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let src = d.path().join("s.c");
+        git(&["init", "-q"]);
+        std::fs::write(&src, C).unwrap();
+        git(&["add", "s.c"]);
+        git(&["commit", "-qm", "import"]);
+        let mut commits = Vec::new();
+        for (from, to, msg) in [
+            ("/* calloc */", "/* calloc, zeroed */", "a comment above the next function"),
+            ("    free(p[0]);\n", "    p[1] = malloc(1);\n    free(p[0]);\n", "one more malloc"),
+            ("calib_alloc_small();\n}", "calib_alloc_small();\n    calib_alloc_small();\n}", "call it twice"),
+        ] {
+            let t = std::fs::read_to_string(&src).unwrap();
+            assert!(t.contains(from), "{from}");
+            std::fs::write(&src, t.replace(from, to)).unwrap();
+            git(&["commit", "-qam", msg]);
+            commits.push(Commit {
+                id: git(&["rev-parse", "HEAD"]),
+                line: git(&["log", "-1", "--format=%h %s"]),
+            });
+        }
+        let names = vec!["calib_alloc_small".to_string()];
+        let t = touched(d.path(), &commits, "calib_alloc_small", &names);
+        assert_eq!(t.commits, vec![commits[1].line.clone()]);
+        let short = commits[1].line.split(' ').next().unwrap();
+        assert_eq!(t.message, format!("only {short} touched calib_alloc_small"));
+        let t = touched(d.path(), &commits[2..], "calib_alloc_small", &names);
+        assert!(t.commits.is_empty());
+        assert!(
+            t.message.starts_with("no commit in the interval touched calib_alloc_small"),
+            "{}",
+            t.message
+        );
+    }
+}
