@@ -157,7 +157,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Result directories over builds, and the commit where a counter moved.
     (
         "compare",
-        &["exit", "fsutil", "funchash", "gitfacts", "launch"],
+        &["exit", "fsutil", "funchash", "gitfacts", "html", "launch"],
     ),
     (
         "bisect",

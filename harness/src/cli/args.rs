@@ -49,6 +49,10 @@ pub struct CompareArgs {
     /// Also write the comparison as JSON here (a new file).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also write its page here (a new file): each metric's series as a
+    /// chart with its band and steps, self-contained.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -145,9 +145,11 @@ pub fn run() -> Result<i32> {
         }
         Cmd::Compare(c) => {
             new_output_file("--json", &c.json)?;
+            new_output_file("--html", &c.html)?;
             crate::compare::command(&crate::compare::CompareSettings {
                 dirs: c.dirs.clone(),
                 json: c.json.clone(),
+                html: c.html.clone(),
             })
         }
         Cmd::Bisect(b) => {

@@ -4,7 +4,9 @@
 //! reading per target of each), in the order given: the series. Out: per
 //! case key, every metric's series with its noise band and its steps, each
 //! step with its interval (the builds and commits between the readings)
-//! and the functions that changed there; a terminal table and JSON.
+//! and the functions that changed there (and, of its commits, which
+//! touched a per-site step's function: `touched`); a terminal table, JSON
+//! and a page (`html::compare_page`).
 //!
 //! The band comes from the data: readings of identical builds (the same
 //! executable SHA-256), in two directories or two rounds of one, give each
@@ -21,7 +23,7 @@ pub mod touched;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::funchash::{FunctionDiff, FunctionHash, FunctionState};
@@ -33,6 +35,7 @@ use touched::{Commit, Touched};
 pub struct CompareSettings {
     pub dirs: Vec<PathBuf>,
     pub json: Option<PathBuf>,
+    pub html: Option<PathBuf>,
 }
 
 /// Everything `rig compare` prints, as data (its `--json`).
@@ -198,14 +201,21 @@ pub fn compare(dirs: &[PathBuf]) -> Result<Comparison> {
     })
 }
 
-/// The command: compare, print the table, write `--json`.
+/// The command: compare, print the table, write `--json` and `--html`.
 pub fn command(s: &CompareSettings) -> Result<i32> {
     let c = compare(&s.dirs)?;
     crate::outln!("{}", render::table(&c));
     if let Some(p) = &s.json {
         let mut text = serde_json::to_string_pretty(&c)?;
         text.push('\n');
-        crate::fsutil::write_new(p, text.as_bytes())?;
+        crate::fsutil::write_new(p, text.as_bytes())
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &s.html {
+        let page = crate::html::compare_page(&serde_json::to_value(&c)?)?;
+        crate::fsutil::write_new(p, page.as_bytes())
+            .with_context(|| format!("writing {}", p.display()))?;
+        crate::outln!("report: {}", p.display());
     }
     Ok(crate::exit::OK)
 }

@@ -74,19 +74,30 @@ pub fn touched(work_tree: &Path, commits: &[Commit], f: &str, names: &[String]) 
 /// → `f`, `main.(*T).Serve` → `Serve`, GCC's clones `f.part.0`, `f.cold`
 /// → `f`, Rust's `{{closure}}` and Go's `funcN` closures → their function.
 pub fn source_name(symbol: &str) -> Option<&str> {
-    let s = symbol.split('(').next()?;
+    // C++'s parameters go; Go's receiver, `.(*T).`, stays.
+    let s = match symbol.find('(') {
+        Some(i) if !symbol[..i].ends_with('.') => &symbol[..i],
+        _ => symbol,
+    };
     let s = s
         .rsplit("::")
         .find(|p| !p.is_empty() && !p.starts_with("{{"))?;
     let s = s.split('<').next()?;
-    let gcc = ["cold", "part", "isra", "constprop", "lto_priv", "localalias"];
+    let gcc = [
+        "cold",
+        "part",
+        "isra",
+        "constprop",
+        "lto_priv",
+        "localalias",
+    ];
     let part = s.split('.').rev().find(|p| {
         !p.is_empty()
             && !gcc.contains(p)
             && !p.bytes().all(|b| b.is_ascii_digit())
             && !(p.starts_with("func") && p.len() > 4 && p[4..].bytes().all(|b| b.is_ascii_digit()))
     })?;
-    let ident = part.trim_start_matches('*');
+    let ident = part.trim_matches(|c| matches!(c, '(' | ')' | '*'));
     let ok = ident
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
@@ -289,9 +300,15 @@ CALIB_FN void calib_alloc_calloc(void)
         let r = 2..=7;
         assert!(overlaps(&r, (4, 1)));
         assert!(overlaps(&r, (5, 0)), "an insertion after line 5");
-        assert!(!overlaps(&r, (7, 0)), "an insertion after the closing brace");
+        assert!(
+            !overlaps(&r, (7, 0)),
+            "an insertion after the closing brace"
+        );
         assert!(!overlaps(&r, (9, 2)), "the comment above the next function");
-        assert!(overlaps(&r, (1, 2)), "a hunk that reaches into the definition");
+        assert!(
+            overlaps(&r, (1, 2)),
+            "a hunk that reaches into the definition"
+        );
     }
 
     #[test]
@@ -324,7 +341,10 @@ CALIB_FN void calib_alloc_calloc(void)
     #[test]
     fn a_symbol_is_looked_up_by_its_source_identifier() {
         assert_eq!(source_name("calib_alloc_small"), Some("calib_alloc_small"));
-        assert_eq!(source_name("calib_alloc_small.part.0"), Some("calib_alloc_small"));
+        assert_eq!(
+            source_name("calib_alloc_small.part.0"),
+            Some("calib_alloc_small")
+        );
         assert_eq!(source_name("ns::Conn::read(int)"), Some("read"));
         assert_eq!(source_name("peer::serve::{{closure}}"), Some("serve"));
         assert_eq!(source_name("main.(*Server).Serve"), Some("Serve"));
@@ -353,9 +373,21 @@ CALIB_FN void calib_alloc_calloc(void)
         git(&["commit", "-qm", "import"]);
         let mut commits = Vec::new();
         for (from, to, msg) in [
-            ("/* calloc */", "/* calloc, zeroed */", "a comment above the next function"),
-            ("    free(p[0]);\n", "    p[1] = malloc(1);\n    free(p[0]);\n", "one more malloc"),
-            ("calib_alloc_small();\n}", "calib_alloc_small();\n    calib_alloc_small();\n}", "call it twice"),
+            (
+                "/* calloc */",
+                "/* calloc, zeroed */",
+                "a comment above the next function",
+            ),
+            (
+                "    free(p[0]);\n",
+                "    p[1] = malloc(1);\n    free(p[0]);\n",
+                "one more malloc",
+            ),
+            (
+                "calib_alloc_small();\n}",
+                "calib_alloc_small();\n    calib_alloc_small();\n}",
+                "call it twice",
+            ),
         ] {
             let t = std::fs::read_to_string(&src).unwrap();
             assert!(t.contains(from), "{from}");
@@ -374,7 +406,8 @@ CALIB_FN void calib_alloc_calloc(void)
         let t = touched(d.path(), &commits[2..], "calib_alloc_small", &names);
         assert!(t.commits.is_empty());
         assert!(
-            t.message.starts_with("no commit in the interval touched calib_alloc_small"),
+            t.message
+                .starts_with("no commit in the interval touched calib_alloc_small"),
             "{}",
             t.message
         );

@@ -16,7 +16,12 @@
 //! The page is rendered with minijinja (`page.html`); its charts are drawn
 //! by `page.js`, a small script kept here that turns the JSON data blob into
 //! SVG, so no chart library is fetched.
+//!
+//! `rig compare`'s page (`builds.rs`, `builds.html`) is the same kind of
+//! file from another input: a comparison of result directories, its
+//! charts drawn as SVG here, without a script.
 
+mod builds;
 mod cases;
 mod chart;
 mod compare;
@@ -224,14 +229,29 @@ pub fn render(inp: &Inputs) -> Result<String> {
         script: SCRIPT,
         charts,
     };
+    environment("page.html", TEMPLATE)?
+        .get_template("page.html")?
+        .render(minijinja::value::Serde(&page))
+        .context("rendering report.html")
+}
+
+/// `rig compare`'s page (`rig compare --html`), from the comparison as
+/// its `--json` has it.
+pub fn compare_page(comparison: &Value) -> Result<String> {
+    builds::render(comparison)
+}
+
+/// The template `name` with the page's escaping and undefined values.
+fn environment(
+    name: &'static str,
+    template: &'static str,
+) -> Result<minijinja::Environment<'static>> {
     let mut env = minijinja::Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
     env.set_formatter(format_value);
-    env.add_template("page.html", TEMPLATE)
-        .context("report.html template")?;
-    env.get_template("page.html")?
-        .render(minijinja::value::Serde(&page))
-        .context("rendering report.html")
+    env.add_template(name, template)
+        .with_context(|| format!("{name}: the template"))?;
+    Ok(env)
 }
 
 /// Values into the page: HTML-escaped unless marked safe, and `none` as
