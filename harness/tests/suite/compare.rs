@@ -208,11 +208,14 @@ fn compare_marks_the_allocation_step_in_its_commit_and_bisect_finds_that_commit(
     }
 
     let json = root.join("compare.json");
+    let page = root.join("compare.html");
     let o = Command::new(rig_bin())
         .arg("compare")
         .args(&dirs)
         .arg("--json")
         .arg(&json)
+        .arg("--html")
+        .arg(&page)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -332,6 +335,76 @@ fn compare_marks_the_allocation_step_in_its_commit_and_bisect_finds_that_commit(
     assert!(
         text.contains("renamed: calib_alloc_calloc → calib_alloc_zeroed"),
         "{text}"
+    );
+
+    // The page: the step's series with its exact band, the step marked,
+    // and the adding commit under it.
+    assert!(
+        text.contains(&format!("report: {}", page.display())),
+        "{text}"
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    let figure = html
+        .split("<figure ")
+        .find(|f| f.contains("<figcaption>malloc calls @ calib_alloc_small <small>"))
+        .unwrap_or_else(|| panic!("no chart of the site's series: {html}"));
+    assert!(figure.contains("<line class=\"band exact\""), "{figure}");
+    assert_eq!(
+        figure.matches("<line class=\"step\"").count(),
+        1,
+        "{figure}"
+    );
+    assert!(
+        figure.contains("step: 3 → 4 (+1) between R4 and R5; calib_alloc_small changed"),
+        "{figure}"
+    );
+    assert!(figure.contains(&adding), "{figure}");
+    assert!(!html.contains("<script"), "the page needs no script");
+    if let Some(chrome) = super::html::chromium(test_name!()) {
+        let p = super::html::load(&chrome, &page, &super::html::shot("compare"));
+        assert!(p.console.is_empty(), "console messages: {:#?}", p.console);
+        assert_eq!(
+            p.dom.matches("<svg class=\"plot\"").count(),
+            case["series"].as_array().unwrap().len(),
+            "one chart per series"
+        );
+    }
+
+    // Every other build: the step's interval now holds three commits (the
+    // rename, the allocation and a comment), and only the allocation's
+    // commit touched the function the step is at.
+    let o = Command::new(rig_bin())
+        .arg("compare")
+        .args([&dirs[0], &dirs[1], &dirs[2], &dirs[5]])
+        .arg("--json")
+        .arg(root.join("every-other.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(exit::OK), "{text}");
+    let c: Value =
+        serde_json::from_slice(&std::fs::read(root.join("every-other.json")).unwrap()).unwrap();
+    let case = &c["cases"][0];
+    let site = series(case, "malloc calls @ calib_alloc_small");
+    assert_eq!(steps(site), vec![(2, 3)], "{text}");
+    let st = &site["steps"][0];
+    assert_eq!(st["commits"].as_array().unwrap().len(), 3, "{text}");
+    assert_eq!(
+        st["touched"]["commits"],
+        serde_json::json!([adding]),
+        "{text}"
+    );
+    let only = format!("only {} touched calib_alloc_small", &commits[3][..7]);
+    assert_eq!(st["touched"]["message"], only.as_str(), "{text}");
+    assert!(
+        text.contains(&format!("3 commits: {} rename", &commits[2][..7])),
+        "{text}"
+    );
+    assert!(text.contains(&format!("; {only}\n")), "{text}");
+    // A counter of no site names no function.
+    assert_eq!(
+        series(case, "allocs/req")["steps"][0]["touched"],
+        Value::Null
     );
 
     // Bisect on the repository the test made, from its own checkout.

@@ -16,7 +16,7 @@ use rig::exit;
 
 /// Debian's chromium, or `None` when it is missing outside CI (in CI a
 /// missing browser fails the test: scripts/deps.sh installs it).
-fn chromium(test: &str) -> Option<PathBuf> {
+pub(super) fn chromium(test: &str) -> Option<PathBuf> {
     for name in ["chromium", "chromium-browser"] {
         for dir in std::env::var("PATH").unwrap_or_default().split(':') {
             let p = Path::new(dir).join(name);
@@ -32,10 +32,10 @@ fn chromium(test: &str) -> Option<PathBuf> {
     None
 }
 
-struct Page {
-    dom: String,
+pub(super) struct Page {
+    pub(super) dom: String,
     /// Console messages (errors, warnings, logs) and CSP violations.
-    console: Vec<String>,
+    pub(super) console: Vec<String>,
 }
 
 fn browser(chrome: &Path, profile: &Path, extra: &[String], page: &Path) -> std::process::Output {
@@ -59,7 +59,7 @@ fn browser(chrome: &Path, profile: &Path, extra: &[String], page: &Path) -> std:
 }
 
 /// Load `page` in a fresh profile; also save a screenshot to `shot`.
-fn load(chrome: &Path, page: &Path, shot: &Path) -> Page {
+pub(super) fn load(chrome: &Path, page: &Path, shot: &Path) -> Page {
     let profile = tempfile::tempdir().unwrap();
     let out = browser(chrome, profile.path(), &["--dump-dom".into()], page);
     assert!(out.status.success(), "chromium failed: {out:?}");
@@ -109,7 +109,7 @@ fn cases(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn shot(name: &str) -> PathBuf {
+pub(super) fn shot(name: &str) -> PathBuf {
     repo().join("target").join(format!("rig-report-{name}.png"))
 }
 
