@@ -107,7 +107,7 @@ pub struct StepReport {
     /// name a commit of one repository.
     pub commits: Vec<String>,
     /// A per-site counter's function in the reading after the step:
-    /// `changed`, `added`, `identical` (the change is in its callees) or
+    /// `changed`, `added`, `identical` (the change is in its callers or callees) or
     /// `unknown` (no function hashes).
     pub function: Option<String>,
     /// For a per-site counter whose interval has commits: which of them

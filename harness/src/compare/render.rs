@@ -126,7 +126,7 @@ fn function_words(m: &MetricSeries, state: &str) -> String {
     match state {
         "changed" => format!("at {f}, a function that changed"),
         "identical" => {
-            format!("at {f}, a function that is byte-identical: the change is in its callees")
+            format!("at {f}, a function that is byte-identical: the change is in its callers or callees")
         }
         "added" => format!("at {f}, a function added here"),
         "removed" => format!("at {f}, a function removed here"),

@@ -26,6 +26,9 @@ pub struct Touched {
     /// The commits that touched it, `short subject` (as the step's
     /// `commits`), oldest first.
     pub commits: Vec<String>,
+    /// The commits that did not, but changed a line naming it (a caller,
+    /// a table of function pointers).
+    pub naming: Vec<String>,
     /// The sentence the table and the page print.
     pub message: String,
 }
@@ -46,28 +49,57 @@ const SOURCE: &[&str] = &[
 /// repository of `work_tree`.
 pub fn touched(work_tree: &Path, commits: &[Commit], f: &str, names: &[String]) -> Touched {
     let idents: Vec<&str> = names.iter().filter_map(|n| source_name(n)).collect();
-    let hit: Vec<&Commit> = commits
+    let contact: Vec<Contact> = commits
         .iter()
-        .filter(|c| !idents.is_empty() && commit_touches(work_tree, &c.id, &idents))
+        .map(|c| {
+            if idents.is_empty() {
+                Contact::None
+            } else {
+                contact(work_tree, &c.id, &idents)
+            }
+        })
         .collect();
+    let with = |k: Contact| -> Vec<&Commit> {
+        commits
+            .iter()
+            .zip(&contact)
+            .filter(|(_, c)| **c == k)
+            .map(|(c, _)| c)
+            .collect()
+    };
+    let (hit, naming) = (with(Contact::Touches), with(Contact::Names));
     let short = |c: &Commit| c.line.split(' ').next().unwrap_or_default().to_string();
+    let shorts = |v: &[&Commit]| v.iter().map(|c| short(c)).collect::<Vec<_>>().join(", ");
     let message = match hit.as_slice() {
-        [] => format!(
+        [] if naming.is_empty() => format!(
             "no commit in the interval touched {f} (the change is elsewhere: its callers, \
              callees, flags or libraries)"
         ),
+        [] => format!(
+            "no commit in the interval touched {f} (the change is elsewhere: its callers, \
+             callees, flags or libraries); {} changed a line naming it",
+            shorts(&naming)
+        ),
         [one] if commits.len() == 1 => format!("{} touched {f}", short(one)),
         [one] => format!("only {} touched {f}", short(one)),
-        many => format!(
-            "{} touched {f}",
-            many.iter().map(|c| short(c)).collect::<Vec<_>>().join(", ")
-        ),
+        many => format!("{} touched {f}", shorts(many)),
     };
     Touched {
         function: f.to_string(),
         commits: hit.iter().map(|c| c.line.clone()).collect(),
+        naming: naming.iter().map(|c| c.line.clone()).collect(),
         message,
     }
+}
+
+/// What one commit did to a function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Contact {
+    /// Changed a line of it.
+    Touches,
+    /// Changed a line elsewhere that names it.
+    Names,
+    None,
 }
 
 /// The identifier a symbol's name has in source code: `ns::Type::f(int)`
@@ -91,12 +123,12 @@ pub fn source_name(symbol: &str) -> Option<&str> {
         "lto_priv",
         "localalias",
     ];
-    let part = s.split('.').rev().find(|p| {
-        !p.is_empty()
-            && !gcc.contains(p)
-            && !p.bytes().all(|b| b.is_ascii_digit())
-            && !(p.starts_with("func") && p.len() > 4 && p[4..].bytes().all(|b| b.is_ascii_digit()))
-    })?;
+    // A clone's suffix, a digit or a Go closure (`func1`) is no name.
+    let suffix = |p: &str| {
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        p.is_empty() || gcc.contains(&p) || digits(p) || p.strip_prefix("func").is_some_and(digits)
+    };
+    let part = s.split('.').rev().find(|p| !suffix(p))?;
     let ident = part.trim_matches(|c| matches!(c, '(' | ')' | '*'));
     let ok = ident
         .bytes()
@@ -105,7 +137,7 @@ pub fn source_name(symbol: &str) -> Option<&str> {
     (ok && !ident.is_empty()).then_some(ident)
 }
 
-fn commit_touches(work_tree: &Path, id: &str, idents: &[&str]) -> bool {
+fn contact(work_tree: &Path, id: &str, idents: &[&str]) -> Contact {
     let Some(diff) = gitfacts::git_output(
         work_tree,
         &[
@@ -119,21 +151,22 @@ fn commit_touches(work_tree: &Path, id: &str, idents: &[&str]) -> bool {
             id,
         ],
     ) else {
-        return false;
+        return Contact::None;
     };
     let text = |rev: &str, path: &str| {
         gitfacts::git_output(work_tree, &["show", &format!("{rev}:{path}")]).unwrap_or_default()
     };
-    parse_diff(&diff).iter().any(|fd| {
-        let is_source = |p: &Option<String>| {
-            p.as_deref()
-                .and_then(|p| Path::new(p).extension())
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| SOURCE.contains(&e))
-        };
-        if !is_source(&fd.old_path) && !is_source(&fd.new_path) {
-            return false;
-        }
+    let is_source = |p: &Option<String>| {
+        p.as_deref()
+            .and_then(|p| Path::new(p).extension())
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| SOURCE.contains(&e))
+    };
+    let files: Vec<FileDiff> = parse_diff(&diff)
+        .into_iter()
+        .filter(|fd| is_source(&fd.old_path) || is_source(&fd.new_path))
+        .collect();
+    let touches = files.iter().any(|fd| {
         let old = fd
             .old_path
             .as_deref()
@@ -149,7 +182,21 @@ fn commit_touches(work_tree: &Path, id: &str, idents: &[&str]) -> bool {
                     || after.iter().any(|r| overlaps(r, h.new))
             })
         })
-    })
+    });
+    let names = || {
+        files.iter().any(|fd| {
+            fd.changed
+                .iter()
+                .any(|l| idents.iter().any(|f| names_word(l, f)))
+        })
+    };
+    if touches {
+        Contact::Touches
+    } else if names() {
+        Contact::Names
+    } else {
+        Contact::None
+    }
 }
 
 /// One hunk of a `-U0` diff: `(start, count)` in the old and the new file,
@@ -168,6 +215,8 @@ pub struct FileDiff {
     pub old_path: Option<String>,
     pub new_path: Option<String>,
     pub hunks: Vec<Hunk>,
+    /// The lines removed and added, without their `-` or `+`.
+    pub changed: Vec<String>,
 }
 
 /// The files and hunks of `git show -U0 --format=` output.
@@ -182,7 +231,14 @@ pub fn parse_diff(text: &str) -> Vec<FileDiff> {
                 old_path: None,
                 new_path: None,
                 hunks: Vec::new(),
+                changed: Vec::new(),
             });
+        } else if let Some(f) = out
+            .last_mut()
+            .filter(|f| !f.hunks.is_empty() && (line.starts_with('+') || line.starts_with('-')))
+        {
+            // Inside the hunks `---` is a removed line, not a header.
+            f.changed.push(line[1..].to_string());
         } else if let (Some(f), Some(p)) = (out.last_mut(), line.strip_prefix("--- ")) {
             f.old_path = path(p.trim_end(), "a/");
         } else if let (Some(f), Some(p)) = (out.last_mut(), line.strip_prefix("+++ ")) {
@@ -213,12 +269,21 @@ fn overlaps(r: &RangeInclusive<u32>, (start, count): (u32, u32)) -> bool {
     if count == 0 {
         *r.start() <= start && start < *r.end()
     } else {
-        start <= *r.end() && start + count - 1 >= *r.start()
+        start <= *r.end() && start + count > *r.start()
     }
 }
 
 fn indent(line: &str) -> usize {
     line.len() - line.trim_start().len()
+}
+
+/// Is `name` in `line` as an identifier of its own?
+fn names_word(line: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
+    line.match_indices(name).any(|(i, _)| {
+        !line[..i].chars().next_back().is_some_and(ident)
+            && !line[i + name.len()..].chars().next().is_some_and(ident)
+    })
 }
 
 /// Is `name` in `line` as an identifier followed by `(` or `<`?
@@ -334,6 +399,7 @@ CALIB_FN void calib_alloc_calloc(void)
                 }
             ]
         );
+        assert_eq!(f[0].changed, vec!["x", "y", "a", "b"]);
         assert_eq!(f[1].old_path, None);
         assert_eq!(f[1].new_path.as_deref(), Some("new.c"));
     }
@@ -403,13 +469,18 @@ CALIB_FN void calib_alloc_calloc(void)
         assert_eq!(t.commits, vec![commits[1].line.clone()]);
         let short = commits[1].line.split(' ').next().unwrap();
         assert_eq!(t.message, format!("only {short} touched calib_alloc_small"));
+        assert_eq!(t.naming, vec![commits[2].line.clone()], "{t:?}");
+        // Calling it twice is a change of its caller, which names it.
         let t = touched(d.path(), &commits[2..], "calib_alloc_small", &names);
         assert!(t.commits.is_empty());
-        assert!(
-            t.message
-                .starts_with("no commit in the interval touched calib_alloc_small"),
-            "{}",
-            t.message
+        assert_eq!(t.naming, vec![commits[2].line.clone()]);
+        let short = commits[2].line.split(' ').next().unwrap();
+        assert_eq!(
+            t.message,
+            format!(
+                "no commit in the interval touched calib_alloc_small (the change is elsewhere: \
+                 its callers, callees, flags or libraries); {short} changed a line naming it"
+            )
         );
     }
 }

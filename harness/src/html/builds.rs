@@ -104,6 +104,8 @@ struct Step {
 struct Touched {
     #[serde(default)]
     commits: Vec<String>,
+    #[serde(default)]
+    naming: Vec<String>,
     message: String,
 }
 
@@ -172,6 +174,8 @@ struct CommitRow {
     line: String,
     /// This commit touched the step's function.
     touched: bool,
+    /// It did not, but changed a line naming it.
+    naming: bool,
 }
 
 #[derive(Serialize)]
@@ -387,7 +391,7 @@ fn function_words(metric: &str, state: &str) -> String {
     let f = metric.split_once(" @ ").map_or("?", |(_, f)| f);
     match state {
         "changed" => format!("{f} changed"),
-        "identical" => format!("{f} is byte-identical: the change is in its callees"),
+        "identical" => format!("{f} is byte-identical: the change is in its callers or callees"),
         "added" => format!("{f} was added here"),
         "removed" => format!("{f} was removed here"),
         _ => format!("no function hashes for {f} in this interval"),
@@ -459,6 +463,10 @@ fn view(c: Comparison) -> Page {
                                             .touched
                                             .as_ref()
                                             .is_some_and(|t| t.commits.contains(l)),
+                                        naming: st
+                                            .touched
+                                            .as_ref()
+                                            .is_some_and(|t| t.naming.contains(l)),
                                     })
                                     .collect(),
                                 touched: st.touched.as_ref().map(|t| t.message.clone()),
@@ -561,10 +569,11 @@ mod tests {
                 {"metric": "malloc calls @ calib_alloc_small<int>", "kind": "exact",
                  "values": [3.0, 3.0, 4.0], "band": 0.0, "unstable": [],
                  "steps": [{"from": 1, "to": 2, "before": 3.0, "after": 4.0,
-                            "commits": ["c2c2c2c docs", "c4c4c4c calib_alloc_small: a fourth <allocation>"],
+                            "commits": ["c2c2c2c docs", "c3c3c3c calib_request: call it", "c4c4c4c calib_alloc_small: a fourth <allocation>"],
                             "function": "changed",
                             "touched": {"function": "calib_alloc_small<int>",
                                         "commits": ["c4c4c4c calib_alloc_small: a fourth <allocation>"],
+                                        "naming": ["c3c3c3c calib_request: call it"],
                                         "message": "only c4c4c4c touched calib_alloc_small<int>"}}]},
                 {"metric": "rps", "kind": "timing", "values": [1000.0, 1020.0, 1010.0],
                  "band": 0.06, "unstable": [], "steps": []},
@@ -598,6 +607,10 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("<li>c2c2c2c docs</li>"), "{html}");
+        assert!(
+            html.contains("<span class=\"naming\">c3c3c3c calib_request: call it</span> <small>(names it)</small>"),
+            "{html}"
+        );
         assert!(html.contains("only c4c4c4c touched calib_alloc_small&lt;int&gt;"));
         assert!(!html.contains("<allocation>") && !html.contains("<int>"));
         assert!(html.contains("<td>R2 → R3</td>"));
