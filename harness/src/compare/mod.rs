@@ -175,10 +175,11 @@ pub fn compare(dirs: &[PathBuf]) -> Result<Comparison> {
         );
     }
     let builds: Vec<String> = readings.iter().map(|r| r.build.clone()).collect();
+    let seen = touched::Seen::default();
     let cases = cases
         .into_iter()
         .map(|key| CaseSeries {
-            series: series_of(&readings, &key, &builds, &diffs),
+            series: series_of(&readings, &key, &builds, &diffs, &seen),
             case: key,
         })
         .collect();
@@ -319,6 +320,7 @@ fn series_of(
     key: &str,
     builds: &[String],
     diffs: &BTreeMap<usize, FunctionDiff>,
+    seen: &touched::Seen,
 ) -> Vec<MetricSeries> {
     // Every metric any reading has for the key, with its kind and family.
     let mut metrics: BTreeMap<&str, (Kind, Option<&'static str>)> = BTreeMap::new();
@@ -370,6 +372,7 @@ fn series_of(
                         &commits,
                         f,
                         &names_of(diffs, f, step.to),
+                        seen,
                     )),
                     _ => None,
                 };

@@ -10,6 +10,8 @@
 //! definition above the hunk, so the comment above the next function, or
 //! a function added after it, would count.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::path::Path;
 
@@ -45,18 +47,51 @@ const SOURCE: &[&str] = &[
     "mm", "java", "kt", "py", "js", "ts",
 ];
 
+/// Intervals longer than this are not read: each commit costs a `git
+/// show` and two file reads per source file it changes.
+pub const MAX_COMMITS: usize = 200;
+
+/// What each commit did to each function asked about, so that the other
+/// sites of one function (its `malloc calls`, `free calls`, `malloc
+/// bytes`...) and the other cases read a commit once.
+#[derive(Default)]
+pub struct Seen(RefCell<HashMap<(String, Vec<String>), Contact>>);
+
 /// Which of `commits` touched function `f` (known also as `names`), in the
 /// repository of `work_tree`.
-pub fn touched(work_tree: &Path, commits: &[Commit], f: &str, names: &[String]) -> Touched {
-    let idents: Vec<&str> = names.iter().filter_map(|n| source_name(n)).collect();
+pub fn touched(
+    work_tree: &Path,
+    commits: &[Commit],
+    f: &str,
+    names: &[String],
+    seen: &Seen,
+) -> Touched {
+    let mut idents: Vec<&str> = names.iter().filter_map(|n| source_name(n)).collect();
+    idents.dedup();
+    if commits.len() > MAX_COMMITS {
+        return Touched {
+            function: f.to_string(),
+            commits: Vec::new(),
+            naming: Vec::new(),
+            message: format!(
+                "{} commits in the interval, more than {MAX_COMMITS}: not read for {f}",
+                commits.len()
+            ),
+        };
+    }
     let contact: Vec<Contact> = commits
         .iter()
         .map(|c| {
             if idents.is_empty() {
-                Contact::None
-            } else {
-                contact(work_tree, &c.id, &idents)
+                return Contact::None;
             }
+            let key = (c.id.clone(), idents.iter().map(|s| s.to_string()).collect());
+            if let Some(k) = seen.0.borrow().get(&key) {
+                return *k;
+            }
+            let k = contact(work_tree, &c.id, &idents);
+            seen.0.borrow_mut().insert(key, k);
+            k
         })
         .collect();
     let with = |k: Contact| -> Vec<&Commit> {
@@ -94,7 +129,7 @@ pub fn touched(work_tree: &Path, commits: &[Commit], f: &str, names: &[String]) 
 
 /// What one commit did to a function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Contact {
+pub enum Contact {
     /// Changed a line of it.
     Touches,
     /// Changed a line elsewhere that names it.
@@ -465,13 +500,14 @@ CALIB_FN void calib_alloc_calloc(void)
             });
         }
         let names = vec!["calib_alloc_small".to_string()];
-        let t = touched(d.path(), &commits, "calib_alloc_small", &names);
+        let seen = Seen::default();
+        let t = touched(d.path(), &commits, "calib_alloc_small", &names, &seen);
         assert_eq!(t.commits, vec![commits[1].line.clone()]);
         let short = commits[1].line.split(' ').next().unwrap();
         assert_eq!(t.message, format!("only {short} touched calib_alloc_small"));
         assert_eq!(t.naming, vec![commits[2].line.clone()], "{t:?}");
         // Calling it twice is a change of its caller, which names it.
-        let t = touched(d.path(), &commits[2..], "calib_alloc_small", &names);
+        let t = touched(d.path(), &commits[2..], "calib_alloc_small", &names, &seen);
         assert!(t.commits.is_empty());
         assert_eq!(t.naming, vec![commits[2].line.clone()]);
         let short = commits[2].line.split(' ').next().unwrap();
