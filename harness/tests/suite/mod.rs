@@ -181,9 +181,14 @@ pub fn spec(name: &str) -> String {
         .to_string()
 }
 
-/// The rig binary built for these tests.
+/// The rig binary built for these tests, or the one `RIG_TEST_BIN` names:
+/// the tests that run rig's command line can then be run against another
+/// build (an older commit's, to show that a test fails there).
 pub fn rig_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_rig")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("RIG_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rig").to_string())
+    })
 }
 
 /// What [`run_matrix`] ran: exit code, stdout then stderr, the cases of
