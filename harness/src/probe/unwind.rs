@@ -12,8 +12,8 @@
 //! musl's C library has none either, and its rows come from the stack
 //! height analysis of its machine code (`height`). Rules the walk cannot
 //! follow (a CFA from a register other than rsp/rbp, or an expression other
-//! than the PLT stub's) become "no rule" rows: a stack that reaches one ends there and is marked,
-//! never silently cut.
+//! than the PLT stub's) become "no rule" rows: a stack that reaches one
+//! ends there and is marked, never silently cut.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -302,11 +302,11 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
     // keeps rbp as the ABI says, which the stack height analysis of its
     // machine code follows: its thread and process entry functions end a
     // stack (they are the outermost frames, as glibc's .eh_frame says of
-    // its own), its signal return trampoline and clone are no frames of
-    // a caller's, and every other
-    // function gets rows wherever its height is known. Code without
-    // unwind tables anywhere else is of no known convention (V8's
-    // builtins, hand-written assembly): only its entries get rows.
+    // its own), its signal return trampoline and clone are no frames of a
+    // caller's, and every other function gets rows wherever its height is
+    // known. Code without unwind tables anywhere else is of no known
+    // convention (V8's builtins, hand-written assembly): only its entries
+    // get rows.
     let kind = ElfFacts::parse(data).map(|facts| ModuleKind::of("", &facts));
     if let Ok(
         ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl },
