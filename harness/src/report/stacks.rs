@@ -334,7 +334,8 @@ fn name_stack(
     }
     let user_site = frames
         .iter()
-        .position(|f| !wrappers.is_wrapper(f))
+        .enumerate()
+        .position(|(i, f)| !wrappers.is_wrapper(f) && !in_static_c_library(maps, f, i > 0))
         .unwrap_or(0);
     let mut incomplete = Vec::new();
     for (bit, what) in [
@@ -382,6 +383,31 @@ fn no_row_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> 
         ) => "no row: musl's code has no unwind tables, and its stack height here is unknown",
         _ => "no row",
     }
+}
+
+/// Whether frame `f` (a return address when `returned`) is code of the C
+/// library linked into a static executable
+/// (`ModuleKind::is_c_library_code`): a wrapper like libc.so's, which the
+/// wrapper list knows by module name only.
+fn in_static_c_library(maps: &crate::process::maps::ProcMaps, f: &Site, returned: bool) -> bool {
+    use crate::symbolize::elf::ElfFacts;
+    use crate::symbolize::runtime::ModuleKind;
+    let Some(m) = f.module.as_deref() else {
+        return false;
+    };
+    let open = maps.readable_path(m);
+    let Ok(kind @ ModuleKind::StaticC { .. }) = ModuleKind::of_file(m, &open) else {
+        return false;
+    };
+    let Ok(facts) = ElfFacts::shared(&open) else {
+        return false;
+    };
+    // A return address (`returned`) is one past its call: look up the
+    // call itself.
+    let at = f.module_offset.saturating_sub(u64::from(returned));
+    facts
+        .file_offset_to_vaddr(at)
+        .is_some_and(|v| kind.is_c_library_code(&facts, v))
 }
 
 /// Why a walk found no table at its last frame: code a JIT wrote

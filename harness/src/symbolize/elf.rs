@@ -95,6 +95,9 @@ pub struct ElfFacts {
     pub(crate) syms: Vec<ElfSym>,
     pub(crate) relocs: Vec<Reloc>,
     pub(crate) plt: Vec<PltStub>,
+    /// The code `.eh_frame` describes: (start, end) vaddr of every FDE,
+    /// sorted by start.
+    pub(crate) cfi: Vec<(u64, u64)>,
     pub build_id: Option<String>,
 }
 
@@ -257,10 +260,18 @@ impl ElfFacts {
             syms,
             relocs,
             plt: Vec::new(),
+            cfi: cfi_ranges(&file),
             build_id,
         };
         facts.plt = facts.decode_plt(data);
         Ok(facts)
+    }
+
+    /// Whether `.eh_frame` describes the code at link-time `vaddr` (FDEs
+    /// do not overlap: only the last one starting at or below it can).
+    pub fn has_cfi(&self, vaddr: u64) -> bool {
+        let i = self.cfi.partition_point(|&(start, _)| start <= vaddr);
+        i > 0 && vaddr < self.cfi[i - 1].1
     }
 
     /// First PT_LOAD's vaddr (0 for shared objects and PIEs).
@@ -535,3 +546,35 @@ pub fn load_base(maps: &ProcMaps, path: &str, facts: &ElfFacts) -> Option<u64> {
 #[cfg(test)]
 #[path = "elf_tests.rs"]
 pub(crate) mod tests;
+
+/// (start, end) of every FDE of the file's `.eh_frame`, sorted by start;
+/// empty when it has none or it does not parse.
+fn cfi_ranges(file: &ElfFile64<'_, Endianness>) -> Vec<(u64, u64)> {
+    use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+    use object::{Object, ObjectSection};
+    let Some(eh) = file.section_by_name(".eh_frame") else {
+        return Vec::new();
+    };
+    let Ok(data) = eh.data() else {
+        return Vec::new();
+    };
+    let mut bases = BaseAddresses::default().set_eh_frame(eh.address());
+    if let Some(t) = file.section_by_name(".text") {
+        bases = bases.set_text(t.address());
+    }
+    if let Some(g) = file.section_by_name(".got") {
+        bases = bases.set_got(g.address());
+    }
+    let section = EhFrame::new(data, LittleEndian);
+    let mut out = Vec::new();
+    let mut entries = section.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        if let CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
+                out.push((fde.initial_address(), fde.end_address()));
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}

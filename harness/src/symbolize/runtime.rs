@@ -124,6 +124,21 @@ impl ModuleKind {
     pub fn is_go(self) -> bool {
         matches!(self, ModuleKind::Go { .. })
     }
+
+    /// Whether the code at link-time `vaddr` of a module of this kind
+    /// (`facts`: its ELF facts) is the C library's, so that a stack's user
+    /// site lies past it: all of a `CLibrary`; in a static musl executable,
+    /// the code `.eh_frame` does not describe (musl's libc.a is built
+    /// without unwind tables, the program's own code is not). In a static
+    /// glibc executable, whose C library has unwind tables like the rest,
+    /// nothing can be told apart this way: `false`.
+    pub fn is_c_library_code(self, facts: &ElfFacts, vaddr: u64) -> bool {
+        match self {
+            ModuleKind::CLibrary { .. } => true,
+            ModuleKind::StaticC { libc: Libc::Musl } => !facts.has_cfi(vaddr),
+            _ => false,
+        }
+    }
 }
 
 /// The names a JIT runtime gives its code in `/tmp/perf-PID.map` (written

@@ -317,6 +317,14 @@ fn every_family_exact(exe: &Path, build: Build) {
             })
             .unwrap();
         assert_eq!(site.file_line(), Some(at(marker)), "{}: {names:?}", r.event);
+        // The user site is the server's call, past musl's wrappers.
+        assert_eq!(
+            s.frames[s.user_site].file_line(),
+            Some(at(marker)),
+            "{}: user site {} of {names:?}",
+            r.event,
+            s.user_site
+        );
         exact += r.count;
     }
     if musl {
