@@ -407,7 +407,7 @@ fn in_static_c_library(maps: &crate::process::maps::ProcMaps, f: &Site, returned
     let at = f.module_offset.saturating_sub(u64::from(returned));
     facts
         .file_offset_to_vaddr(at)
-        .is_some_and(|v| kind.is_c_library_code(&facts, v))
+        .is_some_and(|v| kind.is_c_library_code(&facts, v, f.function.as_deref()))
 }
 
 /// Why a walk found no table at its last frame: code a JIT wrote

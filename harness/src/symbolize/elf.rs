@@ -467,6 +467,21 @@ impl ElfFacts {
         v
     }
 
+    /// The names of the functions `.dynsym` exports (defined, not local,
+    /// default version).
+    pub fn exported_function_names(&self) -> impl Iterator<Item = &str> {
+        self.syms
+            .iter()
+            .filter(|s| {
+                s.dynamic
+                    && !s.hidden
+                    && s.bind != elf::STB_LOCAL
+                    && s.shndx != elf::SHN_UNDEF
+                    && matches!(s.st_type, elf::STT_FUNC | elf::STT_GNU_IFUNC)
+            })
+            .map(|s| s.name.as_str())
+    }
+
     /// Whether this file has a section of that name.
     pub fn has_section(&self, name: &str) -> bool {
         self.sections.iter().any(|s| s.name == name)

@@ -126,19 +126,49 @@ impl ModuleKind {
     }
 
     /// Whether the code at link-time `vaddr` of a module of this kind
-    /// (`facts`: its ELF facts) is the C library's, so that a stack's user
-    /// site lies past it: all of a `CLibrary`; in a static musl executable,
-    /// the code `.eh_frame` does not describe (musl's libc.a is built
-    /// without unwind tables, the program's own code is not). In a static
-    /// glibc executable, whose C library has unwind tables like the rest,
-    /// nothing can be told apart this way: `false`.
-    pub fn is_c_library_code(self, facts: &ElfFacts, vaddr: u64) -> bool {
+    /// (`facts`: its ELF facts), in `function`, is the C library's, so that
+    /// a stack's user site lies past it: all of a `CLibrary`; in a static
+    /// musl executable, the code `.eh_frame` does not describe (musl's
+    /// libc.a is built without unwind tables, the program's own code is
+    /// not); in a static glibc executable, whose C library has unwind tables
+    /// like the rest, a function named as glibc's libc.so exports one
+    /// (`send`, `recv`, `syscall`, `mmap64`): a program linked statically
+    /// cannot define a name its C library defines too.
+    pub fn is_c_library_code(self, facts: &ElfFacts, vaddr: u64, function: Option<&str>) -> bool {
         match self {
             ModuleKind::CLibrary { .. } => true,
             ModuleKind::StaticC { libc: Libc::Musl } => !facts.has_cfi(vaddr),
+            ModuleKind::StaticC { libc: Libc::Glibc } => {
+                function.is_some_and(|f| glibc_exports().contains(f))
+            }
             _ => false,
         }
     }
+}
+
+/// The functions glibc's libc.so exports, read once from the one rig itself
+/// runs on (rig is a glibc program, so it is mapped); empty if it cannot be
+/// read.
+fn glibc_exports() -> &'static std::collections::HashSet<String> {
+    static NAMES: std::sync::OnceLock<std::collections::HashSet<String>> =
+        std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let Some(path) = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| basename(p).starts_with("libc.so"))
+        else {
+            return Default::default();
+        };
+        let Ok(facts) = ElfFacts::shared(Path::new(path)) else {
+            return Default::default();
+        };
+        facts
+            .exported_function_names()
+            .map(str::to_string)
+            .collect()
+    })
 }
 
 /// The names a JIT runtime gives its code in `/tmp/perf-PID.map` (written

@@ -260,6 +260,20 @@ fn every_family_exact(exe: &Path, build: Build) {
             r.family,
             r.event
         );
+        // The user site of a syscall the server makes is the server's
+        // call, past the C library linked in with it (glibc's wrappers
+        // known by the names glibc exports, musl's code by having no
+        // unwind tables).
+        if r.family == Family::Syscalls {
+            let user = s.frames[s.user_site].function.as_deref().unwrap_or("?");
+            assert!(
+                user.starts_with("calib_"),
+                "{} {}: user site {user} (frame {}) of {names:?}",
+                r.family,
+                r.event,
+                s.user_site
+            );
+        }
         if !musl {
             continue;
         }
