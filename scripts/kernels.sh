@@ -240,6 +240,16 @@ run_kernel() {
 	} > "$w/cmd"
 	start=$(date +%s)
 	boot "$v" "$w"
+	# A guest kernel that dies (no exit code: an Oops under emulation, as
+	# 6.12 once did patching a static key while the other vCPU ran the
+	# site) is booted once more, and the first console is kept beside
+	# the second run's; a second death fails the kernel.
+	if [ ! -f "$w/rc" ] && grep -q -a 'Kernel panic\|Oops' "$w/console"; then
+		cp "$w/console" "$RESULTS/$v.died.console"
+		echo "kernels: the $v guest died ($(grep -a -m1 -o 'Oops.*\|Kernel panic.*' "$w/console")); booting it once more (console: $RESULTS/$v.died.console)"
+		rm -f "$w/out" "$w/console" "$w/console.raw"
+		boot "$v" "$w"
+	fi
 	cp "$w/out" "$RESULTS/$v.log"; cp "$w/console" "$RESULTS/$v.console"
 	local rc=125
 	[ -f "$w/rc" ] && rc=$(cat "$w/rc")
@@ -250,7 +260,7 @@ run_kernel() {
 echo "kernels: ${KERNELS// /, }: ${#FILTERS[@]} filters, $JOBS at a time; logs in $RESULTS/"
 pids=()
 for v in $KERNELS; do
-	rm -f "$RESULTS/$v.rc"
+	rm -f "$RESULTS/$v.rc" "$RESULTS/$v.died.console"
 	run_kernel "$v" &
 	pids+=($!)
 	while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
@@ -266,5 +276,6 @@ for v in $KERNELS; do
 	if [ "$rc" = 0 ]; then res=pass; else res="FAIL($rc)"; fail=1; fi
 	printf '%-6s %-8s %8s  %s\n' "$v" "$res" "$secs" "$summary"
 	grep -E '^test .* FAILED$|^rig: kernel' "$RESULTS/$v.log" | sed 's/^/         /' || true
+	[ ! -f "$RESULTS/$v.died.console" ] || echo "         its first boot died: $RESULTS/$v.died.console"
 done
 exit $fail

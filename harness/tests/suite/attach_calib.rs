@@ -709,16 +709,13 @@ fn without_the_kernels_btf_counts_stay_exact_and_rig_says_what_it_gave_up() {
             .map(|r| r["count"].as_u64().unwrap())
             .sum()
     };
-    for (name, per_request) in [
-        ("recvfrom", 1),
-        ("sendto", 1),
-        ("getppid", 3),
-        ("getuid", 1),
-        ("mmap", 1),
-        ("munmap", 1),
-        ("clock_nanosleep", 1),
-    ] {
-        assert_eq!(calls(name), per_request * N, "{name}: {}", d["syscalls"]);
+    for &(name, per_request) in rig_fixtures::calib::SYSCALLS_PER_CALIB {
+        assert_eq!(
+            calls(name),
+            u64::from(per_request) * N,
+            "{name}: {}",
+            d["syscalls"]
+        );
     }
     // calib_server's allocations (fixtures/calib/COSTS.md): 8 allocations
     // and 7 frees of 6004 bytes per request, each at its own line.
