@@ -305,16 +305,6 @@ fn align(readings: &[Reading]) -> (Vec<String>, Vec<Refused>) {
     (ok, refused)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn series_of(
     readings: &[Reading],
     key: &str,
@@ -351,10 +341,10 @@ fn series_of(
         for r in readings {
             let s = samples(r);
             by_build.entry(&r.build).or_default().extend(&s);
-            values.push((!s.is_empty()).then(|| match kind {
-                Kind::Exact => s[0],
-                Kind::Timing => median(s),
-            }));
+            values.push(match kind {
+                Kind::Exact => s.first().copied(),
+                Kind::Timing => crate::stats::median(&s),
+            });
         }
         let groups: Vec<Vec<f64>> = by_build.into_values().collect();
         let band = series::band(kind, &groups);
