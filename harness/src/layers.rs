@@ -157,7 +157,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Result directories over builds, and the commit where a counter moved.
     (
         "compare",
-        &["exit", "fsutil", "funchash", "gitfacts", "html", "launch"],
+        &[
+            "exit", "fsutil", "funchash", "gitfacts", "html", "launch", "stats",
+        ],
     ),
     (
         "bisect",
