@@ -5,7 +5,8 @@
 # started) for the process-tree tests; chromium for the report.html tests;
 # golang-go for `go tool pprof`; websocketd for the live suite;
 # prometheus-node-exporter and nodejs for the tests of real Go and node servers;
-# Rust's x86_64-unknown-linux-musl target for a static Rust fixture.
+# Rust's x86_64-unknown-linux-musl target for a static Rust fixture;
+# aioquic (PyPI) as an HTTP/3 server not written here.
 set -eu
 need=""
 command -v clang >/dev/null 2>&1 || need="$need clang"
@@ -72,4 +73,11 @@ if command -v rustup >/dev/null 2>&1 &&
 	echo "deps: installing Rust's x86_64-unknown-linux-musl target"
 	rustup target add x86_64-unknown-linux-musl ||
 		echo "deps: could not install x86_64-unknown-linux-musl (its stack test will fail)" >&2
+fi
+# The HTTP/3 tests measure a QUIC server nobody here wrote: aioquic's, from
+# PyPI (Debian 12 packages none; its nginx 1.22 has no http_v3 module).
+if ! python3 -c 'import aioquic' >/dev/null 2>&1; then
+	echo "deps: installing aioquic (PyPI)"
+	python3 -m pip install -q --root-user-action=ignore 'aioquic==1.2.0' ||
+		echo "deps: could not install aioquic (the HTTP/3 test against it will fail)" >&2
 fi

@@ -87,13 +87,21 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
     // port would be measured instead): the port's
     // listener belongs to the pid or one of its descendants, or we refuse.
     if let Some(d) = &s.drive {
-        use crate::launch::port::{check_holder, HolderCheck};
+        use crate::launch::port::{check_holder_on, HolderCheck, Transport};
         let port = d.load.addr.port();
-        match check_holder(port, s.pid) {
+        let transport = match d.load.protocol {
+            crate::load::Protocol::H3 { .. } => Transport::Udp,
+            _ => Transport::Tcp,
+        };
+        match check_holder_on(port, s.pid, transport) {
             HolderCheck::Proven(_) => {}
             HolderCheck::NoListener => bail!(
-                "--drive {}: nothing listens on port {port}; start the server or fix the URL",
-                d.url
+                "--drive {}: nothing listens on {} port {port}; start the server or fix the URL",
+                d.url,
+                match transport {
+                    Transport::Tcp => "TCP",
+                    Transport::Udp => "UDP",
+                }
             ),
             HolderCheck::Other { pid, cmdline } => bail!(
                 "--drive {}: port {port} is held by pid {pid} ({cmdline}), not by --pid {} or its children; \
@@ -290,14 +298,17 @@ fn drive_line(d: &Drive, hs: load::Handshakes) -> String {
              so its accept and close are in the counts",
             hs.tcp
         ),
+        // QUIC sockets are unconnected: /proc/net/udp does not say whose
+        // datagrams reach the target, so only TCP clients are told apart.
+        load::Protocol::H3 { .. } => "; other clients over QUIC cannot be told apart from rig's \
+             (UDP sockets are unconnected), other TCP clients still are"
+            .to_string(),
         _ => String::new(),
     };
     format!(
-        "{}; handshakes inside the window: {} TCP, {} TLS, {} h2{reconnects}",
+        "{}; handshakes inside the window: {}{reconnects}",
         describe(&d.load),
-        hs.tcp,
-        hs.tls,
-        hs.h2
+        hs.describe_as(matches!(d.load.protocol, load::Protocol::H3 { .. }))
     )
 }
 

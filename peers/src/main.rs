@@ -14,9 +14,12 @@
 //! Any method other than GET gets the 404 too. Without `--tls` one port serves
 //! HTTP/1.1 and h2c with prior knowledge (told apart by the HTTP/2 preface);
 //! with `--tls` it serves TLS with ALPN `h2` and `http/1.1`, and HTTP/1.1 when
-//! the client offers no ALPN. On listening it prints `READY port=<port>` on
-//! stdout. SIGTERM or SIGINT stops accepting, lets open connections finish for
-//! up to 5 s, then exits 0.
+//! the client offers no ALPN. `--h3` (with `--tls`, same certificate) adds
+//! HTTP/3: QUIC with ALPN `h3` on the same port number over UDP, the same
+//! routes and bytes. On listening (TCP and, with `--h3`, UDP) it prints
+//! `READY port=<port>` on stdout. SIGTERM or SIGINT stops accepting (an h3
+//! connection gets a GOAWAY), lets open connections finish for up to 5 s,
+//! then exits 0.
 //!
 //! What a request costs, from `rig attach --pid $PID --drive
 //! http://127.0.0.1:$PORT/plain --probes alloc,copy,syscalls` (release build,
@@ -27,7 +30,7 @@
 //! body goes out from static memory in that one `writev`, uncopied.
 //!
 //! ```text
-//! rig-peer --port P [--addr 127.0.0.1] [--workers N] [--tls --cert FILE --key FILE]
+//! rig-peer --port P [--addr 127.0.0.1] [--workers N] [--tls --cert FILE --key FILE [--h3]]
 //! rig-peer --port P --live [--sse-interval-ms MS] [--wrong-echo]
 //! ```
 //!
@@ -38,6 +41,7 @@
 //! path, whose costs are gated exactly, stays as it is.
 
 mod live;
+mod quic;
 mod routes;
 mod serve;
 mod tls;
@@ -53,7 +57,7 @@ use clap::Parser;
 #[command(
     name = "rig-peer",
     version,
-    about = "Reference HTTP/1.1 + HTTP/2 server for rig"
+    about = "Reference HTTP/1.1 + HTTP/2 + HTTP/3 server for rig"
 )]
 struct Flags {
     /// TCP port to listen on; 0 picks a free one (printed in the READY line).
@@ -74,6 +78,10 @@ struct Flags {
     /// PEM private key: PKCS#8, PKCS#1 or SEC1 (with --tls).
     #[arg(long, requires = "tls")]
     key: Option<PathBuf>,
+    /// Also serve HTTP/3 (QUIC, ALPN h3) on UDP at the same address and port
+    /// number, with the --cert/--key of --tls.
+    #[arg(long, requires = "tls")]
+    h3: bool,
     /// Serve WebSocket echo (/ws), server-sent events (/sse) and TCP echo
     /// besides the fixed routes (rig's `live` suite).
     #[arg(long, conflicts_with = "tls")]
@@ -102,9 +110,17 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let tls = match (flags.cert, flags.key) {
-        (Some(cert), Some(key)) => Some(tls::server_config(&cert, &key)?),
-        _ => None,
+    let (tls, h3) = match (flags.cert, flags.key) {
+        (Some(cert), Some(key)) => {
+            let id = tls::load(&cert, &key)?;
+            let h3 = if flags.h3 {
+                Some(quic::server_config(tls::h3_config(&id)?)?)
+            } else {
+                None
+            };
+            (Some(tls::server_config(&id)?), h3)
+        }
+        _ => (None, None),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -123,5 +139,5 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         };
         return runtime.block_on(live::serve(addr, opts));
     }
-    runtime.block_on(serve::serve(addr, tls))
+    runtime.block_on(serve::serve(addr, tls, h3))
 }

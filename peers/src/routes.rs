@@ -52,7 +52,8 @@ fn respond(method: &Method, path: &str) -> Response<Full<Bytes>> {
     response
 }
 
-/// The fixed routes as data, for `--live` mode (its own response type).
+/// The fixed routes as data, for `--live` mode and `--h3` (each with its own
+/// response type).
 /// `respond` keeps its own copy of this table on purpose: the default
 /// server's per-request costs are gated exactly (`config/gates/peer.toml`),
 /// and routing its hot path through this function would change them. It
@@ -63,6 +64,47 @@ pub fn fixed(method: &Method, path: &str) -> (StatusCode, &'static str, &'static
         (&Method::GET, "/json") => (StatusCode::OK, "application/json", JSON),
         (&Method::GET, "/bytes") => (StatusCode::OK, "application/octet-stream", &BYTES[..]),
         _ => (StatusCode::NOT_FOUND, "text/plain", NOT_FOUND),
+    }
+}
+
+/// `/calib`: a calibration route whose handler costs, per request, exactly
+/// [`CALIB_GETPPID`] `getppid` calls and [`CALIB_ALLOCS`] heap blocks of
+/// [`CALIB_ALLOC_SIZE`] bytes (each freed), at [`calib_work`]'s own line:
+/// known by construction, so rig's per-request counts over a protocol can
+/// be checked exactly at that site whatever the protocol stack beneath
+/// costs. Served by the h3 listener; the default h1/h2 path does not
+/// route it, so its gated costs stay as they are.
+pub const CALIB_GETPPID: usize = 2;
+pub const CALIB_ALLOCS: usize = 3;
+pub const CALIB_ALLOC_SIZE: usize = 4093;
+pub const CALIB: &[u8] = b"calib";
+
+/// [`fixed`], and `/calib` (which does its work first).
+pub fn answer(method: &Method, path: &str) -> (StatusCode, &'static str, &'static [u8]) {
+    if method == Method::GET && path == "/calib" {
+        calib_work();
+        return (StatusCode::OK, "text/plain", CALIB);
+    }
+    fixed(method, path)
+}
+
+/// The known costs of `/calib`. Not inlined, so its allocations have this
+/// function as their user site under its own name.
+#[inline(never)]
+pub fn calib_work() {
+    for _ in 0..CALIB_GETPPID {
+        std::hint::black_box(std::os::unix::process::parent_id());
+    }
+    let layout = std::alloc::Layout::from_size_align(CALIB_ALLOC_SIZE, 1).expect("valid layout");
+    for _ in 0..CALIB_ALLOCS {
+        // SAFETY: the layout has a non-zero size; the block is freed below
+        // with the same layout.
+        let block = unsafe { std::alloc::alloc(layout) }; // SITE: calib-alloc
+        std::hint::black_box(block);
+        if !block.is_null() {
+            // SAFETY: allocated above with `layout`, freed once.
+            unsafe { std::alloc::dealloc(block, layout) };
+        }
     }
 }
 

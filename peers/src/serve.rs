@@ -3,7 +3,9 @@
 //! Cleartext: one hyper-util `auto` builder reads the first bytes of each
 //! connection and picks HTTP/2 (the `PRI * HTTP/2.0` preface, i.e. h2c with
 //! prior knowledge) or HTTP/1.1. TLS: ALPN already decided, so the matching
-//! single-protocol builder is used and nothing is sniffed.
+//! single-protocol builder is used and nothing is sniffed. With `--h3` a QUIC
+//! endpoint (`quic.rs`) runs beside the TCP listener on the same port number
+//! and drains within the same grace period.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,11 +21,21 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_rustls::TlsAcceptor;
 
+use crate::quic::{self, H3Server};
 use crate::routes::handle;
 use crate::tls::ALPN_H2;
 
 /// How long open connections get to finish after SIGTERM/SIGINT.
 const GRACE: Duration = Duration::from_secs(5);
+
+/// How long the QUIC endpoint's CONNECTION_CLOSE frames get to go out once
+/// the drain is over.
+const CLOSE_LIMIT: Duration = Duration::from_secs(1);
+
+/// `--port 0` binds TCP first and UDP on the port TCP got; that UDP port can
+/// be taken (by any UDP socket, a client's included), so a few fresh TCP
+/// ports are tried before giving up.
+const PORT_0_TRIES: usize = 16;
 
 /// The three ways a connection can be served; built once, shared by all.
 struct Builders {
@@ -34,19 +46,23 @@ struct Builders {
 
 // Long by design: the accept loop and the per-connection task it spawns
 // read as one protocol.
-pub async fn serve(addr: SocketAddr, tls: Option<Arc<ServerConfig>>) -> anyhow::Result<()> {
+pub async fn serve(
+    addr: SocketAddr,
+    tls: Option<Arc<ServerConfig>>,
+    h3_config: Option<quinn::ServerConfig>,
+) -> anyhow::Result<()> {
     // Handlers go in before READY: a SIGTERM sent the moment READY is read
     // must drain and exit 0, not kill us with the default action.
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
 
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("--addr {} --port {}: bind", addr.ip(), addr.port()))?;
+    let (listener, endpoint) = bind(addr, h3_config).await?;
     let port = listener
         .local_addr()
         .context("reading the bound port")?
         .port();
+    // Started before READY, so a client that reads READY finds both bound.
+    let mut h3 = endpoint.map(H3Server::start);
     {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
@@ -103,17 +119,70 @@ pub async fn serve(addr: SocketAddr, tls: Option<Arc<ServerConfig>>) -> anyhow::
     }
 
     drop(listener);
-    let open = graceful.count();
+    let mut open = graceful.count();
+    if let Some(h3) = &h3 {
+        open += h3.stop();
+    }
+    let quic_drained = async {
+        if let Some(h3) = &mut h3 {
+            h3.drained().await;
+        }
+    };
     tokio::select! {
-        _ = graceful.shutdown() => {}
+        _ = futures_util::future::join(graceful.shutdown(), quic_drained) => {}
         _ = tokio::time::sleep(GRACE) => {
             eprintln!("rig-peer: grace period of {GRACE:?} over; closing connections still open");
         }
+    }
+    if let Some(h3) = h3 {
+        h3.close(CLOSE_LIMIT).await;
     }
     if open > 0 {
         eprintln!("rig-peer: shut down; {open} connection(s) were open at the signal");
     }
     Ok(())
+}
+
+/// The TCP listener and, with `h3`, the QUIC endpoint on the same port
+/// number over UDP.
+async fn bind(
+    addr: SocketAddr,
+    h3: Option<quinn::ServerConfig>,
+) -> anyhow::Result<(TcpListener, Option<quinn::Endpoint>)> {
+    let tcp_context = || format!("--addr {} --port {}: bind", addr.ip(), addr.port());
+    let Some(h3) = h3 else {
+        let listener = TcpListener::bind(addr).await.with_context(tcp_context)?;
+        return Ok((listener, None));
+    };
+    let tries = if addr.port() == 0 { PORT_0_TRIES } else { 1 };
+    let mut in_use = Vec::new();
+    loop {
+        let listener = TcpListener::bind(addr).await.with_context(tcp_context)?;
+        let port = listener
+            .local_addr()
+            .context("reading the bound port")?
+            .port();
+        let udp = SocketAddr::new(addr.ip(), port);
+        match quic::bind(h3.clone(), udp) {
+            Ok(endpoint) => return Ok((listener, Some(endpoint))),
+            Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => {
+                in_use.push(port);
+                if in_use.len() == tries {
+                    return Err(err).with_context(|| {
+                        format!(
+                            "--h3 --addr {} --port {}: UDP port(s) {in_use:?} already in use \
+                             (TCP was free); free it or give another --port",
+                            addr.ip(),
+                            addr.port()
+                        )
+                    });
+                }
+            }
+            Err(err) => {
+                return Err(err).with_context(|| format!("--h3: binding UDP {udp}"));
+            }
+        }
+    }
 }
 
 async fn serve_one<S>(

@@ -341,10 +341,7 @@ fn measure(
             return Err(Fail(crate::interrupt::interrupted_by()));
         }
         let c = open_tier(rs, m, spec, l.port, tier - open, clients.len() as u32 + 1)?;
-        let hs = c.handshakes();
-        handshakes.tcp += hs.tcp;
-        handshakes.tls += hs.tls;
-        handshakes.h2 += hs.h2;
+        handshakes.add(c.handshakes());
         open = tier;
         clients.push((open, c));
         std::thread::sleep(settle);

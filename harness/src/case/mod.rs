@@ -229,8 +229,14 @@ pub fn spec_for<'a>(
     tls: Option<&'a TargetSpec>,
 ) -> Result<&'a TargetSpec, String> {
     let protocol = case.what.listener_protocol();
-    let needs_tls = protocol == Some(Proto::H2Tls);
-    let s = if needs_tls && spec.protocols.h2_tls.is_none() {
+    let offers = |s: &TargetSpec, p: Proto| match p {
+        Proto::H1 => s.protocols.h1,
+        Proto::H2c => s.protocols.h2c,
+        Proto::H2Tls => s.protocols.h2_tls.is_some(),
+        Proto::H3 => s.protocols.h3.is_some(),
+    };
+    let needs_tls = protocol.is_some_and(Proto::needs_tls);
+    let s = if needs_tls && !offers(spec, protocol.expect("needs_tls")) {
         tls.ok_or_else(|| {
             format!(
                 "target {} offers no TLS listener (no h2_tls, no tls_variant)",
@@ -240,12 +246,7 @@ pub fn spec_for<'a>(
     } else {
         spec
     };
-    let offered = match protocol {
-        None => true,
-        Some(Proto::H1) => s.protocols.h1,
-        Some(Proto::H2c) => s.protocols.h2c,
-        Some(Proto::H2Tls) => s.protocols.h2_tls.is_some(),
-    };
+    let offered = protocol.is_none_or(|p| offers(s, p));
     if !offered {
         return Err(format!(
             "target {} does not offer {}",

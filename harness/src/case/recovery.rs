@@ -103,12 +103,21 @@ fn cycle(
     problems.extend(check_load("load", &report));
     let graceful = r.close == CloseKind::Graceful;
     let went_away = close(client, graceful, l, ready.fds);
-    let h2 = matches!(ls.protocol, Protocol::H2c | Protocol::H2Tls { .. });
-    if graceful && h2 && went_away != r.topology.connections as u64 {
-        problems.push(format!(
-            "{went_away} of {} h2 connections went away gracefully (GOAWAY, then closed)",
-            r.topology.connections
-        ));
+    // h2 sends GOAWAY; h3 closes its QUIC connection with H3_NO_ERROR and
+    // waits until the server has had it.
+    let multiplexed = match ls.protocol {
+        Protocol::H2c | Protocol::H2Tls { .. } => {
+            Some("h2 connections went away gracefully (GOAWAY, then closed)")
+        }
+        Protocol::H3 { .. } => Some(
+            "h3 connections closed gracefully (CONNECTION_CLOSE with H3_NO_ERROR, acknowledged)",
+        ),
+        _ => None,
+    };
+    if let Some(what) = multiplexed.filter(|_| graceful) {
+        if went_away != r.topology.connections as u64 {
+            problems.push(format!("{went_away} of {} {what}", r.topology.connections));
+        }
     }
     let after = ProcSnapshot::read_tree(l.pid)?;
     let fds_delta = after.fds as i64 - ready.fds as i64;

@@ -54,6 +54,14 @@ pub(super) fn load_spec(
                 insecure: t.insecure,
             }
         }
+        Proto::H3 => {
+            let t = spec.protocols.h3.as_ref().expect("checked by spec_for");
+            Protocol::H3 {
+                ca_pem: t.ca.clone().unwrap_or_default(),
+                server_name: t.server_name.clone(),
+                insecure: t.insecure,
+            }
+        }
     };
     let topo = case.topology;
     Ok(LoadSpec {
@@ -82,12 +90,25 @@ pub(super) fn load_spec(
 /// any load: otherwise the topology measured is not the one asked for.
 pub(super) fn handshake_mismatch(ls: &LoadSpec, hs: crate::load::Handshakes) -> Option<String> {
     let c = ls.connections as u64;
+    if let Protocol::H3 { .. } = &ls.protocol {
+        let got = (hs.udp, hs.quic, hs.h3);
+        return (got != (c, c, c) || hs.tcp != 0).then(|| {
+            format!(
+                "topology {}x{}: expected {:?} (udp, quic, h3) handshakes and no tcp, made {got:?} and {} tcp",
+                ls.connections,
+                ls.streams,
+                (c, c, c),
+                hs.tcp
+            )
+        });
+    }
     let want = match &ls.protocol {
         Protocol::H1 { keepalive: false } => return None,
         Protocol::H1 { keepalive: true } => (c, 0, 0),
         Protocol::H2c => (c, 0, c),
         Protocol::H2Tls { .. } => (c, c, c),
         Protocol::H1Tls { .. } => (c, c, 0),
+        Protocol::H3 { .. } => unreachable!("checked above"),
     };
     let got = (hs.tcp, hs.tls, hs.h2);
     (got != want).then(|| {

@@ -431,14 +431,15 @@ pub struct AttachArgs {
     /// window is then exactly --requests requests after a warm-up.
     #[arg(long)]
     pub drive: Option<String>,
-    /// --drive protocol: h1, h2c or h2 (over TLS). Default: h1 for http://,
-    /// h2 for https://.
+    /// --drive protocol: h1, h2c, h2 (over TLS) or h3 (over QUIC, to the
+    /// UDP port of the URL's number). Default: h1 for http://, h2 for
+    /// https://.
     #[arg(long, requires = "drive")]
     pub protocol: Option<String>,
     /// --drive over HTTP/1.1: a new TCP connection for every request.
     #[arg(long, requires = "drive")]
     pub new_connection: bool,
-    /// --drive over HTTP/2: concurrent streams per connection.
+    /// --drive over HTTP/2 or HTTP/3: concurrent streams per connection.
     #[arg(long, default_value_t = 1)]
     pub streams: usize,
     /// --drive: a request not answered within this long fails as `timeout`

@@ -14,15 +14,25 @@ use std::net::TcpListener;
 
 pub use crate::process::{all_pids, descendants, descendants_in, parse_stat_ppid};
 
-/// A free loopback port: bind 127.0.0.1:0, read the port, close.
+/// A free loopback port: bind 127.0.0.1:0, read the port, close. The
+/// port is also free for UDP (a target serving HTTP/3 binds the UDP port
+/// of the same number), else another is tried.
 ///
 /// There is a small race: between the close and the target's bind another
 /// process may take the port. The launcher's holder proof then finds the
 /// other process, so a loser is never measured, and the launch is made
 /// again on a fresh port (`launch::start::launch`).
 pub fn free_port() -> std::io::Result<u16> {
-    let l = TcpListener::bind(("127.0.0.1", 0))?;
-    Ok(l.local_addr()?.port())
+    let mut last = None;
+    for _ in 0..64 {
+        let l = TcpListener::bind(("127.0.0.1", 0))?;
+        let port = l.local_addr()?.port();
+        match std::net::UdpSocket::bind(("127.0.0.1", port)) {
+            Ok(_) => return Ok(port),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("64 tries"))
 }
 
 /// One LISTEN socket from `/proc/net/tcp{,6}`.
@@ -33,14 +43,39 @@ pub struct Listener {
     pub v6: bool,
 }
 
+/// Where a server listens: a TCP LISTEN socket, or (HTTP/3 over QUIC) an
+/// unconnected UDP socket bound to the port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Udp,
+}
+
 /// LISTEN sockets in the text of `/proc/net/tcp` (or `tcp6`).
 pub fn parse_net_tcp(text: &str, v6: bool) -> Vec<Listener> {
+    parse_net(text, v6, Transport::Tcp)
+}
+
+/// Listening sockets in the text of `/proc/net/{tcp,udp}{,6}`: TCP in
+/// LISTEN (`0A`); UDP unconnected (`07`, no remote address), which is how
+/// a QUIC server's socket looks (a connected UDP socket is a client's).
+pub fn parse_net(text: &str, v6: bool, transport: Transport) -> Vec<Listener> {
     const TCP_LISTEN: &str = "0A";
+    const UDP_UNCONNECTED: &str = "07";
     let mut out = Vec::new();
     for line in text.lines().skip(1) {
         // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 10 || f[3] != TCP_LISTEN {
+        if f.len() < 10 {
+            continue;
+        }
+        let listening = match transport {
+            Transport::Tcp => f[3] == TCP_LISTEN,
+            Transport::Udp => {
+                f[3] == UDP_UNCONNECTED && f[2].rsplit_once(':').is_some_and(|(_, p)| p == "0000")
+            }
+        };
+        if !listening {
             continue;
         }
         let Some((_, port_hex)) = f[1].rsplit_once(':') else {
@@ -58,10 +93,20 @@ pub fn parse_net_tcp(text: &str, v6: bool) -> Vec<Listener> {
 
 /// Every LISTEN socket (IPv4 and IPv6) of rig's network namespace.
 pub fn listeners() -> Vec<Listener> {
+    listeners_on(Transport::Tcp)
+}
+
+/// Every listening socket of `transport` (IPv4 and IPv6) of rig's network
+/// namespace.
+pub fn listeners_on(transport: Transport) -> Vec<Listener> {
+    let files = match transport {
+        Transport::Tcp => [("/proc/net/tcp", false), ("/proc/net/tcp6", true)],
+        Transport::Udp => [("/proc/net/udp", false), ("/proc/net/udp6", true)],
+    };
     let mut out = Vec::new();
-    for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
+    for (file, v6) in files {
         if let Ok(text) = std::fs::read_to_string(file) {
-            out.extend(parse_net_tcp(&text, v6));
+            out.extend(parse_net(&text, v6, transport));
         }
     }
     out
@@ -71,7 +116,12 @@ pub fn listeners() -> Vec<Listener> {
 /// address, v4 or v6). One socket shared by several processes (inherited
 /// across fork) appears once per process.
 pub fn port_holders(port: u16) -> Vec<(u32, u64)> {
-    let inodes: HashSet<u64> = listeners()
+    port_holders_on(port, Transport::Tcp)
+}
+
+/// [`port_holders`] for the listening sockets of `transport`.
+pub fn port_holders_on(port: u16, transport: Transport) -> Vec<(u32, u64)> {
+    let inodes: HashSet<u64> = listeners_on(transport)
         .into_iter()
         .filter(|l| l.port == port)
         .map(|l| l.inode)
@@ -146,7 +196,12 @@ pub enum HolderCheck {
 /// Check that every LISTEN socket on `port` is held by `pid` or one of its
 /// descendants.
 pub fn check_holder(port: u16, pid: u32) -> HolderCheck {
-    let holders = port_holders(port);
+    check_holder_on(port, pid, Transport::Tcp)
+}
+
+/// [`check_holder`] for the listening sockets of `transport`.
+pub fn check_holder_on(port: u16, pid: u32, transport: Transport) -> HolderCheck {
+    let holders = port_holders_on(port, transport);
     if holders.is_empty() {
         return HolderCheck::NoListener;
     }
@@ -181,6 +236,23 @@ mod tests {
     const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 999 1 0000000000000000 100 0 0 10 0
 ";
+
+    #[test]
+    fn a_udp_listener_is_an_unconnected_bound_socket() {
+        let udp = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+  100: 0100007F:84C1 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 0
+  101: 0100007F:D2F0 0100007F:84C1 01 00000000:00000000 00:00000000 00000000     0        0 4343 2 0000000000000000 0
+";
+        assert_eq!(
+            parse_net(udp, false, Transport::Udp),
+            vec![Listener {
+                port: 0x84C1,
+                inode: 4242,
+                v6: false
+            }]
+        );
+        assert!(parse_net(TCP, false, Transport::Udp).is_empty());
+    }
 
     #[test]
     fn parses_only_listen_sockets() {

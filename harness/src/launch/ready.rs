@@ -85,10 +85,37 @@ pub(super) fn wait_ready(
 /// instead). A stdout-ready target gets a moment to reach listen().
 #[allow(clippy::result_large_err)] // see start::mapped_objects
 pub(super) fn prove_port(l: &Launched, spec: &TargetSpec) -> Result<PortProof, LaunchError> {
+    let mut proof: Option<PortProof> = None;
+    for t in spec.transports() {
+        let p = prove_port_on(l, spec, t)?;
+        proof = Some(match proof {
+            None => p,
+            Some(mut all) => {
+                all.inodes.extend(p.inodes);
+                for h in p.holders {
+                    if !all.holders.contains(&h) {
+                        all.holders.push(h);
+                    }
+                }
+                all.via_descendant |= p.via_descendant;
+                all
+            }
+        });
+    }
+    Ok(proof.expect("a spec serves on at least one transport"))
+}
+
+/// [`prove_port`] for the listening sockets of one transport.
+#[allow(clippy::result_large_err)] // see start::mapped_objects
+fn prove_port_on(
+    l: &Launched,
+    spec: &TargetSpec,
+    transport: port::Transport,
+) -> Result<PortProof, LaunchError> {
     let (pid, port) = (l.pid, l.port);
     let t0 = Instant::now();
     loop {
-        match port::check_holder(port, pid) {
+        match port::check_holder_on(port, pid, transport) {
             HolderCheck::Proven(p) => return Ok(p),
             HolderCheck::Other {
                 pid: holder,

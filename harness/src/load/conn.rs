@@ -23,6 +23,8 @@ pub(crate) struct Setup {
     pub addr: SocketAddr,
     pub tls: Option<(TlsConnector, ServerName<'static>)>,
     pub h2: bool,
+    /// HTTP/3 over QUIC: its client configuration and request URI.
+    pub h3: Option<super::h3::H3Setup>,
     pub keepalive: bool,
     pub streams: usize,
     /// HTTP/1.1: the whole request, serialized once.
@@ -50,8 +52,17 @@ impl Setup {
                 "endpoint path `{path}` must start with `/` and contain no spaces or control bytes"
             )));
         }
+        let mut quic = None;
         let (h2, keepalive, tls) = match &spec.protocol {
             Protocol::H1 { keepalive } => (false, *keepalive, None),
+            Protocol::H3 {
+                ca_pem,
+                server_name,
+                insecure,
+            } => {
+                quic = Some((ca_pem, server_name, *insecure));
+                (false, true, None)
+            }
             Protocol::H2c => (true, true, None),
             Protocol::H2Tls {
                 ca_pem,
@@ -68,7 +79,7 @@ impl Setup {
                 Some((ca_pem, server_name, "http/1.1", *insecure)),
             ),
         };
-        if !h2 && spec.streams != 1 {
+        if !h2 && quic.is_none() && spec.streams != 1 {
             return Err(LoadError::Spec(format!(
                 "streams is {}; HTTP/1.1 has one request in flight per connection, give 1",
                 spec.streams
@@ -90,7 +101,23 @@ impl Setup {
         };
         let authority = match &tls {
             Some((_, ServerName::DnsName(n))) => format!("{}:{}", n.as_ref(), spec.addr.port()),
-            _ => spec.addr.to_string(),
+            _ => match quic {
+                Some((_, name, _))
+                    if super::tls::server_name_of(name)
+                        .is_ok_and(|n| matches!(n, ServerName::DnsName(_))) =>
+                {
+                    format!("{name}:{}", spec.addr.port())
+                }
+                _ => spec.addr.to_string(),
+            },
+        };
+        let h3 = match quic {
+            Some((ca, name, insecure)) => {
+                let config = super::tls::client_config(ca, super::h3::ALPN, insecure)?;
+                super::tls::server_name_of(name)?;
+                Some(super::h3::H3Setup::new(config, name, &authority, path)?)
+            }
+            None => None,
         };
         let mut h1_request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\n");
         if !keepalive {
@@ -102,6 +129,7 @@ impl Setup {
             addr: spec.addr,
             tls,
             h2,
+            h3,
             keepalive,
             streams: spec.streams,
             h1_request: h1_request.into_bytes(),

@@ -29,6 +29,7 @@ mod conn;
 pub mod dispatch;
 mod h1;
 mod h2;
+mod h3;
 pub mod hist;
 pub mod live;
 mod open;
@@ -127,6 +128,14 @@ pub enum Protocol {
         #[serde(default)]
         insecure: bool,
     },
+    /// HTTP/3 over QUIC (ALPN `h3`) on the UDP port of `addr`, verified
+    /// as for `H2Tls`.
+    H3 {
+        ca_pem: PathBuf,
+        server_name: String,
+        #[serde(default)]
+        insecure: bool,
+    },
 }
 
 /// Expected body of every response.
@@ -206,19 +215,55 @@ pub struct Handshakes {
     pub tcp: u64,
     pub tls: u64,
     pub h2: u64,
+    /// HTTP/3: UDP sockets opened (one per connection).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub udp: u64,
+    /// HTTP/3: QUIC handshakes completed (ALPN `h3`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub quic: u64,
+    /// HTTP/3: connections whose h3 control streams were set up.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub h3: u64,
+}
+
+/// The QUIC-side counts are left out of a TCP load's JSON (and read as 0
+/// from an older result).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Handshakes {
-    fn add(&mut self, o: Handshakes) {
+    pub fn add(&mut self, o: Handshakes) {
         self.tcp += o.tcp;
         self.tls += o.tls;
         self.h2 += o.h2;
+        self.udp += o.udp;
+        self.quic += o.quic;
+        self.h3 += o.h3;
     }
+    /// "4 TCP, 4 TLS, 4 h2", or "4 UDP, 4 QUIC, 4 h3" for a load that
+    /// was all HTTP/3.
+    pub fn describe(&self) -> String {
+        self.describe_as(self.udp > 0 && self.tcp == 0)
+    }
+
+    /// [`Handshakes::describe`] for a load known to be HTTP/3 (`quic`) or
+    /// not, which a window without handshakes cannot tell.
+    pub fn describe_as(&self, quic: bool) -> String {
+        match quic {
+            true => format!("{} UDP, {} QUIC, {} h3", self.udp, self.quic, self.h3),
+            false => format!("{} TCP, {} TLS, {} h2", self.tcp, self.tls, self.h2),
+        }
+    }
+
     fn minus(self, o: Handshakes) -> Handshakes {
         Handshakes {
             tcp: self.tcp - o.tcp,
             tls: self.tls - o.tls,
             h2: self.h2 - o.h2,
+            udp: self.udp - o.udp,
+            quic: self.quic - o.quic,
+            h3: self.h3 - o.h3,
         }
     }
 }

@@ -25,6 +25,28 @@ pub(crate) fn connector(
     alpn: &str,
     insecure: bool,
 ) -> Result<(TlsConnector, ServerName<'static>), LoadError> {
+    let config = client_config(ca_pem, alpn, insecure)?;
+    Ok((
+        TlsConnector::from(Arc::new(config)),
+        server_name_of(server_name)?,
+    ))
+}
+
+/// The name to verify the server's certificate against and send as SNI.
+pub(crate) fn server_name_of(server_name: &str) -> Result<ServerName<'static>, LoadError> {
+    ServerName::try_from(server_name.to_string()).map_err(|e| LoadError::ServerName {
+        name: server_name.to_string(),
+        why: e.to_string(),
+    })
+}
+
+/// A client configuration offering one ALPN protocol (TLS over TCP, or
+/// the TLS 1.3 inside QUIC).
+pub(crate) fn client_config(
+    ca_pem: &Path,
+    alpn: &str,
+    insecure: bool,
+) -> Result<ClientConfig, LoadError> {
     let ca_err = |why: String| LoadError::Ca {
         path: ca_pem.to_path_buf(),
         why,
@@ -44,12 +66,7 @@ pub(crate) fn connector(
             .with_no_client_auth()
     };
     config.alpn_protocols = vec![alpn.as_bytes().to_vec()];
-    let name =
-        ServerName::try_from(server_name.to_string()).map_err(|e| LoadError::ServerName {
-            name: server_name.to_string(),
-            why: e.to_string(),
-        })?;
-    Ok((TlsConnector::from(Arc::new(config)), name))
+    Ok(config)
 }
 
 fn roots(ca_pem: &Path) -> Result<RootCertStore, String> {

@@ -63,7 +63,7 @@ impl Url {
 /// What the user chose for a driven window.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DriveChoice {
-    /// `h1`, `h2c` or `h2`; `None`: `h1` for http://, `h2` for https://.
+    /// `h1`, `h2c`, `h2` or `h3`; `None`: `h1` for http://, `h2` for https://.
     pub protocol: Option<String>,
     /// HTTP/1.1: a new TCP connection for every request.
     pub new_connection: bool,
@@ -99,13 +99,13 @@ pub fn drive_spec(u: &Url, c: &DriveChoice) -> Result<LoadSpec, LoadError> {
                 .into(),
         ));
     }
-    if proto != "h2" && proto != "h2c" && c.streams != 1 {
+    if !["h2", "h2c", "h3"].contains(&proto.as_str()) && c.streams != 1 {
         return Err(spec_err(format!(
             "--streams {}: HTTP/1.1 has one request in flight per connection; use --connections",
             c.streams
         )));
     }
-    let tls = |h2: bool| -> Result<Protocol, LoadError> {
+    let tls = |kind: &str| -> Result<Protocol, LoadError> {
         if c.ca.is_none() && !c.insecure {
             return Err(spec_err(format!(
                 "{}: give --ca FILE (the CA that signed the server's certificate), \
@@ -115,16 +115,22 @@ pub fn drive_spec(u: &Url, c: &DriveChoice) -> Result<LoadSpec, LoadError> {
         }
         let ca_pem = c.ca.clone().unwrap_or_default();
         let server_name = c.server_name.clone().unwrap_or_else(|| u.host.clone());
-        Ok(match h2 {
-            true => Protocol::H2Tls {
+        let insecure = c.insecure;
+        Ok(match kind {
+            "h2" => Protocol::H2Tls {
                 ca_pem,
                 server_name,
-                insecure: c.insecure,
+                insecure,
             },
-            false => Protocol::H1Tls {
+            "h3" => Protocol::H3 {
                 ca_pem,
                 server_name,
-                insecure: c.insecure,
+                insecure,
+            },
+            _ => Protocol::H1Tls {
+                ca_pem,
+                server_name,
+                insecure,
             },
         })
     };
@@ -137,12 +143,14 @@ pub fn drive_spec(u: &Url, c: &DriveChoice) -> Result<LoadSpec, LoadError> {
                 "--new-connection over TLS is not supported; drop it or use http://".into(),
             ))
         }
-        ("h1", true) => tls(false)?,
+        ("h1", true) => tls("h1")?,
         ("h2c", false) => Protocol::H2c,
-        ("h2", true) => tls(true)?,
+        ("h2", true) => tls("h2")?,
+        ("h3", true) => tls("h3")?,
+        ("h3", false) => return Err(spec_err("--protocol h3 is HTTP/3 over QUIC, which is always encrypted; use an https:// URL (rig sends it to the UDP port of that number)".into())),
         ("h2c", true) => return Err(spec_err("--protocol h2c is cleartext; use an http:// URL, or --protocol h2 for TLS".into())),
         ("h2", false) => return Err(spec_err("--protocol h2 is HTTP/2 over TLS; use an https:// URL, or --protocol h2c for cleartext".into())),
-        (p, _) => return Err(spec_err(format!("--protocol {p}: give h1, h2c or h2"))),
+        (p, _) => return Err(spec_err(format!("--protocol {p}: give h1, h2c, h2 or h3"))),
     };
     Ok(LoadSpec {
         addr: u.addr,
@@ -199,6 +207,15 @@ pub fn describe(spec: &LoadSpec) -> String {
             insecure,
         } => format!(
             "HTTP/1.1 keep-alive over TLS ({}), {conns}",
+            trust(ca_pem, server_name, *insecure)
+        ),
+        Protocol::H3 {
+            ca_pem,
+            server_name,
+            insecure,
+        } => format!(
+            "HTTP/3 over QUIC, UDP port {} ({}), {conns} × {streams}",
+            spec.addr.port(),
             trust(ca_pem, server_name, *insecure)
         ),
     }

@@ -12,6 +12,7 @@ use super::conn::{RunStats, Setup, Stats, Timing};
 use super::dispatch::{calibrate, prepare_thread, thread_cpu_ns, DispatchFacts, Ticker};
 use super::h1::{H1Conn, H1Slot};
 use super::h2::{handshake, H2Conn, H2Stream};
+use super::h3::{H3Conn, H3Stream};
 use super::hist::{summarize, Hists};
 use super::schedule::Schedule;
 use super::{conn, Handshakes, LoadError, LoadReport, Mode};
@@ -250,6 +251,7 @@ impl Drop for Worker {
 pub(crate) enum Slot {
     H1(H1Slot),
     H2(H2Stream),
+    H3(H3Stream),
 }
 
 impl Slot {
@@ -259,6 +261,7 @@ impl Slot {
         match self {
             Slot::H1(s) => s.sent_at,
             Slot::H2(s) => s.sent_at,
+            Slot::H3(s) => s.sent_at,
         }
     }
 
@@ -266,6 +269,7 @@ impl Slot {
         match self {
             Slot::H1(s) => s.dead(),
             Slot::H2(s) => s.dead(),
+            Slot::H3(s) => s.dead(),
         }
     }
 
@@ -273,6 +277,7 @@ impl Slot {
         match self {
             Slot::H1(s) => s.revive(),
             Slot::H2(s) => s.revive(),
+            Slot::H3(s) => s.revive(),
         }
     }
 
@@ -280,6 +285,7 @@ impl Slot {
         match self {
             Slot::H1(s) => s.setup(),
             Slot::H2(s) => s.setup(),
+            Slot::H3(s) => s.setup(),
         }
     }
 
@@ -287,6 +293,7 @@ impl Slot {
         match self {
             Slot::H1(s) => s.setup_arc(),
             Slot::H2(s) => s.setup_arc(),
+            Slot::H3(s) => s.setup_arc(),
         }
     }
 
@@ -303,11 +310,13 @@ impl Slot {
         let r = match self {
             Slot::H1(s) => conn::bounded(&setup, s.request(stats), |_| TIMEOUT.into()).await,
             Slot::H2(s) => conn::bounded(&setup, s.request(stats), |_| TIMEOUT.into()).await,
+            Slot::H3(s) => conn::bounded(&setup, s.request(stats), |_| TIMEOUT.into()).await,
         };
         if matches!(&r, Err(k) if k == TIMEOUT || k == conn::INTERRUPTED) {
             match self {
                 Slot::H1(s) => s.abandon(),
                 Slot::H2(s) => s.abandon(),
+                Slot::H3(s) => s.abandon(),
             }
         }
         r
@@ -336,7 +345,13 @@ async fn connect_all(
         .map(|&c| {
             let (setup, stats) = (setup.clone(), stats.clone());
             tokio::task::spawn_local(async move {
-                let r = if setup.h2 {
+                let r = if setup.h3.is_some() {
+                    H3Conn::connect(setup.clone(), &stats).await.map(|conn| {
+                        (0..setup.streams)
+                            .map(|_| Slot::H3(H3Stream::new(conn.clone())))
+                            .collect::<Vec<_>>()
+                    })
+                } else if setup.h2 {
                     handshake(&setup, &stats).await.map(|(s, d)| {
                         let conn = H2Conn::new(setup.clone(), s, d);
                         (0..setup.streams)
@@ -379,16 +394,29 @@ async fn close_all(slots: Vec<Slot>, graceful: bool) -> u64 {
         return 0;
     }
     let mut conns: Vec<Rc<H2Conn>> = Vec::new();
+    let mut quic: Vec<Rc<H3Conn>> = Vec::new();
     for s in slots {
-        if let Slot::H2(mut st) = s {
-            let c = st.release();
-            if !conns.iter().any(|x| Rc::ptr_eq(x, &c)) {
-                conns.push(c);
+        match s {
+            Slot::H2(mut st) => {
+                let c = st.release();
+                if !conns.iter().any(|x| Rc::ptr_eq(x, &c)) {
+                    conns.push(c);
+                }
             }
+            Slot::H3(mut st) => {
+                let c = st.release();
+                if !quic.iter().any(|x| Rc::ptr_eq(x, &c)) {
+                    quic.push(c);
+                }
+            }
+            Slot::H1(_) => {}
         }
     }
     let mut n = 0;
     for c in &conns {
+        n += u64::from(c.go_away(GOAWAY_WAIT).await);
+    }
+    for c in &quic {
         n += u64::from(c.go_away(GOAWAY_WAIT).await);
     }
     n

@@ -225,13 +225,11 @@ fn recovery_lines(results: &[CaseResult]) -> String {
             .iter()
             .map(|c| {
                 format!(
-                    "#{} {}/{} ok, {} tcp/{} tls/{} h2, FDs {:+}, RSS {:.1} MiB",
+                    "#{} {}/{} ok, {}, FDs {:+}, RSS {:.1} MiB",
                     c.cycle,
                     c.succeeded,
                     c.scheduled,
-                    c.handshakes.tcp,
-                    c.handshakes.tls,
-                    c.handshakes.h2,
+                    c.handshakes.describe(),
                     c.fds_delta,
                     c.rss_after_bytes as f64 / (1024.0 * 1024.0)
                 )

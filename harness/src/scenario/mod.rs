@@ -108,6 +108,8 @@ pub enum Proto {
     H1,
     H2c,
     H2Tls,
+    /// HTTP/3 over QUIC, on the UDP port of the target's port number.
+    H3,
 }
 
 impl Proto {
@@ -116,7 +118,14 @@ impl Proto {
             Proto::H1 => "h1",
             Proto::H2c => "h2c",
             Proto::H2Tls => "h2-tls",
+            Proto::H3 => "h3",
         }
+    }
+
+    /// Needs a listener with a certificate: the target's TLS variant when
+    /// the target itself has none.
+    pub fn needs_tls(self) -> bool {
+        matches!(self, Proto::H2Tls | Proto::H3)
     }
 }
 

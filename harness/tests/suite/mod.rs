@@ -43,6 +43,7 @@ mod gate;
 mod golang;
 mod hostile;
 mod html;
+mod http3;
 mod integrity;
 mod launch;
 mod live;

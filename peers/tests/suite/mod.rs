@@ -2,6 +2,7 @@
 //! hyper clients for each protocol rig drives.
 
 mod endpoints;
+mod http3;
 mod live;
 mod shutdown;
 
@@ -76,16 +77,23 @@ impl Peer {
     }
 
     pub fn start_tls() -> Peer {
+        Peer::start_tls_with(&[])
+    }
+
+    /// `--tls` with the fixture certificate, plus `extra`.
+    pub fn start_tls_with(extra: &[&str]) -> Peer {
         let dir = tls_dir();
         let cert = dir.join("localhost.pem");
         let key = dir.join("localhost.key");
-        Peer::start(&[
+        let mut args = vec![
             "--tls",
             "--cert",
             cert.to_str().unwrap(),
             "--key",
             key.to_str().unwrap(),
-        ])
+        ];
+        args.extend_from_slice(extra);
+        Peer::start(&args)
     }
 
     /// Sends `sig` to this child only.
@@ -170,10 +178,7 @@ pub async fn tcp(port: u16) -> TcpStream {
 /// A TLS connection that verifies rig-peer against the fixture CA under
 /// the name `name`, offering `alpn`.
 pub async fn tls(port: u16, name: &str, alpn: &[&[u8]]) -> std::io::Result<TlsStream<TcpStream>> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(tls_dir().join("ca.pem")).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
+    let roots = fixture_roots();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -209,4 +214,13 @@ where
         .expect("h2 handshake");
     tokio::spawn(conn);
     sender
+}
+
+/// The fixture CA, the only root a test client trusts.
+pub fn fixture_roots() -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(tls_dir().join("ca.pem")).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    roots
 }

@@ -17,6 +17,7 @@
 //! h2c = true
 //! # h2_tls = { ca = "../../fixtures/tls/ca.pem", server_name = "localhost" }
 //! # h2_tls = { server_name = "localhost", insecure = true }  # any certificate
+//! # h3 = { ca = "../../fixtures/tls/ca.pem", server_name = "localhost" }  # UDP, same port
 //!
 //! [[endpoints]]
 //! path = "/plain"
@@ -51,6 +52,9 @@
 //!   (ALPN picks h2 or http/1.1) and gives the CA and server name to verify;
 //!   `insecure = true` accepts any certificate (a self-signed one that is its
 //!   own CA included) and is said in every report of a case that used it.
+//!   `h3` says HTTP/3 is served over QUIC on the UDP port of the same
+//!   number (as 443/tcp and 443/udp pair up), with its CA and server name;
+//!   with `port = "argv"` rig picks a port free for both TCP and UDP.
 //! - `tls_variant = "peer-tls.toml"`: the same implementation serving TLS
 //!   (a spec whose `[protocols]` has `h2_tls`); a run's TLS cases launch it,
 //!   so one `--target` covers cleartext and TLS.
@@ -196,11 +200,26 @@ pub struct Protocols {
     pub h1: bool,
     pub h2c: bool,
     pub h2_tls: Option<TlsSpec>,
+    /// HTTP/3 over QUIC on the UDP port of the same number (as servers
+    /// pair 443/tcp with 443/udp).
+    pub h3: Option<TlsSpec>,
     /// Raw TCP echo on the port.
     pub tcp_echo: bool,
     /// The path of a WebSocket echo.
     pub ws: Option<String>,
     pub sse: Option<SseSpec>,
+}
+
+impl Protocols {
+    /// Whether anything is served over TCP (everything but HTTP/3).
+    pub fn tcp(&self) -> bool {
+        self.h1
+            || self.h2c
+            || self.h2_tls.is_some()
+            || self.tcp_echo
+            || self.ws.is_some()
+            || self.sse.is_some()
+    }
 }
 
 /// A server-sent event stream: its path (with whatever query configures
@@ -410,6 +429,18 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> 
 }
 
 impl TargetSpec {
+    /// The transports whose listener on the port must be the target's:
+    /// TCP unless the spec serves HTTP/3 alone, and UDP as well when it
+    /// serves HTTP/3.
+    pub fn transports(&self) -> Vec<crate::launch::port::Transport> {
+        use crate::launch::port::Transport;
+        match (self.protocols.tcp(), self.protocols.h3.is_some()) {
+            (false, true) => vec![Transport::Udp],
+            (true, true) => vec![Transport::Tcp, Transport::Udp],
+            _ => vec![Transport::Tcp],
+        }
+    }
+
     /// Read, parse and validate a spec file. Warnings are dropped (use
     /// [`check_config`] to see them).
     pub fn load(path: impl AsRef<Path>) -> Result<TargetSpec, SpecError> {
@@ -472,6 +503,15 @@ impl TargetSpec {
                 false => format!("h2 over TLS ({})", t.server_name),
                 true => format!(
                     "h2 over TLS ({}, certificate NOT verified: insecure)",
+                    t.server_name
+                ),
+            });
+        }
+        if let Some(t) = &self.protocols.h3 {
+            protos.push(match t.insecure {
+                false => format!("h3 over QUIC, UDP ({})", t.server_name),
+                true => format!(
+                    "h3 over QUIC, UDP ({}, certificate NOT verified: insecure)",
                     t.server_name
                 ),
             });

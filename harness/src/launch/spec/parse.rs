@@ -265,33 +265,43 @@ fn readiness(d: &mut Diag, raw: &RawSpec) -> (Ready, Duration) {
     (ready, ready_timeout)
 }
 
-/// `[protocols]` (with the TLS CA) and `tls_variant`.
-fn listeners(d: &mut Diag, raw: &RawSpec, dir: &Path) -> (Protocols, Option<PathBuf>) {
-    let h2_tls = raw.protocols.h2_tls.as_ref().map(|spanned| {
-        let t = spanned.get_ref();
-        let ca = t.ca.as_ref().map(|c| {
-            let ca = under(dir, c.get_ref());
-            if !ca.is_file() {
-                d.error(
-                    c.span(),
-                    format!("h2_tls.ca: {} does not exist (relative paths are relative to the spec's directory {})", ca.display(), dir.display()),
-                );
-            }
-            ca
-        });
-        if ca.is_none() && !t.insecure {
+/// `h2_tls` or `h3` (`key`): the CA (which must exist) and server name.
+fn tls_spec(d: &mut Diag, key: &str, spanned: &Spanned<RawTls>, dir: &Path) -> TlsSpec {
+    let t = spanned.get_ref();
+    let ca = t.ca.as_ref().map(|c| {
+        let ca = under(dir, c.get_ref());
+        if !ca.is_file() {
             d.error(
-                spanned.span(),
-                "h2_tls: give `ca = \"FILE\"` (the CA that signed the server's certificate), \
-                 or `insecure = true` to accept any certificate",
+                c.span(),
+                format!("{key}.ca: {} does not exist (relative paths are relative to the spec's directory {})", ca.display(), dir.display()),
             );
         }
-        TlsSpec {
-            ca,
-            server_name: t.server_name.clone(),
-            insecure: t.insecure,
-        }
+        ca
     });
+    if ca.is_none() && !t.insecure {
+        d.error(
+            spanned.span(),
+            format!(
+                "{key}: give `ca = \"FILE\"` (the CA that signed the server's certificate), \
+                 or `insecure = true` to accept any certificate"
+            ),
+        );
+    }
+    TlsSpec {
+        ca,
+        server_name: t.server_name.clone(),
+        insecure: t.insecure,
+    }
+}
+
+/// `[protocols]` (with the TLS CA) and `tls_variant`.
+fn listeners(d: &mut Diag, raw: &RawSpec, dir: &Path) -> (Protocols, Option<PathBuf>) {
+    let h2_tls = raw
+        .protocols
+        .h2_tls
+        .as_ref()
+        .map(|t| tls_spec(d, "h2_tls", t, dir));
+    let h3 = raw.protocols.h3.as_ref().map(|t| tls_spec(d, "h3", t, dir));
     let ws = raw.protocols.ws.as_ref().map(|w| {
         if !w.get_ref().starts_with('/') {
             d.error(
@@ -324,6 +334,7 @@ fn listeners(d: &mut Diag, raw: &RawSpec, dir: &Path) -> (Protocols, Option<Path
         h1: raw.protocols.h1,
         h2c: raw.protocols.h2c,
         h2_tls,
+        h3,
         tcp_echo: raw.protocols.tcp_echo,
         ws,
         sse,

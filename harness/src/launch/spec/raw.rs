@@ -62,6 +62,7 @@ pub(super) struct RawProtocols {
     #[serde(default)]
     pub(super) h2c: bool,
     pub(super) h2_tls: Option<Spanned<RawTls>>,
+    pub(super) h3: Option<Spanned<RawTls>>,
     #[serde(default)]
     pub(super) tcp_echo: bool,
     pub(super) ws: Option<Spanned<String>>,
