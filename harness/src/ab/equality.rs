@@ -89,6 +89,33 @@ pub fn capture(addr: SocketAddr, path: &str, masks: &[String]) -> Result<Capture
     })
 }
 
+/// [`capture`] over HTTP/3 (`spec` names the server and its trust), for a
+/// target that serves nothing else: the status and headers in the order
+/// h3 gave them, as `HTTP/3 STATUS` and `name: value` lines, then the body.
+pub fn capture_h3(spec: &crate::load::LoadSpec, masks: &[String]) -> Result<Captured, String> {
+    let path = &spec.endpoint.path;
+    let f = crate::load::fetch_h3(spec).map_err(|e| format!("{path}: {e}"))?;
+    let mut head = format!("HTTP/3 {}\r\n", f.status);
+    for (k, v) in &f.headers {
+        let value = match masks.iter().any(|m| m.eq_ignore_ascii_case(k)) {
+            true => "<masked>".to_string(),
+            false => String::from_utf8_lossy(v).into_owned(),
+        };
+        head.push_str(&format!("{k}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let bytes = head.len() + f.body.len();
+    let body_text = match std::str::from_utf8(&f.body) {
+        Ok(t) => t.to_string(),
+        Err(_) => f.body.iter().map(|b| format!("\\x{b:02x}")).collect(),
+    };
+    Ok(Captured {
+        path: path.clone(),
+        bytes,
+        response: format!("{head}{body_text}"),
+    })
+}
+
 /// Where two arms' responses differ, one line per difference.
 pub fn differences(a: &[Captured], b: &[Captured]) -> Vec<String> {
     let mut out = Vec::new();

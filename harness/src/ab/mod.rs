@@ -151,6 +151,38 @@ pub struct AbReport {
     pub case_keys: std::collections::BTreeMap<String, String>,
 }
 
+/// One GET of `path` over HTTP/3 to `addr`, trusting what the spec's `h3`
+/// entry says.
+fn h3_fetch_spec(
+    addr: SocketAddr,
+    t: &crate::launch::spec::TlsSpec,
+    path: &str,
+) -> crate::load::LoadSpec {
+    crate::load::LoadSpec {
+        addr,
+        protocol: crate::load::Protocol::H3 {
+            ca_pem: t.ca.clone().unwrap_or_default(),
+            server_name: t.server_name.clone(),
+            insecure: t.insecure,
+        },
+        endpoint: crate::load::Endpoint {
+            path: path.to_string(),
+            expect: crate::load::Expect {
+                status: 200,
+                content_type: None,
+                body: crate::load::ExpectBody::Any,
+            },
+        },
+        connections: 1,
+        streams: 1,
+        client_cpus: None,
+        threads: Some(1),
+        spin: None,
+        request_timeout: crate::load::REQUEST_TIMEOUT,
+        deadline: None,
+    }
+}
+
 /// Send each endpoint of each arm's spec to a fresh server and compare.
 fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
     let paths: Vec<String> = s.arms[0]
@@ -179,8 +211,17 @@ fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
         let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), l.port);
         let mut got = Vec::new();
         for p in &paths {
+            // Plain HTTP/1.1 where the arm serves it; over HTTP/3 where that
+            // is all it serves.
+            let captured = match (&arm.spec.protocols.h3, arm.spec.protocols.tcp()) {
+                (Some(t), false) => {
+                    let ls = h3_fetch_spec(addr, t, p);
+                    equality::capture_h3(&ls, &s.masks)
+                }
+                _ => equality::capture(addr, p, &s.masks),
+            };
             got.push(
-                equality::capture(addr, p, &s.masks)
+                captured
                     .map_err(anyhow::Error::msg)
                     .with_context(|| format!("arm {} ({i})", arm.name))?,
             );

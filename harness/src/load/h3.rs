@@ -429,3 +429,73 @@ fn stream_failure(e: h3::error::StreamError, live: &Live, opening: bool) -> Fail
         None => Failure::Stream(format!("h3: {e}")),
     }
 }
+
+/// One response as it came: status, headers in order, whole body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fetched {
+    pub status: u16,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+}
+
+/// One GET of `spec`'s endpoint over HTTP/3 on a connection of its own,
+/// closed gracefully after (for `rig ab`'s check that the arms answer
+/// alike, where the target serves nothing but HTTP/3). Every step is
+/// bounded by the spec's request timeout.
+pub fn fetch(spec: &super::LoadSpec) -> Result<Fetched, String> {
+    let setup = Arc::new(Setup::new(spec).map_err(|e| e.to_string())?);
+    if setup.h3.is_none() {
+        return Err("fetch speaks HTTP/3 only".into());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let stats = Stats::new();
+        let live = handshake(&setup, &stats).await?;
+        let h3 = setup.h3.as_ref().expect("checked above");
+        let mut send = live.send.clone();
+        let get = async {
+            let req = http::Request::get(h3.uri.clone())
+                .body(())
+                .map_err(|e| e.to_string())?;
+            let mut stream = send
+                .send_request(req)
+                .await
+                .map_err(|e| format!("h3: {e}"))?;
+            stream.finish().await.map_err(|e| format!("h3: {e}"))?;
+            let resp = stream
+                .recv_response()
+                .await
+                .map_err(|e| format!("h3: {e}"))?;
+            let mut body = Vec::new();
+            while let Some(mut chunk) = stream.recv_data().await.map_err(|e| format!("h3: {e}"))? {
+                if body.len() + chunk.remaining() > MAX_BODY {
+                    return Err(format!("body longer than {} MiB", MAX_BODY >> 20));
+                }
+                while chunk.has_remaining() {
+                    let c = chunk.chunk();
+                    body.extend_from_slice(c);
+                    let n = c.len();
+                    chunk.advance(n);
+                }
+            }
+            Ok(Fetched {
+                status: resp.status().as_u16(),
+                headers: resp
+                    .headers()
+                    .iter()
+                    .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+                    .collect(),
+                body,
+            })
+        };
+        let r = bounded(&setup, get, |_| "h3: no response in time".to_string()).await;
+        live.quic.close(H3_NO_ERROR.into(), b"");
+        let _ = tokio::time::timeout(Duration::from_secs(1), live.endpoint.wait_idle()).await;
+        r
+    })
+}

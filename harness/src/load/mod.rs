@@ -30,6 +30,7 @@ pub mod dispatch;
 mod h1;
 mod h2;
 mod h3;
+pub use h3::{fetch as fetch_h3, Fetched};
 pub mod hist;
 pub mod live;
 mod open;

@@ -423,3 +423,130 @@ connections = [0, 8, 16]
     assert_eq!(slope.len(), 1, "{}", r.text);
     assert_eq!(slope[0]["status"], "ok", "{:#}", slope[0]);
 }
+
+/// A scratch directory removed at the end of a test.
+struct Scratch(tempfile::TempDir);
+
+impl Scratch {
+    fn new(matrix: &str) -> Scratch {
+        let d = tempfile::Builder::new()
+            .prefix("rig-h3-")
+            .tempdir()
+            .unwrap();
+        std::fs::write(d.path().join("m.toml"), matrix).unwrap();
+        Scratch(d)
+    }
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.path().join(name)
+    }
+}
+
+fn text_of(o: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+const CALIB_MATRIX: &str = r#"
+[defaults]
+warmup_ms = 100
+duration_ms = 300
+counted_requests = 300
+
+[[suite]]
+name = "h3calib"
+kind = "http"
+protocols = ["h3"]
+paths = ["/calib"]
+topologies = ["1x1"]
+"#;
+
+/// `rig gate` over an HTTP/3 case: blessed, the calibration route's
+/// getppid calls are exactly 2 per request at its site, and the gate
+/// passes its own baseline.
+#[test]
+fn gate_over_h3_blesses_the_exact_calibration_counts_and_passes_them() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = Scratch::new(CALIB_MATRIX);
+    let baseline = s.path("baseline.toml");
+    std::fs::write(
+        &baseline,
+        format!(
+            "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"h3calib\"\nrepeats = 2\nrequests = 300\nprobes = \"syscalls,alloc\"\n",
+            spec("peer-h3.toml"),
+            s.path("m.toml").display()
+        ),
+    )
+    .unwrap();
+    let bless = Command::new(rig_bin())
+        .args(["gate", "--bless", "--baseline"])
+        .arg(&baseline)
+        .output()
+        .unwrap();
+    assert_eq!(bless.status.code(), Some(exit::OK), "{}", text_of(&bless));
+    let blessed = std::fs::read_to_string(&baseline).unwrap();
+    let table: toml::Table = toml::from_str(&blessed).unwrap();
+    let counters = table["counters"].as_table().unwrap();
+    let getppid: Vec<(&String, f64)> = counters
+        .iter()
+        .filter(|(k, _)| k.starts_with("syscall getppid @") && k.contains("calib_work"))
+        .map(|(k, v)| (k, v["value"].as_float().unwrap()))
+        .collect();
+    assert_eq!(getppid.len(), 1, "{blessed}");
+    assert_eq!(getppid[0].1, 2.0, "{blessed}");
+    let check = Command::new(rig_bin())
+        .args(["gate", "--baseline"])
+        .arg(&baseline)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(exit::OK), "{}", text_of(&check));
+}
+
+/// `rig ab` of two identical rig-peer arms over HTTP/3: QUIC's own
+/// counters move with timing (acknowledgements, datagram batching), and
+/// none of them may be called a difference.
+#[test]
+fn ab_of_identical_arms_over_h3_finds_no_difference() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = Scratch::new(CALIB_MATRIX);
+    let out = Command::new(rig_bin())
+        .arg("ab")
+        .arg("--arm")
+        .arg(format!("A={}", spec("peer-h3.toml")))
+        .arg("--arm")
+        .arg(format!("B={}", spec("peer-h3.toml")))
+        .arg("--matrix")
+        .arg(s.path("m.toml"))
+        .arg("--out")
+        .arg(s.path("out"))
+        .args([
+            "--probes",
+            "syscalls,alloc",
+            "--rounds",
+            "2",
+            "--passes",
+            "counted",
+        ])
+        .args(["--suite", "h3calib"])
+        .output()
+        .unwrap();
+    let text = text_of(&out);
+    assert_eq!(out.status.code(), Some(exit::OK), "{text}");
+    let ab: Value = serde_json::from_slice(&std::fs::read(s.path("out/ab.json")).unwrap()).unwrap();
+    let metrics = ab["metrics"].as_array().unwrap();
+    assert!(!metrics.is_empty(), "{ab:#}");
+    for m in metrics {
+        let c = &m["vs_first"][0];
+        assert!(
+            c["verdict"] != "better" && c["verdict"] != "worse",
+            "{} decided: {c:#}",
+            m["metric"]
+        );
+    }
+    let evidence = ab["evidence"].as_str().unwrap();
+    assert!(!evidence.contains("executed different code"), "{evidence}");
+}
