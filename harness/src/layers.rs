@@ -127,6 +127,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fsutil",
             "html",
             "launch",
+            "load",
             "metrics",
             "probe",
             "report",

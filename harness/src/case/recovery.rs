@@ -104,13 +104,14 @@ fn cycle(
     let graceful = r.close == CloseKind::Graceful;
     let went_away = close(client, graceful, l, ready.fds);
     // h2 sends GOAWAY; h3 closes its QUIC connection with H3_NO_ERROR and
-    // waits until the server has had it.
+    // waits out QUIC's draining period (three probe timeouts), after which
+    // the server has either had the close or the connection is gone.
     let multiplexed = match ls.protocol {
         Protocol::H2c | Protocol::H2Tls { .. } => {
             Some("h2 connections went away gracefully (GOAWAY, then closed)")
         }
         Protocol::H3 { .. } => Some(
-            "h3 connections closed gracefully (CONNECTION_CLOSE with H3_NO_ERROR, acknowledged)",
+            "h3 connections closed gracefully (CONNECTION_CLOSE with H3_NO_ERROR, then drained)",
         ),
         _ => None,
     };

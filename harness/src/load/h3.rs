@@ -213,7 +213,9 @@ impl H3Conn {
     }
 
     /// Close gracefully: CONNECTION_CLOSE with H3_NO_ERROR, then wait (up to
-    /// `wait`) until the server has had it. True when it went in time.
+    /// `wait`) for QUIC's draining period (three probe timeouts) to end,
+    /// by which the close has reached the server or the path is gone.
+    /// True when it ended in time.
     pub async fn go_away(&self, wait: Duration) -> bool {
         let Some((_, live)) = self.current.borrow_mut().take() else {
             return false;

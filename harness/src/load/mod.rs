@@ -242,14 +242,8 @@ impl Handshakes {
         self.quic += o.quic;
         self.h3 += o.h3;
     }
-    /// "4 TCP, 4 TLS, 4 h2", or "4 UDP, 4 QUIC, 4 h3" for a load that
-    /// was all HTTP/3.
-    pub fn describe(&self) -> String {
-        self.describe_as(self.udp > 0 && self.tcp == 0)
-    }
-
-    /// [`Handshakes::describe`] for a load known to be HTTP/3 (`quic`) or
-    /// not, which a window without handshakes cannot tell.
+    /// "4 TCP, 4 TLS, 4 h2", or "4 UDP, 4 QUIC, 4 h3" for a load known to
+    /// be HTTP/3 (`quic`; a window without handshakes cannot tell).
     pub fn describe_as(&self, quic: bool) -> String {
         match quic {
             true => format!("{} UDP, {} QUIC, {} h3", self.udp, self.quic, self.h3),

@@ -229,7 +229,16 @@ fn recovery_lines(results: &[CaseResult]) -> String {
                     c.cycle,
                     c.succeeded,
                     c.scheduled,
-                    c.handshakes.describe(),
+                    match c.handshakes.udp > 0 {
+                        true => format!(
+                            "{} udp/{} quic/{} h3",
+                            c.handshakes.udp, c.handshakes.quic, c.handshakes.h3
+                        ),
+                        false => format!(
+                            "{} tcp/{} tls/{} h2",
+                            c.handshakes.tcp, c.handshakes.tls, c.handshakes.h2
+                        ),
+                    },
                     c.fds_delta,
                     c.rss_after_bytes as f64 / (1024.0 * 1024.0)
                 )
