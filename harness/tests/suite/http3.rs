@@ -453,7 +453,7 @@ const CALIB_MATRIX: &str = r#"
 [defaults]
 warmup_ms = 100
 duration_ms = 300
-counted_requests = 300
+counted_requests = 200
 
 [[suite]]
 name = "h3calib"
@@ -475,7 +475,7 @@ fn gate_over_h3_blesses_the_exact_calibration_counts_and_passes_them() {
     std::fs::write(
         &baseline,
         format!(
-            "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"h3calib\"\nrepeats = 2\nrequests = 300\nprobes = \"syscalls,alloc\"\n",
+            "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"h3calib\"\nrepeats = 2\nrequests = 200\nprobes = \"syscalls\"\n",
             spec("peer-h3.toml"),
             s.path("m.toml").display()
         ),
