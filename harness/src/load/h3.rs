@@ -237,13 +237,14 @@ impl H3Conn {
     /// The current connection, made again if it broke.
     async fn get(&self, stats: &Stats) -> Result<(u64, Rc<Live>), String> {
         loop {
-            if let Some((g, l)) = self.current.borrow().as_ref() {
-                if !l.closed.get() {
-                    return Ok((*g, l.clone()));
-                }
-            }
-            if let Some((g, _)) = self.current.borrow().as_ref().map(|(g, l)| (*g, l.clone())) {
-                self.broke(g);
+            // The borrow ends with this statement: `broke` borrows mutably.
+            let current = self.current.borrow().clone();
+            match current {
+                Some((g, l)) if !l.closed.get() => return Ok((g, l)),
+                // Closed while idle (the server's idle timeout, GOAWAY):
+                // made again below.
+                Some((g, _)) => self.broke(g),
+                None => {}
             }
             if self.dead() {
                 return Err(LOST.into());

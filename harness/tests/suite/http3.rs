@@ -219,6 +219,48 @@ fn h3_against_aioquic_a_server_not_written_here() {
     assert_eq!(r.errors.get("body mismatch"), Some(&40), "{:?}", r.errors);
 }
 
+/// A server that closes each connection (CONNECTION_CLOSE, no GOAWAY
+/// first) right after 10 responses: the client makes the connection again
+/// and goes on. The request the client sent before the close reached it,
+/// and a response the close overtook, fail under the close's kind, never
+/// silently and never as `connection lost`: the ledger still adds up.
+#[test]
+fn h3_connections_the_server_closes_are_made_again() {
+    let srv = aioquic(&["--close-after", "10"]);
+    let mut c = Client::connect(&spec_of(srv.port, "/plain", hello(), 1, 1)).unwrap();
+    let r = run(&mut c, Mode::FixedCount { requests: 100 });
+    assert_eq!(r.sent, 100);
+    assert_eq!(r.succeeded + r.errors_total(), 100);
+    assert!(
+        r.succeeded >= 50,
+        "{} succeeded, {:?}",
+        r.succeeded,
+        r.errors
+    );
+    assert!(
+        r.errors
+            .keys()
+            .all(|k| k.starts_with("quic: closed by the server")),
+        "{:?}",
+        r.errors
+    );
+    // A close after every 10 answers on one connection: one connection
+    // made again per 10 successes at least (less the last).
+    let made = r.handshakes.quic;
+    assert!(
+        made >= r.succeeded / 10 - 1,
+        "{made} for {} successes",
+        r.succeeded
+    );
+    assert_eq!(
+        (r.handshakes.udp, r.handshakes.h3),
+        (made, made),
+        "{:?}",
+        r.handshakes
+    );
+    assert_eq!(r.handshakes.tcp, 0);
+}
+
 /// `rig attach --drive https://… --protocol h3` on rig-peer's calibration
 /// route: its handler makes exactly `CALIB_GETPPID` getppid calls and
 /// `CALIB_ALLOCS` blocks of `CALIB_ALLOC_SIZE` bytes per request, whatever
