@@ -165,6 +165,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "bisect",
         &[
             "compare", "exit", "funchash", "gitfacts", "launch", "probe", "run", "scenario",
+            "stats",
         ],
     ),
     // The small commands (attach and demo output, instructions,

@@ -230,6 +230,21 @@ const PER_REQUEST: &[(&str, &str, bool)] = &[
     ("involuntary_cs", "involuntary cs/req", false),
 ];
 
+/// How the metric `name` (as `rig compare` names it) moves between
+/// readings of one build, and whether the clean pass (no probes) measures
+/// it: the timing totals of the clean pass, the scheduling-dependent
+/// totals of the counted pass, and every other name (the exact totals,
+/// per-site counters, `syscall NAME`) an exact counter of the counted pass.
+pub fn kind_of(name: &str) -> (Kind, bool) {
+    if TIMING.iter().any(|(n, _)| *n == name) {
+        return (Kind::Timing, true);
+    }
+    match PER_REQUEST.iter().find(|(_, n, _)| *n == name) {
+        Some((_, _, false)) => (Kind::Timing, false),
+        _ => (Kind::Exact, false),
+    }
+}
+
 fn round(c: &Value) -> Round {
     let mut r = Round::default();
     for (name, ptr) in TIMING {
@@ -379,5 +394,15 @@ mod tests {
         assert_eq!(r.values["malloc bytes @ f"].value, 48.0);
         assert_eq!(r.values["syscall read"].value, 1.0);
         assert!(r.families.contains("alloc") && !r.families.contains("copy"));
+    }
+
+    #[test]
+    fn a_metric_name_says_its_kind_and_its_pass() {
+        assert_eq!(kind_of("rps"), (Kind::Timing, true));
+        assert_eq!(kind_of("latency p99 µs"), (Kind::Timing, true));
+        assert_eq!(kind_of("server CPU µs/req"), (Kind::Timing, true));
+        assert_eq!(kind_of("voluntary cs/req"), (Kind::Timing, false));
+        assert_eq!(kind_of("allocs/req"), (Kind::Exact, false));
+        assert_eq!(kind_of("malloc calls @ f"), (Kind::Exact, false));
     }
 }

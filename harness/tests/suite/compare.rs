@@ -472,3 +472,120 @@ fn compare_refuses_to_align_cases_measured_with_different_settings() {
     );
     assert!(err.contains("but 500 in R2"), "{err}");
 }
+
+#[test]
+fn bisect_on_a_timing_metric_measures_repeats_and_ends_with_an_interval() {
+    // The clean pass only: no probes, no root needed.
+    let d = tempfile::Builder::new()
+        .prefix("rig-bisect-timing-")
+        .tempdir()
+        .unwrap();
+    let repo = d.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    let src = repo.join("calib_server.c");
+    std::fs::copy(self::repo().join("fixtures/calib/calib_server.c"), &src).unwrap();
+    std::fs::write(repo.join("build.sh"), BUILD_SH).unwrap();
+    std::fs::write(repo.join("spec.toml"), SPEC).unwrap();
+    std::fs::write(repo.join(".gitignore"), "build/\n").unwrap();
+    let good = commit(&repo, "import the calibration server");
+    std::fs::write(repo.join("README"), "the calibration server\n").unwrap();
+    let readme = commit(&repo, "docs: a README");
+    // 3 ms more sleep per request: p50 goes from ~0.2 ms to over 3 ms.
+    edit(
+        &src,
+        "struct timespec ts = { 0, g_sleep_ns };",
+        "struct timespec ts = { 0, g_sleep_ns + 3000000 };",
+    );
+    let slow = commit(&repo, "calib_sleep: 3 ms more");
+    edit(
+        &src,
+        "/* Raw syscall(2) so glibc",
+        "/* A comment.\n * Raw syscall(2) so glibc",
+    );
+    let bad = commit(&repo, "calib_syscalls: a comment");
+    let path = [&good, &readme, &slow, &bad];
+
+    let o = Command::new(rig_bin())
+        .arg("bisect")
+        .arg("--repo")
+        .arg(&repo)
+        .args(["--build", "sh build.sh"])
+        .arg("--target")
+        .arg(repo.join("spec.toml"))
+        .args(["--good", &good, "--bad", &bad])
+        .args(["--counter", "latency p50 µs", "--repeats", "3"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // A machine too noisy to tell 3 ms apart refuses, saying so.
+    if o.status.code() == Some(exit::USAGE) {
+        assert!(text.contains("not more than the noise band"), "{text}");
+        return;
+    }
+    assert_eq!(o.status.code(), Some(exit::OK), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with(&format!(
+            "rig bisect: 4 commits from {} (good) to {} (bad), counter `latency p50 µs` \
+             (timing: median of 3 clean windows per commit)",
+            &good[..12],
+            &bad[..12]
+        )),
+        "{text}"
+    );
+    // Each commit measured: its id, the median, its three repeats.
+    let evidence = |c: &str| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(&format!("  {}  ", &c[..12])))
+            .copied()
+    };
+    for c in [&good, &bad] {
+        let l = evidence(c).unwrap_or_else(|| panic!("no evidence of {c}: {text}"));
+        let repeats = l.split_once("  (").map(|(_, r)| r).unwrap_or_default();
+        assert_eq!(repeats.split(", ").count(), 3, "{l}");
+    }
+    assert!(lines[3].starts_with("  band ±"), "{text}");
+    assert!(
+        lines[3].contains("good-like") && lines[3].contains("bad-like"),
+        "{text}"
+    );
+    // Every commit between: measured and classified, or never reached.
+    for c in &path[1..3] {
+        if let Some(l) = evidence(c) {
+            assert!(
+                ["good-like", "bad-like", "ambiguous"]
+                    .iter()
+                    .any(|s| l.contains(&format!("  {s}  "))),
+                "{l}"
+            );
+        }
+    }
+    // It ends at one commit of the path with its parent, or stops at an
+    // ambiguous one with the interval it had.
+    if let Some(l) = lines
+        .iter()
+        .find(|l| l.starts_with("first commit where `latency p50 µs` moved: "))
+    {
+        let id = &l["first commit where `latency p50 µs` moved: ".len()..][..12];
+        assert!(path[1..].iter().any(|c| c.starts_with(id)), "{text}");
+        assert!(text.contains("builds measured)"), "{text}");
+        assert!(text.contains("  functions: "), "{text}");
+    } else {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("ambiguous: `latency p50 µs` at ")),
+            "{text}"
+        );
+        assert!(
+            lines.iter().any(|l| l.starts_with("interval: after ")),
+            "{text}"
+        );
+    }
+}
