@@ -21,7 +21,9 @@
 //! `rig compare`'s (`series::band`), from the repeats of good and bad:
 //! good and bad must be further apart than it, and a commit is good-like
 //! or bad-like when its median is inside that end's band (the nearer end
-//! when inside both).
+//! when inside both). A per-site counter's function is followed through
+//! renames (the same code under a new name, by `funchash`), from each
+//! commit measured to the next measured after it on the path.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,6 +67,31 @@ pub struct Measured {
     pub value: f64,
     /// The executable as built, kept for the function diff.
     pub exe: Option<PathBuf>,
+    /// The counter's name here: a per-site counter's function renamed
+    /// (the same code under a new name) is read under its new name.
+    pub counter: String,
+    /// The build's functions, when its executable could be hashed.
+    pub functions: Option<Vec<crate::funchash::FunctionHash>>,
+    /// The run directory the readings are in.
+    pub dir: PathBuf,
+}
+
+/// The name of `counter` (as given) in a build whose functions are `now`,
+/// followed from the build measured `before` it on the path: its name
+/// there, renamed when the function is renamed between the two builds.
+fn followed(
+    counter: &str,
+    before: Option<&Measured>,
+    now: Option<&[crate::funchash::FunctionHash]>,
+) -> String {
+    let Some(b) = before else {
+        return counter.to_string();
+    };
+    match (&b.functions, now) {
+        (Some(a), Some(now)) => renamed_counter(&b.counter, a, now),
+        _ => None,
+    }
+    .unwrap_or_else(|| b.counter.clone())
 }
 
 /// The repository's worktree for the bisection, removed on drop.
@@ -195,7 +222,7 @@ fn worktree_spec(s: &BisectSettings, wt: &Path, scratch: &Path) -> Result<Target
 /// The readings of `counter` in a finished run directory, one per round
 /// (a name of `rig compare`'s; a per-site counter absent from a window is
 /// 0 there), and the executable that ran.
-fn counter_values(dir: &Path, counter: &str) -> Result<(Vec<f64>, Option<PathBuf>)> {
+fn counter_values(dir: &Path, counter: &str) -> Result<Vec<f64>> {
     let readings = crate::compare::read_dir(dir)?;
     let r = &readings[0];
     let rounds: Vec<&crate::compare::read::Round> =
@@ -222,7 +249,27 @@ fn counter_values(dir: &Path, counter: &str) -> Result<(Vec<f64>, Option<PathBuf
             }
         }
     }
-    Ok((values, r.exe.clone()))
+    Ok(values)
+}
+
+/// The executable a finished run directory ran, if it is still there.
+fn exe_of(dir: &Path) -> Option<PathBuf> {
+    crate::compare::read_dir(dir).ok()?.first()?.exe.clone()
+}
+
+/// The name of per-site counter `counter` (`KIND @ FUNCTION`) in a build
+/// whose functions are `now`, when its function is renamed there from
+/// an earlier build's (`good`: the same code under another name); `None`
+/// when it is not a per-site counter or its function kept its name.
+pub fn renamed_counter(
+    counter: &str,
+    good: &[crate::funchash::FunctionHash],
+    now: &[crate::funchash::FunctionHash],
+) -> Option<String> {
+    let (kind, f) = counter.split_once(" @ ")?;
+    let d = crate::funchash::diff(good, now);
+    let (_, new) = d.renamed.iter().find(|(old, _)| old == f)?;
+    Some(format!("{kind} @ {new}"))
 }
 
 /// Which end of the bisection a commit's reading is like.
@@ -314,12 +361,13 @@ pub enum Outcome {
 }
 
 /// Binary search of a path of `len` commits whose first is good-like and
-/// last bad-like: `side(i)` measures and classifies commit `i`.
-pub fn search(len: usize, mut side: impl FnMut(usize) -> Result<Side>) -> Result<Outcome> {
+/// last bad-like: `side(i, lo)` measures and classifies commit `i`; `lo`
+/// is the nearest commit before it already measured (good-like).
+pub fn search(len: usize, mut side: impl FnMut(usize, usize) -> Result<Side>) -> Result<Outcome> {
     let (mut lo, mut hi) = (0, len - 1);
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
-        match side(mid)? {
+        match side(mid, lo)? {
             Side::Good => lo = mid,
             Side::Bad => hi = mid,
             Side::Ambiguous => return Ok(Outcome::Ambiguous { at: mid, lo, hi }),
@@ -357,7 +405,10 @@ struct Session<'a> {
 }
 
 impl Session<'_> {
-    fn measure(&self, commit: &str) -> Result<Measured> {
+    /// Build and measure `commit`; a per-site counter is read under the
+    /// name its function has there, followed from `before` (a commit
+    /// measured earlier on the path: its name, its functions).
+    fn measure(&self, commit: &str, before: Option<&Measured>) -> Result<Measured> {
         let short = &commit[..12];
         let subject = git(&self.s.repo, &["log", "-1", "--format=%s", commit]).unwrap_or_default();
         self.wt.checkout(commit)?;
@@ -408,7 +459,12 @@ impl Session<'_> {
                 r.reasons.join("; ")
             );
         }
-        let (values, exe) = counter_values(&dir, &self.s.counter)?;
+        let exe = exe_of(&dir);
+        let functions = exe
+            .as_deref()
+            .and_then(|e| crate::funchash::hash_functions(e).ok());
+        let counter = followed(&self.s.counter, before, functions.as_deref());
+        let values = counter_values(&dir, &counter)?;
         // The worktree's executable is rebuilt by the next commit: keep it.
         let exe = exe.and_then(|e| {
             let kept = self.scratch.join("exe").join(short);
@@ -417,18 +473,21 @@ impl Session<'_> {
             Some(kept)
         });
         Ok(Measured {
+            dir,
+            functions,
             commit: commit.to_string(),
             subject,
             value: crate::stats::median(&values).unwrap_or(f64::NAN),
             values,
             exe,
+            counter,
         })
     }
 }
 
 /// The evidence line of one commit: its id, its reading (the median of
 /// its repeats, then every repeat), how it was classified, its subject.
-fn evidence(m: &Measured, side: Option<Side>) -> String {
+fn evidence(m: &Measured, counter: &str, side: Option<Side>) -> String {
     let repeats = if m.values.len() > 1 {
         format!(
             "  ({})",
@@ -447,8 +506,12 @@ fn evidence(m: &Measured, side: Option<Side>) -> String {
         Some(Side::Ambiguous) => "  ambiguous",
         None => "",
     };
+    let name = match m.counter.split_once(" @ ") {
+        Some((_, f)) if m.counter != counter => format!("  (at {f}, renamed)"),
+        _ => String::new(),
+    };
     format!(
-        "  {}  {:>10}{repeats}{side}  {}",
+        "  {}  {:>10}{repeats}{side}{name}  {}",
         &m.commit[..12],
         num(m.value),
         m.subject
@@ -475,6 +538,10 @@ pub enum End {
         /// The functions of `first`'s build against `parent`'s, or why
         /// not.
         functions: Result<crate::funchash::FunctionDiff, String>,
+        /// For a per-site counter: whether `first` changed a line of its
+        /// function (under any name it had, in a file followed through
+        /// renames).
+        touched: Option<crate::compare::touched::Touched>,
     },
     /// A commit like neither end: the bisection stops with the interval
     /// it had, `lo` (good-like) to `hi` (bad-like), and the commits after
@@ -572,8 +639,8 @@ pub fn bisect(s: &BisectSettings, stop: &AtomicBool) -> Result<Found> {
     let mut m: Vec<Option<Measured>> = vec![None; path.len()];
     let last = path.len() - 1;
     for i in [0, last] {
-        let v = session.measure(&path[i])?;
-        crate::outln!("{}", evidence(&v, None));
+        let v = session.measure(&path[i], m[0].as_ref())?;
+        crate::outln!("{}", evidence(&v, &s.counter, None));
         m[i] = Some(v);
     }
     let g = m[0].clone().unwrap();
@@ -619,14 +686,33 @@ pub fn bisect(s: &BisectSettings, stop: &AtomicBool) -> Result<Found> {
         );
     }
     let mut measured = 2;
-    let outcome = search(path.len(), |mid| {
-        let v = session.measure(&path[mid])?;
+    let outcome = search(path.len(), |mid, lo| {
+        let v = session.measure(&path[mid], m[lo].as_ref())?;
         measured += 1;
         let side = ends.classify(v.value);
-        crate::outln!("{}", evidence(&v, Some(side)));
+        crate::outln!("{}", evidence(&v, &s.counter, Some(side)));
         m[mid] = Some(v);
         Ok(side)
     })?;
+    // Bad was read with its function's name followed from good alone; a
+    // rename that came with a change (so the hashes do not pair the two
+    // names) shows only step by step, through the commits measured since.
+    if let Some(pred) = (1..last).rev().find(|i| m[*i].is_some()) {
+        let bad = m[last].as_ref().unwrap();
+        let name = followed(&s.counter, m[pred].as_ref(), bad.functions.as_deref());
+        if name != bad.counter {
+            let values = counter_values(&bad.dir, &name)?;
+            let bad = m[last].as_mut().unwrap();
+            bad.value = crate::stats::median(&values).unwrap_or(f64::NAN);
+            bad.values = values;
+            bad.counter = name;
+            crate::outln!(
+                "{}  (bad, read again: its function followed through the commits measured)",
+                evidence(bad, &s.counter, None)
+            );
+        }
+    }
+    let b = m[last].clone().unwrap();
     let end = match outcome {
         Outcome::Found { parent, first } => {
             let (parent, first) = (m[parent].clone().unwrap(), m[first].clone().unwrap());
@@ -642,10 +728,33 @@ pub fn bisect(s: &BisectSettings, stop: &AtomicBool) -> Result<Found> {
                     .map_err(|e| e.to_string()),
                 _ => Err("the run named no executable".to_string()),
             };
+            let touched = crate::compare::read::site_function(&s.counter).map(|f| {
+                let mut names = vec![f.to_string()];
+                for m in [&parent, &first] {
+                    if let Some(g) = crate::compare::read::site_function(&m.counter) {
+                        if !names.iter().any(|n| n == g) {
+                            names.push(g.to_string());
+                        }
+                    }
+                }
+                let line = git(&s.repo, &["log", "-1", "--format=%h %s", &first.commit])
+                    .unwrap_or_else(|| first.commit.clone());
+                crate::compare::touched::touched(
+                    &s.repo,
+                    &[crate::compare::touched::Commit {
+                        id: first.commit.clone(),
+                        line,
+                    }],
+                    f,
+                    &names,
+                    &Default::default(),
+                )
+            });
             End::First {
                 first,
                 parent,
                 functions,
+                touched,
             }
         }
         Outcome::Ambiguous { at, lo, hi } => End::Ambiguous {
@@ -679,12 +788,13 @@ pub fn command(s: &BisectSettings, stop: &AtomicBool) -> Result<i32> {
         }
         Err(e) => return Err(e),
     };
-    let (p, c, functions) = match &f.end {
+    let (p, c, functions, touched) = match &f.end {
         End::First {
             first,
             parent,
             functions,
-        } => (parent, first, functions),
+            touched,
+        } => (parent, first, functions, touched),
         End::Ambiguous {
             at,
             lo,
@@ -756,6 +866,9 @@ pub fn command(s: &BisectSettings, stop: &AtomicBool) -> Result<i32> {
             )
         ),
         Err(e) => crate::outln!("  functions: not hashed: {e}"),
+    }
+    if let Some(t) = touched {
+        crate::outln!("  {}", t.message);
     }
     Ok(crate::exit::OK)
 }
@@ -860,7 +973,7 @@ mod tests {
     fn run_search(readings: &[f64]) -> (Outcome, Vec<usize>) {
         let e = timing_ends();
         let mut asked = Vec::new();
-        let o = search(readings.len(), |i| {
+        let o = search(readings.len(), |i, _| {
             asked.push(i);
             Ok(e.classify(readings[i]))
         })
@@ -909,6 +1022,29 @@ mod tests {
             }
         );
         assert!(asked.is_empty());
+    }
+
+    #[test]
+    fn a_site_counter_follows_its_function_renamed_since_good() {
+        let f = |name: &str, hash: &str| crate::funchash::FunctionHash {
+            name: name.into(),
+            addr: 0,
+            size: 1,
+            hash: hash.into(),
+        };
+        let good = [f("calib_alloc_small", "1"), f("calib_request", "2")];
+        let renamed = [f("calib_alloc_three", "1"), f("calib_request", "2")];
+        assert_eq!(
+            renamed_counter("malloc calls @ calib_alloc_small", &good, &renamed),
+            Some("malloc calls @ calib_alloc_three".to_string())
+        );
+        // Renamed and changed: not the same function, not followed.
+        let changed = [f("calib_alloc_three", "9"), f("calib_request", "2")];
+        assert_eq!(
+            renamed_counter("malloc calls @ calib_alloc_small", &good, &changed),
+            None
+        );
+        assert_eq!(renamed_counter("allocs/req", &good, &renamed), None);
     }
 
     #[test]

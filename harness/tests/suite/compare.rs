@@ -589,3 +589,97 @@ fn bisect_on_a_timing_metric_measures_repeats_and_ends_with_an_interval() {
         );
     }
 }
+
+#[test]
+fn bisect_follows_a_renamed_file_and_function_to_the_commit_that_adds_the_allocation() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let d = tempfile::Builder::new()
+        .prefix("rig-bisect-rename-")
+        .tempdir()
+        .unwrap();
+    let repo = d.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    std::fs::copy(
+        self::repo().join("fixtures/calib/calib_server.c"),
+        repo.join("calib_server.c"),
+    )
+    .unwrap();
+    std::fs::write(repo.join("build.sh"), BUILD_SH).unwrap();
+    std::fs::write(repo.join("spec.toml"), SPEC).unwrap();
+    std::fs::write(repo.join(".gitignore"), "build/\n").unwrap();
+    let good = commit(&repo, "import the calibration server");
+    // The source file moves, then the counter's function is renamed (the
+    // same code under a new name), then that function gets one more
+    // allocation.
+    git(&repo, &["mv", "calib_server.c", "server.c"]);
+    edit(&repo.join("build.sh"), "calib_server.c", "server.c");
+    commit(&repo, "calib_server.c is server.c");
+    let src = repo.join("server.c");
+    let text = std::fs::read_to_string(&src).unwrap();
+    std::fs::write(&src, text.replace("calib_alloc_small", "calib_alloc_three")).unwrap();
+    commit(&repo, "rename calib_alloc_small to calib_alloc_three");
+    edit(&src, "    void *p[3];\n", "    void *p[4];\n");
+    edit(
+        &src,
+        "/* SITE:alloc_small_c */\n",
+        "/* SITE:alloc_small_c */\n    p[3] = malloc(g_sz_small);\n",
+    );
+    edit(
+        &src,
+        "/* SITE:free_small_c */\n",
+        "/* SITE:free_small_c */\n    free(p[3]);\n",
+    );
+    let adding = commit(&repo, "calib_alloc_three: a fourth allocation");
+    edit(
+        &src,
+        "/* Raw syscall(2) so glibc",
+        "/* A comment only.\n * Raw syscall(2) so glibc",
+    );
+    let bad = commit(&repo, "calib_syscalls: a comment");
+
+    let o = Command::new(rig_bin())
+        .arg("bisect")
+        .arg("--repo")
+        .arg(&repo)
+        .args(["--build", "sh build.sh"])
+        .arg("--target")
+        .arg(repo.join("spec.toml"))
+        .args(["--good", &good, "--bad", &bad])
+        .args([
+            "--counter",
+            "malloc calls @ calib_alloc_small",
+            "--requests",
+            "50",
+        ])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(exit::OK), "{text}");
+    assert!(
+        text.contains(&format!(
+            "first commit where `malloc calls @ calib_alloc_small` moved: {} \
+             calib_alloc_three: a fourth allocation",
+            &adding[..12]
+        )),
+        "{text}"
+    );
+    assert!(text.contains("  3 → 4 (+1) against "), "{text}");
+    assert!(
+        text.contains("(at calib_alloc_three, renamed)"),
+        "the renamed function's counter read under its new name: {text}"
+    );
+    // Bad's function was renamed and changed since good: followed only
+    // through the commits measured between them.
+    assert!(text.contains("(bad, read again: "), "{text}");
+    assert!(text.contains("changed: calib_alloc_three"), "{text}");
+    assert!(
+        text.contains(&format!("\n  {} touched calib_alloc_small\n", &adding[..7])),
+        "{text}"
+    );
+}
