@@ -1027,6 +1027,7 @@ mod tests {
     #[test]
     fn a_site_counter_follows_its_function_renamed_since_good() {
         let f = |name: &str, hash: &str| crate::funchash::FunctionHash {
+            module: None,
             name: name.into(),
             addr: 0,
             size: 1,
