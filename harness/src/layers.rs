@@ -141,6 +141,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "case",
             "exit",
             "fsutil",
+            "gitfacts",
             "host",
             "html",
             "interrupt",
@@ -169,13 +170,14 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // The small commands (attach and demo output, instructions,
-    // probe-cost, check-config, report).
+    // probe-cost, check-config, funcdiff, report).
     (
         "commands",
         &[
             "exit",
             "flamegraph",
             "fsutil",
+            "funchash",
             "host",
             "html",
             "interrupt",

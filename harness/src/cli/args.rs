@@ -39,6 +39,19 @@ pub enum Cmd {
     Compare(CompareArgs),
     /// The first commit between a good and a bad one where a counter moved (builds in a temporary worktree).
     Bisect(BisectArgs),
+    /// Which functions two builds of an ELF file (executables or shared objects) add, remove, change or rename.
+    Funcdiff(FuncdiffArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FuncdiffArgs {
+    /// The first build (the old one).
+    pub a: PathBuf,
+    /// The second build (the new one).
+    pub b: PathBuf,
+    /// Also write the diff as JSON here (a new file).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -152,6 +152,10 @@ pub fn run() -> Result<i32> {
                 html: c.html.clone(),
             })
         }
+        Cmd::Funcdiff(f) => {
+            new_output_file("--json", &f.json)?;
+            crate::commands::funcdiff::command(&f.a, &f.b, f.json.as_deref())
+        }
         Cmd::Bisect(b) => {
             let s = bisect_settings(&b)?;
             // A timing metric is read from the clean pass: no probes.

@@ -683,3 +683,73 @@ fn bisect_follows_a_renamed_file_and_function_to_the_commit_that_adds_the_alloca
         "{text}"
     );
 }
+
+#[test]
+fn funcdiff_names_the_functions_two_library_builds_change_and_add() {
+    // Variant e of libcalibwork.so is a's work plus a known loop
+    // (fixtures/calib/COSTS.md, "A/B fixtures"): calibwork_spin, called
+    // from calibwork_request; b compiles out one allocation of
+    // calibwork_alloc; d differs from a by a string no function reads.
+    let d = tempfile::tempdir().unwrap();
+    let json = d.path().join("e.json");
+    let (a, e) = (
+        rig_fixtures::calibwork_so('a'),
+        rig_fixtures::calibwork_so('e'),
+    );
+    let o = Command::new(rig_bin())
+        .arg("funcdiff")
+        .arg(&a)
+        .arg(&e)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(
+        o.status.code(),
+        Some(exit::OK),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        text,
+        format!(
+            "a: {}\nb: {}\nchanged  calibwork_request\nadded    calibwork_spin\n4 identical\n",
+            a.display(),
+            e.display()
+        )
+    );
+    let j: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(j["changed"], serde_json::json!(["calibwork_request"]));
+    assert_eq!(j["added"], serde_json::json!(["calibwork_spin"]));
+    assert_eq!(j["removed"], serde_json::json!([]));
+    assert_eq!(j["renamed"], serde_json::json!([]));
+    assert_eq!(j["identical"], 4);
+    assert_eq!(j["a"], a.display().to_string());
+
+    let diff = |v: char| {
+        let o = Command::new(rig_bin())
+            .arg("funcdiff")
+            .arg(&a)
+            .arg(rig_fixtures::calibwork_so(v))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        text.lines().skip(2).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(diff('b'), "changed  calibwork_alloc\n4 identical");
+    assert_eq!(diff('d'), "5 identical");
+    // A file that is no ELF: the error names it.
+    let o = Command::new(rig_bin())
+        .arg("funcdiff")
+        .arg(&a)
+        .arg(&json)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(exit::ERROR), "{err}");
+    assert!(
+        err.contains(&format!("{}: not an ELF file rig can read", json.display())),
+        "{err}"
+    );
+}
