@@ -753,3 +753,181 @@ fn funcdiff_names_the_functions_two_library_builds_change_and_add() {
         "{err}"
     );
 }
+
+/// One case of the A/B fixtures, counted only, small.
+const DYN_MATRIX: &str = r#"[defaults]
+warmup_ms = 50
+duration_ms = 100
+counted_requests = 100
+
+[[suite]]
+name = "work"
+kind = "http"
+protocols = ["h1"]
+paths = ["/work"]
+topologies = ["1"]
+"#;
+
+/// Run rig with `args`; its exit code and its output (stdout, stderr).
+fn rig(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+    let o = Command::new(rig_bin()).args(args).output().unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.code(), text)
+}
+
+#[test]
+fn compare_aligns_the_cases_of_a_run_an_ab_and_a_gate_and_tells_their_libraries_apart() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let d = tempfile::Builder::new()
+        .prefix("rig-compare-dirs-")
+        .tempdir()
+        .unwrap();
+    let root = d.path();
+    let matrix = root.join("m.toml");
+    std::fs::write(&matrix, DYN_MATRIX).unwrap();
+    let s = |p: &Path| p.as_os_str().to_owned();
+    let spec_of = |v: char| std::ffi::OsString::from(super::spec(&format!("calib-dyn-{v}.toml")));
+    let (run, ab, gate) = (root.join("run"), root.join("ab"), root.join("gate"));
+
+    // rig run of arm a (libcalibwork.so variant a: 3 allocations per request).
+    let (code, text) = rig(&[
+        "run".as_ref(),
+        "--target".as_ref(),
+        &spec_of('a'),
+        "--matrix".as_ref(),
+        &s(&matrix),
+        "--out".as_ref(),
+        &s(&run),
+        "--probes".as_ref(),
+        "alloc".as_ref(),
+    ]);
+    assert_eq!(code, Some(exit::OK), "{text}");
+    // rig ab of a against b (one allocation fewer), one round.
+    let arm = |n: &str, v: char| {
+        let mut a = std::ffi::OsString::from(format!("{n}="));
+        a.push(spec_of(v));
+        a
+    };
+    let (code, text) = rig(&[
+        "ab".as_ref(),
+        "--arm".as_ref(),
+        &arm("a", 'a'),
+        "--arm".as_ref(),
+        &arm("b", 'b'),
+        "--matrix".as_ref(),
+        &s(&matrix),
+        "--suite".as_ref(),
+        "work".as_ref(),
+        "--rounds".as_ref(),
+        "1".as_ref(),
+        "--passes".as_ref(),
+        "counted".as_ref(),
+        "--probes".as_ref(),
+        "alloc".as_ref(),
+        "--out".as_ref(),
+        &s(&ab),
+    ]);
+    assert_eq!(code, Some(exit::OK), "{text}");
+    // rig gate: a baseline blessed on a, then variant c (one allocation
+    // more) against it: a breach, its directory written all the same.
+    let baseline = root.join("baseline.toml");
+    std::fs::write(
+        &baseline,
+        format!(
+            "target = \"{}\"\nmatrix = \"{}\"\nsuite = \"work\"\nrepeats = 2\nrequests = 100\nprobes = \"alloc\"\n",
+            super::spec("calib-dyn-a.toml"),
+            matrix.display()
+        ),
+    )
+    .unwrap();
+    let (code, text) = rig(&[
+        "gate".as_ref(),
+        "--baseline".as_ref(),
+        &s(&baseline),
+        "--bless".as_ref(),
+    ]);
+    assert_eq!(code, Some(exit::OK), "{text}");
+    let (code, text) = rig(&[
+        "gate".as_ref(),
+        "--baseline".as_ref(),
+        &s(&baseline),
+        "--target".as_ref(),
+        &spec_of('c'),
+        "--out".as_ref(),
+        &s(&gate),
+    ]);
+    assert_eq!(code, Some(exit::GATE_BREACH), "{text}");
+
+    let json = root.join("c.json");
+    let (code, text) = rig(&[
+        "compare".as_ref(),
+        &s(&run),
+        &s(&ab),
+        &s(&gate),
+        "--json".as_ref(),
+        &s(&json),
+    ]);
+    assert_eq!(code, Some(exit::OK), "{text}");
+    let c: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let readings = c["readings"].as_array().unwrap();
+    let targets: Vec<&str> = readings
+        .iter()
+        .map(|r| r["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets, ["calib-dyn-a", "a", "b", "calib-dyn-c"], "{text}");
+    // Every reading runs calib_dyn; its library makes the build. The run
+    // and arm a ran the same build: a negative control.
+    let library = |r: &Value| -> PathBuf {
+        let m = r["modules"].as_array().unwrap();
+        assert_eq!(m.len(), 1, "{r}");
+        PathBuf::from(m[0].as_str().unwrap())
+    };
+    for (r, v) in readings.iter().zip(['a', 'a', 'b', 'c']) {
+        assert_eq!(library(r), rig_fixtures::calibwork_so(v), "{text}");
+    }
+    assert_eq!(readings[0]["build"], readings[1]["build"], "{text}");
+    assert_ne!(readings[1]["build"], readings[2]["build"], "{text}");
+    assert_ne!(readings[2]["build"], readings[3]["build"], "{text}");
+    // One case, aligned across the three directories.
+    assert_eq!(c["refused"], serde_json::json!([]), "{text}");
+    let cases = c["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 1, "{text}");
+    let case = &cases[0];
+    assert_eq!(case["case"], "work/h1/work/closed/1x1/ka");
+    let allocs = series(case, "allocs/req");
+    assert_eq!(
+        allocs["values"],
+        serde_json::json!([3.0, 3.0, 2.0, 4.0]),
+        "{text}"
+    );
+    assert_eq!(steps(allocs), vec![(1, 2), (2, 3)], "{text}");
+    assert_eq!(allocs["unstable"], serde_json::json!([]), "{text}");
+    let site = series(case, "malloc calls @ calibwork_alloc");
+    assert_eq!(steps(site), vec![(1, 2), (2, 3)], "{text}");
+    for st in site["steps"].as_array().unwrap() {
+        assert_eq!(st["function"], "changed", "{text}");
+    }
+    // The functions of the library, keyed by its module.
+    let functions = c["functions"].as_array().unwrap();
+    let to: Vec<u64> = functions
+        .iter()
+        .map(|f| f["to"].as_u64().unwrap())
+        .collect();
+    assert_eq!(to, [2, 3], "no diff between identical builds: {text}");
+    for f in functions {
+        assert_eq!(
+            f["changed"],
+            serde_json::json!(["libcalibwork.so!calibwork_alloc"]),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("R2 → R3: ") && text.contains("changed: libcalibwork.so!calibwork_alloc"),
+        "{text}"
+    );
+}
