@@ -65,13 +65,12 @@ pub struct Measured {
     pub values: Vec<f64>,
     /// Their median: the commit's reading.
     pub value: f64,
-    /// The executable as built, kept for the function diff.
-    pub exe: Option<PathBuf>,
     /// The counter's name here: a per-site counter's function renamed
     /// (the same code under a new name) is read under its new name.
     pub counter: String,
-    /// The build's functions, when its executable could be hashed.
-    pub functions: Option<Vec<crate::funchash::FunctionHash>>,
+    /// The build's functions (its executable's and its own shared
+    /// objects', hashed while the worktree held them), or why not.
+    pub functions: Result<Vec<crate::funchash::FunctionHash>, String>,
     /// The run directory the readings are in.
     pub dir: PathBuf,
 }
@@ -88,7 +87,7 @@ fn followed(
         return counter.to_string();
     };
     match (&b.functions, now) {
-        (Some(a), Some(now)) => renamed_counter(&b.counter, a, now),
+        (Ok(a), Some(now)) => renamed_counter(&b.counter, a, now),
         _ => None,
     }
     .unwrap_or_else(|| b.counter.clone())
@@ -252,9 +251,13 @@ fn counter_values(dir: &Path, counter: &str) -> Result<Vec<f64>> {
     Ok(values)
 }
 
-/// The executable a finished run directory ran, if it is still there.
-fn exe_of(dir: &Path) -> Option<PathBuf> {
-    crate::compare::read_dir(dir).ok()?.first()?.exe.clone()
+/// The functions of the build a finished run directory ran: its
+/// executable's and those of the shared objects of its own build.
+fn functions_of(dir: &Path) -> Result<Vec<crate::funchash::FunctionHash>, String> {
+    let readings = crate::compare::read_dir(dir).map_err(|e| e.to_string())?;
+    let r = readings.first().ok_or("no reading")?;
+    let exe = r.exe.as_ref().ok_or("the run named no executable")?;
+    crate::funchash::hash_build(exe, &r.modules).map_err(|e| e.to_string())
 }
 
 /// The name of per-site counter `counter` (`KIND @ FUNCTION`) in a build
@@ -459,19 +462,10 @@ impl Session<'_> {
                 r.reasons.join("; ")
             );
         }
-        let exe = exe_of(&dir);
-        let functions = exe
-            .as_deref()
-            .and_then(|e| crate::funchash::hash_functions(e).ok());
-        let counter = followed(&self.s.counter, before, functions.as_deref());
+        // Now: the next commit rebuilds the worktree's files.
+        let functions = functions_of(&dir);
+        let counter = followed(&self.s.counter, before, functions.as_deref().ok());
         let values = counter_values(&dir, &counter)?;
-        // The worktree's executable is rebuilt by the next commit: keep it.
-        let exe = exe.and_then(|e| {
-            let kept = self.scratch.join("exe").join(short);
-            std::fs::create_dir_all(kept.parent()?).ok()?;
-            std::fs::copy(&e, &kept).ok()?;
-            Some(kept)
-        });
         Ok(Measured {
             dir,
             functions,
@@ -479,7 +473,6 @@ impl Session<'_> {
             subject,
             value: crate::stats::median(&values).unwrap_or(f64::NAN),
             values,
-            exe,
             counter,
         })
     }
@@ -699,7 +692,7 @@ pub fn bisect(s: &BisectSettings, stop: &AtomicBool) -> Result<Found> {
     // names) shows only step by step, through the commits measured since.
     if let Some(pred) = (1..last).rev().find(|i| m[*i].is_some()) {
         let bad = m[last].as_ref().unwrap();
-        let name = followed(&s.counter, m[pred].as_ref(), bad.functions.as_deref());
+        let name = followed(&s.counter, m[pred].as_ref(), bad.functions.as_deref().ok());
         if name != bad.counter {
             let values = counter_values(&bad.dir, &name)?;
             let bad = m[last].as_mut().unwrap();
@@ -716,17 +709,9 @@ pub fn bisect(s: &BisectSettings, stop: &AtomicBool) -> Result<Found> {
     let end = match outcome {
         Outcome::Found { parent, first } => {
             let (parent, first) = (m[parent].clone().unwrap(), m[first].clone().unwrap());
-            // Before the scratch directory (which holds the kept executables) goes.
-            let functions = match (&parent.exe, &first.exe) {
-                (Some(a), Some(b)) => crate::funchash::hash_functions(a)
-                    .and_then(|ha| {
-                        Ok(crate::funchash::diff(
-                            &ha,
-                            &crate::funchash::hash_functions(b)?,
-                        ))
-                    })
-                    .map_err(|e| e.to_string()),
-                _ => Err("the run named no executable".to_string()),
+            let functions = match (&parent.functions, &first.functions) {
+                (Ok(a), Ok(b)) => Ok(crate::funchash::diff(a, b)),
+                (Err(e), _) | (_, Err(e)) => Err(e.clone()),
             };
             let touched = crate::compare::read::site_function(&s.counter).map(|f| {
                 let mut names = vec![f.to_string()];
