@@ -220,7 +220,7 @@ fn worktree_spec(s: &BisectSettings, wt: &Path, scratch: &Path) -> Result<Target
 
 /// The readings of `counter` in a finished run directory, one per round
 /// (a name of `rig compare`'s; a per-site counter absent from a window is
-/// 0 there), and the executable that ran.
+/// 0 there).
 fn counter_values(dir: &Path, counter: &str) -> Result<Vec<f64>> {
     let readings = crate::compare::read_dir(dir)?;
     let r = &readings[0];
@@ -269,10 +269,12 @@ pub fn renamed_counter(
     good: &[crate::funchash::FunctionHash],
     now: &[crate::funchash::FunctionHash],
 ) -> Option<String> {
+    use crate::funchash::split_key;
     let (kind, f) = counter.split_once(" @ ")?;
     let d = crate::funchash::diff(good, now);
-    let (_, new) = d.renamed.iter().find(|(old, _)| old == f)?;
-    Some(format!("{kind} @ {new}"))
+    // A site names its function without its module.
+    let (_, new) = d.renamed.iter().find(|(old, _)| split_key(old).1 == f)?;
+    Some(format!("{kind} @ {}", split_key(new).1))
 }
 
 /// Which end of the bisection a commit's reading is like.
@@ -1031,6 +1033,20 @@ mod tests {
             None
         );
         assert_eq!(renamed_counter("allocs/req", &good, &renamed), None);
+        // In a shared object of the build: keyed by its module, named
+        // by the site without it.
+        let lib = |name: &str, hash: &str| crate::funchash::FunctionHash {
+            module: Some("libwork.so".into()),
+            ..f(name, hash)
+        };
+        assert_eq!(
+            renamed_counter(
+                "malloc calls @ work_alloc",
+                &[lib("work_alloc", "3")],
+                &[lib("work_alloc_three", "3")]
+            ),
+            Some("malloc calls @ work_alloc_three".to_string())
+        );
     }
 
     #[test]
