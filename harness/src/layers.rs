@@ -125,6 +125,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "exit",
             "flamegraph",
             "fsutil",
+            "gitfacts",
             "html",
             "launch",
             "metrics",

@@ -290,8 +290,17 @@ fn still_there(own: &[(PathBuf, String)]) -> (Vec<PathBuf>, Vec<PathBuf>) {
     (there, gone)
 }
 
+/// The commit of `target`'s executable: `targets[].git` of `rig run` and
+/// `rig gate`, `arms[].git` of `rig ab`.
 fn git_of(manifest: &Value, target: &str) -> Option<GitFacts> {
-    serde_json::from_value(target_of(manifest, target)?["git"].clone()).ok()
+    let arm = || {
+        manifest["arms"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"].as_str() == Some(target))
+    };
+    let git = target_of(manifest, target).or_else(arm)?["git"].clone();
+    serde_json::from_value(git).ok()
 }
 
 /// Timing metrics of the clean pass: (name, JSON pointer).

@@ -892,6 +892,13 @@ fn compare_aligns_the_cases_of_a_run_an_ab_and_a_gate_and_tells_their_libraries_
     }
     assert_eq!(readings[0]["build"], readings[1]["build"], "{text}");
     assert_ne!(readings[1]["build"], readings[2]["build"], "{text}");
+    // The fixtures are built inside rig's own work tree: each of the three
+    // manifests names its commit.
+    let commit = |r: &Value| r["git"]["commit"].as_str().map(str::to_string);
+    assert!(commit(&readings[0]).is_some(), "{text}");
+    for r in readings {
+        assert_eq!(commit(r), commit(&readings[0]), "{text}");
+    }
     assert_ne!(readings[2]["build"], readings[3]["build"], "{text}");
     // One case, aligned across the three directories.
     assert_eq!(c["refused"], serde_json::json!([]), "{text}");
