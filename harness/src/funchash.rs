@@ -1,9 +1,12 @@
 //! Which functions changed between two builds of an executable.
 //!
-//! In: the path of an x86-64 ELF file. Out: one [`FunctionHash`] per
+//! In: the path of an x86-64 ELF file (and, for a build, the shared
+//! objects of its own that it maps). Out: one [`FunctionHash`] per
 //! function symbol (`.symtab`, or `.dynsym` when stripped), and the
 //! [`FunctionDiff`] of two such lists: added, removed, changed and renamed
-//! functions.
+//! functions. A function of a shared object is keyed by its module and its
+//! name, `libcalibwork.so!calibwork_alloc`: the module's file name, which
+//! is the same in two builds of one library wherever each was built.
 //!
 //! A function's hash is of its instructions, not its raw bytes: a build
 //! that moves code (one function grew, so every later one sits elsewhere)
@@ -45,6 +48,9 @@ pub enum FuncHashError {
 /// its normalized instructions (16 hex digits).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FunctionHash {
+    /// The shared object's file name; `None` for the executable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
     pub name: String,
     pub addr: u64,
     pub size: u64,
@@ -93,6 +99,7 @@ pub fn hash_functions(path: &Path) -> Result<Vec<FunctionHash>, FuncHashError> {
             continue;
         };
         out.push(FunctionHash {
+            module: None,
             name: name.to_string(),
             addr: s.address(),
             size: s.size(),
@@ -105,6 +112,46 @@ pub fn hash_functions(path: &Path) -> Result<Vec<FunctionHash>, FuncHashError> {
         });
     }
     out.sort_by_key(|f| f.addr);
+    Ok(out)
+}
+
+impl FunctionHash {
+    /// What a diff lists it as: its name, or `module!name` in a shared
+    /// object.
+    pub fn key(&self) -> String {
+        match &self.module {
+            Some(m) => format!("{m}!{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A key of a diff split into its module (a shared object's file name)
+/// and its function: `libx.so!f` → `(Some("libx.so"), "f")`, `f` →
+/// `(None, "f")`. Only a prefix naming a shared object (`.so`) is a
+/// module, so a symbol that holds a `!` stays whole.
+pub fn split_key(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('!') {
+        Some((m, f)) if m.ends_with(".so") || m.contains(".so.") => (Some(m), f),
+        _ => (None, key),
+    }
+}
+
+/// The functions of a build: the executable's, then those of each shared
+/// object in `modules` (the ones its own build produced), each keyed by
+/// the object's file name.
+pub fn hash_build(exe: &Path, modules: &[PathBuf]) -> Result<Vec<FunctionHash>, FuncHashError> {
+    let mut out = hash_functions(exe)?;
+    for m in modules {
+        let name = m
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| m.display().to_string());
+        out.extend(hash_functions(m)?.into_iter().map(|mut f| {
+            f.module = Some(name.clone());
+            f
+        }));
+    }
     Ok(out)
 }
 
@@ -187,14 +234,17 @@ impl FunctionDiff {
             && self.renamed.is_empty()
     }
 
-    /// What the diff says about function `name` of the second build.
+    /// What the diff says about function `name` of the second build: a
+    /// key, or a function's name alone (a per-site counter names its
+    /// function without its module), which matches it in any module.
     pub fn state_of(&self, name: &str) -> FunctionState {
-        if self.changed.iter().any(|c| c == name) {
+        let is = |key: &String| key == name || split_key(key).1 == name;
+        if self.changed.iter().any(is) {
             FunctionState::Changed
-        } else if self.added.iter().any(|c| c == name) {
+        } else if self.added.iter().any(is) {
             FunctionState::Added
-        } else if let Some((old, _)) = self.renamed.iter().find(|(_, new)| new == name) {
-            FunctionState::Renamed(old.clone())
+        } else if let Some((old, _)) = self.renamed.iter().find(|(_, new)| is(new)) {
+            FunctionState::Renamed(split_key(old).1.to_string())
         } else {
             FunctionState::Identical
         }
@@ -213,7 +263,7 @@ pub enum FunctionState {
 
 pub fn diff(a: &[FunctionHash], b: &[FunctionHash]) -> FunctionDiff {
     let by_name = |v: &[FunctionHash]| -> BTreeMap<String, String> {
-        v.iter().map(|f| (f.name.clone(), f.hash.clone())).collect()
+        v.iter().map(|f| (f.key(), f.hash.clone())).collect()
     };
     let (ma, mb) = (by_name(a), by_name(b));
     let mut d = FunctionDiff::default();
@@ -230,24 +280,27 @@ pub fn diff(a: &[FunctionHash], b: &[FunctionHash]) -> FunctionDiff {
         .cloned()
         .collect();
     // A hash that appears once among the removed and once among the added
-    // is one function under a new name; a hash shared by several (tiny
-    // stubs that are all `ret`) says nothing about which became which.
-    let once = |names: &[String], m: &BTreeMap<String, String>| -> BTreeMap<String, String> {
-        let mut count: BTreeMap<&str, (usize, &str)> = BTreeMap::new();
+    // of one module is one function under a new name; a hash shared by
+    // several (tiny stubs that are all `ret`) says nothing about which
+    // became which.
+    type Once = BTreeMap<(Option<String>, String), String>;
+    let once = |names: &[String], m: &BTreeMap<String, String>| -> Once {
+        let mut count: BTreeMap<(Option<String>, String), (usize, &str)> = BTreeMap::new();
         for n in names {
-            let e = count.entry(m[n].as_str()).or_insert((0, n));
+            let module = split_key(n).0.map(str::to_string);
+            let e = count.entry((module, m[n].clone())).or_insert((0, n));
             e.0 += 1;
         }
         count
             .into_iter()
             .filter(|(_, (c, _))| *c == 1)
-            .map(|(h, (_, n))| (h.to_string(), n.to_string()))
+            .map(|(k, (_, n))| (k, n.to_string()))
             .collect()
     };
     let gone = once(&d.removed, &ma);
     let new = once(&d.added, &mb);
-    for (hash, old) in &gone {
-        if let Some(n) = new.get(hash) {
+    for (key, old) in &gone {
+        if let Some(n) = new.get(key) {
             d.renamed.push((old.clone(), n.clone()));
         }
     }
@@ -263,6 +316,7 @@ mod tests {
 
     fn f(name: &str, hash: &str) -> FunctionHash {
         FunctionHash {
+            module: None,
             name: name.into(),
             addr: 0,
             size: 1,
@@ -327,5 +381,50 @@ mod tests {
         let d = diff(&a, &hash_functions(path).unwrap());
         assert!(d.is_empty(), "{d:?}");
         assert_eq!(d.identical, a.len());
+    }
+
+    #[test]
+    fn a_shared_object_of_the_build_is_hashed_and_keyed_by_its_module() {
+        // Variant b of libcalibwork.so compiles out one allocation of
+        // calibwork_alloc (fixtures/calib/COSTS.md, "A/B fixtures"); d
+        // differs from a only by a string no function reads.
+        let exe = rig_fixtures::calib_dyn();
+        let build = |v: char| hash_build(exe, &[rig_fixtures::calibwork_so(v)]).unwrap();
+        let (a, b, d) = (build('a'), build('b'), build('d'));
+        assert!(
+            a.iter()
+                .any(|f| f.key() == "libcalibwork.so!calibwork_alloc"),
+            "{a:?}"
+        );
+        assert!(
+            a.iter().any(|f| f.module.is_none() && f.name == "main"),
+            "{a:?}"
+        );
+        let ab = diff(&a, &b);
+        assert_eq!(
+            ab.changed,
+            vec!["libcalibwork.so!calibwork_alloc"],
+            "{ab:?}"
+        );
+        assert!(ab.added.is_empty() && ab.removed.is_empty() && ab.renamed.is_empty());
+        assert_eq!(ab.state_of("calibwork_alloc"), FunctionState::Changed);
+        assert_eq!(ab.state_of("calibwork_copy"), FunctionState::Identical);
+        let ad = diff(&a, &d);
+        assert!(ad.is_empty(), "{ad:?}");
+        assert_eq!(ad.identical, a.len());
+        // Without the module, the executable alone: nothing changed.
+        let exe_only = diff(&hash_functions(exe).unwrap(), &hash_functions(exe).unwrap());
+        assert!(exe_only.is_empty());
+    }
+
+    #[test]
+    fn a_key_names_its_module_only_when_that_is_a_shared_object() {
+        assert_eq!(split_key("libx.so!f"), (Some("libx.so"), "f"));
+        assert_eq!(
+            split_key("libssl.so.3!SSL_read"),
+            (Some("libssl.so.3"), "SSL_read")
+        );
+        assert_eq!(split_key("f"), (None, "f"));
+        assert_eq!(split_key("operator!"), (None, "operator!"));
     }
 }

@@ -125,6 +125,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "exit",
             "flamegraph",
             "fsutil",
+            "gitfacts",
             "html",
             "launch",
             "load",
@@ -142,6 +143,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "case",
             "exit",
             "fsutil",
+            "gitfacts",
             "host",
             "html",
             "interrupt",
@@ -166,16 +168,18 @@ const LAYERS: &[(&str, &[&str])] = &[
         "bisect",
         &[
             "compare", "exit", "funchash", "gitfacts", "launch", "probe", "run", "scenario",
+            "stats",
         ],
     ),
     // The small commands (attach and demo output, instructions,
-    // probe-cost, check-config, report).
+    // probe-cost, check-config, funcdiff, report).
     (
         "commands",
         &[
             "exit",
             "flamegraph",
             "fsutil",
+            "funchash",
             "host",
             "html",
             "interrupt",

@@ -304,8 +304,12 @@ pub fn run(s: &AbSettings, stop: &AtomicBool) -> Result<AbReport> {
     out.write_manifest(
         &s.argv,
         &serde_json::json!({
+            // `git`: the commit of the work tree the arm's binary is in
+            // (`rig compare` names a step's commits by it).
             "arms": s.arms.iter().zip(&expected).map(|(a, e)| serde_json::json!({
                 "name": a.name, "spec": a.spec, "expected_objects": e,
+                "git": e.iter().find(|x| x.via == "binary")
+                    .and_then(|x| crate::gitfacts::of(&x.path)),
             })).collect::<Vec<_>>(),
             "suites": s.suites, "controls": s.controls, "rounds": s.rounds,
             "families": s.families, "masks": s.masks,

@@ -37,8 +37,21 @@ pub enum Cmd {
     Flame(FlameArgs),
     /// Result directories over builds side by side: every metric's series, its noise band, its steps and their commits.
     Compare(CompareArgs),
-    /// The first commit between a good and a bad one where an exact counter moved (builds in a temporary worktree).
+    /// The first commit between a good and a bad one where a counter moved (builds in a temporary worktree).
     Bisect(BisectArgs),
+    /// Which functions two builds of an ELF file (executables or shared objects) add, remove, change or rename.
+    Funcdiff(FuncdiffArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FuncdiffArgs {
+    /// The first build (the old one).
+    pub a: PathBuf,
+    /// The second build (the new one).
+    pub b: PathBuf,
+    /// Also write the diff as JSON here (a new file).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -72,9 +85,14 @@ pub struct BisectArgs {
     /// A commit, descending from --good, where it has moved.
     #[arg(long)]
     pub bad: String,
-    /// The exact counter, as rig compare names it: allocs/req, syscalls/req, `malloc calls @ FUNCTION`, `syscall NAME`.
+    /// The counter, as rig compare names it: an exact one (allocs/req, syscalls/req, `malloc calls @ FUNCTION`,
+    /// `syscall NAME`) or a timing metric (rps, `latency p99 µs`, `server CPU µs/req`...).
     #[arg(long)]
     pub counter: String,
+    /// Windows per commit, each in a fresh server (default: 1 for an exact counter, 5 for a timing metric,
+    /// whose noise band comes from them; at least 2 there).
+    #[arg(long)]
+    pub repeats: Option<u32>,
     /// Probe families of the counted window.
     #[arg(long, default_value = "syscalls,alloc")]
     pub probes: String,

@@ -152,9 +152,16 @@ pub fn run() -> Result<i32> {
                 html: c.html.clone(),
             })
         }
+        Cmd::Funcdiff(f) => {
+            new_output_file("--json", &f.json)?;
+            crate::commands::funcdiff::command(&f.a, &f.b, f.json.as_deref())
+        }
         Cmd::Bisect(b) => {
             let s = bisect_settings(&b)?;
-            crate::probe::require_root()?;
+            // A timing metric is read from the clean pass: no probes.
+            if !crate::compare::read::kind_of(&s.counter).1 {
+                crate::probe::require_root()?;
+            }
             crate::bisect::command(&s, &*stop_flag()?)
         }
         Cmd::Demo(d) => {

@@ -189,6 +189,18 @@ pub(super) fn bisect_settings(a: &BisectArgs) -> Result<crate::bisect::BisectSet
     if a.requests == 0 {
         crate::refuse!("--requests 0: give at least 1 request per window");
     }
+    let (kind, _) = crate::compare::read::kind_of(&a.counter);
+    let timing = kind == crate::compare::series::Kind::Timing;
+    let repeats = a.repeats.unwrap_or(if timing { 5 } else { 1 });
+    match repeats {
+        0 => crate::refuse!("--repeats 0: give at least 1 window per commit"),
+        1 if timing => crate::refuse!(
+            "--repeats 1: `{}` is a timing metric, whose noise band comes from the repeats of \
+             each end; give --repeats 2 or more (default 5)",
+            a.counter
+        ),
+        _ => {}
+    }
     let Some(repo) = crate::gitfacts::git(&a.repo, &["rev-parse", "--show-toplevel"]) else {
         crate::refuse!(
             "--repo {}: not a git work tree; give the repository's directory",
@@ -211,6 +223,7 @@ pub(super) fn bisect_settings(a: &BisectArgs) -> Result<crate::bisect::BisectSet
         matrix: a.matrix.clone(),
         families,
         requests: a.requests,
+        repeats,
         argv: std::env::args().collect(),
     })
 }

@@ -1,5 +1,5 @@
 //! The small commands: what `rig attach`, `rig demo`, `rig instructions`,
-//! `rig probe-cost`, `rig check-config` and `rig report` do once their
+//! `rig probe-cost`, `rig check-config`, `rig funcdiff` and `rig report` do once their
 //! flags are settings. (`rig run`, `rig ab`, `rig gate` and `rig flame` have
 //! modules of their own, each with its `command`.)
 //!
@@ -8,6 +8,7 @@
 
 pub mod attach;
 pub mod check_config;
+pub mod funcdiff;
 pub mod instructions;
 pub mod probe_cost;
 

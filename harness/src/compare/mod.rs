@@ -9,7 +9,8 @@
 //! and a page (`html::compare_page`).
 //!
 //! The band comes from the data: readings of identical builds (the same
-//! executable SHA-256), in two directories or two rounds of one, give each
+//! executable SHA-256, and the same shared objects of the target's own
+//! build), in two directories or two rounds of one, give each
 //! timing metric's spread; exact counters have a band of 0. Per-site
 //! counters are keyed by function and follow a function renamed without
 //! other change (same hash under a new name, `funchash`), so a rename is no
@@ -26,7 +27,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::funchash::{FunctionDiff, FunctionHash, FunctionState};
+use crate::funchash::{split_key, FunctionDiff, FunctionHash, FunctionState};
 use crate::gitfacts::GitFacts;
 pub use read::{read_dir, Reading};
 use series::{Kind, Step};
@@ -57,6 +58,9 @@ pub struct ReadingInfo {
     pub target: String,
     pub build: String,
     pub exe: Option<PathBuf>,
+    /// The shared objects of the target's own build whose functions are
+    /// hashed with the executable's (`module!function` in `functions`).
+    pub modules: Vec<PathBuf>,
     pub git: Option<GitFacts>,
 }
 
@@ -127,7 +131,17 @@ pub fn compare(dirs: &[PathBuf]) -> Result<Comparison> {
     let hashes: Vec<Result<Vec<FunctionHash>, String>> = readings
         .iter()
         .map(|r| match &r.exe {
-            Some(p) => crate::funchash::hash_functions(p).map_err(|e| e.to_string()),
+            Some(_) if !r.modules_gone.is_empty() => Err(format!(
+                "{} ({}): {} no longer what ran (rebuilt or deleted since)",
+                r.dir.display(),
+                r.target,
+                r.modules_gone
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Some(p) => crate::funchash::hash_build(p, &r.modules).map_err(|e| e.to_string()),
             None => Err(format!(
                 "{} ({}): the manifest names no executable that still hashes to build {}",
                 r.dir.display(),
@@ -193,6 +207,7 @@ pub fn compare(dirs: &[PathBuf]) -> Result<Comparison> {
                 target: r.target.clone(),
                 build: r.build.clone(),
                 exe: r.exe.clone(),
+                modules: r.modules.clone(),
                 git: r.git.clone(),
             })
             .collect(),
@@ -231,9 +246,11 @@ fn rename_sites(readings: &mut [Reading], diffs: &BTreeMap<usize, FunctionDiff>)
     let mut canon: BTreeMap<String, String> = BTreeMap::new();
     for (i, r) in readings.iter_mut().enumerate() {
         if let Some(d) = diffs.get(&i) {
+            // A site names its function without its module.
             for (old, new) in &d.renamed {
-                let first = canon.get(old).cloned().unwrap_or_else(|| old.clone());
-                canon.insert(new.clone(), first);
+                let (old, new) = (split_key(old).1, split_key(new).1);
+                let first = canon.get(old).cloned().unwrap_or_else(|| old.to_string());
+                canon.insert(new.to_string(), first);
             }
         }
         if canon.is_empty() {
@@ -403,8 +420,12 @@ fn function_state(
     let mut state = "identical";
     for i in 1..=to {
         let d = diffs.get(&i);
-        if let Some((_, new)) = d.and_then(|d| d.renamed.iter().find(|(o, _)| *o == name)) {
-            name = new.clone();
+        if let Some((_, new)) = d.and_then(|d| {
+            d.renamed
+                .iter()
+                .find(|(o, _)| split_key(o).1 == name.as_str())
+        }) {
+            name = split_key(new).1.to_string();
         }
         if i <= from || readings[i].build == readings[i - 1].build {
             continue;
@@ -413,7 +434,7 @@ fn function_state(
         match d.state_of(&name) {
             FunctionState::Changed => return "changed",
             FunctionState::Added => state = "added",
-            _ if d.removed.contains(&name) => state = "removed",
+            _ if d.removed.iter().any(|r| split_key(r).1 == name) => state = "removed",
             _ => {}
         }
     }
@@ -428,9 +449,9 @@ fn names_of(diffs: &BTreeMap<usize, FunctionDiff>, f: &str, to: usize) -> Vec<St
         let last = names.last().expect("one name at least");
         if let Some((_, new)) = diffs
             .get(&i)
-            .and_then(|d| d.renamed.iter().find(|(o, _)| o == last))
+            .and_then(|d| d.renamed.iter().find(|(o, _)| split_key(o).1 == last))
         {
-            names.push(new.clone());
+            names.push(split_key(new).1.to_string());
         }
     }
     names

@@ -20,11 +20,22 @@ use crate::gitfacts::GitFacts;
 pub struct Reading {
     pub dir: PathBuf,
     pub target: String,
-    /// The executable's SHA-256, as the launches hashed it.
+    /// The executable's SHA-256, as the launches hashed it; when the
+    /// target maps shared objects of its own build ([`Reading::modules`]),
+    /// the SHA-256 of the executable's and theirs (`own_build`): two arms
+    /// that run one executable with two builds of its library are two
+    /// builds.
     pub build: String,
     /// The executable, when the manifest names it and the file there still
-    /// hashes to `build` (function hashes are read from it).
+    /// hashes to what ran (function hashes are read from it).
     pub exe: Option<PathBuf>,
+    /// The shared objects of the target's own build that it mapped (inside
+    /// its git work tree, or, outside any, its executable's directory; for
+    /// `rig ab`, the arm's libraries), each still hashing to what ran.
+    pub modules: Vec<PathBuf>,
+    /// Shared objects of its own build that are no longer what ran (rebuilt
+    /// or deleted since): the function diff is incomplete without them.
+    pub modules_gone: Vec<PathBuf>,
     pub git: Option<GitFacts>,
     /// Case key (the id without target and round) → the case.
     pub cases: BTreeMap<String, CaseReading>,
@@ -111,24 +122,29 @@ pub fn read_dir(dir: &Path) -> Result<Vec<Reading>> {
         let c: Value = serde_json::from_str(line)
             .with_context(|| format!("{} line {}", cases_path.display(), n + 1))?;
         let target = c["target_name"].as_str().unwrap_or("?").to_string();
-        let Some(build) = ["clean", "counted"]
+        let Some(exe_sha) = ["clean", "counted"]
             .iter()
             .find_map(|p| c[p]["launch"]["exe_sha256"].as_str())
         else {
             continue;
         };
+        let own = own_objects(&manifest, &target);
+        let build = own_build(exe_sha, &own);
         let i = match out
             .iter()
             .position(|r| r.target == target && r.build == build)
         {
             Some(i) => i,
             None => {
+                let (modules, modules_gone) = still_there(&own);
                 out.push(Reading {
                     dir: dir.to_path_buf(),
-                    exe: exe_of(&manifest, &target, build),
+                    exe: exe_of(&manifest, &target, exe_sha),
+                    modules,
+                    modules_gone,
                     git: git_of(&manifest, &target),
                     target: target.clone(),
-                    build: build.to_string(),
+                    build,
                     cases: BTreeMap::new(),
                 });
                 out.len() - 1
@@ -196,8 +212,95 @@ fn exe_of(manifest: &Value, target: &str, build: &str) -> Option<PathBuf> {
     (sha == build).then_some(path)
 }
 
+/// The shared objects of `target`'s own build, `(path, sha256)` as they
+/// ran, by path. `rig run` and `rig gate`: the mapped objects of the first
+/// launch (`targets[].objects` after the executable) inside the target's
+/// git work tree, or, when the executable is in none, under its
+/// directory: what the target's build produced, not the system's
+/// libraries. `rig ab`: the arm's expected objects other than its binary
+/// (the libraries the arm selects).
+fn own_objects(manifest: &Value, target: &str) -> Vec<(PathBuf, String)> {
+    let entry = |o: &Value| -> Option<(PathBuf, String)> {
+        Some((
+            PathBuf::from(o["path"].as_str()?),
+            o["sha256"].as_str()?.to_string(),
+        ))
+    };
+    let mut out: Vec<(PathBuf, String)> = match target_of(manifest, target) {
+        Some(t) => {
+            let objects = t["objects"].as_array().cloned().unwrap_or_default();
+            let Some((exe, _)) = objects.first().and_then(entry) else {
+                return Vec::new();
+            };
+            let root = match git_of(manifest, target) {
+                Some(g) => g.work_tree,
+                None => exe.parent().map(Path::to_path_buf).unwrap_or_default(),
+            };
+            objects
+                .iter()
+                .filter_map(entry)
+                .filter(|(p, _)| *p != exe && p.starts_with(&root) && root.as_os_str().len() > 1)
+                .collect()
+        }
+        None => manifest["arms"]
+            .as_array()
+            .and_then(|arms| arms.iter().find(|a| a["name"].as_str() == Some(target)))
+            .and_then(|a| a["expected_objects"].as_array())
+            .map(|e| {
+                e.iter()
+                    .filter(|o| o["via"] != "binary")
+                    .filter_map(entry)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The build of a reading: the executable's SHA-256 alone, or with the
+/// target's own shared objects, the SHA-256 of `exe:sha,...` over them
+/// in path order.
+fn own_build(exe: &str, own: &[(PathBuf, String)]) -> String {
+    use sha2::{Digest, Sha256};
+    if own.is_empty() {
+        return exe.to_string();
+    }
+    let mut h = Sha256::new();
+    h.update(exe.as_bytes());
+    for (_, sha) in own {
+        h.update(b":");
+        h.update(sha.as_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The objects of `own` whose file still hashes to what ran, and those
+/// that do not.
+fn still_there(own: &[(PathBuf, String)]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut there = Vec::new();
+    let mut gone = Vec::new();
+    for (p, sha) in own {
+        match crate::launch::start::hash_file(p) {
+            Ok((_, now, _)) if now == *sha => there.push(p.clone()),
+            _ => gone.push(p.clone()),
+        }
+    }
+    (there, gone)
+}
+
+/// The commit of `target`'s executable: `targets[].git` of `rig run` and
+/// `rig gate`, `arms[].git` of `rig ab`.
 fn git_of(manifest: &Value, target: &str) -> Option<GitFacts> {
-    serde_json::from_value(target_of(manifest, target)?["git"].clone()).ok()
+    let arm = || {
+        manifest["arms"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"].as_str() == Some(target))
+    };
+    let git = target_of(manifest, target).or_else(arm)?["git"].clone();
+    serde_json::from_value(git).ok()
 }
 
 /// Timing metrics of the clean pass: (name, JSON pointer).
@@ -229,6 +332,21 @@ const PER_REQUEST: &[(&str, &str, bool)] = &[
     ("voluntary_cs", "voluntary cs/req", false),
     ("involuntary_cs", "involuntary cs/req", false),
 ];
+
+/// How the metric `name` (as `rig compare` names it) moves between
+/// readings of one build, and whether the clean pass (no probes) measures
+/// it: the timing totals of the clean pass, the scheduling-dependent
+/// totals of the counted pass, and every other name (the exact totals,
+/// per-site counters, `syscall NAME`) an exact counter of the counted pass.
+pub fn kind_of(name: &str) -> (Kind, bool) {
+    if TIMING.iter().any(|(n, _)| *n == name) {
+        return (Kind::Timing, true);
+    }
+    match PER_REQUEST.iter().find(|(_, n, _)| *n == name) {
+        Some((_, _, false)) => (Kind::Timing, false),
+        _ => (Kind::Exact, false),
+    }
+}
 
 fn round(c: &Value) -> Round {
     let mut r = Round::default();
@@ -379,5 +497,59 @@ mod tests {
         assert_eq!(r.values["malloc bytes @ f"].value, 48.0);
         assert_eq!(r.values["syscall read"].value, 1.0);
         assert!(r.families.contains("alloc") && !r.families.contains("copy"));
+    }
+
+    #[test]
+    fn the_shared_objects_of_the_targets_own_build_are_part_of_its_build() {
+        let m = serde_json::json!({"targets": [{
+            "name": "dyn",
+            "git": {"work_tree": "/src/app", "commit": "c", "describe": "c",
+                    "dirty": false, "subject": "s"},
+            "objects": [
+                {"path": "/src/app/build/server", "sha256": "e1"},
+                {"path": "/src/app/build/server", "sha256": "e1"},
+                {"path": "/usr/lib/x86_64-linux-gnu/libc.so.6", "sha256": "c1"},
+                {"path": "/src/app/build/lib/libwork.so", "sha256": "w1"},
+                {"path": "/src/application/libother.so", "sha256": "o1"}
+            ]
+        }]});
+        let own = own_objects(&m, "dyn");
+        assert_eq!(
+            own,
+            vec![(
+                PathBuf::from("/src/app/build/lib/libwork.so"),
+                "w1".to_string()
+            )]
+        );
+        // Another build of the library is another build of the target.
+        let other = [(own[0].0.clone(), "w2".to_string())];
+        assert_ne!(own_build("e1", &own), own_build("e1", &other));
+        assert_eq!(own_build("e1", &[]), "e1");
+        // Outside any work tree: under the executable's directory.
+        let m = serde_json::json!({"targets": [{"name": "dyn", "objects": [
+            {"path": "/opt/x/server", "sha256": "e1"},
+            {"path": "/opt/x/ab/libwork.so", "sha256": "w1"},
+            {"path": "/lib/libc.so.6", "sha256": "c1"}
+        ]}]});
+        assert_eq!(own_objects(&m, "dyn").len(), 1);
+        // rig ab: the arm's libraries.
+        let m = serde_json::json!({"arms": [{"name": "b", "expected_objects": [
+            {"path": "/o/calib_dyn", "sha256": "e1", "via": "binary"},
+            {"path": "/o/ab/b/libcalibwork.so", "sha256": "b1", "via": "LD_LIBRARY_PATH"}
+        ]}]});
+        assert_eq!(
+            own_objects(&m, "b"),
+            vec![(PathBuf::from("/o/ab/b/libcalibwork.so"), "b1".to_string())]
+        );
+    }
+
+    #[test]
+    fn a_metric_name_says_its_kind_and_its_pass() {
+        assert_eq!(kind_of("rps"), (Kind::Timing, true));
+        assert_eq!(kind_of("latency p99 µs"), (Kind::Timing, true));
+        assert_eq!(kind_of("server CPU µs/req"), (Kind::Timing, true));
+        assert_eq!(kind_of("voluntary cs/req"), (Kind::Timing, false));
+        assert_eq!(kind_of("allocs/req"), (Kind::Exact, false));
+        assert_eq!(kind_of("malloc calls @ f"), (Kind::Exact, false));
     }
 }

@@ -6,6 +6,8 @@
 //! after the commit. The function's lines run from its definition (the
 //! name followed by `(`, not indented, or after `fn`, `func`, `def`, and
 //! not ending in `;`) to the closing line at the definition's indentation.
+//! A file renamed by a commit is followed (`--find-renames`): its hunks
+//! are against the old path, so a rename alone touches nothing.
 //! A hunk's `@@ … @@ name` context is not enough: git names there the last
 //! definition above the hunk, so the comment above the next function, or
 //! a function added after it, would count.
@@ -181,7 +183,12 @@ fn contact(work_tree: &Path, id: &str, idents: &[&str]) -> Contact {
             "--format=",
             "--no-color",
             "--no-ext-diff",
-            "--no-renames",
+            // A renamed file is diffed against its old path: a rename
+            // alone changes no line of a function, and an edit made with
+            // the rename is a hunk of the function as in any other commit
+            // (without it, git deletes the old file and adds the new one,
+            // and every function in it would be touched).
+            "--find-renames",
             "--diff-merges=first-parent",
             id,
         ],
@@ -518,5 +525,70 @@ CALIB_FN void calib_alloc_calloc(void)
                  its callers, callees, flags or libraries); {short} changed a line naming it"
             )
         );
+    }
+
+    #[test]
+    fn a_renamed_source_file_is_followed_and_the_rename_alone_touches_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let o = std::process::Command::new("git")
+                .arg("-C")
+                .arg(d.path())
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "git {args:?}");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        git(&["init", "-q"]);
+        std::fs::write(d.path().join("s.c"), C).unwrap();
+        git(&["add", "s.c"]);
+        git(&["commit", "-qm", "import"]);
+        std::fs::create_dir(d.path().join("src")).unwrap();
+        let edit = |file: &str, from: &str, to: &str| {
+            let p = d.path().join(file);
+            let t = std::fs::read_to_string(&p).unwrap();
+            assert!(t.contains(from), "{from}");
+            std::fs::write(&p, t.replace(from, to)).unwrap();
+        };
+        let mut commits = Vec::new();
+        let mut done = |msg: &str| {
+            git(&["add", "-A"]);
+            git(&["commit", "-qm", msg]);
+            commits.push(Commit {
+                id: git(&["rev-parse", "HEAD"]),
+                line: git(&["log", "-1", "--format=%h %s"]),
+            });
+        };
+        git(&["mv", "s.c", "src/server.c"]);
+        done("move s.c to src/server.c");
+        edit("src/server.c", "p[0] = malloc(1);", "p[0] = malloc(2);");
+        done("malloc(2)");
+        git(&["mv", "src/server.c", "src/calib.c"]);
+        edit(
+            "src/calib.c",
+            "    free(p[0]);\n",
+            "    free(p[0]);\n    p[1] = 0;\n",
+        );
+        done("rename to src/calib.c, and p[1] = 0");
+        git(&["mv", "src/calib.c", "calib.c"]);
+        edit("calib.c", "/* calloc */", "/* calloc, zeroed */");
+        done("rename to calib.c, and a comment above the next function");
+        let names = vec!["calib_alloc_small".to_string()];
+        let t = touched(
+            d.path(),
+            &commits,
+            "calib_alloc_small",
+            &names,
+            &Seen::default(),
+        );
+        assert_eq!(
+            t.commits,
+            vec![commits[1].line.clone(), commits[2].line.clone()],
+            "{t:?}"
+        );
+        // The commit after a rename names none of the old file's lines.
+        assert_eq!(t.naming, Vec::<String>::new(), "{t:?}");
     }
 }

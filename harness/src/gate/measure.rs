@@ -161,7 +161,18 @@ pub fn measure(s: &GateSettings, stop: &AtomicBool) -> Result<Measured> {
     let backend = instructions_backend(s, &distinct)?;
     let rs = counted_settings(s, &spec, tls.as_ref(), &matrix_path, matrix, families);
     let mut out = gate_out_dir(s, &target_path, binary.as_ref(), &spec)?;
-    let runs = counted_runs(&rs, &cases, &spec, tls.as_ref(), out.as_mut(), stop)?;
+    let manifest = |o: &OutDir, objects: &[crate::launch::start::ObjectFact]| {
+        write_gate_manifest(o, s, &target_path, binary.as_ref(), &spec, Some(objects))
+    };
+    let runs = counted_runs(
+        &rs,
+        &cases,
+        &spec,
+        tls.as_ref(),
+        out.as_mut(),
+        &manifest,
+        stop,
+    )?;
     let mut observed = Vec::new();
     for (key, rs) in &runs {
         for mut o in observe(rs, b) {
@@ -241,16 +252,39 @@ fn gate_out_dir(
         return Ok(None);
     };
     let o = OutDir::create(d)?;
-    o.write_manifest(
-        &s.argv,
-        &serde_json::json!({
-            "baseline": s.baseline_path,
-            "target": target_path,
-            "binary": binary,
-            "spec": spec,
-        }),
-    )?;
+    write_gate_manifest(&o, s, target_path, binary, spec, None)?;
     Ok(Some(o))
+}
+
+/// The manifest of `--out`: the baseline, the target, the binary it runs
+/// and, once the first launch has recorded them, `targets[]` as `rig run`
+/// writes it (the objects it mapped, hashed, and the commit of the work
+/// tree its executable is in), so `rig compare` reads a gate's directory
+/// as a build like a run's.
+fn write_gate_manifest(
+    o: &OutDir,
+    s: &GateSettings,
+    target_path: &Path,
+    binary: Option<&BinaryId>,
+    spec: &TargetSpec,
+    objects: Option<&[crate::launch::start::ObjectFact]>,
+) -> Result<()> {
+    let targets = objects.map(|objects| {
+        let git = objects
+            .first()
+            .and_then(|exe| crate::gitfacts::of(Path::new(&exe.path)));
+        serde_json::json!([{"name": spec.name, "objects": objects, "git": git}])
+    });
+    let mut m = serde_json::json!({
+        "baseline": s.baseline_path,
+        "target": target_path,
+        "binary": binary,
+        "spec": spec,
+    });
+    if let Some(t) = targets {
+        m["targets"] = t;
+    }
+    o.write_manifest(&s.argv, &m)
 }
 
 /// A counter's name in a multi-case suite carries its case key.
@@ -417,16 +451,19 @@ fn instructions_backend(
 }
 
 /// Every case's counted pass, `repeats` times: per case key, one metrics
-/// map per run. Any failed run fails the gate ([`RunsFailed`]).
+/// map per run. Any failed run fails the gate ([`RunsFailed`]). The first
+/// launch's objects go into the manifest (`manifest`).
 fn counted_runs(
     rs: &RunSettings,
     cases: &[Case],
     spec: &TargetSpec,
     tls: Option<&TargetSpec>,
     mut out: Option<&mut OutDir>,
+    manifest: &dyn Fn(&OutDir, &[crate::launch::start::ObjectFact]) -> Result<()>,
     stop: &AtomicBool,
 ) -> Result<BTreeMap<String, Vec<BTreeMap<String, f64>>>> {
     let mut sym = Symbolizer::new();
+    let mut recorded = false;
     let mut runs: BTreeMap<String, Vec<BTreeMap<String, f64>>> = BTreeMap::new();
     let mut failed = Vec::new();
     for c in cases {
@@ -449,6 +486,10 @@ fn counted_runs(
         }
         if let Some(o) = out.as_deref_mut() {
             o.append_case(&r)?;
+            if let (false, Some(objects)) = (recorded, &r.objects) {
+                manifest(o, objects)?;
+                recorded = true;
+            }
         }
         if interrupted {
             crate::launch::start::cleanup_all();
