@@ -2,10 +2,11 @@
 //! its row printed and kept for the summary.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use rig::load::{Client, Endpoint, LoadSpec, Mode, Protocol};
+use rig::load::{Client, Endpoint, Expect, LoadSpec, Mode, Protocol};
 
 use crate::summary::Row;
 use crate::tools::{field, h2load_numbers, oha_numbers, tool_run};
@@ -17,6 +18,9 @@ pub struct Leg {
     addr: SocketAddr,
     protocol: Protocol,
     streams: usize,
+    /// nginx's body for h1 and h2, rig-peer's for h3.
+    expect: Expect,
+    ca: Option<PathBuf>,
     url: String,
     /// `--duration` rounded up, as the tools take it.
     secs: String,
@@ -28,12 +32,18 @@ impl Leg {
     pub fn new(args: &Args, target: &Target, proto: &str, round: usize) -> Option<Leg> {
         let (addr, protocol, scheme) = protocol(proto, target);
         let addr = addr?;
+        let (expect, ca) = match (&target.h3, proto) {
+            (Some(h3), "h3") => (h3.expect.clone(), Some(h3.ca.clone())),
+            _ => (target.expect.clone(), target.ca.clone()),
+        };
         Some(Leg {
             proto: proto.to_string(),
             round,
             addr,
             protocol,
             streams: if proto == "h1" { 1 } else { args.streams },
+            expect,
+            ca,
             url: format!("{scheme}://127.0.0.1:{}{}", addr.port(), target.path),
             secs: format!("{}", args.duration.ceil() as u64),
             connections: args.connections.to_string(),
@@ -67,7 +77,7 @@ impl Leg {
             protocol: self.protocol.clone(),
             endpoint: Endpoint {
                 path: target.path.clone(),
-                expect: target.expect.clone(),
+                expect: self.expect.clone(),
             },
             connections: args.connections,
             streams: self.streams,
@@ -155,7 +165,7 @@ impl Leg {
         Ok(())
     }
 
-    pub fn oha(&self, args: &Args, target: &Target, oha: &str, rows: &mut Vec<Row>) -> Result<()> {
+    pub fn oha(&self, args: &Args, oha: &str, rows: &mut Vec<Row>) -> Result<()> {
         let d = format!("{}s", self.secs);
         let mut a = vec![
             "--no-tui",
@@ -171,10 +181,12 @@ impl Leg {
             &d,
         ];
         let p = self.streams.to_string();
-        if self.proto != "h1" {
-            a.extend(["--http2", "-p", &p]);
+        match self.proto.as_str() {
+            "h1" => {}
+            "h3" => a.extend(["--http-version", "3", "-p", &p]),
+            _ => a.extend(["--http2", "-p", &p]),
         }
-        let ca = target
+        let ca = self
             .ca
             .as_ref()
             .map(|p| p.display().to_string())
@@ -184,7 +196,7 @@ impl Leg {
         let port = self.addr.port();
         let connect_to = format!("localhost:{port}:127.0.0.1:{port}");
         let tls_url = self.url.replace("127.0.0.1", "localhost");
-        if self.proto == "h2tls" {
+        if self.proto == "h2tls" || self.proto == "h3" {
             a.extend(["--cacert", &ca, "--connect-to", &connect_to, &tls_url]);
         } else {
             a.push(&self.url);

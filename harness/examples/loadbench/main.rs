@@ -5,18 +5,24 @@
 //!
 //! ```sh
 //! cargo run --release --example loadbench -- [--duration 3] [--rounds 3] \
-//!     [--connections 64] [--protocols h1,h2c,h2tls] [--server-cpu 0] [--client-cpu 1] \
+//!     [--connections 64] [--protocols h1,h2c,h2tls,h3] [--server-cpu 0] [--client-cpu 1] \
 //!     [--oha PATH] [--url http://127.0.0.1:PORT/PATH]
 //! ```
 //!
 //! Without `--url` it starts Debian's nginx with a generated minimal config
 //! (1 worker, pinned to `--server-cpu`, `/plain` answering `Hello, World!`)
-//! on loopback ports, plain h1, h2c and h2 over TLS (a throwaway CA). Every
-//! generator is pinned to `--client-cpu` with one thread. Client CPU per
-//! request: rig's own thread CPU time; the tools' `getrusage(RUSAGE_CHILDREN)`.
+//! on loopback ports, plain h1, h2c and h2 over TLS (a throwaway CA). `h3`
+//! is served by rig-peer instead (`--tls --h3 --workers 1`, pinned to
+//! `--server-cpu`, `/plain` answering `hello`; build it first with `cargo
+//! build --release -p rig-peer`): Debian 12's nginx has no HTTP/3, and its
+//! h2load no h3 either, so the h3 legs are rig and an oha built with its
+//! `http3` feature. Every generator is pinned to `--client-cpu` with one
+//! thread. Client CPU per request: rig's own thread CPU time; the tools'
+//! `getrusage(RUSAGE_CHILDREN)`.
 
 mod legs;
 mod nginx;
+mod peer;
 mod summary;
 mod tools;
 
@@ -40,7 +46,7 @@ struct Args {
     rounds: usize,
     #[arg(long, default_value_t = 64)]
     connections: usize,
-    /// h2 streams per connection (h2load -m).
+    /// h2 and h3 streams per connection (h2load -m, oha -p).
     #[arg(long, default_value_t = 1)]
     streams: usize,
     #[arg(long, default_value = "h1,h2c,h2tls")]
@@ -60,7 +66,8 @@ struct Args {
     /// Skip wrk, h2load and oha (e.g. to profile rig's legs alone).
     #[arg(long)]
     rig_only: bool,
-    /// oha binary; default: `oha` on PATH, else `/tmp/oha/bin/oha`.
+    /// oha binary; default: `oha` on PATH, else `/tmp/oha-h3/bin/oha`, else
+    /// `/tmp/oha/bin/oha`. Its h3 legs need one built with `--features http3`.
     #[arg(long)]
     oha: Option<String>,
 }
@@ -73,11 +80,15 @@ struct Target {
     expect: Expect,
     ca: Option<PathBuf>,
     _nginx: Option<nginx::Nginx>,
+    /// rig-peer's HTTP/3, with its own body and CA (`--protocols h3`).
+    h3: Option<peer::H3>,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let target = match &args.url {
+    let protos = protocols(&args.protocols)?;
+    let tcp = protos.iter().any(|p| *p != "h3");
+    let mut target = match &args.url {
         Some(url) => {
             let t = rig::load::H1Target::parse(url)?;
             Target {
@@ -92,28 +103,45 @@ fn main() -> Result<()> {
                 },
                 ca: None,
                 _nginx: None,
+                h3: None,
             }
         }
-        None => nginx::start(args.server_cpu)?,
+        None if tcp => nginx::start(args.server_cpu)?,
+        None => Target {
+            h1: None,
+            h2c: None,
+            h2tls: None,
+            path: "/plain".into(),
+            expect: Expect::ok_exact(None, ""),
+            ca: None,
+            _nginx: None,
+            h3: None,
+        },
+    };
+    if protos.contains(&"h3") {
+        target.h3 = Some(peer::start(args.server_cpu)?);
+    }
+    let server = match (&args.url, tcp, target.h3.is_some()) {
+        (Some(_), _, false) => "--url",
+        (Some(_), _, true) => "--url, rig-peer h3 (1 worker)",
+        (None, true, false) => "nginx (1 worker)",
+        (None, true, true) => "nginx (1 worker), rig-peer h3 (1 worker)",
+        (None, false, _) => "rig-peer h3 (1 worker)",
     };
     println!(
-        "target: {}; {} connections, {} s per leg, server CPU {}, client CPU {}",
-        if args.url.is_some() {
-            "--url"
-        } else {
-            "nginx (1 worker)"
-        },
+        "target: {server}; {} connections × {} streams (h1: 1), {} s per leg, server CPU {}, client CPU {}",
         args.connections,
+        args.streams,
         args.duration,
         args.server_cpu,
         args.client_cpu
     );
-    let tools = Tools::find(&args)?;
+    let tools = Tools::find(&args, &target)?;
     println!(
         "{:<6} {:<8} {:>5} {:>12} {:>14} {:>10}",
         "proto", "tool", "round", "req/s", "client µs/req", "errors"
     );
-    let legs = plan(&args, &tools)?;
+    let legs = plan(&protos, &tools);
     let mut rows: Vec<Row> = Vec::new();
     for round in 1..=args.rounds {
         let order: Vec<_> = if round % 2 == 1 {
@@ -131,7 +159,7 @@ fn main() -> Result<()> {
                 "h2load" => leg.h2load(&args, &mut rows)?,
                 _ => {
                     let oha = tools.oha.as_deref().expect("oha leg without oha");
-                    leg.oha(&args, &target, oha, &mut rows)?
+                    leg.oha(&args, oha, &mut rows)?
                 }
             }
         }
@@ -145,10 +173,12 @@ struct Tools {
     wrk: bool,
     h2load: bool,
     oha: Option<String>,
+    /// oha was built with its `http3` feature.
+    oha_h3: bool,
 }
 
 impl Tools {
-    fn find(args: &Args) -> Result<Tools> {
+    fn find(args: &Args, target: &Target) -> Result<Tools> {
         let have = |tool: &str| {
             Command::new(tool)
                 .arg("--version")
@@ -168,7 +198,7 @@ impl Tools {
             match &args.oha {
                 Some(p) if have(p) => Some(p.clone()),
                 Some(p) => bail!("--oha {p}: cannot run it"),
-                None => ["oha", "/tmp/oha/bin/oha"]
+                None => ["oha", "/tmp/oha-h3/bin/oha", "/tmp/oha/bin/oha"]
                     .into_iter()
                     .find(|p| have(p))
                     .map(String::from),
@@ -179,32 +209,76 @@ impl Tools {
                 println!("({name} not found: its legs are skipped)");
             }
         }
-        Ok(Tools { wrk, h2load, oha })
+        let oha_h3 = match (&oha, &target.h3) {
+            (Some(oha), Some(h3)) => {
+                let ok = oha_speaks_h3(oha, h3);
+                if !ok {
+                    println!("({oha} has no HTTP/3: its h3 legs are skipped; cargo install oha --features http3)");
+                }
+                ok
+            }
+            _ => false,
+        };
+        Ok(Tools {
+            wrk,
+            h2load,
+            oha,
+            oha_h3,
+        })
     }
+}
+
+/// One h3 request with `oha`, answered 200: a build without the `http3`
+/// feature refuses `--http-version 3` before it sends anything.
+fn oha_speaks_h3(oha: &str, h3: &peer::H3) -> bool {
+    let port = h3.addr.port();
+    let out = Command::new(oha)
+        .args(["--no-tui", "--output-format", "json", "-n", "1"])
+        .args(["--http-version", "3", "--cacert"])
+        .arg(&h3.ca)
+        .arg("--connect-to")
+        .arg(format!("localhost:{port}:127.0.0.1:{port}"))
+        .arg(format!("https://localhost:{port}/plain"))
+        .stderr(Stdio::null())
+        .output();
+    let Ok(out) = out else { return false };
+    let got = tools::oha_numbers(&String::from_utf8_lossy(&out.stdout));
+    out.status.success() && got.is_some_and(|(_, done, errors)| done == 1.0 && errors == 0)
+}
+
+/// `--protocols`, checked.
+fn protocols(list: &str) -> Result<Vec<&str>> {
+    let protos: Vec<&str> = list.split(',').collect();
+    for proto in &protos {
+        if !["h1", "h2c", "h2tls", "h3"].contains(proto) {
+            bail!("--protocols: unknown `{proto}`; give h1, h2c, h2tls or h3");
+        }
+    }
+    Ok(protos)
 }
 
 /// One round's legs: per protocol, the tools that speak it, in the order
 /// rig, wrk, h2load, oha. Odd rounds run them forward, even rounds reversed
 /// (A B C D, D C B A), so drift over the session hits every tool alike.
-fn plan<'a>(args: &'a Args, tools: &Tools) -> Result<Vec<(&'a str, &'static str)>> {
+fn plan<'a>(protos: &[&'a str], tools: &Tools) -> Vec<(&'a str, &'static str)> {
     let mut legs = Vec::new();
-    for proto in args.protocols.split(',') {
-        if !["h1", "h2c", "h2tls"].contains(&proto) {
-            bail!("--protocols: unknown `{proto}`; give h1, h2c or h2tls");
-        }
+    for &proto in protos {
         legs.push((proto, "rig"));
         if proto == "h1" && tools.wrk {
             legs.push((proto, "wrk"));
         }
-        if tools.h2load {
+        // Debian's h2load (nghttp2 1.52) is built without HTTP/3: asked for
+        // h3 it opens TCP.
+        if proto != "h3" && tools.h2load {
             legs.push((proto, "h2load"));
         }
-        // oha --http2 over http:// speaks h2 with prior knowledge.
-        if tools.oha.is_some() {
+        // oha --http2 over http:// speaks h2 with prior knowledge; h3 only
+        // when built with its `http3` feature.
+        if tools.oha.is_some() && (proto != "h3" || tools.oha_h3) {
             legs.push((proto, "oha"));
         }
     }
-    Ok(legs)
+    legs
 }
 
 /// The protocol rig speaks for a leg, and the URL scheme the tools use.
@@ -212,6 +286,18 @@ fn protocol(proto: &str, target: &Target) -> (Option<SocketAddr>, Protocol, &'st
     match proto {
         "h1" => (target.h1, Protocol::H1 { keepalive: true }, "http"),
         "h2c" => (target.h2c, Protocol::H2c, "http"),
+        "h3" => match &target.h3 {
+            Some(h3) => (
+                Some(h3.addr),
+                Protocol::H3 {
+                    ca_pem: h3.ca.clone(),
+                    server_name: "localhost".into(),
+                    insecure: false,
+                },
+                "https",
+            ),
+            None => (None, Protocol::H2c, "https"),
+        },
         _ => (
             target.h2tls,
             Protocol::H2Tls {

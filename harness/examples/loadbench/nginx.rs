@@ -129,5 +129,6 @@ http {{
         expect: Expect::ok_exact(Some("text/plain"), "Hello, World!"),
         ca: Some(dir.join("ca.pem")),
         _nginx: Some(guard),
+        h3: None,
     })
 }
