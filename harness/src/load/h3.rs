@@ -328,7 +328,9 @@ impl H3Stream {
         // had closed while idle; after it left, a failure is the request's.
         for attempt in 0..2 {
             let current = self.conn.generation.get();
-            let stale = !matches!(&self.sender, Some((g, _, _)) if *g == current)
+            // A connection the driver saw close (idle timeout, the server's
+            // close) is made again before the request, not tried and failed.
+            let stale = !matches!(&self.sender, Some((g, _, l)) if *g == current && !l.closed.get())
                 || self.conn.current.borrow().is_none();
             if stale {
                 self.sender = None;

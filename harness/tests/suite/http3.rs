@@ -261,6 +261,27 @@ fn h3_connections_the_server_closes_are_made_again() {
     assert_eq!(r.handshakes.tcp, 0);
 }
 
+/// Connections that timed out while idle (the server's 0.3 s idle limit,
+/// which QUIC makes both ends' limit) are found closed before the next
+/// request goes, and made again: every request succeeds, one QUIC
+/// handshake per connection inside the run.
+#[test]
+fn h3_connections_closed_while_idle_are_made_again_before_the_next_request() {
+    let srv = aioquic(&["--idle-timeout", "0.3"]);
+    let mut c = Client::connect(&spec_of(srv.port, "/plain", hello(), 2, 2)).unwrap();
+    assert_eq!(run(&mut c, Mode::FixedCount { requests: 20 }).succeeded, 20);
+    // Well past the idle limit: both connections are gone.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let r = run(&mut c, Mode::FixedCount { requests: 40 });
+    assert_eq!(r.succeeded, 40, "{:?}", r.errors);
+    assert_eq!(
+        (r.handshakes.udp, r.handshakes.quic, r.handshakes.h3),
+        (2, 2, 2),
+        "{:?}",
+        r.handshakes
+    );
+}
+
 /// `rig attach --drive https://… --protocol h3` on rig-peer's calibration
 /// route: its handler makes exactly `CALIB_GETPPID` getppid calls and
 /// `CALIB_ALLOCS` blocks of `CALIB_ALLOC_SIZE` bytes per request, whatever
