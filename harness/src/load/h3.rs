@@ -212,18 +212,14 @@ impl H3Conn {
         self.fails.get() >= MAX_CONSECUTIVE_CONN_FAILURES
     }
 
-    /// Close gracefully: CONNECTION_CLOSE with H3_NO_ERROR, then wait (up to
-    /// `wait`) for QUIC's draining period (three probe timeouts) to end,
-    /// by which the close has reached the server or the path is gone.
-    /// True when it ended in time.
-    pub async fn go_away(&self, wait: Duration) -> bool {
-        let Some((_, live)) = self.current.borrow_mut().take() else {
-            return false;
-        };
+    /// Close gracefully: CONNECTION_CLOSE with H3_NO_ERROR. Returns the
+    /// connection's endpoint, whose `wait_idle` ends with QUIC's draining
+    /// period (three probe timeouts), by which the close has reached the
+    /// server or the path is gone; `None` when it was closed already.
+    pub fn close_now(&self) -> Option<quinn::Endpoint> {
+        let (_, live) = self.current.borrow_mut().take()?;
         live.quic.close(H3_NO_ERROR.into(), b"");
-        tokio::time::timeout(wait, live.endpoint.wait_idle())
-            .await
-            .is_ok()
+        Some(live.endpoint.clone())
     }
 
     fn broke(&self, generation: u64) {

@@ -192,8 +192,10 @@ impl Worker {
                         (None, None) => DispatchFacts::given(Duration::from_millis(1)),
                     };
                     let _ = ready_tx.send(Ok((*stats.handshakes.borrow(), dispatch)));
+                    let mut closed = false;
                     while let Some(job) = job_rx.recv().await {
                         if let Plan::Close { graceful } = job.plan {
+                            closed = true;
                             let went_away = close_all(std::mem::take(&mut slots), graceful).await;
                             let _ = report_tx.send(ThreadReport {
                                 went_away,
@@ -207,6 +209,13 @@ impl Worker {
                         if report_tx.send(r).is_err() {
                             break;
                         }
+                    }
+                    // Dropped: a TCP socket's close tells the server (FIN);
+                    // a QUIC connection dropped in silence would live on at
+                    // the server until its idle timeout, so it is closed
+                    // (CONNECTION_CLOSE) before the thread ends.
+                    if !closed && slots.iter().any(|s| matches!(s, Slot::H3(_))) {
+                        close_all(slots, true).await;
                     }
                 });
             })
@@ -381,12 +390,18 @@ async fn connect_all(
 /// before the deadline).
 const TIMEOUT: &str = "timeout";
 
-/// How long a graceful close waits for each h2 connection's GOAWAY.
+/// QUIC connections closed together before a 1 ms pause (see `close_all`).
+const CLOSE_BATCH: usize = 16;
+
+/// How long a graceful close waits for each h2 connection's GOAWAY (and
+/// for the QUIC connections' draining periods, all at once).
 const GOAWAY_WAIT: Duration = Duration::from_secs(1);
 
 /// Close every connection of `slots`: h2 ones gracefully when asked (each
-/// stream drops its handle, then each connection sends GOAWAY and closes);
-/// everything else by dropping it (the socket closes). Returns the h2
+/// stream drops its handle, then each connection sends GOAWAY and closes),
+/// h3 ones with CONNECTION_CLOSE (H3_NO_ERROR) and their draining period;
+/// everything else, and everything when not graceful, by dropping it (the
+/// socket closes; an h3 connection goes silent). Returns the h2 and h3
 /// connections that went away gracefully.
 async fn close_all(slots: Vec<Slot>, graceful: bool) -> u64 {
     if !graceful {
@@ -416,9 +431,23 @@ async fn close_all(slots: Vec<Slot>, graceful: bool) -> u64 {
     for c in &conns {
         n += u64::from(c.go_away(GOAWAY_WAIT).await);
     }
-    for c in &quic {
-        n += u64::from(c.go_away(GOAWAY_WAIT).await);
+    // The QUIC connections closed a few at a time: a CONNECTION_CLOSE is
+    // sent once and never again unless the server sends more, so hundreds
+    // of them at once, overflowing the server's one UDP receive buffer,
+    // would leave the lost ones' state at the server until its idle
+    // timeout. Then their draining periods are waited out side by side.
+    let mut endpoints: Vec<quinn::Endpoint> = Vec::with_capacity(quic.len());
+    for batch in quic.chunks(CLOSE_BATCH) {
+        endpoints.extend(batch.iter().filter_map(|c| c.close_now()));
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    let drained = futures_util::future::join_all(
+        endpoints
+            .iter()
+            .map(|e| tokio::time::timeout(GOAWAY_WAIT, e.wait_idle())),
+    )
+    .await;
+    n += drained.iter().filter(|r| r.is_ok()).count() as u64;
     n
 }
 
