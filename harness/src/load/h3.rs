@@ -384,22 +384,13 @@ async fn exchange(
         .recv_response()
         .await
         .map_err(|e| stream_failure(e, live, false))?;
-    let mut body: Vec<u8> = Vec::new();
-    while let Some(mut chunk) = stream
-        .recv_data()
+    let body = match read_body(&mut stream)
         .await
         .map_err(|e| stream_failure(e, live, false))?
     {
-        if body.len() + chunk.remaining() > MAX_BODY {
-            return Ok(Err(format!("body longer than {} MiB", MAX_BODY >> 20)));
-        }
-        while chunk.has_remaining() {
-            let c = chunk.chunk();
-            body.extend_from_slice(c);
-            let n = c.len();
-            chunk.advance(n);
-        }
-    }
+        Ok(b) => b,
+        Err(too_long) => return Ok(Err(too_long)),
+    };
     let headers = resp.headers();
     let content_type = headers
         .get(http::header::CONTENT_TYPE)
@@ -413,6 +404,29 @@ async fn exchange(
         None => check(&setup.expect, status, content_type, &body),
     };
     Ok(checked)
+}
+
+/// A response's whole body; `Ok(Err(kind))` when it grows past
+/// [`MAX_BODY`] (a runaway server must not grow rig without bound).
+async fn read_body<S>(
+    stream: &mut h3::client::RequestStream<S, Bytes>,
+) -> Result<Result<Vec<u8>, String>, h3::error::StreamError>
+where
+    S: h3::quic::RecvStream,
+{
+    let mut body = Vec::new();
+    while let Some(mut chunk) = stream.recv_data().await? {
+        if body.len() + chunk.remaining() > MAX_BODY {
+            return Ok(Err(format!("body longer than {} MiB", MAX_BODY >> 20)));
+        }
+        while chunk.has_remaining() {
+            let c = chunk.chunk();
+            body.extend_from_slice(c);
+            let n = c.len();
+            chunk.advance(n);
+        }
+    }
+    Ok(Ok(body))
 }
 
 /// Sort an h3 stream error: one that came with the connection's close
@@ -472,18 +486,9 @@ pub fn fetch(spec: &super::LoadSpec) -> Result<Fetched, String> {
                 .recv_response()
                 .await
                 .map_err(|e| format!("h3: {e}"))?;
-            let mut body = Vec::new();
-            while let Some(mut chunk) = stream.recv_data().await.map_err(|e| format!("h3: {e}"))? {
-                if body.len() + chunk.remaining() > MAX_BODY {
-                    return Err(format!("body longer than {} MiB", MAX_BODY >> 20));
-                }
-                while chunk.has_remaining() {
-                    let c = chunk.chunk();
-                    body.extend_from_slice(c);
-                    let n = c.len();
-                    chunk.advance(n);
-                }
-            }
+            let body = read_body(&mut stream)
+                .await
+                .map_err(|e| format!("h3: {e}"))??;
             Ok(Fetched {
                 status: resp.status().as_u16(),
                 headers: resp
