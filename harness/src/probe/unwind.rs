@@ -368,6 +368,15 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
             });
             continue;
         }
+        // A thread made by runtime.clone starts its life inside it, on
+        // its new stack: past the parent's return the frames above are
+        // whatever that stack's memory holds, and the thread's stack is
+        // this one frame (its gettid, the Go runtime's first syscall of
+        // every new thread, is counted here).
+        let child = (f.name == "runtime.clone")
+            .then(|| go_clone_child_at(code))
+            .flatten()
+            .map(|n| f.entry + n as u64);
         let steps = go.sp_deltas(f);
         let saved = bp_saved_at(code).map(|n| f.entry + n as u64);
         let mut points: Vec<u64> = steps.iter().map(|s| s.0).collect();
@@ -375,6 +384,9 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
         points.sort_unstable();
         points.dedup();
         for pc in points {
+            if child.is_some_and(|c| pc >= c) {
+                continue;
+            }
             let Some(&(_, delta)) = steps.iter().take_while(|s| s.0 <= pc).last() else {
                 continue;
             };
@@ -397,6 +409,13 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
             };
             out.push(row);
         }
+        if let Some(c) = child {
+            out.push(UnwindRow {
+                pc: c,
+                cfa: unwind_cfa::END,
+                ..Default::default()
+            });
+        }
         out.push(UnwindRow {
             pc: f.end,
             cfa: unwind_cfa::NONE,
@@ -404,6 +423,31 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
         });
     }
     out
+}
+
+/// Where the child's code starts in Go's `runtime.clone` (amd64): the
+/// target of the branch the parent skips after the clone syscall (`SYSCALL;
+/// CMPQ AX, $0; JEQ child; ...; RET`, `sys_linux_amd64.s` since Go 1.0).
+/// `None` when the code is not of that shape.
+fn go_clone_child_at(code: &[u8]) -> Option<usize> {
+    let sys = code.windows(2).position(|w| w == [0x0f, 0x05])? + 2;
+    let rest = code.get(sys..)?;
+    let cmp = match rest {
+        [0x48, 0x83, 0xf8, 0x00, ..] => 4,
+        [0x48, 0x85, 0xc0, ..] => 3,
+        _ => return None,
+    };
+    let at = sys + cmp;
+    let target = match code.get(at..)? {
+        [0x74, rel, ..] => at as i64 + 2 + i64::from(*rel as i8),
+        [0x0f, 0x84, a, b, c, d, ..] => {
+            at as i64 + 6 + i64::from(i32::from_le_bytes([*a, *b, *c, *d]))
+        }
+        _ => return None,
+    };
+    usize::try_from(target)
+        .ok()
+        .filter(|&t| t > at && t < code.len())
 }
 
 /// Functions of musl that start a stack: a thread's (`start`,

@@ -752,3 +752,46 @@ fn stack_height_analysis_agrees_with_the_eh_frame_of_libc() {
         &wrong[..wrong.len().min(20)]
     );
 }
+
+/// A thread made by Go's runtime.clone makes its first syscall (gettid)
+/// inside it, on its new stack: the walk ends there, whole, while the
+/// parent's clone syscall in the same function unwinds to its caller. The
+/// two syscalls are found in the fixture's machine code by their numbers.
+#[test]
+fn go_clone_ends_the_childs_stack_and_unwinds_the_parents() {
+    let data = std::fs::read(rig_fixtures::goserver(false)).unwrap();
+    let go = GoTable::parse(&data).unwrap().expect("a Go binary");
+    let f = go
+        .funcs
+        .iter()
+        .find(|f| f.name == "runtime.clone")
+        .expect("runtime.clone");
+    let file = object::File::parse(&*data).unwrap();
+    let text = file.section_by_name(".text").unwrap();
+    let bytes = text.data().unwrap();
+    let code = &bytes[(f.entry - text.address()) as usize..(f.end - text.address()) as usize];
+    let after = |nr: u8| {
+        let pat = [0xb8, nr, 0, 0, 0, 0x0f, 0x05];
+        let i = code.windows(7).position(|w| w == pat).expect("the syscall");
+        f.entry + i as u64 + 7
+    };
+    let (clone_ret, gettid_ret) = (after(56), after(186));
+    let t = module_of(&data).unwrap();
+    let covering = |pc: u64| t.rows[t.rows.partition_point(|r| r.pc <= pc) - 1];
+    let parent = covering(clone_ret);
+    assert_eq!(
+        (parent.cfa, parent.cfa_off),
+        (unwind_cfa::RSP, 8),
+        "{parent:?}"
+    );
+    assert_eq!(
+        covering(gettid_ret).cfa,
+        unwind_cfa::END,
+        "the child's frame"
+    );
+    let child = covering(gettid_ret).pc;
+    assert!(
+        clone_ret < child && child < gettid_ret,
+        "{clone_ret:#x} {child:#x}"
+    );
+}

@@ -177,3 +177,52 @@ fn no_uretprobe_is_ever_attached_in_go_code_even_for_the_live_heap() {
     );
     drop(probes);
 }
+
+/// A thread the Go runtime makes during the window: its first syscall
+/// (gettid, inside runtime.clone on the thread's new stack) is a whole
+/// stack of that one frame, never the frames its fresh stack memory happens
+/// to hold; the parent's clone syscall in the same function unwinds on to
+/// runtime.newosproc. `/thread` ends one OS thread per request, so the
+/// runtime makes threads all through the window.
+#[test]
+fn a_thread_made_during_the_window_starts_its_stack_at_runtime_clone() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let target = goserver(false);
+    let a = attribute_path(&target, &[Family::Syscalls], "/thread", 200, 1);
+    let (mut children, mut parents) = (0, 0);
+    for r in a.stacks.rows.iter().filter(|r| r.pid == target.pid()) {
+        let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
+        assert!(
+            s.incomplete.is_empty(),
+            "{} x{}:\n{}",
+            r.event,
+            r.count,
+            render(s)
+        );
+        let names: Vec<&str> = s
+            .frames
+            .iter()
+            .map(|f| f.function.as_deref().unwrap_or("?"))
+            .collect();
+        if names.first() != Some(&"runtime.clone") {
+            continue;
+        }
+        match r.event.as_str() {
+            "gettid" => {
+                assert_eq!(names, ["runtime.clone"], "the new thread's whole stack");
+                children += r.count;
+            }
+            "clone" => {
+                assert_eq!(names.get(1), Some(&"runtime.newosproc"), "{}", render(s));
+                parents += r.count;
+            }
+            other => panic!("{other} in runtime.clone:\n{}", render(s)),
+        }
+    }
+    println!("{children} gettid in new threads, {parents} clone");
+    assert!(
+        children > 0 && parents > 0,
+        "threads made in the window: {children} gettid in new threads, {parents} clone"
+    );
+}
