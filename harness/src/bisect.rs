@@ -814,7 +814,7 @@ pub fn command(s: &BisectSettings, stop: &AtomicBool) -> Result<i32> {
             for l in commits {
                 crate::outln!("  {l}");
             }
-            return Ok(crate::exit::OK);
+            return Ok(crate::exit::UNDECIDED);
         }
     };
     crate::outln!(

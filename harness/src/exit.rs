@@ -16,5 +16,8 @@ pub const INCOMPLETE: i32 = 5;
 pub const CASE_FAILED: i32 = 6;
 /// `rig gate`: a counter breached its baseline limit.
 pub const GATE_BREACH: i32 = 7;
+/// `rig bisect`: stopped at a commit like neither end (ambiguous), so no
+/// first commit was found; the interval it had is printed.
+pub const UNDECIDED: i32 = 8;
 /// Interrupted by SIGINT/SIGTERM; partial results were written.
 pub const INTERRUPTED: i32 = 130;

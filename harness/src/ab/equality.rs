@@ -13,6 +13,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+/// A byte stream both ways: a TCP connection, or TLS over one.
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
 /// One request's raw response, masked.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Captured {
@@ -25,9 +29,51 @@ pub struct Captured {
 
 /// Send `GET path` on a fresh connection and return the masked response.
 pub fn capture(addr: SocketAddr, path: &str, masks: &[String]) -> Result<Captured, String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+    let mut s = connect(addr)?;
+    exchange(&mut s, addr, path, masks)
+}
+
+/// [`capture`] over TLS (ALPN `http/1.1`, the spec's CA and server name),
+/// for a target whose TCP port speaks nothing but TLS.
+pub fn capture_tls(
+    addr: SocketAddr,
+    tls: &crate::launch::spec::TlsSpec,
+    path: &str,
+    masks: &[String],
+) -> Result<Captured, String> {
+    let (config, name) =
+        crate::load::tls_client_config(tls, "http/1.1").map_err(|e| e.to_string())?;
+    let session = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+        .map_err(|e| format!("TLS: {e}"))?;
+    let mut s = rustls::StreamOwned::new(session, connect(addr)?);
+    exchange(&mut s, addr, path, masks).map_err(|e| {
+        if e.contains("NoApplicationProtocol") {
+            format!(
+                "{e}: the server refused HTTP/1.1 over TLS; the output comparison speaks \
+                 HTTP/1.1 (plain or over TLS) or HTTP/3"
+            )
+        } else {
+            e
+        }
+    })
+}
+
+/// A TCP connection to `addr`, its connect and every read bounded.
+fn connect(addr: SocketAddr) -> Result<TcpStream, String> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .map_err(|e| format!("connecting to {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    s.set_write_timeout(Some(Duration::from_secs(10))).ok();
+    Ok(s)
+}
+
+/// One HTTP/1.1 `GET path` on `s` and its whole response, masked.
+fn exchange(
+    s: &mut impl ReadWrite,
+    addr: SocketAddr,
+    path: &str,
+    masks: &[String],
+) -> Result<Captured, String> {
     s.write_all(
         format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: rig\r\n\r\n").as_bytes(),
     )

@@ -211,10 +211,13 @@ fn check_equality(s: &AbSettings, rs: &RunSettings) -> Result<EqualityReport> {
         let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), l.port);
         let mut got = Vec::new();
         for p in &paths {
-            // Plain HTTP/1.1 where the arm serves it; over HTTP/3 where that
-            // is all it serves.
-            let captured = match (&arm.spec.protocols.h3, arm.spec.protocols.tcp()) {
-                (Some(t), false) => {
+            // Plain HTTP/1.1 where the arm serves it; over TLS where its TCP
+            // port speaks only TLS; over HTTP/3 where that is all it serves.
+            let protocols = &arm.spec.protocols;
+            let captured = match (&protocols.h2_tls, &protocols.h3) {
+                _ if protocols.h1 || protocols.h2c => equality::capture(addr, p, &s.masks),
+                (Some(t), _) => equality::capture_tls(addr, t, p, &s.masks),
+                (None, Some(t)) if !protocols.tcp() => {
                     let ls = h3_fetch_spec(addr, t, p);
                     equality::capture_h3(&ls, &s.masks)
                 }

@@ -37,7 +37,7 @@ pub enum Cmd {
     Flame(FlameArgs),
     /// Result directories over builds side by side: every metric's series, its noise band, its steps and their commits.
     Compare(CompareArgs),
-    /// The first commit between a good and a bad one where a counter moved (builds in a temporary worktree).
+    /// The first commit between a good and a bad one where a counter moved (builds in a temporary worktree; exit 8 when it stops at an ambiguous commit).
     Bisect(BisectArgs),
     /// Which functions two builds of an ELF file (executables or shared objects) add, remove, change or rename.
     Funcdiff(FuncdiffArgs),

@@ -36,6 +36,7 @@ pub mod live;
 mod open;
 pub mod schedule;
 mod tls;
+pub use tls::tls_client_config;
 pub mod tools;
 pub mod url;
 mod validate;

@@ -32,6 +32,19 @@ pub(crate) fn connector(
     ))
 }
 
+/// A blocking client's TLS session (`rig ab`'s output comparison): the
+/// configuration and the name, from a target spec's TLS settings.
+pub fn tls_client_config(
+    tls: &crate::launch::spec::TlsSpec,
+    alpn: &str,
+) -> Result<(ClientConfig, ServerName<'static>), LoadError> {
+    let ca = tls.ca.as_deref().unwrap_or(Path::new(""));
+    Ok((
+        client_config(ca, alpn, tls.insecure)?,
+        server_name_of(&tls.server_name)?,
+    ))
+}
+
 /// The name to verify the server's certificate against and send as SNI.
 pub(crate) fn server_name_of(server_name: &str) -> Result<ServerName<'static>, LoadError> {
     ServerName::try_from(server_name.to_string()).map_err(|e| LoadError::ServerName {

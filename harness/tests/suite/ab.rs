@@ -422,3 +422,54 @@ fn ab_with_one_round_still_finds_the_site_that_runs_in_one_arm_only() {
     // Two runs prove nothing: allocs/req is not decided as exact.
     assert_eq!(metric(&ab, case, "allocs/req")["exact"], false);
 }
+
+/// Arms whose TCP port speaks only TLS (rig-peer `--tls`, as nginx with
+/// `listen ssl`): the output comparison speaks HTTP/1.1 over TLS to them,
+/// with the spec's CA and server name, and finds the two arms alike.
+#[test]
+fn ab_compares_the_outputs_of_tls_only_arms_over_tls() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let r = rig_ab_with(
+        "tls",
+        r#"
+[defaults]
+warmup_ms = 100
+duration_ms = 300
+counted_requests = 200
+
+[[suite]]
+name = "tls"
+kind = "http"
+protocols = ["h2-tls"]
+paths = ["/plain"]
+topologies = ["1x1"]
+"#,
+        &[("A", "peer-tls.toml"), ("B", "peer-tls.toml")],
+        &["--suite", "tls", "--rounds", "1", "--passes", "counted"],
+    );
+    assert_eq!(r.code, exit::OK, "{}\n{}", r.stdout, r.stderr);
+    let ab = r.ab();
+    let eq = &ab["equality"];
+    for arm in eq["responses"].as_array().unwrap() {
+        let plain = arm
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["path"] == "/plain")
+            .unwrap_or_else(|| panic!("/plain answered: {eq:#}"));
+        let text = plain["response"].as_str().unwrap();
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.ends_with("\r\n\r\nhello"),
+            "{text:?}"
+        );
+    }
+    assert!(
+        eq["differences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d.as_array().unwrap().is_empty()),
+        "{eq:#}"
+    );
+}
