@@ -453,3 +453,121 @@ fn code_a_jit_wrote_is_named_from_its_perf_map_and_its_stacks_say_jit_code() {
         }
     }
 }
+
+/// A server in a container: a private mount and pid namespace
+/// (`unshare --mount --pid --fork`) in which variant C of libcalibwork.so
+/// is bind-mounted over variant A's path, so the host's file at the path
+/// the server maps is another build. rig probes and names the file the
+/// server mapped (one more allocation per request, at a site A does not
+/// have), and measures the server by its host pid.
+#[test]
+fn a_server_in_a_private_mount_and_pid_namespace_is_measured_from_its_own_files() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let (a_so, c_so) = (
+        rig_fixtures::calibwork_so('a'),
+        rig_fixtures::calibwork_so('c'),
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "--mount",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(r#"mount --bind "$1" "$2" && exec "$3" --port 0 --threads 1"#)
+    .arg("sh")
+    .arg(&c_so)
+    .arg(&a_so)
+    .arg(rig_fixtures::calib_dyn())
+    .env("LD_LIBRARY_PATH", rig_fixtures::calibwork_dir('a'));
+    let wrapper = Child::spawn_ready(cmd).expect("the server starts in its namespaces");
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", wrapper.pid())).unwrap();
+    let pid: u32 = children.trim().parse().expect("one child: the server");
+    // The setup holds: the server is pid 1 of its namespace and maps C's
+    // bytes at A's path, while the host's file there is still A.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let nspid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    assert_eq!(nspid.split_whitespace().last(), Some("1"), "{nspid}");
+    let inside = std::fs::read(format!("/proc/{pid}/root{}", a_so.display())).unwrap();
+    assert_eq!(
+        inside,
+        std::fs::read(&c_so).unwrap(),
+        "C's bytes at A's path"
+    );
+    assert_ne!(
+        inside,
+        std::fs::read(&a_so).unwrap(),
+        "the host's file is A"
+    );
+
+    let drive = super::drive(wrapper.port, "/work", N, 1);
+    let s = rig::session::AttachSettings {
+        pid,
+        families: vec![Family::Alloc, Family::Copy],
+        duration: std::time::Duration::ZERO,
+        per: None,
+        drive: Some(drive),
+        command: Vec::new(),
+        tree: None,
+        wrappers: Vec::new(),
+        live_heap: false,
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let a = rig::session::run_attach(&s, &stop).expect("attribution session");
+    assert_eq!(a.window.load.as_ref().unwrap().succeeded, N);
+    assert!(a.complete, "{:#?} {:#?}", a.losses, a.alloc_unprobed);
+    let c = rig_fixtures::ab::costs_of('c');
+    for site in rig_fixtures::ab::SITES
+        .iter()
+        .filter(|s| s.variants.contains('c'))
+    {
+        let line = format!(
+            "calibwork.c:{}",
+            rig_fixtures::calibwork_site_line(site.marker)
+        );
+        let at_site = |r: &rig::symbolize::Site| {
+            r.function.as_deref() == Some(site.function)
+                && r.file_line().as_deref() == Some(line.as_str())
+        };
+        let (kind, (calls, bytes)) = match site.kind {
+            rig_fixtures::calib::Kind::Memcpy => (
+                "memcpy",
+                a.copy
+                    .iter()
+                    .filter(|r| at_site(&r.site))
+                    .fold((0, 0), |(n, b), r| (n + r.calls, b + r.bytes)),
+            ),
+            k => {
+                let kind = if k == rig_fixtures::calib::Kind::Free {
+                    "free"
+                } else {
+                    "malloc"
+                };
+                let rows = a.alloc.iter().filter(|r| r.kind == kind && !r.inner);
+                (
+                    kind,
+                    rows.filter(|r| at_site(&r.site))
+                        .fold((0, 0), |(n, b), r| (n + r.calls, b + r.bytes)),
+                )
+            }
+        };
+        assert_eq!(
+            (calls, bytes),
+            (N, N * site.bytes),
+            "{} ({kind} at {} {line})",
+            site.marker,
+            site.function
+        );
+    }
+    assert_eq!(
+        a.alloc_totals.allocations,
+        N * u64::from(c.mallocs),
+        "{:#?}",
+        a.alloc_totals
+    );
+}
