@@ -41,8 +41,10 @@ pub fn capture_tls(
     path: &str,
     masks: &[String],
 ) -> Result<Captured, String> {
+    let ca = tls.ca.as_deref().unwrap_or(std::path::Path::new(""));
     let (config, name) =
-        crate::load::tls_client_config(tls, "http/1.1").map_err(|e| e.to_string())?;
+        crate::load::tls_client_config(ca, &tls.server_name, "http/1.1", tls.insecure)
+            .map_err(|e| e.to_string())?;
     let session = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
         .map_err(|e| format!("TLS: {e}"))?;
     let mut s = rustls::StreamOwned::new(session, connect(addr)?);

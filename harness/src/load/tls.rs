@@ -33,15 +33,17 @@ pub(crate) fn connector(
 }
 
 /// A blocking client's TLS session (`rig ab`'s output comparison): the
-/// configuration and the name, from a target spec's TLS settings.
+/// configuration and the name to verify. `ca_pem` is ignored when
+/// `insecure`.
 pub fn tls_client_config(
-    tls: &crate::launch::spec::TlsSpec,
+    ca_pem: &Path,
+    server_name: &str,
     alpn: &str,
+    insecure: bool,
 ) -> Result<(ClientConfig, ServerName<'static>), LoadError> {
-    let ca = tls.ca.as_deref().unwrap_or(Path::new(""));
     Ok((
-        client_config(ca, alpn, tls.insecure)?,
-        server_name_of(&tls.server_name)?,
+        client_config(ca_pem, alpn, insecure)?,
+        server_name_of(server_name)?,
     ))
 }
 
