@@ -29,6 +29,13 @@ enum unwind_cfa {
 	 * pushed (ip & 15 >= cfa_off). */
 	UNWIND_CFA_PLT = 3,
 	UNWIND_CFA_END = 4,  /* return address undefined: the outermost frame */
+	/* Go's runtime.asmcgocall where the C function it called returns, on
+	 * the system stack (asm_amd64.s): rsp + 48 holds the goroutine's g
+	 * and rsp + 40 asmcgocall's depth below g.stack.hi (g + 8), so CFA =
+	 * g.stack.hi - depth + 8, on the goroutine's stack; a g of 0 means it
+	 * ran on the system stack already, and rsp + 40 holds rsp at its
+	 * entry: CFA = that + 8. */
+	UNWIND_CFA_GO_CGO = 5,
 };
 
 /* One row of a module's unwind table, valid from `pc` (a module-relative

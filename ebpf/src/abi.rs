@@ -266,6 +266,9 @@ pub mod unwind_cfa {
     pub const RBP: u8 = 2;
     pub const PLT: u8 = 3;
     pub const END: u8 = 4;
+    /// Go's `runtime.asmcgocall` where its C function returns: the
+    /// caller's frame is on the goroutine's stack (stack.h says how).
+    pub const GO_CGO: u8 = 5;
 }
 /// `RIG_STACK_MAX_FRAMES`, `RIG_UNWIND_MAX_MAPS`, `RIG_UNWIND_MAX_PROCS` (stack.h).
 pub const STACK_MAX_FRAMES: usize = 64;

@@ -355,6 +355,38 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
         let Some(code) = code_of(f.entry, f.end) else {
             continue;
         };
+        // Go calling C: the body of runtime.asmcgocall runs the C function
+        // on the system stack, and where it returns the rows lead back to
+        // the goroutine's stack (`UNWIND_CFA_GO_CGO`); elsewhere in the
+        // body the walk ends, as Go's tracebacks end it. Its ABIInternal
+        // wrapper (same name; a direct call and no indirect one) is an
+        // ordinary frame.
+        if f.name == "runtime.asmcgocall" && code.windows(2).any(|w| w == [0xff, 0xd0]) {
+            out.push(UnwindRow {
+                pc: f.entry,
+                cfa: unwind_cfa::END,
+                ..Default::default()
+            });
+            for at in go_cgo_calls(code) {
+                let pc = f.entry + at as u64;
+                out.push(UnwindRow {
+                    pc,
+                    cfa: unwind_cfa::GO_CGO,
+                    ..Default::default()
+                });
+                out.push(UnwindRow {
+                    pc: pc + 2,
+                    cfa: unwind_cfa::END,
+                    ..Default::default()
+                });
+            }
+            out.push(UnwindRow {
+                pc: f.end,
+                cfa: unwind_cfa::NONE,
+                ..Default::default()
+            });
+            continue;
+        }
         if GO_STACK_TOPS.contains(&f.name.as_str()) {
             out.push(UnwindRow {
                 pc: f.entry,
@@ -416,6 +448,40 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
                 ..Default::default()
             });
         }
+        // C calling Go: runtime.cgocallback runs on the system stack, moves
+        // to the goroutine's stack to call the Go function and back. While
+        // it is on the goroutine's stack its frame (and the C caller's
+        // return address) is still where rbp points on the system stack:
+        // the frame pointer its prologue set, which the Go frames above
+        // saved and the walk restored. So the walk goes on into the C code
+        // that called Go, as it does from C into Go above.
+        let switched = (f.name == "runtime.cgocallback")
+            .then(|| go_callback_switch(code))
+            .flatten()
+            .filter(|_| saved.is_some());
+        if let Some((on, off)) = switched {
+            let rule_at = |pc: u64| {
+                out.iter()
+                    .rev()
+                    .find(|r: &&UnwindRow| r.pc <= pc && r.pc >= f.entry)
+                    .copied()
+            };
+            let after = rule_at(f.entry + off as u64);
+            out.retain(|r| !(r.pc >= f.entry + on as u64 && r.pc < f.entry + off as u64));
+            out.push(UnwindRow {
+                pc: f.entry + on as u64,
+                cfa: unwind_cfa::RBP,
+                cfa_off: 16,
+                rbp_off: -16,
+                ..Default::default()
+            });
+            if let Some(r) = after {
+                out.push(UnwindRow {
+                    pc: f.entry + off as u64,
+                    ..r
+                });
+            }
+        }
         out.push(UnwindRow {
             pc: f.end,
             cfa: unwind_cfa::NONE,
@@ -423,6 +489,46 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
         });
     }
     out
+}
+
+/// Offsets of runtime.asmcgocall's calls of the C function in its body
+/// (asm_amd64.s since Go 1.5): `MOVQ BX, DI; MOVQ BX, CX; CALL AX`, after
+/// the body has stored the goroutine's g (or 0) at 48(SP) and its depth
+/// (or its entry rsp) at 40(SP), which `UNWIND_CFA_GO_CGO` reads. None
+/// when the body does not store them so (another layout: the walk ends
+/// there, as before).
+fn go_cgo_calls(code: &[u8]) -> Vec<usize> {
+    const CALL: [u8; 8] = [0x48, 0x89, 0xdf, 0x48, 0x89, 0xd9, 0xff, 0xd0];
+    let has = |p: &[u8]| code.windows(p.len()).any(|w| w == p);
+    // mov %rdi,0x30(%rsp) or movq $0,0x30(%rsp); mov %rdi|%rdx,0x28(%rsp)
+    let g_slot =
+        has(&[0x48, 0x89, 0x7c, 0x24, 0x30]) || has(&[0x48, 0xc7, 0x44, 0x24, 0x30, 0, 0, 0, 0]);
+    let depth_slot = has(&[0x48, 0x89, 0x7c, 0x24, 0x28]) || has(&[0x48, 0x89, 0x54, 0x24, 0x28]);
+    if !(g_slot && depth_slot) {
+        return Vec::new();
+    }
+    code.windows(CALL.len())
+        .enumerate()
+        .filter(|(_, w)| *w == CALL)
+        .map(|(i, _)| i + 6)
+        .collect()
+}
+
+/// Where runtime.cgocallback (asm_amd64.s, Go 1.17 on) is on the
+/// goroutine's stack: from just past its `MOVQ DI, SP` to just past the
+/// `MOVQ (g_sched+gobuf_sp)(SI), SP` that returns it to the system stack,
+/// with its `CALL AX` of cgocallbackg between them. Offsets in `code`.
+fn go_callback_switch(code: &[u8]) -> Option<(usize, usize)> {
+    let find = |p: &[u8], from: usize| {
+        code.get(from..)?
+            .windows(p.len())
+            .position(|w| w == p)
+            .map(|i| from + i)
+    };
+    let on = find(&[0x48, 0x89, 0xfc], 0)? + 3;
+    let call = find(&[0xff, 0xd0], on)?;
+    let off = find(&[0x48, 0x8b, 0x66, 0x38], call + 2)? + 4;
+    Some((on, off))
 }
 
 /// Where the child's code starts in Go's `runtime.clone` (amd64): the

@@ -795,3 +795,64 @@ fn go_clone_ends_the_childs_stack_and_unwinds_the_parents() {
         "{clone_ret:#x} {child:#x}"
     );
 }
+
+/// The row covering module address `v`.
+fn row_at(t: &ModuleTable, v: u64) -> UnwindRow {
+    *t.rows.iter().rev().find(|r| r.pc <= v).unwrap()
+}
+
+/// In the cgo fixture (fixtures/go/cgoserver), as its Go assembles it:
+/// where runtime.asmcgocall's body calls C, the walk goes back to the
+/// goroutine's stack (`GO_CGO`), elsewhere in the body it ends; its
+/// ABIInternal wrapper is an ordinary frame; while runtime.cgocallback is
+/// on the goroutine's stack its CFA is rbp + 16 (its frame on the system
+/// stack), and back on the system stack it is rsp-based again.
+#[test]
+fn cgo_switches_get_rows_that_lead_back_to_the_other_stack() {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let path = rig_fixtures::cgoserver();
+    let data = std::fs::read(&path).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let text = obj.section_by_name(".text").unwrap();
+    let code = |name: &str| -> (u64, &[u8]) {
+        let sym = obj
+            .symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap_or_else(|| panic!("{name} in {}", path.display()));
+        let off = (sym.address() - text.address()) as usize;
+        let bytes = text.data().unwrap();
+        (sym.address(), &bytes[off..off + sym.size() as usize])
+    };
+    let t = build_module(&path).unwrap();
+
+    let (body, body_code) = code("runtime.asmcgocall.abi0");
+    let calls = go_cgo_calls(body_code);
+    assert_eq!(
+        calls.len(),
+        2,
+        "the switching path's call and the one on g0"
+    );
+    for c in calls {
+        assert_eq!(&body_code[c..c + 2], &[0xff, 0xd0], "call *%rax");
+        // A return address is looked up at ra - 1: the call's last byte.
+        assert_eq!(row_at(&t, body + c as u64 + 1).cfa, unwind_cfa::GO_CGO);
+        assert_eq!(row_at(&t, body + c as u64 + 2).cfa, unwind_cfa::END);
+    }
+    assert_eq!(row_at(&t, body).cfa, unwind_cfa::END);
+    let (wrapper, _) = code("runtime.asmcgocall");
+    assert_eq!(row_at(&t, wrapper + 8).cfa, unwind_cfa::RSP);
+
+    let (cb, cb_code) = code("runtime.cgocallback.abi0");
+    let (on, off) = go_callback_switch(cb_code).unwrap();
+    let call = on
+        + cb_code[on..]
+            .windows(2)
+            .position(|w| w == [0xff, 0xd0])
+            .unwrap();
+    let r = row_at(&t, cb + call as u64 + 1);
+    assert_eq!((r.cfa, r.cfa_off, r.rbp_off), (unwind_cfa::RBP, 16, -16));
+    assert_eq!(row_at(&t, cb + on as u64).cfa, unwind_cfa::RBP);
+    let back = row_at(&t, cb + off as u64);
+    assert_eq!((back.cfa, back.rbp_off), (unwind_cfa::RSP, -16), "{back:?}");
+    assert_eq!(row_at(&t, cb + on as u64 - 3).cfa, unwind_cfa::RSP);
+}

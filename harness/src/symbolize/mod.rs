@@ -435,18 +435,28 @@ impl Symbolizer {
             return;
         }
         // Go code is named from its own table, stripped or not: the names
-        // and lines Go's tracebacks print (runtime::ModuleKind::Go).
+        // and lines Go's tracebacks print (runtime::ModuleKind::Go). C code
+        // linked in with cgo is not in that table: it is named below, from
+        // the ELF symbols and DWARF as in any other module.
         if let Some(f) = &facts {
             if runtime::ModuleKind::of(display, f).is_go() {
                 if let Ok(go) = runtime::go_table(open) {
+                    let mut rest = Vec::new();
                     for off in todo {
-                        let r = f
+                        match f
                             .file_offset_to_vaddr(off)
                             .and_then(|v| go_resolved(&go, v))
-                            .unwrap_or_else(Resolved::unnamed);
-                        self.cache.insert((key.clone(), off), r);
+                        {
+                            Some(r) => {
+                                self.cache.insert((key.clone(), off), r);
+                            }
+                            None => rest.push(off),
+                        }
                     }
-                    return;
+                    if rest.is_empty() {
+                        return;
+                    }
+                    todo = rest;
                 }
             }
         }

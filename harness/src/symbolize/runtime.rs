@@ -263,11 +263,13 @@ pub fn go_version(open: &Path) -> Option<GoVersion> {
 /// Go functions that start a stack, as Go's own tracebacks treat them
 /// (`runtime/traceback.go`, `topofstack`): a goroutine's first frame
 /// (`goexit`), a thread's (`mstart`, `rt0_go`), and the switches to the
-/// thread's system stack (`mcall`, `systemstack`, `morestack`,
-/// `asmcgocall`), beyond which the frames are on another stack; and a
-/// signal's handler entry and return trampoline (`sigtramp`, `sigreturn`),
-/// beyond which lies the kernel's signal frame, whose interrupted frames
-/// rig does not read.
+/// thread's system stack (`mcall`, `systemstack`, `morestack`), beyond
+/// which the frames are on another stack; and a signal's handler entry and
+/// return trampoline (`sigtramp`, `sigreturn`), beyond which lies the
+/// kernel's signal frame, whose interrupted frames rig does not read.
+/// (`asmcgocall`, the switch to the system stack to call C, is not one:
+/// the walk crosses it back to the goroutine's stack, see
+/// `probe::unwind`.)
 pub const GO_STACK_TOPS: &[&str] = &[
     "runtime.goexit",
     "runtime.mstart",
@@ -275,7 +277,6 @@ pub const GO_STACK_TOPS: &[&str] = &[
     "runtime.mcall",
     "runtime.systemstack",
     "runtime.morestack",
-    "runtime.asmcgocall",
     "runtime.sigtramp",
     "runtime.cgoSigtramp",
     "runtime.sigreturn",

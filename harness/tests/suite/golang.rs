@@ -3,7 +3,9 @@
 //! exact allocations and bytes per request at the function that makes them
 //! (the user site past Go's runtime frames), GC cycles counted exactly, Go
 //! stacks unwound from `.gopclntab` and named from it, the same with the
-//! binary stripped, and never a uretprobe in Go code.
+//! binary stripped, equal to gdb's backtraces at the same points, and never
+//! a uretprobe in Go code; a cgo server (fixtures/go/cgoserver) whose
+//! stacks cross between Go and C both ways.
 
 use rig::probe::stacks::Stacks;
 use rig::probe::{Family, ProbeSet, Scope};
@@ -225,4 +227,308 @@ fn a_thread_made_during_the_window_starts_its_stack_at_runtime_clone() {
         children > 0 && parents > 0,
         "threads made in the window: {children} gettid in new threads, {parents} clone"
     );
+}
+
+/// One `GET /alloc` on a keep-alive connection: the request written,
+/// `answer` reads the response (Go's `ok` body, `Content-Length: 3`).
+struct KeepAlive(std::net::TcpStream);
+
+impl KeepAlive {
+    fn connect(port: u16) -> KeepAlive {
+        let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        KeepAlive(s)
+    }
+
+    fn send(&mut self) {
+        use std::io::Write;
+        self.0
+            .write_all(b"GET /alloc HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .unwrap();
+    }
+
+    fn answer(&mut self) {
+        use std::io::Read;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        while !got.ends_with(b"\r\n\r\nok\n") {
+            let n = self.0.read(&mut buf).unwrap();
+            assert!(
+                n > 0,
+                "the Go server closed: {:?}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// For one request, gdb's backtrace (unwound from the DWARF call frame
+/// information Go writes, a source rig does not read) at each of the
+/// request's allocations in `main.goAllocs` (a breakpoint on the exact
+/// instruction rig's `runtime.mallocgc` probe sits on) and at its response
+/// `write` (a syscall catchpoint, under `net/http.(*conn).serve`) equals
+/// rig's stack for that event frame by frame: the same code address
+/// (module and offset) and the same function name in every frame, from
+/// the allocation or syscall to `runtime.goexit`.
+///
+/// gdb runs on a second process of the same binary, which never had a
+/// uprobe (see `stacks::stacks_equal_gdb` for why).
+#[test]
+fn go_stacks_equal_gdb_backtraces_at_the_same_points() {
+    use super::stacks::{addr_of, code_of, gdb_backtraces, text_maps, Code};
+    root_or_skip!();
+    let _g = probes_shared();
+    let measured = goserver(false);
+    let a = attribute_path(
+        &measured,
+        &[Family::Alloc, Family::Syscalls],
+        "/alloc",
+        100,
+        1,
+    );
+    let pid = measured.pid();
+    drop(measured);
+    let names = |s: &StackFrames| -> Vec<String> {
+        s.frames
+            .iter()
+            .map(|f| f.function.clone().unwrap_or_else(|| "?".into()))
+            .collect()
+    };
+    // rig's stacks of the events gdb stops at, once per request each.
+    let mut want: Vec<(String, &StackFrames, Vec<Code>)> = Vec::new();
+    for r in a.stacks.rows.iter().filter(|r| r.pid == pid) {
+        let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
+        let under = |f: &str| s.frames.iter().any(|x| x.function.as_deref() == Some(f));
+        let ours = (r.family == Family::Alloc && under("main.goAllocs"))
+            || (r.family == Family::Syscalls
+                && r.event == "write"
+                && under("net/http.(*conn).serve"));
+        if !ours {
+            continue;
+        }
+        assert_eq!(r.count, 100, "{} once per request:\n{}", r.event, render(s));
+        let code: Vec<Code> = s
+            .frames
+            .iter()
+            .map(|f| (f.module.clone().unwrap(), f.module_offset))
+            .collect();
+        want.push((r.event.clone(), s, code));
+    }
+    let allocs = want
+        .iter()
+        .filter(|(e, _, _)| e == "runtime.mallocgc")
+        .count();
+    let writes = want.iter().filter(|(e, _, _)| e == "write").count();
+    assert_eq!(
+        (allocs, writes),
+        (4, 1),
+        "rig's stacks: four allocations in goAllocs and one response write per request"
+    );
+    let probe_point = want
+        .iter()
+        .find(|(e, _, _)| e == "runtime.mallocgc")
+        .map(|(_, _, code)| code[0].clone())
+        .unwrap();
+
+    let target = goserver(false);
+    let mut conn = KeepAlive::connect(target.port);
+    for _ in 0..5 {
+        conn.send();
+        conn.answer();
+    }
+    let maps = text_maps(target.pid());
+    let stops = vec![
+        // Go preempts goroutines with SIGURG: not a stop of ours.
+        "handle SIGURG nostop noprint pass".to_string(),
+        format!("break *{:#x}", addr_of(&maps, &probe_point)),
+        "condition 1 $_rig_under(\"main.goAllocs\")".to_string(),
+        "catch syscall write".to_string(),
+        "condition 2 $_rig_under(\"net/http.(*conn).serve\")".to_string(),
+    ];
+    let got = gdb_backtraces(target.pid(), &stops, 5, 1, || conn.send());
+    conn.answer();
+
+    let mut unmatched = Vec::new();
+    for mut g in got {
+        // A goroutine's stack ends in runtime.goexit, above which Go leaves
+        // a return address of 0; gdb shows it as one more frame (pc 0, no
+        // function): the end of the stack, not a frame.
+        if g.last().is_some_and(|(pc, _)| *pc == 0) {
+            g.pop();
+        }
+        let g: Vec<(Code, String)> = g
+            .into_iter()
+            .map(|(pc, f)| (code_of(&maps, pc), f))
+            .collect();
+        let at = want.iter().position(|(_, s, code)| {
+            code.len() == g.len()
+                && code.iter().zip(&g).all(|(c, (gc, _))| c == gc)
+                && names(s).iter().zip(&g).all(|(n, (_, gn))| n == gn)
+        });
+        match at {
+            Some(i) => {
+                let (event, s, _) = want.remove(i);
+                println!("gdb == rig for {event}:\n{}", render(s));
+            }
+            None => unmatched.push(g),
+        }
+    }
+    let left: Vec<String> = want
+        .iter()
+        .map(|(e, s, _)| format!("{e}:\n{}", render(s)))
+        .collect();
+    assert!(
+        unmatched.is_empty() && left.is_empty(),
+        "gdb stacks matching no rig stack: {unmatched:#x?}\nrig stacks gdb did not see:\n{}",
+        left.join("\n")
+    );
+}
+
+fn cgoserver() -> Child {
+    let mut cmd = std::process::Command::new(rig_fixtures::cgoserver());
+    cmd.args(["--port", "0"]);
+    Child::spawn_ready(cmd).expect("the cgo fixture starts")
+}
+
+/// A function name with cgo's per-package hash (`_cgo_<hex>_Cfunc_c_work`,
+/// `_cgoexp_<hex>_goCallback`) as `_cgo_H_Cfunc_c_work`.
+fn without_cgo_hash(name: &str) -> String {
+    for prefix in ["_cgo_", "_cgoexp_"] {
+        if let Some(rest) = name.strip_prefix(prefix) {
+            if let Some((hash, tail)) = rest.split_once('_') {
+                if hash.len() >= 8 && hash.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return format!("{prefix}H_{tail}");
+                }
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Go calling C and C calling Go (fixtures/go/cgoserver, costs in
+/// fixtures/go/COSTS.md): C's malloc, free and getppid in `c_work`, called
+/// through cgo, and Go's allocation in `goCallback`, which `c_work` calls
+/// back, are exact per request at their lines, and their stacks are whole
+/// across both switches between the goroutine's stack and the thread's
+/// system stack: from C back into Go through `runtime.asmcgocall`, and from
+/// Go back into the C code that called it through `runtime.cgocallback`,
+/// frame by frame to the goroutine's `runtime.goexit`.
+#[test]
+fn cgo_stacks_cross_between_go_and_c_both_ways() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let target = cgoserver();
+    let a = attribute_path(&target, &[Family::Alloc, Family::Syscalls], "/cgo", N, 1);
+    let c_at = |m: &str| format!("cwork.c:{}", rig_fixtures::cgo_c_site_line(m));
+    let go_at = |m: &str| format!("main.go:{}", rig_fixtures::cgo_go_site_line(m));
+    // The Go side of every C call: cgo's wrappers to the request's goroutine.
+    let go_side = [
+        "_cgo_H_Cfunc_c_work",
+        "runtime.asmcgocall",
+        "runtime.cgocall",
+        "main._Cfunc_c_work",
+        "main.cgoHandler",
+        "net/http.HandlerFunc.ServeHTTP",
+        "net/http.(*ServeMux).ServeHTTP",
+        "net/http.serverHandler.ServeHTTP",
+        "net/http.(*conn).serve",
+        "net/http.(*Server).Serve.func3",
+        "runtime.goexit",
+    ];
+    let c_work_stack = |leaf: &str| -> Vec<String> {
+        std::iter::once(leaf)
+            .chain(std::iter::once("c_work"))
+            .chain(go_side)
+            .map(String::from)
+            .collect()
+    };
+    let callback_stack: Vec<String> = [
+        "runtime.mallocgc",
+        "runtime.makeslice",
+        "main.goCallback",
+        "_cgoexp_H_goCallback",
+        "runtime.cgocallbackg1",
+        "runtime.cgocallbackg",
+        // cgocallbackg's ABI wrapper, under the same name
+        "runtime.cgocallbackg",
+        "runtime.cgocallback",
+        "crosscall2",
+        // cgo's C wrapper of the exported Go function
+        "goCallback",
+        "c_work",
+    ]
+    .into_iter()
+    .chain(go_side)
+    .map(String::from)
+    .collect();
+    // (family, event, want stack, user site, its line, count, bytes)
+    let want = [
+        (
+            Family::Alloc,
+            "malloc",
+            c_work_stack("malloc"),
+            "c_work",
+            c_at("cgo_malloc"),
+            N,
+            64 * N,
+        ),
+        (
+            Family::Alloc,
+            "free",
+            c_work_stack("free"),
+            "c_work",
+            c_at("cgo_free"),
+            N,
+            0,
+        ),
+        (
+            Family::Syscalls,
+            "getppid",
+            c_work_stack("getppid"),
+            "c_work",
+            c_at("cgo_getppid"),
+            N,
+            0,
+        ),
+        (
+            Family::Alloc,
+            "runtime.mallocgc",
+            callback_stack,
+            "main.goCallback",
+            go_at("cgo_go_alloc"),
+            N,
+            200 * N,
+        ),
+    ];
+    for (family, event, stack, site, line, count, bytes) in want {
+        let rows: Vec<_> = a
+            .stacks
+            .rows
+            .iter()
+            .filter(|r| r.pid == target.pid() && r.family == family && r.event == event)
+            .filter(|r| {
+                let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
+                s.frames[s.user_site].function.as_deref() == Some(site)
+                    && s.frames[s.user_site].file_line().as_deref() == Some(line.as_str())
+            })
+            .collect();
+        assert_eq!(rows.len(), 1, "one {event} stack at {site} ({line})");
+        let r = rows[0];
+        let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
+        println!("{event} x{} {} B:\n{}", r.count, r.amount, render(s));
+        assert_eq!(
+            (r.count, r.amount),
+            (count, bytes),
+            "{event} at {site} ({line})"
+        );
+        let names: Vec<String> = s
+            .frames
+            .iter()
+            .map(|f| without_cgo_hash(f.function.as_deref().unwrap_or("?")))
+            .collect();
+        assert_eq!(names, stack, "{event}: the whole stack\n{}", render(s));
+        assert!(s.incomplete.is_empty(), "{event}:\n{}", render(s));
+    }
 }

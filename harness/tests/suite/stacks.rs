@@ -448,8 +448,11 @@ fn rust_static_musl_allocations_and_syscalls_are_exact_with_whole_stacks() {
 
 /// gdb's frames at one stop: (pc, function) per physical frame, innermost
 /// first (inlined frames share their caller's pc and are left out).
-type GdbStack = Vec<(u64, String)>;
+pub(super) type GdbStack = Vec<(u64, String)>;
 
+/// `rig_dump()` prints the stopped thread's frames; `$_rig_under("f")` is 1
+/// when a frame of the stopped thread is function `f` (a breakpoint
+/// condition: stop only under that caller).
 const GDB_DUMP: &str = r#"
 import gdb
 def rig_dump():
@@ -459,18 +462,35 @@ def rig_dump():
             print("FRAME %#x %s" % (f.pc(), f.name()))
         f = f.older()
     print("END")
+
+class RigUnder(gdb.Function):
+    def __init__(self):
+        super(RigUnder, self).__init__("_rig_under")
+    def invoke(self, name):
+        name = name.string()
+        f = gdb.newest_frame()
+        while f is not None:
+            if f.name() == name:
+                return 1
+            f = f.older()
+        return 0
+RigUnder()
 "#;
 
-/// Attach gdb to the fixture, stop at every `stops` (gdb commands such as
-/// `break *0x...` or `catch syscall getppid`), serve ONE request, and
-/// return gdb's backtrace at each of the `hits` stops it makes.
-fn gdb_backtraces(
-    fx: &mut Fixture,
+/// Attach gdb to process `pid`, stop at every `stops` (gdb commands such as
+/// `break *0x...` or `catch syscall getppid`), call `send` to have ONE
+/// request served, and return gdb's backtrace at each of the `hits` stops
+/// it makes (`syscall_hits` of them at syscalls, each of which gdb also
+/// stops at on the syscall's return: those stops are left out). The
+/// answer is the caller's to read, after gdb has detached.
+pub(super) fn gdb_backtraces(
+    pid: u32,
     stops: &[String],
     hits: usize,
     syscall_hits: usize,
+    send: impl FnOnce(),
 ) -> Vec<GdbStack> {
-    let dir = std::env::temp_dir().join(format!("rig-stacks-gdb-{}", fx.pid()));
+    let dir = std::env::temp_dir().join(format!("rig-stacks-gdb-{pid}"));
     std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("dump.py");
     std::fs::write(&script, GDB_DUMP).unwrap();
@@ -479,8 +499,12 @@ fn gdb_backtraces(
         "-batch".into(),
         "-iex".into(),
         "set debuginfod enabled off".into(),
+        // Go binaries name the runtime's gdb script; it is not needed to
+        // unwind, and loading it would depend on the Go tree installed.
+        "-iex".into(),
+        "set auto-load python-scripts off".into(),
         "-p".into(),
-        fx.pid().to_string(),
+        pid.to_string(),
         "-ex".into(),
         "set pagination off".into(),
         "-ex".into(),
@@ -520,7 +544,7 @@ fn gdb_backtraces(
             break;
         }
     }
-    fx.send();
+    send();
     // gdb's output, read on a thread so a stop that never comes (e.g. a
     // breakpoint lost to a uprobe) ends the test instead of hanging it.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -568,17 +592,16 @@ fn gdb_backtraces(
     let status = gdb.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(status.success(), "gdb: {status}\n{log}");
-    fx.answer();
     assert_eq!(stacks.len(), hits, "gdb stopped at {hits} events:\n{log}");
     stacks
 }
 
 /// A code location independent of where a process mapped its modules:
 /// (module path, file offset).
-type Code = (String, u64);
+pub(super) type Code = (String, u64);
 
 /// The executable file mappings of `pid`: (start, end, file offset, path).
-fn text_maps(pid: u32) -> Vec<(u64, u64, u64, String)> {
+pub(super) fn text_maps(pid: u32) -> Vec<(u64, u64, u64, String)> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     let mut out = Vec::new();
     for l in maps.lines() {
@@ -593,7 +616,7 @@ fn text_maps(pid: u32) -> Vec<(u64, u64, u64, String)> {
     out
 }
 
-fn code_of(maps: &[(u64, u64, u64, String)], pc: u64) -> Code {
+pub(super) fn code_of(maps: &[(u64, u64, u64, String)], pc: u64) -> Code {
     let (start, _, off, path) = maps
         .iter()
         .find(|(s, e, _, _)| *s <= pc && pc < *e)
@@ -601,7 +624,7 @@ fn code_of(maps: &[(u64, u64, u64, String)], pc: u64) -> Code {
     (path.clone(), pc - start + off)
 }
 
-fn addr_of(maps: &[(u64, u64, u64, String)], code: &Code) -> u64 {
+pub(super) fn addr_of(maps: &[(u64, u64, u64, String)], code: &Code) -> u64 {
     let (start, _, off, _) = maps
         .iter()
         .find(|(s, e, o, p)| *p == code.0 && *o <= code.1 && code.1 < o + (e - s))
@@ -667,7 +690,8 @@ fn stacks_equal_gdb(test: &str, lang: Lang, families: &[Family]) {
         .iter()
         .filter(|(r, _, _)| r.family == Family::Syscalls)
         .count();
-    let got = gdb_backtraces(&mut fx, &stops, want.len(), syscall_hits);
+    let got = gdb_backtraces(fx.pid(), &stops, want.len(), syscall_hits, || fx.send());
+    fx.answer();
 
     // The fixture's own functions (std's are named differently by gdb:
     // `{closure#0}` for rustc's `{{closure}}`).
