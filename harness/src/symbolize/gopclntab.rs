@@ -15,6 +15,15 @@
 //! pc-value tables and the function table (`{entryoff, funcoff}` pairs of
 //! u32, `entryoff` from the header's `textStart`). Older layouts (Go 1.2 to
 //! 1.17) are refused with the version, never guessed.
+//!
+//! Inlined calls: each function's `pcdata[PCDATA_InlTreeIndex]` says, per
+//! pc, which entry of its inline tree (`funcdata[FUNCDATA_InlTree]`, an
+//! offset from `go:func.*`) the instruction belongs to; each entry names
+//! the inlined function and the pc of its call site in the caller. Where
+//! `go:func.*` lies is said only by `runtime.firstmoduledata`, found by the
+//! pointer to `.gopclntab` it starts with (a stripped binary has no symbol
+//! for it). Without it (a PIE, whose pointers are relocated at load time)
+//! an inlined body is named by the function it was inlined into.
 
 use anyhow::{anyhow, bail, Context, Result};
 use object::{Object, ObjectSection};
@@ -116,6 +125,19 @@ pub struct GoFunc {
     cu_offset: u32,
     /// The runtime's `funcID` (0 for ordinary functions).
     pub func_id: u8,
+    /// Its `pcdata[PCDATA_InlTreeIndex]` (0: none) and
+    /// `funcdata[FUNCDATA_InlTree]` (offset from `go:func.*`; `u32::MAX`:
+    /// none).
+    pcinl: u32,
+    inltree: u32,
+}
+
+/// One frame at an address: a function, and the source position in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GoFrame {
+    pub function: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
 }
 
 /// A Go binary's function table.
@@ -131,6 +153,75 @@ pub struct GoTable {
     cutab: Vec<u8>,
     /// Instruction size quantum (1 on x86).
     quantum: u64,
+    /// The function names (`funcnametab`), which inline trees name into.
+    funcnames: Vec<u8>,
+    /// The bytes from `go:func.*` to the end of its section, where the
+    /// inline trees are (empty when it was not found), and the size of one
+    /// tree entry (`runtime.inlinedCall`: 20 bytes before Go 1.20, 16 on).
+    gofunc: Vec<u8>,
+    inlined_call: usize,
+}
+
+/// `PCDATA_InlTreeIndex`, `FUNCDATA_InlTree` (`cmd/internal/objabi`).
+const PCDATA_INL_TREE_INDEX: u32 = 2;
+const FUNCDATA_INL_TREE: u32 = 3;
+
+/// The offset of `gofunc` in `runtime.moduledata`: after the pcHeader
+/// pointer, six slices, findfunctab, minpc, maxpc and ten section bounds,
+/// then (Go 1.20 on) covctrs/ecovctrs, then end, gcdata, gcbss, types,
+/// etypes and rodata (`src/runtime/symtab.go`).
+fn moduledata_gofunc_at(magic: u32) -> usize {
+    if magic == MAGIC_120 {
+        320
+    } else {
+        304
+    }
+}
+
+/// The bytes from `go:func.*` to the end of its section: `moduledata` is
+/// the 8-aligned word in a data section equal to `.gopclntab`'s address
+/// and followed by `funcnametab`'s (the header's offset past it), as the
+/// runtime's own table reads; its `rodata` (the word before `gofunc`) must
+/// start the section `gofunc` lies in. None when no such word is found.
+fn gofunc_bytes(
+    obj: &object::File<'_>,
+    pclntab: u64,
+    funcname: u64,
+    magic: u32,
+) -> Option<Vec<u8>> {
+    let at = moduledata_gofunc_at(magic);
+    for sec in obj.sections() {
+        if !matches!(
+            sec.name(),
+            Ok(".noptrdata" | ".data" | ".data.rel.ro" | ".go.module")
+        ) {
+            continue;
+        }
+        let Ok(d) = sec.data() else { continue };
+        let word = |o: usize| {
+            d.get(o..o + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        };
+        let mut o = 0;
+        while o + at + 8 <= d.len() {
+            if word(o) == Some(pclntab) && word(o + 8) == Some(pclntab + funcname) {
+                let gofunc = word(o + at)?;
+                let rodata = word(o + at - 8)?;
+                let home = obj
+                    .sections()
+                    .find(|s| s.address() <= gofunc && gofunc < s.address() + s.size())?;
+                if home.address() != rodata {
+                    return None;
+                }
+                let data = home.data().ok()?;
+                return data
+                    .get(usize::try_from(gofunc - home.address()).ok()?..)
+                    .map(<[u8]>::to_vec);
+            }
+            o += 8;
+        }
+    }
+    None
 }
 
 fn u32_at(d: &[u8], off: usize) -> Result<u32> {
@@ -207,6 +298,10 @@ impl GoTable {
         let functab = d
             .get(pcln..)
             .ok_or_else(|| anyhow!("functab out of bounds"))?;
+        // _func's fixed fields (40 bytes, 44 from Go 1.20 on; the last one
+        // is nfuncdata), then npcdata u32 pcdata offsets, then nfuncdata u32
+        // funcdata offsets.
+        let fixed = if magic == MAGIC_120 { 44 } else { 40 };
         if nfunc > functab.len() / 8 {
             bail!(".gopclntab claims {nfunc} functions, more than it holds");
         }
@@ -225,6 +320,21 @@ impl GoTable {
             let name = cstr(d, funcname + name_off)
                 .ok_or_else(|| anyhow!("function {i}'s name out of bounds"))?
                 .to_string();
+            let npcdata = u32_at(functab, f + 28)?;
+            let nfuncdata = u32::from(*functab.get(id_at + 3).context("_func out of bounds")?);
+            let pcinl = if npcdata > PCDATA_INL_TREE_INDEX {
+                u32_at(functab, f + fixed + 4 * PCDATA_INL_TREE_INDEX as usize)?
+            } else {
+                0
+            };
+            let inltree = if nfuncdata > FUNCDATA_INL_TREE {
+                u32_at(
+                    functab,
+                    f + fixed + 4 * (npcdata as usize + FUNCDATA_INL_TREE as usize),
+                )?
+            } else {
+                u32::MAX
+            };
             funcs.push(GoFunc {
                 name,
                 entry: text_start + u64::from(entry_off),
@@ -234,9 +344,12 @@ impl GoTable {
                 pcln: u32_at(functab, f + 24)?,
                 cu_offset: u32_at(functab, f + 32)?,
                 func_id: *functab.get(id_at).context("_func out of bounds")?,
+                pcinl,
+                inltree,
             });
         }
         funcs.sort_by_key(|f| f.entry);
+        let gofunc = gofunc_bytes(&obj, sec.address(), funcname as u64, magic).unwrap_or_default();
         Ok(Some(GoTable {
             version,
             funcs,
@@ -244,7 +357,71 @@ impl GoTable {
             filetab: section(filetab, pctab)?,
             cutab: section(cu, filetab)?,
             quantum: quantum.max(1),
+            funcnames: section(funcname, cu)?,
+            gofunc,
+            inlined_call: if magic == MAGIC_120 { 16 } else { 20 },
         }))
+    }
+
+    /// The frames at link-time address `vaddr` in `f`, innermost first: the
+    /// functions inlined there (each with its source position: the
+    /// instruction's in the innermost, its call site of the next inner one
+    /// in the others), then `f` itself with its position (the call site of
+    /// the outermost inlined call, or the instruction's).
+    pub fn frames_at(&self, f: &GoFunc, vaddr: u64) -> Vec<GoFrame> {
+        let frame = |function: &str, at: u64| {
+            let (file, line) = match self.line_at(f, at) {
+                Some((file, line)) => (Some(file), Some(line)),
+                None => (None, None),
+            };
+            GoFrame {
+                function: function.to_string(),
+                file,
+                line,
+            }
+        };
+        let mut out = Vec::new();
+        let mut at = vaddr;
+        // An inline tree is as deep as the compiler's inlining budget
+        // allows; the bound only stops a corrupt table's cycle.
+        for _ in 0..64 {
+            if f.pcinl == 0 || f.inltree == u32::MAX || self.gofunc.is_empty() {
+                break;
+            }
+            let Some(ix) = self.value_at(f, f.pcinl, at) else {
+                break;
+            };
+            let Ok(ix) = usize::try_from(ix) else {
+                break; // -1: not inlined code
+            };
+            let Some(e) = ix
+                .checked_mul(self.inlined_call)
+                .and_then(|o| o.checked_add(f.inltree as usize))
+                .and_then(|o| self.gofunc.get(o..o + self.inlined_call))
+            else {
+                break;
+            };
+            // Go 1.20 on: funcID u8, pad [3], nameOff i32, parentPc i32,
+            // startLine i32. Before: parent i16, funcID u8, pad u8, file
+            // i32, line i32, func_ i32, parentPc i32.
+            let (name_at, parent_at) = if self.inlined_call == 16 {
+                (4, 8)
+            } else {
+                (12, 16)
+            };
+            let word = |o: usize| u32::from_le_bytes(e[o..o + 4].try_into().unwrap());
+            let Some(name) = cstr(&self.funcnames, word(name_at) as usize) else {
+                break;
+            };
+            let parent = f.entry + u64::from(word(parent_at));
+            if parent >= f.end {
+                break;
+            }
+            out.push(frame(name, at));
+            at = parent;
+        }
+        out.push(frame(&f.name, at));
+        out
     }
 
     /// The function whose code holds link-time address `vaddr`.
@@ -329,6 +506,36 @@ mod tests {
         assert_eq!(GoVersion::parse("gcc"), None);
     }
 
+    /// The goserver fixture's newRecord, inlined into goAllocs: the pcs of
+    /// its body are two frames, found through the inline tree the same way
+    /// in the stripped build (whose `runtime.firstmoduledata` has no
+    /// symbol); every other pc of goAllocs is one.
+    #[test]
+    fn an_inlined_go_function_is_a_frame_of_its_own_stripped_or_not() {
+        let line = |m| Some(rig_fixtures::go_site_line(m));
+        for stripped in [false, true] {
+            let data = std::fs::read(rig_fixtures::goserver(stripped)).unwrap();
+            let t = GoTable::parse(&data).unwrap().unwrap();
+            assert!(!t.gofunc.is_empty(), "go:func.* found (stripped: {stripped})");
+            let f = t.find("main.goAllocs").unwrap();
+            let mut inlined = 0;
+            for pc in f.entry..f.end {
+                let frames = t.frames_at(f, pc);
+                let names: Vec<&str> = frames.iter().map(|g| g.function.as_str()).collect();
+                match names[..] {
+                    ["main.goAllocs"] => {}
+                    ["main.newRecord", "main.goAllocs"] => {
+                        inlined += 1;
+                        assert_eq!(frames[0].line, line("go_record"), "{frames:?}");
+                        assert_eq!(frames[1].line, line("go_record_call"), "{frames:?}");
+                    }
+                    _ => panic!("{pc:#x}: {frames:?}"),
+                }
+            }
+            assert!(inlined > 0, "newRecord's body is in goAllocs");
+        }
+    }
+
     #[test]
     fn pc_value_tables_decode_zigzag_deltas() {
         // value +0x20 (uv 0x40) for 4 pcs, then -0x20 (uv 0x3f) for 1, end.
@@ -339,6 +546,9 @@ mod tests {
             filetab: Vec::new(),
             cutab: Vec::new(),
             quantum: 1,
+            funcnames: Vec::new(),
+            gofunc: Vec::new(),
+            inlined_call: 20,
         };
         let f = GoFunc {
             name: "f".into(),
@@ -349,6 +559,8 @@ mod tests {
             pcln: 0,
             cu_offset: 0,
             func_id: 0,
+            pcinl: 0,
+            inltree: u32::MAX,
         };
         // -1 + 0x21 = 0x20 at 0x1000..0x1004, then 0x20 - 0x20 = 0.
         assert_eq!(t.sp_deltas(&f), vec![(0x1000, 0x20), (0x1004, 0)]);

@@ -535,21 +535,31 @@ fn own_dwarf(open: &Path, offs: &[u64]) -> Result<Vec<Resolved>, blazesym::Error
     Ok(syms.into_iter().map(convert).collect())
 }
 
-/// The Go function holding link-time address `v`, with its file and line.
+/// The Go function holding link-time address `v`, with its file and line,
+/// and the functions inlined there (as blazesym gives C's: the physical
+/// function's position is the call site of the outermost inlined call,
+/// each inlined frame's the call site of the next, the innermost's the
+/// instruction's).
 fn go_resolved(go: &gopclntab::GoTable, v: u64) -> Option<Resolved> {
     let f = go.func_at(v)?;
-    let (file, line) = match go.line_at(f, v) {
-        Some((file, line)) => (Some(file), Some(line)),
-        None => (None, None),
-    };
+    let mut frames = go.frames_at(f, v);
+    let physical = frames.pop()?;
     Some(Resolved {
         naming: Naming::Symbol,
         function: Some(f.name.clone()),
         function_offset: v - f.entry,
         sym_vaddr: f.entry,
-        file,
-        line,
-        inlined: vec![],
+        file: physical.file,
+        line: physical.line,
+        inlined: frames
+            .into_iter()
+            .rev()
+            .map(|g| InlinedFrame {
+                function: g.function,
+                file: g.file,
+                line: g.line,
+            })
+            .collect(),
     })
 }
 

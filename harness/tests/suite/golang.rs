@@ -67,12 +67,13 @@ fn go_server_measured_exactly(stripped: bool) {
             println!("{} x{} {} B:\n{}", r.event, r.count, r.amount, render(s));
         }
     }
-    // goAllocs: three make([]byte, 100) and one new(record) (48 bytes).
+    // goAllocs: three make([]byte, 100) and one new(record) (48 bytes) in
+    // newRecord, inlined at its call in goAllocs.
     for (marker, bytes) in [
         ("go_slice_a", 100),
         ("go_slice_b", 100),
         ("go_slice_c", 100),
-        ("go_record", 48),
+        ("go_record_call", 48),
     ] {
         assert_eq!(
             at_user_site(&a, "runtime.mallocgc", "main.goAllocs", &at(marker)),
@@ -81,6 +82,41 @@ fn go_server_measured_exactly(stripped: bool) {
             at(marker)
         );
     }
+    // The inlined function is a frame of its own at the same address,
+    // named from the binary's inline tree, at its own line.
+    let record = a
+        .stacks
+        .rows
+        .iter()
+        .filter(|r| r.family == Family::Alloc && r.amount == N * 48)
+        .map(|r| &a.stacks.stacks[r.stack.as_ref().unwrap()])
+        .find(|s| s.frames[s.user_site].function.as_deref() == Some("main.goAllocs"))
+        .expect("the record's stack");
+    let site = &record.frames[record.user_site];
+    let inlined: Vec<(String, Option<String>, Option<u32>)> = site
+        .inlined
+        .iter()
+        .map(|i| {
+            let file = i.file.as_deref().map(|f| {
+                std::path::Path::new(f)
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            });
+            (i.function.clone(), file, i.line)
+        })
+        .collect();
+    assert_eq!(
+        inlined,
+        [(
+            "main.newRecord".to_string(),
+            Some("main.go".to_string()),
+            Some(rig_fixtures::go_site_line("go_record"))
+        )],
+        "{}",
+        render(record)
+    );
     // One collection per 100 /alloc requests, the collector off otherwise.
     assert_eq!(a.alloc_totals.gc_cycles, N / 100, "{:#?}", a.alloc_totals);
     assert_eq!(a.alloc_totals.frees, 0, "a garbage-collected heap");
