@@ -238,7 +238,7 @@ run_kernel() {
 	w=$(mktemp -d "$SESSION/run.XXXXXX")
 	[ -z "${CI:-}" ] || echo "export CI=$CI" > "$w/env"
 	{
-		printf '%q --test-threads=1 ' "$BIN"
+		printf '%q --test-threads=1 --color=never ' "$BIN"
 		printf '%q ' "${FILTERS[@]}"
 		echo
 	} > "$w/cmd"
