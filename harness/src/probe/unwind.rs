@@ -362,42 +362,18 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
         // wrapper (same name; a direct call and no indirect one) is an
         // ordinary frame.
         if f.name == "runtime.asmcgocall" && code.windows(2).any(|w| w == [0xff, 0xd0]) {
-            out.push(UnwindRow {
-                pc: f.entry,
-                cfa: unwind_cfa::END,
-                ..Default::default()
-            });
+            out.push(marker(f.entry, unwind_cfa::END));
             for at in go_cgo_calls(code) {
                 let pc = f.entry + at as u64;
-                out.push(UnwindRow {
-                    pc,
-                    cfa: unwind_cfa::GO_CGO,
-                    ..Default::default()
-                });
-                out.push(UnwindRow {
-                    pc: pc + 2,
-                    cfa: unwind_cfa::END,
-                    ..Default::default()
-                });
+                out.push(marker(pc, unwind_cfa::GO_CGO));
+                out.push(marker(pc + 2, unwind_cfa::END));
             }
-            out.push(UnwindRow {
-                pc: f.end,
-                cfa: unwind_cfa::NONE,
-                ..Default::default()
-            });
+            out.push(marker(f.end, unwind_cfa::NONE));
             continue;
         }
         if GO_STACK_TOPS.contains(&f.name.as_str()) {
-            out.push(UnwindRow {
-                pc: f.entry,
-                cfa: unwind_cfa::END,
-                ..Default::default()
-            });
-            out.push(UnwindRow {
-                pc: f.end,
-                cfa: unwind_cfa::NONE,
-                ..Default::default()
-            });
+            out.push(marker(f.entry, unwind_cfa::END));
+            out.push(marker(f.end, unwind_cfa::NONE));
             continue;
         }
         // A thread made by runtime.clone starts its life inside it, on
@@ -442,11 +418,7 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
             out.push(row);
         }
         if let Some(c) = child {
-            out.push(UnwindRow {
-                pc: c,
-                cfa: unwind_cfa::END,
-                ..Default::default()
-            });
+            out.push(marker(c, unwind_cfa::END));
         }
         // C calling Go: runtime.cgocallback runs on the system stack, moves
         // to the goroutine's stack to call the Go function and back. While
@@ -482,13 +454,18 @@ fn go_rows(go: &GoTable, data: &[u8], segments: &[(u64, u64, u64)]) -> Vec<Unwin
                 });
             }
         }
-        out.push(UnwindRow {
-            pc: f.end,
-            cfa: unwind_cfa::NONE,
-            ..Default::default()
-        });
+        out.push(marker(f.end, unwind_cfa::NONE));
     }
     out
+}
+
+/// A row with a rule that needs no offsets (`END`, `NONE`, `GO_CGO`).
+fn marker(pc: u64, cfa: u8) -> UnwindRow {
+    UnwindRow {
+        pc,
+        cfa,
+        ..Default::default()
+    }
 }
 
 /// Offsets of runtime.asmcgocall's calls of the C function in its body

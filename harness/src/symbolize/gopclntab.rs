@@ -516,7 +516,10 @@ mod tests {
         for stripped in [false, true] {
             let data = std::fs::read(rig_fixtures::goserver(stripped)).unwrap();
             let t = GoTable::parse(&data).unwrap().unwrap();
-            assert!(!t.gofunc.is_empty(), "go:func.* found (stripped: {stripped})");
+            assert!(
+                !t.gofunc.is_empty(),
+                "go:func.* found (stripped: {stripped})"
+            );
             let f = t.find("main.goAllocs").unwrap();
             let mut inlined = 0;
             for pc in f.entry..f.end {
