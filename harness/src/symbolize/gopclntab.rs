@@ -204,12 +204,15 @@ fn gofunc_bytes(
         };
         let mut o = 0;
         while o + at + 8 <= d.len() {
-            if word(o) == Some(pclntab) && word(o + 8) == Some(pclntab + funcname) {
+            if word(o) == Some(pclntab) && word(o + 8) == pclntab.checked_add(funcname) {
                 let gofunc = word(o + at)?;
                 let rodata = word(o + at - 8)?;
-                let home = obj
-                    .sections()
-                    .find(|s| s.address() <= gofunc && gofunc < s.address() + s.size())?;
+                let home = obj.sections().find(|s| {
+                    s.address() <= gofunc
+                        && s.address()
+                            .checked_add(s.size())
+                            .is_some_and(|end| gofunc < end)
+                })?;
                 if home.address() != rodata {
                     return None;
                 }
@@ -397,7 +400,7 @@ impl GoTable {
             let Some(e) = ix
                 .checked_mul(self.inlined_call)
                 .and_then(|o| o.checked_add(f.inltree as usize))
-                .and_then(|o| self.gofunc.get(o..o + self.inlined_call))
+                .and_then(|o| self.gofunc.get(o..o.checked_add(self.inlined_call)?))
             else {
                 break;
             };
@@ -413,7 +416,9 @@ impl GoTable {
             let Some(name) = cstr(&self.funcnames, word(name_at) as usize) else {
                 break;
             };
-            let parent = f.entry + u64::from(word(parent_at));
+            let Some(parent) = f.entry.checked_add(u64::from(word(parent_at))) else {
+                break;
+            };
             if parent >= f.end {
                 break;
             }
@@ -537,6 +542,69 @@ mod tests {
             }
             assert!(inlined > 0, "newRecord's body is in goAllocs");
         }
+    }
+
+    /// `.gopclntab` and `runtime.firstmoduledata` are untrusted input:
+    /// the goserver fixture with bytes of either changed at random parses
+    /// or is refused, and every function's frames are read, without a
+    /// panic.
+    #[test]
+    fn go_tables_and_inline_trees_of_mutated_binaries_never_panic() {
+        use object::{Object, ObjectSection, ObjectSymbol};
+        use proptest::prelude::*;
+        let data = std::fs::read(rig_fixtures::goserver(false)).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let (pcln, pcln_size) = obj
+            .section_by_name(".gopclntab")
+            .and_then(|s| s.file_range())
+            .unwrap();
+        let md = obj
+            .symbols()
+            .find(|s| s.name() == Ok("runtime.firstmoduledata"))
+            .unwrap();
+        let md_sec = obj.section_by_index(md.section_index().unwrap()).unwrap();
+        let md_off = md_sec.file_range().unwrap().0 + (md.address() - md_sec.address());
+        // The header's pclnOffset: where the function table starts.
+        let functab = u64::from_le_bytes(
+            data[pcln as usize + 64..pcln as usize + 72]
+                .try_into()
+                .unwrap(),
+        );
+        let parsed = std::sync::atomic::AtomicU32::new(0);
+        let config = proptest::test_runner::Config {
+            cases: 256,
+            failure_persistence: None,
+            ..Default::default()
+        };
+        proptest::test_runner::TestRunner::new(config)
+            .run(
+                &prop::collection::vec((any::<u64>(), any::<u8>()), 1..8),
+                |edits| {
+                    let mut b = data.clone();
+                    for (at, byte) in edits {
+                        // The header, the function table and the first
+                        // records it points at, or moduledata's words.
+                        let i = match at % 8 {
+                            0 => pcln + at / 8 % 72,
+                            1..=3 => pcln + functab + at / 8 % (pcln_size - functab).min(1 << 16),
+                            _ => md_off + at / 8 % 400,
+                        };
+                        b[i as usize] = byte;
+                    }
+                    if let Ok(Some(t)) = GoTable::parse(&b) {
+                        parsed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        for f in t.funcs.iter().take(500) {
+                            let mid = f.entry + (f.end.saturating_sub(f.entry)) / 2;
+                            let _ = t.frames_at(f, mid);
+                        }
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        let parsed = parsed.into_inner();
+        eprintln!("fuzz: go_tables_of_mutated_binaries: 256 inputs, 0 panics ({parsed} parsed)");
+        assert!(parsed > 0, "some mutated tables still parse, and are read");
     }
 
     #[test]
