@@ -76,6 +76,8 @@ done
 [ "$(id -u)" = 0 ] || { echo "kernels: needs root (to boot guests that load BPF)" >&2; exit 2; }
 
 CACHE=$ROOT/target/kernels
+# Directories the guests bind back over their own /tmp (see boot).
+KEEP=("$ROOT")
 mkdir -p "$CACHE"
 # This invocation's guests: each boot() writes its qemu's pid here, and a
 # kill of this script (SIGINT, SIGTERM, the CI's timeout) kills them, and
@@ -173,16 +175,27 @@ INIT
 boot() {
 	local v=$1 w=$2
 	pwd > "$w/cwd"
+	# What the guest must still reach once its own /tmp hides the host's:
+	# the checkout (its work directory is under it) and the test binary's
+	# target directory, either of which may live under /tmp.
+	printf '%s\n' "${KEEP[@]}" > "$w/keep"
 	cat > "$w/guest" <<'GUEST'
 W=$rigvm
+CWD=$(cat $W/cwd); KEEP=$(cat $W/keep)
 mount -t proc proc /proc; mount -t sysfs sys /sys
 mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /dev/shm 2>/dev/null; mkdir -p /dev/pts; mount -t devpts devpts /dev/pts
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null; mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null; mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
-# /tmp of its own: the host's (over 9p) would mix guests' and the host's files.
+# /tmp of its own: the host's (over 9p) would mix guests' and the host's
+# files. A checkout under the host's /tmp (a clone in /tmp/...) is bound
+# back at its own path, from the host's /tmp kept at /run/host-tmp.
+mkdir -p /run/host-tmp; mount --bind /tmp /run/host-tmp
 mount -t tmpfs tmpfs /tmp
+printf '%s\n' "$KEEP" | while IFS= read -r d; do
+	case "$d" in /tmp/?*) mkdir -p "$d"; mount --bind "/run/host-tmp/${d#/tmp/}" "$d" ;; esac
+done
 ip link set lo up 2>/dev/null || ifconfig lo up
-hostname "rig-$(uname -r | cut -d- -f1)"; cd "$(cat $W/cwd)"
+hostname "rig-$(uname -r | cut -d- -f1)"; cd "$CWD"
 export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/root/.cargo/bin
 [ -f $W/env ] && . $W/env
 echo "=== guest kernel $(uname -r)"
@@ -228,6 +241,7 @@ echo "kernels: building the test binary (cargo test --no-run)"
 BIN=$(cargo test -p rig --test integration --no-run --message-format=json |
 	sed -n 's/.*"executable":"\([^"]*integration[^"]*\)".*/\1/p' | tail -1) || true
 [ -x "$BIN" ] || { echo "kernels: could not build the integration test binary" >&2; exit 1; }
+KEEP+=("$(cd "$(dirname "$BIN")/../.." && pwd)")
 cargo build -q -p rig
 
 RESULTS=$CACHE/results

@@ -12,7 +12,9 @@ pub const PERMISSION: i32 = 3;
 pub const NO_PROCESS: i32 = 4;
 /// The window lost events (the report says which).
 pub const INCOMPLETE: i32 = 5;
-/// `rig run`: at least one case failed (the report says why).
+/// `rig run`: at least one case failed (the report says why). `rig
+/// attach`: the window failed, its target exited during it (what was
+/// counted until then is still printed and written).
 pub const CASE_FAILED: i32 = 6;
 /// `rig gate`: a counter breached its baseline limit.
 pub const GATE_BREACH: i32 = 7;

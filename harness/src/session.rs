@@ -80,6 +80,8 @@ pub struct AttachSettings {
 
 /// Run one session. `stop` ends a duration window early (Ctrl-C).
 pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> {
+    let (s, thread) = as_process(s);
+    let s = &s;
     let id = ProcessId::of(s.pid).map_err(|_| crate::probe::not_measurable(s.pid, None))?;
     crate::probe::check_target(s.pid)?;
 
@@ -137,6 +139,7 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
         )),
         _ => None,
     };
+    w.warnings.extend(thread);
     w.warnings.extend(execd.clone());
     if stopped_at_start || crate::process::is_stopped(s.pid) {
         w.warnings.push(format!(
@@ -194,6 +197,27 @@ pub fn run_attach(s: &AttachSettings, stop: &AtomicBool) -> Result<Attribution> 
     Ok(attribution)
 }
 
+/// `--pid` of a thread (its id reads as a process in /proc): the session
+/// measures its process, every thread, and says so at once and in the
+/// window's warnings.
+fn as_process(s: &AttachSettings) -> (AttachSettings, Option<String>) {
+    let mut s = s.clone();
+    match crate::process::tgid_of(s.pid) {
+        Some(tgid) if tgid != s.pid => {
+            let why = format!(
+                "--pid {} is a thread of process {tgid} ({}): rig measures processes, so this \
+                 window is pid {tgid}'s, every thread of it",
+                s.pid,
+                crate::process::cmdline(tgid)
+            );
+            crate::errln!("rig: {why}");
+            s.pid = tgid;
+            (s, Some(why))
+        }
+        _ => (s, None),
+    }
+}
+
 /// A finished window and what is known of its load.
 struct Measured {
     window: Window,
@@ -225,6 +249,11 @@ fn driven_window(
             );
         }
         if warm.errors_total() == 0 {
+            if phase == Phase::Before {
+                if let Some(why) = too_long(d.requests, warm) {
+                    return Err(anyhow::Error::new(crate::usage::BadValue(why)));
+                }
+            }
             return Ok(());
         }
         match phase {
@@ -263,12 +292,39 @@ fn driven_window(
             sent: report.sent,
             succeeded: report.succeeded,
             errors: report.errors.clone(),
+            not_sent: report.not_sent.clone(),
         }),
         quiesced: Some(r.quiesced),
         drive: Some(drive_line(d, report.handshakes)),
         command: None,
         warnings: Vec::new(),
         peers: Some((peers, report.handshakes.tcp)),
+    })
+}
+
+/// The longest driven window rig starts: a count that would take longer at
+/// the warm-up's rate is a mistake (a typo'd `--requests`), not a
+/// measurement, and would hold the target under probes for days.
+pub const MAX_DRIVEN_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// Why `--requests N` cannot finish in reasonable time at the rate the
+/// warm-up ran at, if it cannot.
+fn too_long(requests: u64, warm: &LoadReport) -> Option<String> {
+    let secs = warm.elapsed_ns as f64 / 1e9;
+    if warm.succeeded == 0 || secs <= 0.0 {
+        return None;
+    }
+    let rate = warm.succeeded as f64 / secs;
+    let needs = requests as f64 / rate;
+    (needs > MAX_DRIVEN_WINDOW.as_secs_f64()).then(|| {
+        format!(
+            "--requests {requests}: at the warm-up's rate ({rate:.0} requests/s) the window \
+             would take {}, past the {} rig allows a driven window; give fewer requests \
+             (about {} fit in an hour)",
+            humantime::format_duration(Duration::from_secs(needs.min(1e12) as u64)),
+            humantime::format_duration(MAX_DRIVEN_WINDOW),
+            (rate * 3600.0) as u64
+        )
     })
 }
 

@@ -105,7 +105,8 @@ pub(super) fn clean_pass(
         CleanPass {
             launch: info,
             client_us_per_request: m.report.client_us_per_request(),
-            generator_saturated: saturation(&m.report, m.threads),
+            generator_limited: limited(&m.report),
+            generator_busy: generator_busy(&m.report, m.threads),
             load: m.report,
             server,
             exit,

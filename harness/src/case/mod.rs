@@ -116,8 +116,14 @@ pub struct CleanPass {
     pub server: ServerUsage,
     /// Load generator CPU µs per successful request.
     pub client_us_per_request: f64,
-    /// Why the generator, not the server, may have limited this pass.
-    pub generator_saturated: Option<String>,
+    /// Why the generator, not the server, limited this pass: `Some`
+    /// exactly when the case is `limited` by it (more than 1% of the
+    /// scheduled requests sent late by the generator).
+    pub generator_limited: Option<String>,
+    /// Share of the generator threads' time spent working (spinning toward
+    /// send times excluded), 0 to 1: a number beside the case, not a
+    /// verdict.
+    pub generator_busy: f64,
     pub exit: ExitInfo,
     /// The 50 ms samples of the pass (warm-up included, `t_ms` from the
     /// sampler's start): memory and CPU over time for report.html.
@@ -438,7 +444,7 @@ fn run_passes(
     res.warnings.extend(keepalive_warnings(case, &res));
     if !res.reasons.is_empty() {
         res.status = Status::Failed;
-    } else if let Some(why) = res.clean.as_ref().and_then(|c| limited(&c.load)) {
+    } else if let Some(why) = res.clean.as_ref().and_then(|c| c.generator_limited.clone()) {
         res.status = Status::Limited;
         res.reasons.push(why);
     } else if let Some(why) = res.soak.as_ref().and_then(SoakPass::limited) {

@@ -135,6 +135,19 @@ pub(super) fn check_load(pass: &str, r: &LoadReport) -> Vec<String> {
             r.sent
         ));
     }
+    if r.not_sent_total() > 0 {
+        let kinds = r
+            .not_sent
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        reasons.push(format!(
+            "{pass} pass: {} of {} requests were never sent ({kinds})",
+            r.not_sent_total(),
+            r.scheduled
+        ));
+    }
     if r.expired > 0 {
         reasons.push(format!(
             "{pass} pass: {} of {} scheduled requests expired (queued longer than {} s without a free connection/stream)",
@@ -159,31 +172,11 @@ pub(super) fn shape_mode(case: &HttpCase, d: Duration) -> Mode {
     }
 }
 
-/// Signs that the load generator, not the server, set the pace.
-pub(super) fn saturation(r: &LoadReport, threads: usize) -> Option<String> {
-    let mut why = Vec::new();
-    if r.generator_late > 0 {
-        why.push(format!(
-            "{} of {} scheduled requests sent more than {} µs after they could go",
-            r.generator_late,
-            r.scheduled,
-            crate::load::LATE_AFTER.as_micros()
-        ));
-    }
-    // Spinning toward send times keeps a thread busy by design: only work
-    // counts here.
+/// Share of the generator threads' time spent working, 0 to 1: spinning
+/// toward send times keeps a thread busy by design, so only work counts.
+pub(super) fn generator_busy(r: &LoadReport, threads: usize) -> f64 {
     let work = r.client_cpu_ns.saturating_sub(r.client_spin_ns);
-    let busy = work as f64 / (r.elapsed_ns.max(1) as f64 * threads.max(1) as f64);
-    if busy > 0.9 {
-        why.push(format!("generator threads {:.0}% busy", busy * 100.0));
-    }
-    if matches!(r.mode, Mode::Open { .. }) && r.dispatch_lag.p99_ns > 1_000_000 {
-        why.push(format!(
-            "dispatch lag p99 {:.0} µs",
-            r.dispatch_lag.p99_ns as f64 / 1e3
-        ));
-    }
-    (!why.is_empty()).then(|| why.join("; "))
+    work as f64 / (r.elapsed_ns.max(1) as f64 * threads.max(1) as f64)
 }
 
 /// `Some(why)` when more than 1% of the scheduled requests were late because

@@ -436,9 +436,11 @@ pub struct Common {
 
 #[derive(Args, Debug)]
 pub struct AttachArgs {
-    /// Process to attach to (all its threads are covered).
-    #[arg(long)]
-    pub pid: u32,
+    /// Process to attach to (all its threads are covered). Several pids
+    /// (`$(pidof apache2)`) are refused with the one whose tree holds the
+    /// others; a thread id is measured as its process, and said so.
+    #[arg(long, num_args = 1.., required = true)]
+    pub pid: Vec<u32>,
     /// Window length when you drive the load yourself (e.g. 10s, 500ms).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,

@@ -42,6 +42,7 @@ pub(super) fn check_connections(flag: &str, n: usize) -> Result<()> {
 }
 
 pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
+    let pid = one_pid(&a.pid)?;
     let families = Family::parse_list(&a.common.probes)?;
     // A window of no time measures nothing; one of years overflows the
     // instant it ends at.
@@ -93,7 +94,7 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         None => None,
     };
     Ok(AttachSettings {
-        pid: a.pid,
+        pid,
         families,
         duration: a.duration,
         per: a.per,
@@ -107,6 +108,36 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         wrappers: a.common.wrappers.clone(),
         live_heap: a.live_heap,
     })
+}
+
+/// `--pid P`: one process. Several (`--pid $(pidof apache2)`) are refused,
+/// naming the one whose process tree holds the others when there is one.
+fn one_pid(pids: &[u32]) -> Result<u32> {
+    let (&first, rest) = pids.split_first().context("--pid needs a process id")?;
+    if rest.is_empty() {
+        return Ok(first);
+    }
+    let list = pids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let root = pids.iter().copied().find(|&p| {
+        let below = crate::process::descendants(p);
+        pids.iter().all(|q| *q == p || below.contains(q))
+    });
+    match root {
+        Some(p) => crate::refuse!(
+            "--pid {list}: rig attaches to one process; {p} ({}) is the parent of the others: \
+             give --pid {p} --tree to measure them all",
+            crate::process::cmdline(p)
+        ),
+        None => crate::refuse!(
+            "--pid {list}: rig attaches to one process (with --tree, to it and its descendants); \
+             these {} are not one tree: give one of them",
+            pids.len()
+        ),
+    }
 }
 
 pub(super) fn cpu_list(flag: &str, v: &Option<String>) -> Result<Option<Vec<usize>>> {

@@ -31,7 +31,8 @@ pub struct DemoSettings {
     pub output: Output,
 }
 
-/// `rig attach`: exit 0, or [`exit::INCOMPLETE`] when the window lost events.
+/// `rig attach`: exit 0, [`exit::INCOMPLETE`] when the window lost events,
+/// [`exit::CASE_FAILED`] when its target exited during it.
 pub fn attach(s: &AttachSettings, out: &Output, stop: &AtomicBool) -> Result<i32> {
     let attribution = session::run_attach(s, stop)?;
     output(&attribution, out)
@@ -81,9 +82,11 @@ fn output(a: &Attribution, out: &Output) -> Result<i32> {
         let files = crate::flamegraph::write_window(dir, a)?;
         crate::outln!("flamegraphs: {} ({} files)", dir.display(), files.len());
     }
-    Ok(if a.complete {
-        exit::OK
-    } else {
-        exit::INCOMPLETE
+    // A target that died inside the window leaves counts of no request
+    // the user can name: a failed window, as `rig run` fails such a case.
+    Ok(match (a.window.end, a.complete) {
+        (crate::probe::WindowEnd::TargetExited, _) => exit::CASE_FAILED,
+        (_, true) => exit::OK,
+        (_, false) => exit::INCOMPLETE,
     })
 }

@@ -447,7 +447,7 @@ fn clean_facts(clean: &Value) -> Value {
         "generator_late": l["generator_late"], "expired": l["expired"],
         "queue_p50_us": l["queue_delay"]["p50_ns"].as_f64().map(|ns| fmt(ns / 1e3)),
         "queue_p99_us": l["queue_delay"]["p99_ns"].as_f64().map(|ns| fmt(ns / 1e3)),
-        "generator_saturated": clean["generator_saturated"],
+        "generator_limited": clean["generator_limited"],
         "client_us": clean["client_us_per_request"].as_f64().map(fmt),
         "samples": clean["series"].as_array().map_or(0, Vec::len),
     })

@@ -38,7 +38,7 @@ fn http_case(id: &str, conns: u64) -> Value {
                      "latency": {"p50_ns": 500_000, "p99_ns": 990_000, "p999_ns": 999_000},
                      "histogram": {"latency": enc, "request_latency": enc, "dispatch_lag": empty}},
             "server": {"cpu_us_per_request": 28.5, "rss_max_kib": 5017},
-            "client_us_per_request": 10.0, "generator_saturated": null,
+            "client_us_per_request": 10.0, "generator_limited": null, "generator_busy": 0.1,
             "series": [
                 {"t_ms": 0, "cpu_ns": 0, "rss_kib": 1024, "pss_kib": 512},
                 {"t_ms": 50, "cpu_ns": 25_000_000, "rss_kib": 2048, "pss_kib": 1024}],

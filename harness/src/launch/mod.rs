@@ -15,6 +15,7 @@ mod launched;
 mod output;
 pub mod port;
 mod ready;
+mod sockdiag;
 pub mod spec;
 pub mod start;
 pub mod user;

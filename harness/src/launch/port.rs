@@ -97,8 +97,36 @@ pub fn listeners() -> Vec<Listener> {
 }
 
 /// Every listening socket of `transport` (IPv4 and IPv6) of rig's network
-/// namespace.
+/// namespace: from the kernel's sock_diag, which answers with the
+/// listeners alone however many other sockets there are, or (a kernel
+/// without it) from `/proc/net`.
 pub fn listeners_on(transport: Transport) -> Vec<Listener> {
+    let protocol = match transport {
+        Transport::Tcp => libc::IPPROTO_TCP,
+        Transport::Udp => libc::IPPROTO_UDP,
+    } as u8;
+    let mut out = Vec::new();
+    for (family, v6) in [(libc::AF_INET, false), (libc::AF_INET6, true)] {
+        match super::sockdiag::listening(family as u8, protocol) {
+            Ok(found) => out.extend(
+                found
+                    .into_iter()
+                    .filter(|d| d.inode != 0 && (transport == Transport::Tcp || d.dport == 0))
+                    .map(|d| Listener {
+                        port: d.sport,
+                        inode: u64::from(d.inode),
+                        v6,
+                    }),
+            ),
+            Err(_) => return listeners_in_proc(transport),
+        }
+    }
+    out
+}
+
+/// [`listeners_on`] from `/proc/net/{tcp,udp}{,6}`: every socket of the
+/// namespace is listed there, so this is slow on a machine with many.
+pub fn listeners_in_proc(transport: Transport) -> Vec<Listener> {
     let files = match transport {
         Transport::Tcp => [("/proc/net/tcp", false), ("/proc/net/tcp6", true)],
         Transport::Udp => [("/proc/net/udp", false), ("/proc/net/udp6", true)],
@@ -119,7 +147,9 @@ pub fn port_holders(port: u16) -> Vec<(u32, u64)> {
     port_holders_on(port, Transport::Tcp)
 }
 
-/// [`port_holders`] for the listening sockets of `transport`.
+/// [`port_holders`] for the listening sockets of `transport`. Reads the
+/// descriptors of every process: it stops early when rig is interrupted
+/// (the caller then sees fewer holders, and stops itself).
 pub fn port_holders_on(port: u16, transport: Transport) -> Vec<(u32, u64)> {
     let inodes: HashSet<u64> = listeners_on(transport)
         .into_iter()
@@ -131,6 +161,9 @@ pub fn port_holders_on(port: u16, transport: Transport) -> Vec<(u32, u64)> {
     }
     let mut out = Vec::new();
     for pid in all_pids() {
+        if crate::interrupt::requested() {
+            break;
+        }
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
@@ -301,6 +334,48 @@ mod tests {
         assert_eq!(descendants_in(2, &t), vec![3, 4]);
         assert_eq!(descendants_in(1, &t), vec![2, 3, 4, 5]);
         assert_eq!(descendants_in(6, &t), Vec::<u32>::new());
+    }
+
+    /// sock_diag and /proc/net agree on the listeners (a v4 TCP one, and
+    /// an unconnected UDP one as a QUIC server's).
+    #[test]
+    fn sock_diag_and_proc_net_list_the_same_listeners() {
+        use std::os::fd::AsRawFd;
+        let t = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let u = std::net::UdpSocket::bind(("127.0.0.1", 0)).unwrap();
+        let inode = |fd: i32| {
+            socket_inode(
+                &std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                    .unwrap()
+                    .to_string_lossy(),
+            )
+            .unwrap()
+        };
+        for (transport, fd, port) in [
+            (
+                Transport::Tcp,
+                t.as_raw_fd(),
+                t.local_addr().unwrap().port(),
+            ),
+            (
+                Transport::Udp,
+                u.as_raw_fd(),
+                u.local_addr().unwrap().port(),
+            ),
+        ] {
+            // Other tests open and close sockets meanwhile: compare on this
+            // test's own.
+            let mine = |v: Vec<Listener>| -> Vec<Listener> {
+                v.into_iter().filter(|l| l.inode == inode(fd)).collect()
+            };
+            let want = vec![Listener {
+                port,
+                inode: inode(fd),
+                v6: false,
+            }];
+            assert_eq!(mine(listeners_on(transport)), want, "{transport:?}");
+            assert_eq!(mine(listeners_in_proc(transport)), want, "{transport:?}");
+        }
     }
 
     #[test]

@@ -70,6 +70,10 @@ pub struct LoadResult {
     pub succeeded: u64,
     /// Failed requests by kind (`status 500`, `io: connection reset`, ...).
     pub errors: BTreeMap<String, u64>,
+    /// Requests never handed to a socket, by why (see
+    /// `LoadReport::not_sent`): not in `sent`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_sent: BTreeMap<String, u64>,
 }
 
 impl LoadResult {
@@ -78,6 +82,9 @@ impl LoadResult {
         self.succeeded += o.succeeded;
         for (k, v) in o.errors {
             *self.errors.entry(k).or_default() += v;
+        }
+        for (k, v) in o.not_sent {
+            *self.not_sent.entry(k).or_default() += v;
         }
     }
     pub fn failed(&self) -> u64 {

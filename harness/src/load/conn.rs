@@ -314,6 +314,9 @@ pub(crate) struct RunStats {
     pub generator_late: u64,
     pub succeeded: u64,
     pub errors: BTreeMap<String, u64>,
+    /// Requests never handed to a socket, by why: their connection was
+    /// given up, the case's deadline passed, rig was interrupted.
+    pub not_sent: BTreeMap<String, u64>,
     pub expired: u64,
     /// Wall time the dispatcher spent spinning toward send times, less the
     /// request work it ran while spinning.
@@ -357,8 +360,13 @@ impl Stats {
         }
     }
 
-    /// One request finished.
+    /// One request finished. A request on a connection already given up
+    /// ([`LOST`]) never reached a socket: it is not sent.
     pub fn done(&self, t: Timing, r: Result<(), String>) {
+        if matches!(&r, Err(k) if k == LOST) {
+            self.not_sent(1, LOST);
+            return;
+        }
         let now = Instant::now();
         let mut s = self.run.borrow_mut();
         s.sent += 1;
@@ -406,29 +414,14 @@ impl Stats {
         h.latency.saturating_record(nanos(now - due));
     }
 
-    /// `n` requests of a fixed count that were never sent, as `kind`
-    /// (they count as sent and failed, so a fixed count still adds up).
+    /// `n` requests that were never handed to a socket, as `kind`: sent
+    /// means sent, so a fixed count adds up as sent + not sent.
     pub fn not_sent(&self, n: u64, kind: &str) {
         if n == 0 {
             return;
         }
         let mut s = self.run.borrow_mut();
-        s.sent += n;
-        *s.errors.entry(kind.to_string()).or_default() += n;
-    }
-
-    /// `n` requests that were attempted on a slot already given up.
-    /// `queued`: they were open-loop requests waiting in the queue.
-    pub fn lost(&self, n: u64, queued: bool) {
-        if n == 0 {
-            return;
-        }
-        let mut s = self.run.borrow_mut();
-        s.sent += n;
-        if queued {
-            s.late += n;
-        }
-        *s.errors.entry(LOST.to_string()).or_default() += n;
+        *s.not_sent.entry(kind.to_string()).or_default() += n;
     }
 
     pub fn take_run(&self) -> RunStats {
@@ -442,7 +435,9 @@ impl Stats {
     }
 }
 
-/// Error kind of a request on a slot whose connection was given up.
+/// Why a request was not sent: its slot's connection was given up (broke
+/// or could not be re-established, `MAX_CONSECUTIVE_CONN_FAILURES` times
+/// in a row: the target closed it, stopped accepting, or exited).
 pub(crate) const LOST: &str = "connection lost";
 
 fn nanos(d: std::time::Duration) -> u64 {

@@ -270,7 +270,8 @@ pub struct LoadReport {
     pub mode: Mode,
     /// From the common start to the last completed request.
     pub elapsed_ns: u64,
-    /// Open loop: requests on the schedule. Otherwise equal to `sent`.
+    /// Open loop: requests on the schedule. Otherwise the requests asked
+    /// for: `sent` + `not_sent`.
     pub scheduled: u64,
     /// `on_time + late`.
     pub sent: u64,
@@ -290,6 +291,12 @@ pub struct LoadReport {
     /// Failed requests by kind: `status 500`, `content-type`, `body
     /// mismatch`, `io: ConnectionReset`, `timeout`, `tls: ...`, ...
     pub errors: BTreeMap<String, u64>,
+    /// Requests never handed to a socket, by why (`connection lost`: the
+    /// connection was given up, the target closed or stopped accepting;
+    /// `case deadline`; `interrupted`): not in `sent`, never failures of
+    /// the server's.
+    #[serde(default)]
+    pub not_sent: BTreeMap<String, u64>,
     /// Successful requests and expired ones. Open loop: from the scheduled
     /// send time (coordinated omission corrected); otherwise from the
     /// actual send.
@@ -322,13 +329,22 @@ impl LoadReport {
         self.errors.values().sum()
     }
 
+    /// Requests never sent (`not_sent`), of every kind.
+    pub fn not_sent_total(&self) -> u64 {
+        self.not_sent.values().sum()
+    }
+
     /// The invariants every report must satisfy; `Err` names the one that
     /// does not hold.
     pub fn check_invariants(&self) -> Result<(), String> {
-        if self.scheduled != self.on_time + self.late + self.expired {
+        if self.scheduled != self.on_time + self.late + self.expired + self.not_sent_total() {
             return Err(format!(
-                "scheduled {} != on time {} + late {} + expired {}",
-                self.scheduled, self.on_time, self.late, self.expired
+                "scheduled {} != on time {} + late {} + expired {} + not sent {}",
+                self.scheduled,
+                self.on_time,
+                self.late,
+                self.expired,
+                self.not_sent_total()
             ));
         }
         if self.sent != self.on_time + self.late {
@@ -352,8 +368,12 @@ impl LoadReport {
             ));
         }
         if let Mode::FixedCount { requests } = self.mode {
-            if self.sent != requests {
-                return Err(format!("sent {} != requests {requests}", self.sent));
+            if self.sent + self.not_sent_total() != requests {
+                return Err(format!(
+                    "sent {} + not sent {} != requests {requests}",
+                    self.sent,
+                    self.not_sent_total()
+                ));
             }
         }
         Ok(())

@@ -126,7 +126,7 @@ pub(crate) async fn run(
     // Requests still queued when no stream is left to send them: their
     // streams were given up.
     let left = st.queue.borrow_mut().drain(..).count() as u64;
-    stats.lost(left, true);
+    stats.not_sent(left, super::conn::LOST);
     slots.append(&mut st.idle.borrow_mut());
     slots.append(&mut st.dead.borrow_mut());
     debug_assert_eq!(slots.len(), st.total);

@@ -59,6 +59,9 @@ impl ThreadReport {
         for (k, v) in b.errors {
             *a.errors.entry(k).or_default() += v;
         }
+        for (k, v) in b.not_sent {
+            *a.not_sent.entry(k).or_default() += v;
+        }
         a.expired += b.expired;
         match (&mut a.hists, &b.hists) {
             (Some(x), Some(y)) => x.merge(y),
@@ -102,6 +105,7 @@ impl ThreadReport {
             generator_late: r.generator_late,
             succeeded: r.succeeded,
             errors: r.errors,
+            not_sent: r.not_sent,
             latency: summarize(&hists.latency),
             request_latency: summarize(&hists.request_latency),
             dispatch_lag: summarize(&hists.dispatch_lag),
@@ -477,8 +481,12 @@ async fn run_job(
                             stats.not_sent(share - done, super::DEADLINE);
                             break;
                         }
-                        if slot.dead() || crate::interrupt::requested() {
-                            stats.lost(share - done, false);
+                        if crate::interrupt::requested() {
+                            stats.not_sent(share - done, super::conn::INTERRUPTED);
+                            break;
+                        }
+                        if slot.dead() {
+                            stats.not_sent(share - done, super::conn::LOST);
                             break;
                         }
                         let r = slot.request(&stats).await;
@@ -512,8 +520,9 @@ async fn run_job(
     }
     let mut run = stats.take_run();
     if !open {
-        // Without a schedule every request is due when it is sent.
-        run.scheduled = run.sent;
+        // Without a schedule every request is due when it is sent; one
+        // never sent was due all the same.
+        run.scheduled = run.sent + run.not_sent.values().sum::<u64>();
         run.on_time = run.sent;
     }
     ThreadReport {

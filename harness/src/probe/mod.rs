@@ -139,6 +139,13 @@ pub enum ProbeError {
     SelfTarget { pid: u32 },
     #[error("pid {pid} is a kernel thread (no user memory to probe)")]
     KernelThread { pid: u32 },
+    #[error(
+        "{} while attaching the probes; nothing was measured",
+        crate::interrupt::interrupted_by()
+    )]
+    Interrupted,
+    #[error("{tid} is a thread of process {tgid}, not a process: rig measures processes (every thread of one); give {tgid}")]
+    Thread { tid: u32, tgid: u32 },
     #[error("process {pid} has no C library mapped (looked for libc.so.* in /proc/{pid}/maps); the {family} probes need it")]
     NoLibc { pid: u32, family: Family },
     #[error("{lib} has no symbol `{symbol}`, which the {family} probes need")]

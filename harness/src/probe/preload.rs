@@ -50,8 +50,13 @@ pub(crate) fn load_all(
             .iter()
             .map(|&family| {
                 s.spawn(move || -> Result<(Family, Ebpf), ProbeError> {
+                    interrupted()?;
                     let mut ebpf = load(family)?;
                     for (name, p) in ebpf.programs_mut() {
+                        // A program's verification takes up to a few
+                        // hundred milliseconds: a signal is obeyed between
+                        // them.
+                        interrupted()?;
                         let unused = (!tree && TREE_ONLY.contains(&name))
                             || (!stacks && STACKS_ONLY.contains(&name))
                             || ON_FIRST_USE.contains(&name)
@@ -69,6 +74,15 @@ pub(crate) fn load_all(
             .map(|h| h.join().expect("a loader thread panicked"))
             .collect()
     })
+}
+
+/// `Err(Interrupted)` once SIGINT/SIGTERM/SIGHUP arrived: attaching stops
+/// at the next program, process or probe instead of running to its end.
+pub(crate) fn interrupted() -> Result<(), ProbeError> {
+    match crate::interrupt::requested() {
+        true => Err(ProbeError::Interrupted),
+        false => Ok(()),
+    }
 }
 
 /// Load one program of the kinds rig attaches; others are left to their

@@ -33,6 +33,7 @@ use rig_ebpf::abi::{
 };
 
 use crate::process::maps::ProcMaps;
+use crate::process::vdso;
 use crate::symbolize::elf::ElfFacts;
 use crate::symbolize::gopclntab::GoTable;
 use crate::symbolize::runtime::{Libc, ModuleKind, GO_STACK_TOPS};
@@ -89,6 +90,9 @@ impl Tables {
     /// The table of the file at `path` (as seen through `open`, e.g.
     /// /proc/<pid>/map_files/...), built on first use.
     fn module(&mut self, open: &Path) -> Result<(FileId, Arc<ModuleTable>)> {
+        if open == Path::new(vdso::PATH) {
+            return self.vdso();
+        }
         let meta = std::fs::metadata(open).with_context(|| format!("stat {}", open.display()))?;
         let id = FileId {
             dev: meta.dev(),
@@ -104,22 +108,36 @@ impl Tables {
         Ok((id, t))
     }
 
+    /// The vDSO's table: the same image in every process (`process::vdso`),
+    /// so one table, under an identity no file on disk has.
+    fn vdso(&mut self) -> Result<(FileId, Arc<ModuleTable>)> {
+        let image = vdso::image().context("the vDSO could not be read")?;
+        let id = FileId {
+            dev: u64::MAX,
+            ino: u64::MAX,
+            size: image.len() as u64,
+            mtime: 0,
+        };
+        if let Some(t) = self.modules.get(&id) {
+            return Ok((id, t.clone()));
+        }
+        let t = Arc::new(module_of(image).context("parse the vDSO")?);
+        self.modules.insert(id.clone(), t.clone());
+        Ok((id, t))
+    }
+
     /// The mapping list of one address space, placing the rows of modules
     /// not placed yet. `limit` is how many rows the BPF array holds: a
     /// module that does not fit is left out and listed in `missing`.
     pub fn proc_entry(&mut self, maps: &ProcMaps, limit: Sizes) -> UnwindProc {
         let mut entries: Vec<UnwindMap> = Vec::new();
-        for m in maps
-            .mappings
-            .iter()
-            .filter(|m| m.is_exec() && m.is_file_backed())
-        {
+        for m in maps.mappings.iter().filter(|m| has_code_table(m)) {
             let Some(path) = m.path.as_deref() else {
                 continue;
             };
             // The mapped object itself: a binary deleted or replaced on
             // disk since it started (every deploy) still unwinds.
-            let open = maps.mapped_file(m);
+            let open = open_of(maps, m);
             let (id, table) = match self.module(&open) {
                 Ok(x) => x,
                 Err(e) => {
@@ -190,12 +208,8 @@ impl Tables {
         let mut seen = std::collections::HashSet::new();
         let mut n = Sizes::default();
         for pm in maps {
-            for m in pm
-                .mappings
-                .iter()
-                .filter(|m| m.is_exec() && m.is_file_backed())
-            {
-                if let Ok((id, t)) = self.module(&pm.mapped_file(m)) {
+            for m in pm.mappings.iter().filter(|m| has_code_table(m)) {
+                if let Ok((id, t)) = self.module(&open_of(pm, m)) {
                     if seen.insert(id) {
                         n.rows += t.rows.len();
                         n.index += t.index.len();
@@ -210,6 +224,20 @@ impl Tables {
         if !self.missing.iter().any(|(p, _)| p == path) {
             self.missing.push((path.to_string(), why));
         }
+    }
+}
+
+/// Executable mappings whose code has a table: those of files, and the
+/// vDSO (its `.eh_frame` takes a stack out of a system call the vDSO made).
+fn has_code_table(m: &crate::process::maps::Mapping) -> bool {
+    m.is_exec() && (m.is_file_backed() || m.path.as_deref() == Some(vdso::PATH))
+}
+
+/// What to open for a mapping's table: the mapped file, or the vDSO.
+fn open_of(maps: &ProcMaps, m: &crate::process::maps::Mapping) -> std::path::PathBuf {
+    match m.path.as_deref() {
+        Some(vdso::PATH) => std::path::PathBuf::from(vdso::PATH),
+        _ => maps.mapped_file(m),
     }
 }
 
@@ -325,6 +353,11 @@ pub fn module_of(data: &[u8]) -> Result<ModuleTable> {
         raw.extend(entry_rows(&obj, data, &segments, &raw));
     }
     raw.extend(v8_builtin_rows(&obj, data, &segments));
+    if let Some((lo, hi)) = entry_point_rows(&obj, data, &segments) {
+        raw.retain(|r| r.pc <= lo || r.pc >= hi);
+        raw.push(marker(lo, unwind_cfa::END));
+        raw.push(marker(hi, unwind_cfa::NONE));
+    }
     let mut t = table_of(raw)?;
     t.unsupported = unsupported;
     t.exec_segments = segments;
@@ -604,12 +637,7 @@ fn analysed_rows(
     // Aliases share an address: the one with a size speaks for them.
     funcs.sort_unstable_by_key(|&(a, size)| (a, std::cmp::Reverse(size)));
     funcs.dedup_by_key(|f| f.0);
-    let mut sorted: Vec<&UnwindRow> = rows.iter().collect();
-    sorted.sort_by_key(|r| r.pc);
-    let covered = |pc: u64| {
-        let i = sorted.partition_point(|r| r.pc <= pc);
-        i > 0 && sorted[i - 1].cfa != unwind_cfa::NONE
-    };
+    let covered = covered_by(rows);
     let sized: Vec<(u64, u64)> = funcs.iter().filter(|f| f.1 > 0).copied().collect();
     let inside_another = |a: u64| {
         let i = sized.partition_point(|f| f.0 < a);
@@ -653,6 +681,74 @@ fn analysed_rows(
     out
 }
 
+/// Whether a rule covers an address, as the finished table will say:
+/// rows compacted first, so an FDE's end marker that shares its pc with the
+/// next FDE's first row (`main` ending where `_start` begins, `_start`'s FDE
+/// first in `.eh_frame`) does not hide that row.
+fn covered_by(rows: &[UnwindRow]) -> impl Fn(u64) -> bool {
+    let table = compact(rows.to_vec());
+    move |pc: u64| {
+        let i = table.partition_point(|r| r.pc <= pc);
+        i > 0 && table[i - 1].cfa != unwind_cfa::NONE
+    }
+}
+
+/// The process's entry point (an executable's `_start`, `e_entry`) is the
+/// outermost frame of its first thread, whatever its unwind tables say or
+/// leave out: END from it to the end of its first call (the call of
+/// `__libc_start_main` or musl's `_start_c`, which never returns; the walk
+/// looks up a return address's call instruction), replacing any row in
+/// between. Entry code that jumps (Go's `_rt0_amd64_linux`) or makes no
+/// call in its first 64 bytes gets none. Shared libraries (a DT_SONAME) are
+/// left alone: libc.so.6's entry point is a program of its own that prints
+/// its version, never in a server's stack.
+fn entry_point_rows(
+    obj: &object::File<'_>,
+    data: &[u8],
+    segments: &[(u64, u64, u64)],
+) -> Option<(u64, u64)> {
+    use iced_x86::{Decoder, DecoderOptions, FlowControl};
+    let entry = obj.entry();
+    if entry == 0 || has_soname(obj) {
+        return None;
+    }
+    let &(off, size, vaddr) = segments
+        .iter()
+        .find(|&&(_, size, vaddr)| vaddr <= entry && entry - vaddr < size)?;
+    let from = usize::try_from(off.checked_add(entry - vaddr)?).ok()?;
+    let to = usize::try_from((off + size).min(data.len() as u64)).ok()?;
+    let code = data.get(from..to.min(from.saturating_add(64)))?;
+    let mut decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
+    while decoder.can_decode() {
+        let ins = decoder.decode();
+        match ins.flow_control() {
+            _ if ins.is_invalid() => return None,
+            FlowControl::Call | FlowControl::IndirectCall => return Some((entry, ins.next_ip())),
+            FlowControl::Next => {}
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Whether the ELF file has a DT_SONAME: a shared library, not a program.
+fn has_soname(obj: &object::File<'_>) -> bool {
+    use object::read::elf::{Dyn, FileHeader};
+    let object::File::Elf64(elf) = obj else {
+        return false;
+    };
+    let endian = elf.endian();
+    let Ok(sections) = elf.elf_header().sections(endian, elf.data()) else {
+        return false;
+    };
+    let Ok(Some((entries, _))) = sections.dynamic(endian, elf.data()) else {
+        return false;
+    };
+    entries
+        .iter()
+        .any(|d| d.tag32(endian) == Some(object::elf::DT_SONAME))
+}
+
 /// END rows over the whole code of each function named in `names`.
 fn named_tops(obj: &object::File<'_>, names: &[&str]) -> Vec<UnwindRow> {
     use object::{ObjectSymbol, SymbolKind};
@@ -693,12 +789,7 @@ fn entry_rows(
 ) -> Vec<UnwindRow> {
     use iced_x86::{Decoder, DecoderOptions, FlowControl};
     use object::{ObjectSymbol, SymbolKind};
-    let mut sorted: Vec<&UnwindRow> = rows.iter().collect();
-    sorted.sort_by_key(|r| r.pc);
-    let covered = |pc: u64| {
-        let i = sorted.partition_point(|r| r.pc <= pc);
-        i > 0 && sorted[i - 1].cfa != unwind_cfa::NONE
-    };
+    let covered = covered_by(rows);
     let mut starts: Vec<u64> = obj
         .symbols()
         .chain(obj.dynamic_symbols())

@@ -856,3 +856,58 @@ fn cgo_switches_get_rows_that_lead_back_to_the_other_stack() {
     assert_eq!((back.cfa, back.rbp_off), (unwind_cfa::RSP, -16), "{back:?}");
     assert_eq!(row_at(&t, cb + on as u64 - 3).cfa, unwind_cfa::RSP);
 }
+
+/// PostgreSQL's shape: `_start`'s FDE comes first in `.eh_frame` and
+/// `main`'s FDE, read later, ends exactly where `_start` begins. The end
+/// marker of `main` shares `_start`'s pc; the rows that fill code without
+/// tables must still see `_start` as covered (its END rule), or they put
+/// an entry row over it and every stack through `_start` ends "no row".
+#[test]
+fn an_fde_ending_where_start_begins_leaves_start_covered() {
+    let row = |pc, cfa| UnwindRow {
+        pc,
+        cfa,
+        cfa_off: if cfa == unwind_cfa::RSP { 8 } else { 0 },
+        ..Default::default()
+    };
+    let raw = vec![
+        row(0x30c0, unwind_cfa::END),  // _start's FDE, first
+        row(0x30e2, unwind_cfa::NONE), // its end
+        row(0x28f0, unwind_cfa::RSP),  // main's FDE, later
+        row(0x30c0, unwind_cfa::NONE), // main's end: _start's pc
+    ];
+    let covered = covered_by(&raw);
+    assert!(covered(0x30c0) && covered(0x30e0));
+    assert!(!covered(0x30e2));
+    assert!(covered(0x28f0) && covered(0x30bf));
+}
+
+/// The executable's entry point ends a stack whatever its own tables say:
+/// a walk that reaches `_start` (the return address of its call of
+/// `__libc_start_main`) is whole.
+#[test]
+fn the_entry_point_of_an_executable_ends_the_walk() {
+    for path in [rig_fixtures::calib_server(), rig_fixtures::stackcalib_c()] {
+        let data = std::fs::read(path).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let segments = exec_segments(&obj);
+        let (lo, hi) = entry_point_rows(&obj, &data, &segments)
+            .unwrap_or_else(|| panic!("{}: no entry rows", path.display()));
+        assert_eq!(lo, obj.entry());
+        let t = module_of(&data).unwrap();
+        // The walk looks up a return address's call instruction: hi - 1.
+        for v in [lo, hi - 1] {
+            assert_eq!(
+                row_at(&t, v).cfa,
+                unwind_cfa::END,
+                "{}: {v:#x}",
+                path.display()
+            );
+        }
+    }
+    // A shared library's entry point is not a process's first frame.
+    let maps = ProcMaps::read(std::process::id()).unwrap();
+    let libc = std::fs::read(maps.libc_path().unwrap()).unwrap();
+    let obj = object::File::parse(&*libc).unwrap();
+    assert_eq!(entry_point_rows(&obj, &libc, &exec_segments(&obj)), None);
+}

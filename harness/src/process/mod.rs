@@ -5,6 +5,7 @@
 //! symbolize) uses these, and they use nothing of rig's.
 
 pub mod maps;
+pub mod vdso;
 
 use std::fmt;
 
@@ -106,6 +107,19 @@ pub fn all_pids() -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The process a thread id belongs to (`Tgid:` of `/proc/<tid>/status`):
+/// `/proc/<tid>` exists for every thread, so a thread's id reads as a
+/// process unless this is asked. `Some(tid)` for a process's own id.
+pub fn tgid_of(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Parent pid from the text of `/proc/<pid>/stat` (comm may hold spaces and

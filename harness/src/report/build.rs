@@ -290,10 +290,17 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// On-CPU samples in user code and in the kernel.
-pub(super) fn cpu(w: &Window) -> CpuSamples {
+/// On-CPU samples in user code and in the kernel, and those of them the
+/// stacks place in rig's probe handling.
+pub(super) fn cpu(w: &Window, stacks: &super::stacks::StackSection) -> CpuSamples {
     let d = &w.delta;
     CpuSamples {
+        rig_probes: stacks
+            .rows
+            .iter()
+            .filter(|r| r.family == Family::Cpu && r.rig_probes)
+            .map(|r| r.count)
+            .sum(),
         period_ns: crate::probe::attach::CPU_SAMPLE_PERIOD_NS,
         user: d
             .cpu

@@ -115,6 +115,12 @@ pub struct CpuSamples {
     /// Samples that interrupted the target's user code, and its kernel code.
     pub user: u64,
     pub kernel: u64,
+    /// Of `user` + `kernel`, the samples (with stacks) that landed in rig's
+    /// own probe handling: the single-stepped instruction of a uprobe, the
+    /// kernel's uprobe handlers, rig's BPF programs. Rig's cost, shown
+    /// apart from the server's code.
+    #[serde(default)]
+    pub rig_probes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -554,8 +560,8 @@ impl Attribution {
             io_uring,
             pmu: crate::host::detect_pmu(),
             kernel: KernelSection::of(&w.families),
+            cpu: build::cpu(w, &stacks),
             stacks,
-            cpu: build::cpu(w),
             live_heap,
         }
     }

@@ -94,6 +94,9 @@ const WRAPPER_MODULES: &[&str] = &[
     "libjemalloc",
     "libtcmalloc",
     "libmimalloc",
+    // The kernel's vDSO: clock_gettime's code, between its caller and the
+    // system call it falls back to.
+    "[vdso]",
 ];
 
 /// Which frames are wrappers.
@@ -194,6 +197,46 @@ pub struct StackRow {
     /// outer call has its own row, so this one must not be added to it
     /// (as in the per-site table, see `report::is_inner_alloc`).
     pub inner: bool,
+    /// The event happened inside rig's own probe handling, not the
+    /// server's code: its user pc in the kernel's execute-out-of-line page
+    /// (`[uprobes]`, where a probed instruction is single-stepped) or its
+    /// kernel stack in the uprobe handlers. Rig's cost, shown as one row
+    /// apart ("rig's probes"), never as a user site.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rig_probes: bool,
+}
+
+/// The pseudo path of the page the kernel single-steps probed instructions
+/// in (its uprobe execute-out-of-line area) and returns through from a
+/// uretprobe.
+pub const UPROBES_PAGE: &str = "[uprobes]";
+
+/// Kernel functions that run only for a uprobe hit: a sample or switch
+/// with one of them on its kernel stack is rig's probe handling.
+const UPROBE_HANDLERS: &[&str] = &[
+    "uprobe_notify_resume",
+    "handle_swbp",
+    "handle_singlestep",
+    "uprobe_dispatcher",
+    "uretprobe_dispatcher",
+    "uprobe_handle_trampoline",
+    "arch_uprobe_",
+    "uprobe_perf_func",
+    "__uprobe_perf_func",
+    "uprobe_pre_sstep_notifier",
+    "uprobe_post_sstep_notifier",
+    "bpf_prog_",
+];
+
+/// Whether an event with this user stack and kernel stack happened in
+/// rig's own probe handling (`StackRow::rig_probes`).
+pub fn in_rig_probes(user: Option<&StackFrames>, kernel: Option<&[String]>) -> bool {
+    let first_user = user.and_then(|s| s.frames.first());
+    first_user.is_some_and(|f| f.module.as_deref() == Some(UPROBES_PAGE))
+        || kernel.is_some_and(|k| {
+            k.iter()
+                .any(|name| UPROBE_HANDLERS.iter().any(|h| name.starts_with(h)))
+        })
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -255,6 +298,18 @@ impl StackSection {
                 }
                 let (event, size_class) = event_name(k.what, k.arg, copy_impls, &w.alloc_entries);
                 let inner = made_inside_another_alloc(k, user);
+                // The families that watch the process from outside its code
+                // (samples, switches, faults) can land in rig's handling;
+                // the uprobe families' own events are taken in it.
+                let watched = matches!(family, Family::Cpu | Family::Sched | Family::Faults);
+                let rig_probes = watched
+                    && in_rig_probes(
+                        user,
+                        kernel_stack
+                            .as_ref()
+                            .and_then(|ks| out.kernel.get(ks))
+                            .map(Vec::as_slice),
+                    );
                 out.rows.push(StackRow {
                     family: *family,
                     event,
@@ -265,6 +320,7 @@ impl StackSection {
                     stack,
                     kernel_stack,
                     inner,
+                    rig_probes,
                 });
             }
         }

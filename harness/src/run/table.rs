@@ -116,18 +116,6 @@ pub fn render(results: &[CaseResult]) -> String {
     out.push_str(&recovery_lines(results));
     out.push_str(&soak_lines(results));
     out.push_str(&live_lines(results));
-    for r in results {
-        if let Some(s) = r
-            .clean
-            .as_ref()
-            .and_then(|c| c.generator_saturated.as_ref())
-        {
-            out.push_str(&format!(
-                "\n{}: load generator may have limited this case: {s}",
-                r.case.id
-            ));
-        }
-    }
     out
 }
 
@@ -357,14 +345,17 @@ fn open_loop_lines(results: &[CaseResult]) -> String {
     let us = |ns: u64| ns as f64 / 1e3;
     let mut out = String::new();
     for r in results {
-        let Some(l) = r.clean.as_ref().map(|c| &c.load) else {
+        let Some(c) = r.clean.as_ref() else {
             continue;
         };
+        let l = &c.load;
         if !matches!(l.mode, crate::load::Mode::Open { .. }) {
             continue;
         }
+        // Late sends below the share that makes a case `limited` are a
+        // number here, never a verdict.
         out.push_str(&format!(
-            "\n{}: scheduled {}, on time {}, late {} (queued p50/p99 {:.1}/{:.1} µs), expired {}, errors {}; dispatch lag p50/p99 {:.1}/{:.1} µs (spin window {:.0} µs)",
+            "\n{}: scheduled {}, on time {}, late {} (queued p50/p99 {:.1}/{:.1} µs), expired {}, errors {}; dispatch lag p50/p99 {:.1}/{:.1} µs (spin window {:.0} µs); sent late by the generator {} ({:.1}%; `limited` past {:.0}%), generator threads {:.0}% busy",
             r.case.id,
             l.scheduled,
             l.on_time,
@@ -376,6 +367,10 @@ fn open_loop_lines(results: &[CaseResult]) -> String {
             us(l.dispatch_lag.p50_ns),
             us(l.dispatch_lag.p99_ns),
             us(l.dispatch.spin_window_ns),
+            l.generator_late,
+            100.0 * l.generator_late as f64 / l.scheduled.max(1) as f64,
+            100.0 * crate::load::LIMITED_SHARE,
+            100.0 * c.generator_busy,
         ));
     }
     out

@@ -125,9 +125,12 @@ pub fn judge(slices: &[(Duration, u64)], tied: bool) -> Vec<String> {
     // The busy level: the 90th percentile slice, so one burst does not set it.
     let level = shares[(shares.len() - 1) * 9 / 10];
     let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+    // A slice is busy only when the target ran in it: with most slices
+    // idle the busy level is 0, and 0% is not "as busy as the middle".
+    let busy = |x: f64| x >= IDLE_SHARE && x >= EDGE_BUSY * level;
     if !tied {
-        let busy_end = last >= EDGE_BUSY * level;
-        let busy_start = first >= EDGE_BUSY * level;
+        let busy_end = busy(last);
+        let busy_start = busy(first);
         let edges = match (busy_start, busy_end) {
             (true, true) => {
                 Some("was already busy when the window opened and still busy when it closed")
@@ -208,6 +211,15 @@ mod tests {
             both[0].contains("already busy when the window opened and still busy"),
             "{both:?}"
         );
+    }
+
+    /// CPU time in two slices of ten (the 90th percentile slice is idle):
+    /// idle edges are not "busy" at a busy level of 0%.
+    #[test]
+    fn idle_edges_are_never_called_busy() {
+        let w = slices(&[0.0, 0.0, 0.0, 0.9, 0.0, 0.0, 0.9, 0.0, 0.0, 0.0]);
+        let v = judge(&w, false);
+        assert!(v.iter().all(|l| !l.contains("busy when")), "{v:?}");
     }
 
     #[test]

@@ -298,6 +298,16 @@ impl Symbolizer {
                     // Pseudo mapping ([vdso], [heap], ...) or anonymous (None).
                     site.module = m.path.clone();
                     site.module_offset = addr - m.start;
+                    // The vDSO's functions by its own symbols (linked at 0:
+                    // the offset in the mapping is the address).
+                    if m.path.as_deref() == Some(crate::process::vdso::PATH) {
+                        if let Some((name, off)) = crate::process::vdso::symbol_at(lookup - m.start)
+                        {
+                            site.function = Some(name.to_string());
+                            site.function_offset = off + delta;
+                            site.naming = Naming::Symbol;
+                        }
+                    }
                     pending.push(None)
                 }
                 Some(m) => {

@@ -36,6 +36,7 @@ impl Shared {
     /// first). Only the root's failure is an error.
     pub(super) fn join_at_attach(&mut self, root: u32, pids: &[u32]) -> Result<(), ProbeError> {
         for &p in pids {
+            crate::probe::preload::interrupted()?;
             let joined = if p == root {
                 Joined::Root
             } else {
@@ -44,6 +45,7 @@ impl Shared {
             match self.join(p, joined) {
                 Ok(()) => {}
                 Err(e) if p == root => return Err(e),
+                Err(e @ ProbeError::Interrupted) => return Err(e),
                 // A child that exited between the listing and now.
                 Err(ProbeError::NoSuchProcess { .. } | ProbeError::Maps { .. }) => {}
                 // A child whose uprobes cannot go in (a static helper, say):

@@ -186,6 +186,13 @@ pub fn check_target(pid: u32) -> Result<(), ProbeError> {
     if pid == 0 || !exe.exists() {
         return Err(ProbeError::NoSuchProcess { pid });
     }
+    // /proc/<tid> exists for every thread: a uprobe scoped to a thread's id
+    // sees that thread alone, and the tracepoints' tgid filter never
+    // matches it, so every family would read zero.
+    match crate::process::tgid_of(pid) {
+        Some(tgid) if tgid != pid => return Err(ProbeError::Thread { tid: pid, tgid }),
+        _ => {}
+    }
     // Kernel threads have an empty maps file (and so does a zombie).
     match std::fs::read_to_string(exe.join("maps")) {
         Ok(m) if m.trim().is_empty() => match super::not_measurable(pid, None) {
@@ -270,6 +277,7 @@ impl ProbeSet {
             .filter_map(|p| ProcMaps::read(*p).ok())
             .collect();
         let tables = StackTables::new(stack_mode, &initial_maps.iter().collect::<Vec<_>>());
+        crate::probe::preload::interrupted()?;
         // Kernel-side following starts first, so a fork racing with the
         // listing below is caught by one or the other.
         let mut objects = load_following(
@@ -299,6 +307,7 @@ impl ProbeSet {
             notes: refused,
         };
         shared.join_at_attach(pid, &pids)?;
+        crate::probe::preload::interrupted()?;
         attach_tracepoints(&mut shared.objects)?;
         let shared = Arc::new(Mutex::new(shared));
         let stop = Arc::new(AtomicBool::new(false));

@@ -75,6 +75,7 @@ impl Attacher<'_> {
             let r = self.attach_table(ebpf, layer, &lib, &mut done);
             match r {
                 Ok(()) => {}
+                Err(e @ ProbeError::Interrupted) => return Err(e),
                 Err(e) if matches!(layer.family, AllocFamily::Glibc | AllocFamily::Musl) => {
                     return Err(e)
                 }
@@ -113,6 +114,7 @@ impl Attacher<'_> {
         let glibc = layer.family == AllocFamily::Glibc;
         let mut found = 0;
         for entry in &layer.entries {
+            crate::probe::preload::interrupted()?;
             let (symbol, required) = (entry.0.as_str(), entry.3);
             let info = crate::probe::allocators::find_entry(lib, layer.family, symbol).map_err(
                 |source| ProbeError::Resolve {
@@ -161,6 +163,7 @@ impl Attacher<'_> {
             }
             match self.attach_entry(ebpf, layer, lib, entry, info.file_offset) {
                 Ok(()) => done.push((lib.to_path_buf(), info.file_offset, symbol.to_string())),
+                Err(e @ ProbeError::Interrupted) => return Err(e),
                 Err(e) if glibc => return Err(e),
                 Err(e) => self.unprobed(layer, format!("{symbol}: {e}")),
             }

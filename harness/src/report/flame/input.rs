@@ -38,6 +38,9 @@ pub struct Row {
     pub kernel_stack: Option<String>,
     #[serde(default)]
     pub inner: bool,
+    /// `report::stacks::StackRow::rig_probes`.
+    #[serde(default)]
+    pub rig_probes: bool,
 }
 
 /// `report::stacks::StackSection`.

@@ -298,6 +298,10 @@ fn locs_of(r: &Recorded, row: &Row) -> Vec<Loc> {
         }
         None => locs.push(named(LocKind::Event, "[no user stack]".into())),
     }
+    // Rig's own probe handling is a tower of its own, beside the server's.
+    if row.rig_probes {
+        locs.push(named(LocKind::Event, "[rig's probes]".into()));
+    }
     locs
 }
 

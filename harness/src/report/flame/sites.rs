@@ -49,12 +49,15 @@ pub fn top(r: &Recorded, top: usize) -> Vec<FamilySites> {
             let Some(v) = row_values(row).map(|v| v[0]).filter(|v| *v > 0) else {
                 continue;
             };
-            let site = row
-                .stack
-                .as_ref()
-                .and_then(|s| r.stacks.stacks.get(s))
-                .and_then(|s| s.frames.get(s.user_site))
-                .map_or_else(|| "[no user stack]".to_string(), site_name);
+            let site = match row.rig_probes {
+                true => "[rig's probes]".to_string(),
+                false => row
+                    .stack
+                    .as_ref()
+                    .and_then(|s| r.stacks.stacks.get(s))
+                    .and_then(|s| s.frames.get(s.user_site))
+                    .map_or_else(|| "[no user stack]".to_string(), site_name),
+            };
             *by.entry(site).or_default() += v;
         }
         let mut sites: Vec<(String, u64)> = by.into_iter().collect();

@@ -32,6 +32,7 @@ fn row(family: Family, event: &str, count: u64, amount: u64, stack: &str) -> Row
         stack: Some(stack.to_string()),
         kernel_stack: None,
         inner: false,
+        rig_probes: false,
     }
 }
 
@@ -230,4 +231,38 @@ fn top_sites_are_user_sites_per_request() {
         sites::render(&t),
         "  alloc     allocations per request: 3 build_reply (app.c:20) · 1 parse (app.c:30)\n"
     );
+}
+
+/// CPU samples of a probed server land in rig's own uprobe handling (the
+/// single-stepped instruction in `[uprobes]`): one labelled site apart
+/// from the server's, never its hottest code.
+#[test]
+fn samples_in_rigs_probe_handling_are_one_site_of_their_own() {
+    let mut r = alloc_recorded();
+    r.families = vec![Family::Cpu];
+    r.stacks.stacks.insert(
+        "u".to_string(),
+        Stack {
+            frames: vec![
+                site("[uprobes]", 0x1084, "?", None),
+                site("/srv/app", 0x1200, "build_reply", Some(20)),
+            ],
+            user_site: 0,
+            incomplete: vec![],
+        },
+    );
+    // Cpu rows: a sample count and its CPU ns.
+    let mut probes = row(Family::Cpu, "on-CPU", 5 * N, 5 * N * 250_000, "u");
+    probes.rig_probes = true;
+    r.stacks.rows = vec![probes, row(Family::Cpu, "on-CPU", N, N * 250_000, "a")];
+    let t = sites::top(&r, 3);
+    let got: Vec<String> = t[0].sites.iter().map(|s| s.site.clone()).collect();
+    assert_eq!(got, ["[rig's probes]", "build_reply (app.c:20)"]);
+    let p = profile(&r, Family::Cpu, "case-x").unwrap();
+    let roots: Vec<String> = p
+        .samples
+        .iter()
+        .map(|s| s.locs.last().unwrap().lines[0].function.clone())
+        .collect();
+    assert!(roots.contains(&"[rig's probes]".to_string()), "{roots:?}");
 }

@@ -95,11 +95,15 @@ pub fn render(a: &Attribution, top: usize) -> String {
         let c = &a.cpu;
         let _ = writeln!(
             out,
-            "\non-CPU (sampled every {} µs of CPU time): {} samples in user code, {} in the kernel \
+            "\non-CPU (sampled every {} µs of CPU time): {} samples in user code, {} in the kernel{} \
              (≈ {:.1} µs{unit} of CPU; statistics, not exact counts)",
             c.period_ns / 1000,
             c.user,
             c.kernel,
+            match c.rig_probes {
+                0 => String::new(),
+                p => format!("; {p} of them in rig's own probe handling (uprobe single-steps and handlers: rig's cost, not the server's)"),
+            },
             (c.user + c.kernel) as f64 * c.period_ns as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64
         );
     }
@@ -137,13 +141,20 @@ fn header(out: &mut String, a: &Attribution, n: Option<u64>) {
         }
     );
     if let Some(l) = &a.window.load {
+        // Sent means handed to a socket: requests a dead target's closed
+        // connections never carried are not sent, and said apart.
+        let not_sent: u64 = l.not_sent.values().sum();
         let _ = writeln!(
             out,
-            "load: {} sent, {} succeeded, {} failed {:?}",
+            "load: {} sent, {} succeeded, {} failed {:?}{}",
             l.sent,
             l.succeeded,
             l.failed(),
-            l.errors
+            l.errors,
+            match not_sent {
+                0 => String::new(),
+                n => format!("; {n} of {} never sent {:?}", l.sent + n, l.not_sent),
+            }
         );
     }
     load_lines(out, a);

@@ -34,7 +34,10 @@ pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
         header.extend(["event".into(), "user site".into(), "called from".into()]);
         let mut t = table(&header.iter().map(String::as_str).collect::<Vec<_>>());
         for (event, stack, count, amt) in merged.iter().take(top) {
-            let (site, callers, incomplete) = stack_cells(st, stack);
+            let (site, callers, incomplete) = match stack {
+                Shown::RigProbes => (RIG_PROBES.to_string(), String::new(), false),
+                Shown::Stack(stack) => stack_cells(st, stack),
+            };
             let mut row = vec![per(*count, n)];
             if let Some(a) = amount {
                 row.push(if a == "µs" {
@@ -80,11 +83,23 @@ pub fn stacks(a: &Attribution, top: usize, n: Option<u64>) -> String {
     out
 }
 
+/// The label of the row that holds what happened in rig's own probe
+/// handling (`StackRow::rig_probes`): rig's cost, never a user site.
+pub const RIG_PROBES: &str = "rig's probes (uprobe handling, not the server's code)";
+
+/// What a merged row shows: a stack (its user site and callers), or rig's
+/// probe handling.
+enum Shown {
+    Stack(Option<String>),
+    RigProbes,
+}
+
 /// Rows of one family merged over processes, size classes and the frames
 /// inside the wrappers: one line per (event, user site, the frames above
-/// it), as (event, stack id, count, amount), most frequent first.
-fn merged_rows(st: &StackSection, family: Family) -> Vec<(String, Option<String>, u64, u64)> {
-    let mut merged: Vec<(String, Option<String>, u64, u64)> = Vec::new();
+/// it), as (event, stack, count, amount), most frequent first; rig's
+/// probe handling is one line of its own per event.
+fn merged_rows(st: &StackSection, family: Family) -> Vec<(String, Shown, u64, u64)> {
+    let mut merged: Vec<(String, Shown, u64, u64)> = Vec::new();
     let shown = |stack: &Option<String>| -> Vec<String> {
         match stack.as_ref().and_then(|s| st.stacks.get(s)) {
             Some(f) => f.frames[f.user_site.min(f.frames.len())..]
@@ -99,7 +114,10 @@ fn merged_rows(st: &StackSection, family: Family) -> Vec<(String, Option<String>
     let mut at: std::collections::HashMap<(String, Vec<String>), usize> =
         std::collections::HashMap::new();
     for r in st.rows.iter().filter(|r| r.family == family) {
-        let key = (r.event.clone(), shown(&r.stack));
+        let key = match r.rig_probes {
+            true => (r.event.clone(), vec![RIG_PROBES.to_string()]),
+            false => (r.event.clone(), shown(&r.stack)),
+        };
         match at.get(&key) {
             Some(&i) => {
                 merged[i].2 += r.count;
@@ -107,7 +125,11 @@ fn merged_rows(st: &StackSection, family: Family) -> Vec<(String, Option<String>
             }
             None => {
                 at.insert(key, merged.len());
-                merged.push((r.event.clone(), r.stack.clone(), r.count, r.amount));
+                let s = match r.rig_probes {
+                    true => Shown::RigProbes,
+                    false => Shown::Stack(r.stack.clone()),
+                };
+                merged.push((r.event.clone(), s, r.count, r.amount));
             }
         }
     }
