@@ -42,6 +42,16 @@ command -v websocketd >/dev/null 2>&1 || need="$need websocketd"
 # service) and node (nodejs).
 dpkg -s prometheus-node-exporter >/dev/null 2>&1 || need="$need prometheus-node-exporter"
 command -v node >/dev/null 2>&1 || need="$need nodejs"
+# Real servers as Debian ships them, each started by its test on a port
+# it chose (never as a service: see policy-rc.d below): haproxy (two
+# threads), PostgreSQL with pgbench (a backend forked per connection),
+# apache2 (prefork), caddy (Go); bpftrace counts PostgreSQL's mallocs
+# independently of rig.
+command -v haproxy >/dev/null 2>&1 || need="$need haproxy"
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need="$need postgresql"
+command -v apache2 >/dev/null 2>&1 || [ -x /usr/sbin/apache2 ] || need="$need apache2"
+command -v caddy >/dev/null 2>&1 || need="$need caddy"
+command -v bpftrace >/dev/null 2>&1 || need="$need bpftrace"
 # The allocator tests: the calibration server linked against Debian's
 # jemalloc, mimalloc and tcmalloc_minimal, a CPython extension (headers),
 # and Debian's redis-server (jemalloc; started by the test itself on a port

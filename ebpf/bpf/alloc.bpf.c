@@ -150,7 +150,7 @@ SEC("uretprobe")
 int rig_alloc_ret(struct pt_regs *ctx)
 {
 	__u32 tgid = current_tgid();
-	if (!is_target(tgid))
+	if (!is_live_target(tgid))
 		return 0;
 	__u32 tid = current_tid();
 	struct alloc_frame *o = bpf_map_lookup_elem(&frames, &tid);
@@ -231,7 +231,7 @@ static __always_inline __u32 inner_call(__u32 tid, __u64 sp, __u64 ret, __u32 co
 
 static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 {
-	if (!is_target(current_tgid()))
+	if (!is_live_target(current_tgid()))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	__u64 tramp = uretprobe_trampoline();
@@ -275,7 +275,7 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 SEC("uprobe")
 int rig_alloc_fwd(struct pt_regs *ctx)
 {
-	if (!is_target(current_tgid()))
+	if (!is_live_target(current_tgid()))
 		return 0;
 	__u32 tid = current_tid();
 	struct alloc_fwd f = {

@@ -21,6 +21,17 @@ struct {
 	__type(value, __u8);
 } targets SEC(".maps");
 
+/* When each process forked into a tree was forked (bpf_ktime_get_ns, the
+ * clock CLOCK_MONOTONIC reads): the harness measures how long it ran before
+ * its uprobes were attached from it. LRU: a server forking per connection
+ * forks more than any table holds, and the oldest forks matter least. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RIG_MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} forked_at SEC(".maps");
+
 /* Only the fields we read; CO-RE relocates them against the kernel's BTF. */
 struct task_struct {
 	int pid;
@@ -45,6 +56,18 @@ static __always_inline void stat_add(enum rig_stat slot, __u64 n)
 static __always_inline int is_target(__u32 tgid)
 {
 	return bpf_map_lookup_elem(&targets, &tgid) != 0;
+}
+
+/* A target whose per-process uprobes are all in. The uprobe families (and
+ * the tracepoints that pair with their calls) count a forked process only
+ * from the moment the harness makes it RIG_TARGET_TREE, after its last
+ * uprobe went in: every probe starts at that one instant, so what they
+ * missed of it is exactly what it did while pending, which the syscalls
+ * family counts apart. */
+static __always_inline int is_live_target(__u32 tgid)
+{
+	__u8 *mode = bpf_map_lookup_elem(&targets, &tgid);
+	return mode && *mode != RIG_TARGET_PENDING;
 }
 
 static __always_inline __u32 current_tgid(void)
@@ -127,16 +150,19 @@ int rig_follow_fork(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 parent = current_tgid();
 	__u8 *mode = bpf_map_lookup_elem(&targets, &parent);
-	if (!mode || *mode != RIG_TARGET_TREE)
+	if (!mode || (*mode != RIG_TARGET_TREE && *mode != RIG_TARGET_PENDING))
 		return 0;
 	struct task_struct *child = (struct task_struct *)ctx->args[1];
 	__u32 pid = BPF_CORE_READ(child, pid);
 	__u32 tgid = BPF_CORE_READ(child, tgid);
 	if (pid != tgid)
 		return 0;
-	__u8 tree = RIG_TARGET_TREE;
-	if (bpf_map_update_elem(&targets, &tgid, &tree, BPF_ANY))
+	/* Pending until the harness has attached its uprobes. */
+	__u8 pending = RIG_TARGET_PENDING;
+	if (bpf_map_update_elem(&targets, &tgid, &pending, BPF_ANY))
 		stat_add(RIG_STAT_MAP_FULL, 1);
+	__u64 now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&forked_at, &tgid, &now, BPF_ANY);
 	stack_follow_fork(parent, tgid);
 	return 0;
 }

@@ -24,9 +24,13 @@ enum rig_stat {
 	RIG_STAT_SLOTS = 8,
 };
 
-/* Values of the `targets` map. */
+/* Values of the `targets` map. RIG_TARGET_PENDING: forked into a tree and
+ * followed like RIG_TARGET_TREE, but its uprobes (attached per process, by
+ * the harness) are not in yet; the harness makes it RIG_TARGET_TREE once
+ * they are. */
 #define RIG_TARGET_ONE 1
 #define RIG_TARGET_TREE 2
+#define RIG_TARGET_PENDING 3
 #define RIG_MAX_TARGETS 1024
 
 struct rig_stats {

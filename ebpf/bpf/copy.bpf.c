@@ -16,7 +16,7 @@ struct {
 SEC("uprobe")
 int rig_copy(struct pt_regs *ctx)
 {
-	if (!is_target(current_tgid()))
+	if (!is_live_target(current_tgid()))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	__u64 n = PT_REGS_PARM3(ctx);

@@ -48,7 +48,7 @@ static __always_inline struct lock_val *lock_val_of(__u64 caller, __u64 mutex, _
 
 static __always_inline int on_entry(struct pt_regs *ctx, __u32 op)
 {
-	if (!is_target(current_tgid()))
+	if (!is_live_target(current_tgid()))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	__u32 tid = current_tid();
@@ -82,7 +82,7 @@ int rig_mutex_trylock(struct pt_regs *ctx) { return on_entry(ctx, LOCK_OP_TRYLOC
 SEC("uretprobe")
 int rig_mutex_lock_ret(struct pt_regs *ctx)
 {
-	if (!is_target(current_tgid()))
+	if (!is_live_target(current_tgid()))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 tid = current_tid();
@@ -119,7 +119,7 @@ int rig_mutex_lock_ret(struct pt_regs *ctx)
 SEC("uprobe")
 int rig_mutex_unlock(struct pt_regs *ctx)
 {
-	if (!is_target(current_tgid()))
+	if (!is_live_target(current_tgid()))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	__u64 now = bpf_ktime_get_ns();
@@ -150,7 +150,7 @@ int rig_mutex_unlock(struct pt_regs *ctx)
 SEC("raw_tracepoint/sys_enter")
 int rig_lock_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
-	if (ctx->args[1] != NR_FUTEX || !is_target(current_tgid()))
+	if (ctx->args[1] != NR_FUTEX || !is_live_target(current_tgid()))
 		return 0;
 	__u32 tid = current_tid();
 	struct lock_pending *p = bpf_map_lookup_elem(&pending, &tid);
@@ -164,7 +164,7 @@ int rig_lock_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 SEC("raw_tracepoint/sys_exit")
 int rig_lock_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	if (!is_target(current_tgid()))
+	if (!is_live_target(current_tgid()))
 		return 0;
 	__u32 tid = current_tid();
 	struct lock_pending *p = bpf_map_lookup_elem(&pending, &tid);

@@ -20,11 +20,23 @@ struct {
 	__type(value, struct sys_count);
 } sys_counts SEC(".maps");
 
+/* Syscalls of each process forked into a tree made before its uprobes
+ * were attached (its `targets` value still RIG_TARGET_PENDING): what the
+ * alloc, copy and locks probes did not see of it, counted where nothing
+ * is missed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, RIG_MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} pending_syscalls SEC(".maps");
+
 SEC("raw_tracepoint/sys_enter")
 int rig_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 tgid = current_tgid();
-	if (!is_target(tgid))
+	__u8 *mode = bpf_map_lookup_elem(&targets, &tgid);
+	if (!mode)
 		return 0;
 	__u32 nr = (__u32)ctx->args[1];
 	if (nr == RIG_NR_URETPROBE) {
@@ -32,6 +44,12 @@ int rig_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	}
 	stat_add(RIG_STAT_EVENTS, 1);
+	if (*mode == RIG_TARGET_PENDING) {
+		__u64 zero = 0;
+		__u64 *n = upsert(&pending_syscalls, &tgid, &zero);
+		if (n)
+			(*n)++;
+	}
 	__u32 tid = current_tid();
 	struct sys_start st = { .ts = bpf_ktime_get_ns(), .nr = nr };
 	if (bpf_map_update_elem(&sys_starts, &tid, &st, BPF_ANY))

@@ -60,9 +60,11 @@ const _: () = assert!(size_of::<SysKey>() == 8);
 pub const NR_URETPROBE: u32 = 335;
 
 /// Values of the `targets` map (common.h): this process only, or this
-/// process and every process it forks.
+/// process and every process it forks; `TARGET_PENDING`, a process forked
+/// into the tree whose uprobes are not attached yet.
 pub const TARGET_ONE: u8 = 1;
 pub const TARGET_TREE: u8 = 2;
+pub const TARGET_PENDING: u8 = 3;
 
 /// C twin: `enum alloc_kind` (alloc.h).
 pub mod alloc_kind {

@@ -6,6 +6,8 @@ fn main() {
             rig::cli::exit_code(&err)
         }
     };
+    // Probes a session handed to a thread to detach are gone before rig is.
+    rig::probe::wait_detached();
     // A SIGINT/SIGTERM ends every command with 130, whatever stage saw it.
     let code = if rig::interrupt::requested() {
         rig::cli::exit::INTERRUPTED

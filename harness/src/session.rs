@@ -241,6 +241,13 @@ fn driven_window(
     stop: &AtomicBool,
 ) -> Result<Measured> {
     let mut client = drive_client(d)?;
+    if d.warmup > 0 {
+        crate::errln!(
+            "rig: warming up: {} requests before the probes ({})",
+            d.warmup,
+            describe(&d.load)
+        );
+    }
     let check = |phase: Phase, warm: &LoadReport| -> Result<()> {
         if stop.load(Ordering::Relaxed) {
             bail!(
@@ -258,10 +265,11 @@ fn driven_window(
         }
         match phase {
             Phase::Before => bail!(
-                "warm-up against {} ({}) failed: {:?}; not measuring a target that does not answer",
+                "warm-up against {} ({}) failed: {:?}; not measuring a target that does not answer{}",
                 d.url,
                 describe(&d.load),
-                warm.errors
+                warm.errors,
+                speaks(d)
             ),
             Phase::Under => bail!("warm-up under probes failed: {:?}", warm.errors),
         }
@@ -269,7 +277,7 @@ fn driven_window(
     let port = d.load.addr.port();
     let open = || -> Result<Watched<ProbeWindow>> {
         let probes = attach(s)?;
-        let w = ProbeWindow::new(probes, SettleEnd::Always, || alive(id));
+        let w = ProbeWindow::new(probes, SettleEnd::Always, || alive(id)).detach_later();
         Ok(Watched::new(w, port))
     };
     let driven = drive(
@@ -339,8 +347,26 @@ fn drive_client(d: &Drive) -> Result<load::Client> {
             }
             false => "",
         };
-        anyhow::anyhow!("--drive {}: {e}{hint}", d.url)
+        // A certificate's trouble is the certificate's; any other failure
+        // to connect is said with what the port does speak.
+        let text = e.to_string();
+        let sniffed = match hint.is_empty() && !text.to_lowercase().contains("certificate") {
+            true => speaks(d),
+            false => String::new(),
+        };
+        anyhow::anyhow!("--drive {}: {e}{hint}{sniffed}", d.url)
     })
+}
+
+/// What the `--drive` port says to a plain HTTP request, as `; …` for the
+/// end of an error (nothing over QUIC, whose port is UDP).
+fn speaks(d: &Drive) -> String {
+    match d.load.protocol {
+        load::Protocol::H3 { .. } => String::new(),
+        _ => crate::load::sniff::what_it_speaks(d.load.addr)
+            .map(|s| format!("; {s}"))
+            .unwrap_or_default(),
+    }
 }
 
 /// How the window was driven, with the handshakes `hs` made inside it.
@@ -484,8 +510,9 @@ fn user_window(s: &AttachSettings, id: &ProcessId, stop: &AtomicBool) -> Result<
             None => left.min(Duration::from_millis(20)),
         });
     };
-    // Detach (drop) before the slow part: symbolizing needs no probes.
+    // Symbolizing needs no probes: they detach meanwhile.
     let window = probes.end_window(start, end)?;
+    crate::probe::detach_in_background(probes);
     let mut warnings = activity.finish(cmd.is_some());
     let command = match cmd {
         Some(mut c) => {

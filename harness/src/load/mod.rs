@@ -35,6 +35,7 @@ pub mod hist;
 pub mod live;
 mod open;
 pub mod schedule;
+pub mod sniff;
 mod tls;
 pub use tls::tls_client_config;
 pub mod tools;

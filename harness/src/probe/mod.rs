@@ -35,7 +35,8 @@ use serde::{Deserialize, Serialize};
 
 pub use allocators::{AllocFamily, Unprobed};
 pub use attach::{
-    check_target, require_root, AllocEntry, AttachNote, CopyImpl, Followed, Joined, ProbeSet, Scope,
+    check_target, detach_in_background, require_root, wait_detached, AllocEntry, AttachNote,
+    BeforeUprobes, CopyImpl, Followed, Joined, ProbeSet, Scope,
 };
 pub use live::{LiveHeap, LiveStart};
 pub use stacks::{StackSnapshot, Stacks};

@@ -122,6 +122,20 @@ pub fn tgid_of(tid: u32) -> Option<u32> {
         .ok()
 }
 
+/// CPU time every thread of `pid` has run, in ns (the first field of
+/// `/proc/<pid>/task/*/schedstat`); 0 for a process gone.
+pub fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        // A thread may exit between the listing and the read.
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Parent pid from the text of `/proc/<pid>/stat` (comm may hold spaces and
 /// parentheses, so fields are counted after the last ')').
 pub fn parse_stat_ppid(stat: &str) -> Option<u32> {

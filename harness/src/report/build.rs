@@ -339,15 +339,15 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
         }
     }
     // A process forked during the window got its uprobes only when the
-    // follower saw it: its first calls are missing.
-    if !w.joined_during.is_empty() {
+    // follower saw it: its first calls are missing, and how much is said.
+    if let Some(c) = super::coverage::uprobe_coverage(w) {
+        let why = super::coverage::coverage_text(&c);
         for f in &w.families {
             if matches!(f, Family::Alloc | Family::Copy | Family::Locks) {
-                losses.entry(*f).or_default().push((
-                    "processes forked during the window (uprobes attached after their fork)"
-                        .to_string(),
-                    w.joined_during.len() as u64,
-                ));
+                losses
+                    .entry(*f)
+                    .or_default()
+                    .push((why.clone(), c.processes as u64));
             }
         }
     }
@@ -410,4 +410,83 @@ pub(super) fn distortions(w: &Window) -> Vec<String> {
     }
 
     distortions
+}
+
+/// Every Go allocation reaches `runtime.mallocgc` through the runtime
+/// (`runtime.newobject`, `makeslice`, `growslice`, `makemap`...), so its
+/// caller names the runtime, not the code that asked. Rows whose caller is
+/// Go's runtime are split by user site (the first frame outside the
+/// runtime, as the stacks table names it), by their exact per-stack
+/// counts; what no stack was taken for stays at the runtime's caller.
+pub(super) fn go_rows_by_user_site(
+    alloc: Vec<AllocRow>,
+    stacks: &super::stacks::StackSection,
+) -> Vec<AllocRow> {
+    let mut out: Vec<AllocRow> = Vec::new();
+    let add = |row: AllocRow, out: &mut Vec<AllocRow>| match out.iter_mut().find(|r| {
+        super::same_site(&r.site, &row.site)
+            && r.kind == row.kind
+            && r.allocator == row.allocator
+            && r.inner == row.inner
+            && r.size_class == row.size_class
+    }) {
+        Some(r) => {
+            r.calls += row.calls;
+            r.bytes += row.bytes;
+        }
+        None => out.push(row),
+    };
+    for row in alloc {
+        let in_runtime = row
+            .site
+            .function
+            .as_deref()
+            .is_some_and(|f| f.starts_with("runtime."));
+        if !in_runtime || row.inner || !stacks.enabled {
+            add(row, &mut out);
+            continue;
+        }
+        let (mut calls, mut bytes) = (row.calls, row.bytes);
+        for s in stacks.rows.iter().filter(|s| {
+            s.family == Family::Alloc
+                && !s.inner
+                && s.event == row.kind
+                && s.size_class == row.size_class
+        }) {
+            let Some(frames) = s.stack.as_ref().and_then(|id| stacks.stacks.get(id)) else {
+                continue;
+            };
+            let (Some(caller), Some(user)) =
+                (frames.frames.get(1), frames.frames.get(frames.user_site))
+            else {
+                continue;
+            };
+            if !super::same_site(caller, &row.site) || frames.user_site <= 1 || calls < s.count {
+                continue;
+            }
+            calls -= s.count;
+            bytes = bytes.saturating_sub(s.amount);
+            add(
+                AllocRow {
+                    site: user.clone(),
+                    calls: s.count,
+                    bytes: s.amount,
+                    ..row.clone()
+                },
+                &mut out,
+            );
+        }
+        if calls > 0 {
+            add(
+                AllocRow {
+                    calls,
+                    bytes,
+                    ..row
+                },
+                &mut out,
+            );
+        }
+    }
+    out.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.bytes.cmp(&a.bytes)));
+    out
 }

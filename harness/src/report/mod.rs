@@ -5,6 +5,7 @@
 //! `Attribution` (plain, serializable, versioned) and its terminal table.
 
 mod build;
+pub mod coverage;
 pub mod flame;
 pub mod live;
 pub mod output;
@@ -80,6 +81,12 @@ pub struct Attribution {
     pub stacks: stacks::StackSection,
     /// Sampled on-CPU time (the `cpu` family).
     pub cpu: CpuSamples,
+    /// Processes forked into the tree during the window ran a while before
+    /// their uprobes went in: how much of the window the alloc, copy and
+    /// locks counts cover. `None` when no process joined during the window
+    /// or no uprobe family ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uprobe_coverage: Option<coverage::UprobeCoverage>,
     /// `rig attach --live-heap`: blocks allocated in the window and still
     /// allocated at its end, by call site.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -357,7 +364,7 @@ pub fn role(command: &str) -> String {
 
 /// Whether two sites (possibly from different processes) are the same code:
 /// same module and offset, or the same address outside any module.
-fn same_site(a: &Site, b: &Site) -> bool {
+pub(crate) fn same_site(a: &Site, b: &Site) -> bool {
     match (&a.module, &b.module) {
         (Some(ma), Some(mb)) if !ma.starts_with('[') => {
             ma == mb && a.module_offset == b.module_offset
@@ -507,6 +514,7 @@ impl Attribution {
         let syscalls = b.syscalls();
         let io_uring = build::io_uring(&syscalls);
         let (alloc, alloc_totals, alloc_layers) = b.alloc();
+        let alloc = build::go_rows_by_user_site(alloc, &stacks);
         let copy = b.copy();
         let locks = b.locks();
         let faults = b.faults();
@@ -561,6 +569,7 @@ impl Attribution {
             pmu: crate::host::detect_pmu(),
             kernel: KernelSection::of(&w.families),
             cpu: build::cpu(w, &stacks),
+            uprobe_coverage: coverage::uprobe_coverage(w),
             stacks,
             live_heap,
         }

@@ -66,23 +66,7 @@ fn cpu_ns(pid: u32, tree: bool) -> u64 {
     if tree {
         pids.extend(crate::process::descendants(pid));
     }
-    let mut ns = 0;
-    for p in pids {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for t in tasks.filter_map(Result::ok) {
-            // A thread may exit between the listing and the read.
-            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
-                ns += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    ns
+    pids.into_iter().map(crate::process::cpu_ns).sum()
 }
 
 fn share(d: Duration, ns: u64) -> f64 {

@@ -23,11 +23,16 @@ pub struct Running {
 
 impl Running {
     pub fn spawn(argv: &[String]) -> Result<Running> {
+        use std::os::unix::process::CommandExt;
         let (prog, args) = argv.split_first().context("an empty load command")?;
+        // A process group of its own: when the window ends first, the
+        // command and whatever it started (`su -c pgbench`: su's child)
+        // are stopped together.
         let mut child = Command::new(prog)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
+            .process_group(0)
             .spawn()
             .with_context(|| format!("starting the load command `{prog}`"))?;
         let mut stdout = child.stdout.take().context("load command stdout")?;
@@ -61,8 +66,19 @@ impl Running {
     /// The window ended before the command did (Ctrl-C, the target
     /// exited): stop it. Only ever the process rig started.
     pub fn kill(&mut self) -> Result<ExitStatus> {
-        let _ = self.child.kill();
+        self.kill_group();
         Ok(self.child.wait()?)
+    }
+
+    /// SIGKILL to the command's process group (its own, made at spawn:
+    /// only what rig started).
+    fn kill_group(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) with a negative pid signals that process
+            // group; the group is the command's own.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
     }
 
     /// The record of the run; the count is read from the output unless
@@ -104,7 +120,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         // Whatever happened, the command rig started does not outlive it.
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
+            self.kill_group();
             let _ = self.child.wait();
         }
     }

@@ -32,6 +32,9 @@ pub struct ProbeWindow<'a> {
     settle_end: SettleEnd,
     quiet_start: bool,
     start: Option<WindowStart>,
+    /// Detach on a thread of its own once the window is read
+    /// (`probe::detach_in_background`), not before `stop` returns.
+    detach_later: bool,
 }
 
 /// A finished probe window.
@@ -53,7 +56,15 @@ impl<'a> ProbeWindow<'a> {
             settle_end,
             quiet_start: false,
             start: None,
+            detach_later: false,
         }
+    }
+
+    /// Let `stop` return before the probes are detached (a session whose
+    /// report needs none of them).
+    pub fn detach_later(mut self) -> Self {
+        self.detach_later = true;
+        self
     }
 }
 
@@ -85,6 +96,9 @@ impl Counters for ProbeWindow<'_> {
         };
         let start = self.start.expect("stop after start");
         let window = self.probes.end_window(start, end)?;
+        if self.detach_later {
+            crate::probe::detach_in_background(self.probes);
+        }
         Ok(ProbeReading {
             window,
             quiesced: self.quiet_start && quiet_end,

@@ -27,6 +27,7 @@ macro_rules! root_or_skip {
 mod ab;
 mod allocators;
 mod attach_calib;
+mod attach_edges;
 mod callgrind;
 mod chaos;
 mod cleanup;
@@ -34,6 +35,7 @@ mod command;
 mod compare;
 mod cost;
 mod cxx;
+mod debian_servers;
 mod drive;
 mod errors;
 mod flame;

@@ -25,9 +25,9 @@ const N: u64 = 8_000;
 const WARMUP: u64 = 2_000;
 
 /// A redis-server this test started on a loopback port it chose.
-struct Redis {
-    child: std::process::Child,
-    port: u16,
+pub(super) struct Redis {
+    pub(super) child: std::process::Child,
+    pub(super) port: u16,
     dir: PathBuf,
 }
 
@@ -39,7 +39,7 @@ impl Drop for Redis {
     }
 }
 
-fn start_redis(preload: Option<&Path>) -> Redis {
+pub(super) fn start_redis(preload: Option<&Path>) -> Redis {
     // Another process (a parallel test's target) may take the port between
     // free_port() and redis's bind: then redis exits or another process
     // holds the port, and a fresh port is tried, as rig's launcher does.

@@ -204,6 +204,7 @@ fn attribution() -> Attribution {
             kernel: 10,
             rig_probes: 0,
         },
+        uprobe_coverage: None,
         live_heap: None,
     }
 }

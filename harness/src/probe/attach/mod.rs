@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aya::maps::HashMap;
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
@@ -79,8 +79,9 @@ pub struct AttachNote {
     pub note: String,
 }
 
-/// How often the follower looks for processes forked into the tree.
-pub const FOLLOW_POLL: Duration = Duration::from_millis(5);
+/// How often the follower looks for processes forked into the tree: what a
+/// child does before it is seen is not counted by its uprobes.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(1);
 
 /// Which processes a `ProbeSet` covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -103,10 +104,37 @@ pub enum Joined {
     AtAttach,
     /// Forked while the probes were attached. Tracepoint and perf-event
     /// families saw it from its first instruction; its uprobes (alloc, copy,
-    /// locks) were attached `uprobe_gap_ms` after the follower noticed it
-    /// (the follower polls every `FOLLOW_POLL`), and calls in that gap are
-    /// not counted.
-    Forked { uprobe_gap_ms: Option<f64> },
+    /// locks) were attached `uprobe_gap_ms` after its fork (the kernel's
+    /// fork time against the moment the last of them was in), and what it
+    /// did before then is not counted by them: `before_uprobes` says how
+    /// much.
+    Forked {
+        uprobe_gap_ms: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        before_uprobes: Option<BeforeUprobes>,
+    },
+}
+
+/// What a process forked into the tree did between its fork and the moment
+/// its uprobes were attached, measured where nothing is missed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct BeforeUprobes {
+    /// CPU time it had run (`/proc/PID/task/*/schedstat`) when its last
+    /// uprobe went in.
+    pub cpu_ms: f64,
+    /// Its system calls before then (the syscalls family's tracepoint,
+    /// which sees it from its fork); `None` without that family.
+    pub syscalls: Option<u64>,
+}
+
+impl Joined {
+    /// A process forked into the tree, its uprobe gap not (yet) known.
+    pub fn forked() -> Joined {
+        Joined::Forked {
+            uprobe_gap_ms: None,
+            before_uprobes: None,
+        }
+    }
 }
 
 /// One process of the measured tree.
@@ -146,6 +174,9 @@ struct Shared {
     alloc_entries: Vec<AllocEntry>,
     alloc_unprobed: Vec<Unprobed>,
     notes: Vec<AttachNote>,
+    /// The uprobes each address-space layout got, to give a process with
+    /// the same layout (a forked child) the same ones at once.
+    plans: Vec<Plan>,
 }
 
 /// Attaching uprobes for one process (borrowing the shared state).
@@ -155,6 +186,33 @@ struct Attacher<'a> {
     alloc_entries: &'a mut Vec<AllocEntry>,
     alloc_unprobed: &'a mut Vec<Unprobed>,
     notes: &'a mut Vec<AttachNote>,
+    /// Every uprobe attached, in order: the plan of this layout.
+    planned: Vec<Planned>,
+}
+
+/// One uprobe as attached: enough to attach it again to another process
+/// mapping the same files at the same addresses.
+#[derive(Clone, Debug)]
+struct Planned {
+    family: Family,
+    program: String,
+    /// The file as the first process reached it (`/proc/PID/...` paths
+    /// are rewritten to the next process's).
+    lib: PathBuf,
+    placement: Placement,
+    cookie: Option<u64>,
+}
+
+/// The uprobes of one layout: its executable file mappings (start, end,
+/// inode, offset), the pid whose `/proc` paths the files were reached by,
+/// and the probes. Discovering allocators, resolving IFUNCs and placing
+/// probes is most of what attaching to a process costs; a process forked
+/// into the tree waits for its uprobes uncounted meanwhile, so a child
+/// with its parent's layout gets the parent's probes as they are.
+struct Plan {
+    layout: Vec<(u64, u64, u64, u64)>,
+    owner: u32,
+    probes: Vec<Planned>,
 }
 
 impl Drop for ProbeSet {
@@ -163,6 +221,44 @@ impl Drop for ProbeSet {
         if let Some(h) = self.follower.take() {
             let _ = h.join();
         }
+    }
+}
+
+/// Detaching costs the kernel about 0.1 s per uprobe on Linux 6.18: each
+/// uprobe perf event's release waits for RCU grace periods, one release at
+/// a time under one kernel mutex (a PostgreSQL tree's 344 uprobes took
+/// 36.6 s, the calibration server's 23 took 2.1 s, timed around the drop
+/// of their `ProbeSet`; closing them from 32 threads at once took as
+/// long). A session's report needs no probes once the window's counters
+/// are read, so it hands them to a thread that detaches them meanwhile,
+/// and rig waits for that before it exits ([`wait_detached`]).
+static DETACHING: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+
+/// Detach `probes` on a thread of their own (see [`DETACHING`]).
+pub fn detach_in_background(probes: ProbeSet) {
+    let h = std::thread::spawn(move || drop(probes));
+    DETACHING.lock().unwrap_or_else(|e| e.into_inner()).push(h);
+}
+
+/// Wait until every probe set handed to [`detach_in_background`] is
+/// detached, saying so when that takes a while.
+pub fn wait_detached() {
+    let pending: Vec<JoinHandle<()>> =
+        std::mem::take(&mut *DETACHING.lock().unwrap_or_else(|e| e.into_inner()));
+    let t0 = std::time::Instant::now();
+    let mut said = false;
+    for h in pending {
+        while !h.is_finished() {
+            if !said && t0.elapsed() > Duration::from_millis(300) {
+                crate::errln!(
+                    "rig: detaching the probes (the kernel takes about 0.1 s per uprobe; a \
+                     second Ctrl-C cannot make that faster)"
+                );
+                said = true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = h.join();
     }
 }
 
@@ -305,6 +401,7 @@ impl ProbeSet {
             alloc_entries: Vec::new(),
             alloc_unprobed: Vec::new(),
             notes: refused,
+            plans: Vec::new(),
         };
         shared.join_at_attach(pid, &pids)?;
         crate::probe::preload::interrupted()?;
@@ -380,6 +477,7 @@ impl ProbeSet {
                 alloc_entries: Vec::new(),
                 alloc_unprobed: Vec::new(),
                 notes: Vec::new(),
+                plans: Vec::new(),
             })),
             stop: Arc::new(AtomicBool::new(false)),
             follower: None,
@@ -474,7 +572,11 @@ impl ProbeSet {
     /// command line as it is now for those still alive: a prefork worker
     /// retitles itself (`nginx: worker process`) only after its fork.
     pub fn processes(&self) -> Vec<Followed> {
-        let mut out: Vec<Followed> = self.shared().procs.values().cloned().collect();
+        let mut out: Vec<Followed> = {
+            let mut shared = self.shared();
+            shared.syscalls_before_uprobes();
+            shared.procs.values().cloned().collect()
+        };
         for p in &mut out {
             let now = crate::process::cmdline(p.pid);
             if now != "?" && !now.is_empty() {

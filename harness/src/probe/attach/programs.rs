@@ -155,23 +155,6 @@ pub(super) fn raw_tp(
     Ok(())
 }
 
-/// Attach a uprobe (or uretprobe: the program's section decides) at a
-/// function entry, scoped to the target process. The probe goes on the
-/// cheapest instruction that changes nothing the program reads
-/// (`placement`); returns where.
-pub(super) fn uprobe(
-    ebpf: &mut Ebpf,
-    family: Family,
-    program: &str,
-    lib: &Path,
-    file_offset: u64,
-    cookie: Option<u64>,
-    pid: u32,
-) -> Result<Placement, ProbeError> {
-    let placement = placement(family, program, lib, file_offset, &[])?;
-    uprobe_placed(ebpf, family, program, lib, placement, cookie, pid)
-}
-
 /// Where `program` goes for the function at `file_offset` of `lib`, letting
 /// it move past the jumps of the sibling entries at `siblings` whose calls
 /// are wanted too (`placement::safe_probe_offset_joining`).

@@ -26,6 +26,28 @@ pub(super) fn copy_joiners(
 }
 
 impl Attacher<'_> {
+    /// Attach `program` to this process at `placement` of `lib`, and plan
+    /// it for the processes with this one's layout.
+    fn place(
+        &mut self,
+        ebpf: &mut Ebpf,
+        family: Family,
+        program: &str,
+        lib: &Path,
+        placement: Placement,
+        cookie: Option<u64>,
+    ) -> Result<Placement, ProbeError> {
+        let at = uprobe_placed(ebpf, family, program, lib, placement, cookie, self.pid)?;
+        self.planned.push(Planned {
+            family,
+            program: program.to_string(),
+            lib: lib.to_path_buf(),
+            placement: at.clone(),
+            cookie,
+        });
+        Ok(at)
+    }
+
     pub(super) fn note(
         &mut self,
         family: Family,
@@ -223,25 +245,16 @@ impl Attacher<'_> {
         // serves both, and a call the entry probe sees is always one whose
         // return the uretprobe sees too.
         if returns {
-            uprobe_placed(
+            self.place(
                 ebpf,
                 family,
                 "rig_alloc_ret",
                 lib,
                 at.clone(),
                 Some(cookie as u64),
-                self.pid,
             )?;
         }
-        let at = uprobe_placed(
-            ebpf,
-            family,
-            program,
-            lib,
-            at,
-            Some(cookie as u64),
-            self.pid,
-        )?;
+        let at = self.place(ebpf, family, program, lib, at, Some(cookie as u64))?;
         let how = match forwards_to {
             Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
             None => String::new(),
@@ -398,7 +411,8 @@ impl Attacher<'_> {
         }
         for (i, p) in mine {
             let c = self.copy_impls[i].clone();
-            let at = uprobe_placed(ebpf, family, "rig_copy", &libc, p, Some(i as u64), self.pid)?;
+            crate::probe::preload::interrupted()?;
+            let at = self.place(ebpf, family, "rig_copy", &libc, p, Some(i as u64))?;
             self.note(
                 family,
                 c.apis.join("/"),
@@ -443,7 +457,6 @@ impl Attacher<'_> {
         let lock = find("pthread_mutex_lock")?;
         let trylock = find("pthread_mutex_trylock")?;
         let unlock = find("pthread_mutex_unlock")?;
-        let pid = self.pid;
         // The uretprobes go through the same placement as the entry probes:
         // a moved probe has rsp unchanged since the entry, so the return
         // address the kernel hijacks at *rsp is still the caller's.
@@ -458,7 +471,9 @@ impl Attacher<'_> {
             ),
             ("rig_mutex_unlock", unlock, "pthread_mutex_unlock"),
         ] {
-            let at = uprobe(ebpf, family, program, &libc, entry, None, pid)?;
+            crate::probe::preload::interrupted()?;
+            let at = placement(family, program, &libc, entry, &[])?;
+            let at = self.place(ebpf, family, program, &libc, at, None)?;
             if at.file_offset != entry {
                 self.note(family, what, moved(&at, entry).trim_start_matches("; "));
             }

@@ -173,8 +173,18 @@ fn header(out: &mut String, a: &Attribution, n: Option<u64>) {
             u.pid, u.allocator, u.module, u.why
         );
     }
-    if !a.losses.is_empty() {
-        let _ = writeln!(out, "INCOMPLETE: the probes lost events: {:?}", a.losses);
+    // One line per reason, with the families it took events from.
+    let mut reasons: Vec<(&str, u64, Vec<String>)> = Vec::new();
+    for (family, lost) in &a.losses {
+        for (why, n) in lost {
+            match reasons.iter_mut().find(|(w, _, _)| w == why) {
+                Some(r) => r.2.push(family.to_string()),
+                None => reasons.push((why, *n, vec![family.to_string()])),
+            }
+        }
+    }
+    for (why, n, families) in reasons {
+        let _ = writeln!(out, "INCOMPLETE ({}): {why} [{n}]", families.join(", "));
     }
 
     if a.processes.len() > 1 {
@@ -445,7 +455,18 @@ fn processes(a: &Attribution, n: Option<u64>) -> Table {
         let joined = match p.joined {
             crate::probe::Joined::Root => " (root)".to_string(),
             crate::probe::Joined::AtAttach => String::new(),
-            crate::probe::Joined::Forked { .. } => " (forked during session)".to_string(),
+            crate::probe::Joined::Forked {
+                uprobe_gap_ms,
+                before_uprobes,
+            } => {
+                let gap =
+                    uprobe_gap_ms.map_or(String::new(), |g| format!("; uprobes {g:.1} ms after"));
+                let before = match before_uprobes.and_then(|b| b.syscalls) {
+                    Some(n) => format!(", {n} syscalls before them"),
+                    None => String::new(),
+                };
+                format!(" (forked during session{gap}{before})")
+            }
         };
         let mut row = vec![
             p.pid.to_string(),
