@@ -120,7 +120,7 @@ fn prove_port_on(
             HolderCheck::Other {
                 pid: holder,
                 cmdline,
-            } if l.has_exited() && left_behind(l, holder) => {
+            } if left_behind(l, holder) && exits_soon(l) => {
                 return Err(LaunchError::Daemonized {
                     name: spec.name.clone(),
                     pid,
@@ -152,6 +152,21 @@ fn prove_port_on(
             }
         }
     }
+}
+
+/// Whether the target has exited, or does within a second: the kernel
+/// hands an exiting process's children to their new parent an instant
+/// before the exit can be waited for, so a daemon can already be adopted
+/// while its parent still looks alive.
+fn exits_soon(l: &Launched) -> bool {
+    let t0 = Instant::now();
+    while !l.has_exited() {
+        if t0.elapsed() > Duration::from_secs(1) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
 }
 
 /// Process `holder` is one the target left behind: it is in the
