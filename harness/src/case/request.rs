@@ -122,13 +122,14 @@ pub(super) fn handshake_mismatch(ls: &LoadSpec, hs: crate::load::Handshakes) -> 
 /// Failed responses and broken accounting make a pass fail, with the reason.
 pub(super) fn check_load(pass: &str, r: &LoadReport) -> Vec<String> {
     let mut reasons = Vec::new();
-    if r.errors_total() > 0 {
-        let kinds = r
-            .errors
-            .iter()
+    let kinds = |m: &std::collections::BTreeMap<String, u64>| {
+        m.iter()
             .map(|(k, v)| format!("{k}: {v}"))
             .collect::<Vec<_>>()
-            .join(", ");
+            .join(", ")
+    };
+    if r.errors_total() > 0 {
+        let kinds = kinds(&r.errors);
         reasons.push(format!(
             "{pass} pass: {} of {} responses failed validation or transport ({kinds})",
             r.errors_total(),
@@ -136,12 +137,7 @@ pub(super) fn check_load(pass: &str, r: &LoadReport) -> Vec<String> {
         ));
     }
     if r.not_sent_total() > 0 {
-        let kinds = r
-            .not_sent
-            .iter()
-            .map(|(k, v)| format!("{k}: {v}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let kinds = kinds(&r.not_sent);
         reasons.push(format!(
             "{pass} pass: {} of {} requests were never sent ({kinds})",
             r.not_sent_total(),

@@ -116,19 +116,7 @@ impl<'a> Builder<'a> {
                 bytes: v.bytes,
                 inner,
             };
-            match alloc.iter_mut().find(|r| {
-                same_site(&r.site, &row.site)
-                    && r.kind == row.kind
-                    && r.allocator == row.allocator
-                    && r.inner == row.inner
-                    && r.size_class == row.size_class
-            }) {
-                Some(r) => {
-                    r.calls += row.calls;
-                    r.bytes += row.bytes;
-                }
-                None => alloc.push(row),
-            }
+            add_alloc_row(&mut alloc, row);
         }
         let alloc_layers: Vec<AllocLayer> = layers.into_values().collect();
         alloc.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.bytes.cmp(&a.bytes)));
@@ -423,19 +411,7 @@ pub(super) fn go_rows_by_user_site(
     stacks: &super::stacks::StackSection,
 ) -> Vec<AllocRow> {
     let mut out: Vec<AllocRow> = Vec::new();
-    let add = |row: AllocRow, out: &mut Vec<AllocRow>| match out.iter_mut().find(|r| {
-        super::same_site(&r.site, &row.site)
-            && r.kind == row.kind
-            && r.allocator == row.allocator
-            && r.inner == row.inner
-            && r.size_class == row.size_class
-    }) {
-        Some(r) => {
-            r.calls += row.calls;
-            r.bytes += row.bytes;
-        }
-        None => out.push(row),
-    };
+    let add = |row: AllocRow, out: &mut Vec<AllocRow>| add_alloc_row(out, row);
     for row in alloc {
         let in_runtime = row
             .site
@@ -489,4 +465,22 @@ pub(super) fn go_rows_by_user_site(
     }
     out.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.bytes.cmp(&a.bytes)));
     out
+}
+
+/// Add `row` to the row of `rows` with its site, entry point, allocator,
+/// size class and nesting, or as a row of its own.
+fn add_alloc_row(rows: &mut Vec<AllocRow>, row: AllocRow) {
+    match rows.iter_mut().find(|r| {
+        super::same_site(&r.site, &row.site)
+            && r.kind == row.kind
+            && r.allocator == row.allocator
+            && r.inner == row.inner
+            && r.size_class == row.size_class
+    }) {
+        Some(r) => {
+            r.calls += row.calls;
+            r.bytes += row.bytes;
+        }
+        None => rows.push(row),
+    }
 }

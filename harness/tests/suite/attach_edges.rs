@@ -18,56 +18,12 @@ use rig::exit;
 use serde_json::Value;
 
 use super::hostile::{finish, signal, Scratch};
+use super::trial::Server;
 use super::{probes_shared, rig_bin};
-
-/// A fixture server started by the test (`PROGRAM --port 0 FLAGS…`, which
-/// prints `READY port=N`), killed when dropped.
-struct Server {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Server {
-    fn trial(flags: &[&str]) -> Server {
-        Server::start(rig_fixtures::trial_server(), flags)
-    }
-
-    fn start(program: &Path, flags: &[&str]) -> Server {
-        let mut child = Command::new(program)
-            .args(["--port", "0"])
-            .args(flags)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = lines.next().unwrap().unwrap();
-        let port = line
-            .strip_prefix("READY port=")
-            .and_then(|p| p.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no READY line: {line}"));
-        std::thread::spawn(move || for _ in lines {});
-        Server { child, port }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `rig ARGS…` to its end (a minute at most): exit code, stdout + stderr,
 /// and the `--json` it wrote when one was asked for (`json`).
-fn rig(args: &[&str], json: Option<&Path>) -> (i32, String, Option<Value>) {
+pub(super) fn rig(args: &[&str], json: Option<&Path>) -> (i32, String, Option<Value>) {
     let mut cmd = Command::new(rig_bin());
     // `--json` before a `-- COMMAND`, whose words it must not join.
     let (ours, load) = match args.iter().position(|a| *a == "--") {
@@ -121,7 +77,7 @@ fn a_thread_id_is_measured_as_its_process_and_said_so() {
     root_or_skip!();
     let _p = probes_shared();
     let s = Scratch::new("thread-id");
-    let server = Server::trial(&["--threads", "1"]);
+    let server = Server::start(&["--threads", "1"]);
     // The server starts its thread after it says READY.
     let t0 = Instant::now();
     let tid = loop {
@@ -146,7 +102,7 @@ fn a_thread_id_is_measured_as_its_process_and_said_so() {
             "500",
             "-c",
             "1",
-            &server.url("/"),
+            &server.url(),
         ],
         Some(&json),
     );
@@ -173,7 +129,7 @@ fn a_thread_id_is_measured_as_its_process_and_said_so() {
 /// pids are refused (exit 2), naming the one whose tree holds the others.
 #[test]
 fn several_pids_are_refused_naming_the_one_whose_tree_holds_them() {
-    let server = Server::trial(&["--fork"]);
+    let server = Server::start(&["--fork"]);
     // A connection makes the server fork a child for it.
     let _c = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
     let t0 = Instant::now();
@@ -199,7 +155,7 @@ fn several_pids_are_refused_naming_the_one_whose_tree_holds_them() {
             && text.contains(&format!("give --pid {} --tree", server.pid())),
         "{text}"
     );
-    let other = Server::trial(&[]);
+    let other = Server::start(&[]);
     let (code, text, _) = rig(
         &[
             "attach",
@@ -226,7 +182,7 @@ fn a_process_forked_in_the_window_says_how_much_its_uprobes_missed() {
     root_or_skip!();
     let _p = probes_shared();
     let s = Scratch::new("fork-gap");
-    let server = Server::trial(&["--fork", "--mallocs", "3"]);
+    let server = Server::start(&["--fork", "--mallocs", "3"]);
     let json = s.0.join("a.json");
     const N: u64 = 3000;
     let (code, text, a) = rig(
@@ -244,7 +200,7 @@ fn a_process_forked_in_the_window_says_how_much_its_uprobes_missed() {
             &N.to_string(),
             "-c",
             "1",
-            &server.url("/"),
+            &server.url(),
         ],
         Some(&json),
     );
@@ -302,7 +258,7 @@ fn a_clock_read_through_the_vdso_has_a_whole_stack_to_its_caller() {
     root_or_skip!();
     let _p = probes_shared();
     let s = Scratch::new("vdso");
-    let server = Server::trial(&["--cputime"]);
+    let server = Server::start(&["--cputime"]);
     let json = s.0.join("a.json");
     let (code, text, a) = rig(
         &[
@@ -310,7 +266,7 @@ fn a_clock_read_through_the_vdso_has_a_whole_stack_to_its_caller() {
             "--pid",
             &server.pid().to_string(),
             "--drive",
-            &server.url("/"),
+            &server.url(),
             "--requests",
             "300",
             "--probes",
@@ -350,7 +306,7 @@ fn a_target_that_dies_mid_window_fails_the_window_and_sends_no_more() {
     let s = Scratch::new("dies");
     // The warm-up takes 300 requests (200 before the probes, 100 under):
     // the server exits inside the window.
-    let server = Server::trial(&["--exit-after", "500"]);
+    let server = Server::start(&["--exit-after", "500"]);
     let json = s.0.join("a.json");
     let (code, text, a) = rig(
         &[
@@ -358,7 +314,7 @@ fn a_target_that_dies_mid_window_fails_the_window_and_sends_no_more() {
             "--pid",
             &server.pid().to_string(),
             "--drive",
-            &server.url("/"),
+            &server.url(),
             "--requests",
             "100000",
             "--probes",
@@ -396,14 +352,14 @@ fn a_target_that_dies_mid_window_fails_the_window_and_sends_no_more() {
 #[test]
 fn a_window_that_cannot_finish_is_refused_from_the_warm_up_rate() {
     root_or_skip!();
-    let server = Server::trial(&[]);
+    let server = Server::start(&[]);
     let (code, text, _) = rig(
         &[
             "attach",
             "--pid",
             &server.pid().to_string(),
             "--drive",
-            &server.url("/"),
+            &server.url(),
             "--requests",
             "100000000000",
             "--probes",
@@ -544,12 +500,12 @@ impl Watched {
 fn sigterm_ends_every_phase_of_attach() {
     root_or_skip!();
     let _p = probes_shared();
-    let fast = Server::trial(&[]);
-    let drip = Server::trial(&["--drip-ms", "100"]);
+    let fast = Server::start(&[]);
+    let drip = Server::start(&["--drip-ms", "100"]);
     let pid = fast.pid().to_string();
-    let url = fast.url("/");
+    let url = fast.url();
     let drip_pid = drip.pid().to_string();
-    let drip_url = drip.url("/");
+    let drip_url = drip.url();
     let phases: Vec<(&str, Vec<&str>, Option<&str>)> = vec![
         (
             "attaching",
@@ -637,7 +593,7 @@ fn sigterm_ends_every_phase_of_attach() {
 #[test]
 fn a_drive_to_a_port_that_speaks_otherwise_says_what_it_speaks() {
     root_or_skip!();
-    let server = Server::trial(&[]);
+    let server = Server::start(&[]);
     let (code, text, _) = rig(
         &[
             "attach",
@@ -688,7 +644,7 @@ fn go_allocations_are_tabled_at_the_code_that_asked() {
     root_or_skip!();
     let _p = probes_shared();
     let s = Scratch::new("go-sites");
-    let server = Server::start(&rig_fixtures::goserver(false), &[]);
+    let server = Server::start_program(&rig_fixtures::goserver(false), &[]);
     let json = s.0.join("a.json");
     const N: u64 = 1000;
     let (code, text, a) = rig(
@@ -697,7 +653,7 @@ fn go_allocations_are_tabled_at_the_code_that_asked() {
             "--pid",
             &server.pid().to_string(),
             "--drive",
-            &server.url("/alloc"),
+            &format!("http://127.0.0.1:{}/alloc", server.port),
             "--requests",
             &N.to_string(),
             "--probes",
@@ -743,7 +699,7 @@ fn cpu_samples_in_rigs_probe_handling_are_a_row_of_their_own() {
     root_or_skip!();
     let _p = probes_shared();
     let s = Scratch::new("rig-probes");
-    let server = Server::start(&rig_fixtures::goserver(false), &[]);
+    let server = Server::start_program(&rig_fixtures::goserver(false), &[]);
     let json = s.0.join("a.json");
     let (code, text, a) = rig(
         &[
@@ -751,7 +707,7 @@ fn cpu_samples_in_rigs_probe_handling_are_a_row_of_their_own() {
             "--pid",
             &server.pid().to_string(),
             "--drive",
-            &server.url("/alloc"),
+            &format!("http://127.0.0.1:{}/alloc", server.port),
             "--requests",
             "2000",
             "--probes",

@@ -135,18 +135,18 @@ fn rig(args: &[&str]) -> (i32, String, String) {
 
 /// A trial server started by the test itself (for `rig attach`), killed
 /// when dropped.
-struct Server {
-    child: std::process::Child,
-    port: u16,
+pub(super) struct Server {
+    pub(super) child: std::process::Child,
+    pub(super) port: u16,
 }
 
 impl Server {
-    fn start(flags: &[&str]) -> Server {
+    pub(super) fn start(flags: &[&str]) -> Server {
         Server::start_program(rig_fixtures::trial_server(), flags)
     }
 
     /// `program --port 0 FLAGS…`, which prints `READY port=N`.
-    fn start_program(program: &Path, flags: &[&str]) -> Server {
+    pub(super) fn start_program(program: &Path, flags: &[&str]) -> Server {
         use std::io::BufRead;
         let mut child = Command::new(program)
             .args(["--port", "0"])
@@ -164,11 +164,11 @@ impl Server {
         Server { child, port }
     }
 
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/", self.port)
     }
 }
