@@ -560,6 +560,17 @@ fn gate_over_h3_blesses_the_exact_calibration_counts_and_passes_them() {
         .collect();
     assert_eq!(getppid.len(), 1, "{blessed}");
     assert_eq!(getppid[0].1, 2.0, "{blessed}");
+    // The gate on the calibration's counters alone: QUIC's own (sendmsg,
+    // with acknowledgements batched by timing) can be equal in the two
+    // blessed runs by chance and differ in the next, a breach that says
+    // nothing of h3's counting (it once failed CI so: 1.075 blessed,
+    // 1.080 measured).
+    let mut table = table;
+    table["counters"]
+        .as_table_mut()
+        .unwrap()
+        .retain(|k, _| k.contains("getppid"));
+    std::fs::write(&baseline, toml::to_string(&table).unwrap()).unwrap();
     let check = Command::new(rig_bin())
         .args(["gate", "--baseline"])
         .arg(&baseline)
