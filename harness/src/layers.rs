@@ -24,12 +24,26 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("scenario", &["fsutil"]),
     ("stats", &[]),
     ("process", &[]),
-    ("symbolize", &["process"]),
+    ("elf", &["process"]),
+    // The one place that knows each runtime: below every stage that asks
+    // it (probe, symbolize, report) and above nothing but the ELF reader.
+    ("runtime", &["elf", "process"]),
+    ("symbolize", &["elf", "process", "runtime"]),
     // Stages.
     ("load", &["interrupt"]),
     ("launch", &["fsutil", "interrupt", "process"]),
     ("sample", &["launch", "process"]),
-    ("probe", &["host", "interrupt", "process", "symbolize"]),
+    (
+        "probe",
+        &[
+            "elf",
+            "host",
+            "interrupt",
+            "process",
+            "runtime",
+            "symbolize",
+        ],
+    ),
     // What a window becomes.
     (
         "report",
@@ -39,13 +53,21 @@ const LAYERS: &[(&str, &[&str])] = &[
             "load",
             "probe",
             "process",
+            "runtime",
             "stats",
             "symbolize",
         ],
     ),
     (
         "metrics",
-        &["probe", "report", "scenario", "stats", "symbolize"],
+        &[
+            "probe",
+            "report",
+            "runtime",
+            "scenario",
+            "stats",
+            "symbolize",
+        ],
     ),
     // report.html of an output directory, from its files.
     ("html", &["fsutil", "load", "metrics", "scenario"]),

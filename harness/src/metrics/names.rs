@@ -147,7 +147,7 @@ pub fn check_counter_name(name: &str) -> Result<(), String> {
             // Copy kinds name the APIs sharing one implementation: `memcpy/memmove`.
             k.split('/').all(|part| {
                 SITE_KINDS.contains(&part)
-                    || crate::probe::allocators::entry_names()
+                    || crate::runtime::alloc::entry_names()
                         .iter()
                         .any(|n| n == part)
             })

@@ -11,10 +11,8 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
+use crate::elf::{load_base, ElfFacts, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT};
 use crate::process::maps::ProcMaps;
-use crate::symbolize::elf::{
-    load_base, ElfFacts, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT,
-};
 
 /// An IFUNC resolved to the implementation the target really runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -228,8 +226,7 @@ pub fn resolve_ifunc(pid: u32, maps: &ProcMaps, lib_path: &str, api: &str) -> Re
 /// maps.
 pub fn resolve_in_libc(pid: u32, api: &str) -> Result<ResolvedImpl> {
     let maps = ProcMaps::read(pid).with_context(|| format!("reading the maps of pid {pid}"))?;
-    let libc = maps
-        .libc_path()
+    let (libc, _) = crate::runtime::c_library(pid, &maps)
         .ok_or_else(|| anyhow!("pid {pid} maps no C library"))?;
     resolve_ifunc(pid, &maps, &libc, api)
 }
@@ -237,8 +234,8 @@ pub fn resolve_in_libc(pid: u32, api: &str) -> Result<ResolvedImpl> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbolize::elf::lookup_symbol;
-    use crate::symbolize::elf::tests::{
+    use crate::elf::lookup_symbol;
+    use crate::symbolize::elf_tests::{
         gdb_info_symbol_of_slot, readelf_dynsyms, run, spawn_sleep, tempdir, Spawned,
     };
     use crate::symbolize::symbolize_elf_with;
@@ -249,7 +246,9 @@ mod tests {
     fn resolve_ifunc_memcpy_memmove_memset_live() {
         let (child, maps) = spawn_sleep();
         let pid = child.0.id();
-        let libc = maps.libc_path().unwrap();
+        let libc = crate::runtime::c_library(maps.pid, &maps)
+            .map(|c| c.0)
+            .unwrap();
         let base = maps
             .mappings_of(&libc)
             .find(|m| m.offset == 0)
@@ -388,7 +387,9 @@ int main(int c, char **v) {
             &["memcpy", "memmove", "memset", "strlen"],
         );
         let (child, maps) = spawn_sleep();
-        let libc = maps.libc_path().unwrap();
+        let libc = crate::runtime::c_library(maps.pid, &maps)
+            .map(|c| c.0)
+            .unwrap();
         for line in out.lines() {
             let p: Vec<&str> = line.split_whitespace().collect();
             let r = resolve_ifunc(child.0.id(), &maps, &libc, p[0]).unwrap();
@@ -432,12 +433,18 @@ int main(int c, char **v) {
         for _ in 0..200 {
             let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
             maps = ProcMaps::read(pid).unwrap();
-            if maps.libc_path().is_some() && wchan.contains("pause") {
+            if crate::runtime::c_library(maps.pid, &maps)
+                .map(|c| c.0)
+                .is_some()
+                && wchan.contains("pause")
+            {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let libc = maps.libc_path().unwrap();
+        let libc = crate::runtime::c_library(maps.pid, &maps)
+            .map(|c| c.0)
+            .unwrap();
         for api in ["memcpy", "memset"] {
             let r = resolve_ifunc(pid, &maps, &libc, api).unwrap();
             crate::errln!("{api}: {}", r.method);
@@ -454,7 +461,9 @@ int main(int c, char **v) {
     #[test]
     fn non_ifunc_returns_plain_symbol() {
         let (child, maps) = spawn_sleep();
-        let libc = maps.libc_path().unwrap();
+        let libc = crate::runtime::c_library(maps.pid, &maps)
+            .map(|c| c.0)
+            .unwrap();
         let r = resolve_ifunc(child.0.id(), &maps, &libc, "malloc").unwrap();
         let s = lookup_symbol(Path::new(&libc), "malloc").unwrap().unwrap();
         assert_eq!(r.file_offset, s.file_offset);

@@ -33,7 +33,8 @@ use rig_ebpf::abi::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use allocators::{AllocFamily, Unprobed};
+pub use crate::runtime::alloc::AllocFamily;
+pub use allocators::Unprobed;
 pub use attach::{
     check_target, detach_in_background, require_root, wait_detached, AllocEntry, AttachNote,
     BeforeUprobes, CopyImpl, Followed, Joined, ProbeSet, Scope,

@@ -54,10 +54,9 @@
 //! probe past a leading run of vector instructions that write no general
 //! register, no memory and do not branch.
 
-use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use iced_x86::{
     Decoder, DecoderOptions, EncodingKind, FlowControl, Formatter, GasFormatter, Instruction,
@@ -548,29 +547,11 @@ impl BranchTargets {
         Ok(BranchTargets::from_edges(edges))
     }
 
-    /// `scan`, once per file per rig process (keyed by the file's identity,
-    /// as `ElfFacts::shared`): every process of a tree maps the same libc.
+    /// `scan`, once per file per rig process (the one module cache,
+    /// `elf::cached`): every process of a tree maps the same libc.
     pub fn shared(lib: &Path) -> Result<Arc<BranchTargets>, String> {
-        use std::os::unix::fs::MetadataExt;
-        type Key = (u64, u64, u64, i64, i64);
-        static CACHE: Mutex<Option<HashMap<Key, Arc<BranchTargets>>>> = Mutex::new(None);
-        let m = std::fs::metadata(lib).map_err(|e| format!("{}: {e}", lib.display()))?;
-        let key = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
-        if let Some(t) = CACHE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .get(&key)
-        {
-            return Ok(t.clone());
-        }
-        let t = Arc::new(BranchTargets::scan(lib)?);
-        CACHE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .insert(key, t.clone());
-        Ok(t)
+        crate::elf::cached(lib, |p| BranchTargets::scan(p).map_err(anyhow::Error::msg))
+            .map_err(|e| format!("{e:#}"))
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use std::collections::HashMap;
 
 /// No branch target anywhere.
 fn none() -> BranchTargets {
@@ -263,10 +264,14 @@ fn refuses_a_vector_instruction_that_writes_memory_or_a_gpr() {
 
 #[test]
 fn finds_direct_branch_targets_in_real_libc() {
-    let (_child, maps) = crate::symbolize::elf::tests::spawn_sleep();
-    let libc = maps.readable_path(&maps.libc_path().unwrap());
+    let (_child, maps) = crate::symbolize::elf_tests::spawn_sleep();
+    let libc = maps.readable_path(
+        &crate::runtime::c_library(maps.pid, &maps)
+            .map(|c| c.0)
+            .unwrap(),
+    );
     let t = BranchTargets::shared(&libc).unwrap();
-    let facts = crate::symbolize::elf::ElfFacts::shared(&libc).unwrap();
+    let facts = crate::elf::ElfFacts::shared(&libc).unwrap();
     // Everything calls malloc; many functions call free.
     let malloc = facts.lookup_symbol("malloc").unwrap().file_offset;
     assert!(t.any_in(malloc, malloc));
@@ -283,12 +288,14 @@ fn finds_direct_branch_targets_in_real_libc() {
 // against them in one table.
 #[test]
 fn places_probes_on_real_libc_on_instructions_the_kernel_emulates() {
-    let (child, maps) = crate::symbolize::elf::tests::spawn_sleep();
-    let libc_maps = maps.libc_path().unwrap();
+    let (child, maps) = crate::symbolize::elf_tests::spawn_sleep();
+    let libc_maps = crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .unwrap();
     let libc = maps.readable_path(&libc_maps);
     let targets = BranchTargets::shared(&libc).unwrap();
     let code = std::fs::read(&libc).unwrap();
-    let facts = crate::symbolize::elf::ElfFacts::shared(&libc).unwrap();
+    let facts = crate::elf::ElfFacts::shared(&libc).unwrap();
     let mut entries: Vec<(String, u64, usize)> = Vec::new();
     for (name, args) in [
         ("free", 1),

@@ -76,7 +76,7 @@ pub struct MappedObject {
     pub start: u64,
     /// `start - offset` of the mapping with the lowest file offset
     /// (for shared objects whose first PT_LOAD has vaddr 0 this is the load
-    /// base; see `symbolize::elf::load_base` for the exact computation).
+    /// base; see `elf::load_base` for the exact computation).
     pub base: u64,
     pub executable: bool,
 }
@@ -228,9 +228,15 @@ impl ProcMaps {
         self.objects().into_iter().map(|o| o.path).find(|p| pred(p))
     }
 
-    /// Convenience: the C library (basename starts with `libc.so`).
-    pub fn libc_path(&self) -> Option<String> {
-        self.find_object(|p| basename(p).starts_with("libc.so"))
+    /// The executable of process `pid` (these maps' process), by its path
+    /// as in maps.
+    pub fn exe(&self, pid: u32) -> Option<String> {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+        let exe = exe.to_string_lossy().into_owned();
+        self.objects()
+            .into_iter()
+            .map(|o| o.path)
+            .find(|p| *p == exe)
     }
 
     /// All mappings of `path` (as in maps), in address order.
@@ -402,7 +408,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert!(objs[1].executable);
         assert_eq!(objs[2].base, 0x7f2000000000 - 0x1000);
         assert_eq!(
-            m.libc_path().as_deref(),
+            m.find_object(|p| basename(p).starts_with("libc.so"))
+                .as_deref(),
             Some("/usr/lib/x86_64-linux-gnu/libc.so.6")
         );
         assert_eq!(m.find_object(|p| p.contains("nope")), None);
@@ -427,7 +434,9 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     fn read_self_and_build_id() {
         let pid = std::process::id();
         let m = ProcMaps::read(pid).unwrap();
-        let libc = m.libc_path().expect("test binary links libc");
+        let libc = m
+            .find_object(|p| basename(p).starts_with("libc.so"))
+            .expect("test binary links libc");
         let id = build_id(&m.open_path(&libc)).expect("libc has a build-id");
         assert_eq!(id.len(), 40);
         // Independent check with readelf -n.

@@ -400,13 +400,13 @@ pub(super) fn distortions(w: &Window) -> Vec<String> {
     distortions
 }
 
-/// Every Go allocation reaches `runtime.mallocgc` through the runtime
-/// (`runtime.newobject`, `makeslice`, `growslice`, `makemap`...), so its
-/// caller names the runtime, not the code that asked. Rows whose caller is
-/// Go's runtime are split by user site (the first frame outside the
-/// runtime, as the stacks table names it), by their exact per-stack
-/// counts; what no stack was taken for stays at the runtime's caller.
-pub(super) fn go_rows_by_user_site(
+/// A runtime whose every allocation passes through its own code (Go's)
+/// names itself as the caller, not the code that asked
+/// (`runtime::allocates_through`). Such rows are split by user site (the
+/// first frame outside the runtime, as the stacks table names it), by
+/// their exact per-stack counts; what no stack was taken for stays at the
+/// runtime's caller.
+pub(super) fn rows_by_user_site(
     alloc: Vec<AllocRow>,
     stacks: &super::stacks::StackSection,
 ) -> Vec<AllocRow> {
@@ -417,7 +417,7 @@ pub(super) fn go_rows_by_user_site(
             .site
             .function
             .as_deref()
-            .is_some_and(|f| f.starts_with("runtime."));
+            .is_some_and(crate::runtime::allocates_through);
         if !in_runtime || row.inner || !stacks.enabled {
             add(row, &mut out);
             continue;

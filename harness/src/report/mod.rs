@@ -373,34 +373,7 @@ pub(crate) fn same_site(a: &Site, b: &Site) -> bool {
     }
 }
 
-pub fn alloc_kind_name(kind: u32) -> &'static str {
-    match kind {
-        alloc_kind::MALLOC => "malloc",
-        alloc_kind::CALLOC => "calloc",
-        alloc_kind::REALLOC => "realloc",
-        alloc_kind::FREE => "free",
-        alloc_kind::POSIX_MEMALIGN => "posix_memalign",
-        alloc_kind::MEMALIGN => "memalign",
-        alloc_kind::ALIGNED_ALLOC => "aligned_alloc",
-        alloc_kind::VALLOC => "valloc",
-        alloc_kind::PVALLOC => "pvalloc",
-        alloc_kind::CXX_NEW => "operator new",
-        alloc_kind::CXX_NEW_ARRAY => "operator new[]",
-        alloc_kind::CXX_DELETE => "operator delete",
-        alloc_kind::CXX_DELETE_ARRAY => "operator delete[]",
-        alloc_kind::MALLOCX => "mallocx",
-        alloc_kind::RALLOCX => "rallocx",
-        alloc_kind::SDALLOCX => "sdallocx",
-        alloc_kind::DALLOCX => "dallocx",
-        alloc_kind::RUST_ALLOC => "__rust_alloc",
-        alloc_kind::RUST_ALLOC_ZEROED => "__rust_alloc_zeroed",
-        alloc_kind::RUST_REALLOC => "__rust_realloc",
-        alloc_kind::RUST_DEALLOC => "__rust_dealloc",
-        alloc_kind::GO_MALLOCGC => "runtime.mallocgc",
-        alloc_kind::GO_GC => "GC cycle",
-        _ => "?",
-    }
-}
+pub use crate::runtime::alloc::kind_name as alloc_kind_name;
 
 /// Internal names of the C library's allocator entry points (glibc), next
 /// to the public ones (`alloc_kind_name` of MALLOC..=PVALLOC). glibc 2.36's
@@ -514,7 +487,7 @@ impl Attribution {
         let syscalls = b.syscalls();
         let io_uring = build::io_uring(&syscalls);
         let (alloc, alloc_totals, alloc_layers) = b.alloc();
-        let alloc = build::go_rows_by_user_site(alloc, &stacks);
+        let alloc = build::rows_by_user_site(alloc, &stacks);
         let copy = b.copy();
         let locks = b.locks();
         let faults = b.faults();

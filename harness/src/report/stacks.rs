@@ -14,55 +14,8 @@ use serde::Serialize;
 
 use crate::probe::{syscall_name, AllocEntry, CopyImpl, Family, Window};
 use crate::process::maps::basename;
+use crate::runtime;
 use crate::symbolize::{AddrKind, Site, Symbolizer};
-
-/// Frames whose function starts with one of these are wrappers: allocator
-/// entry points and internals, and standard-library code between the code a
-/// user can change and the counted event.
-pub const DEFAULT_WRAPPERS: &[&str] = &[
-    // Rust's allocator shims (also under the `__rustc::` namespace newer
-    // toolchains use) and std internals. Trait impls (`<&std::net::TcpStream
-    // as std::io::Read>::read`) match on the type after `<`, `&`, `mut `.
-    "__rust_",
-    "__rdl_",
-    "__rg_",
-    "__rustc::",
-    "alloc::",
-    "core::",
-    "std::",
-    "hashbrown::",
-    // Go's runtime and the standard library's system-call wrappers
-    // (`runtime.mallocgc`, `runtime.makeslice`, `internal/poll.(*FD).Read`,
-    // `syscall.read`): the first frame past them is the code that asked.
-    "runtime.",
-    "runtime/internal/",
-    "internal/",
-    "syscall.",
-    // C++ runtime and library internals.
-    "operator new",
-    "operator delete",
-    "__gnu_cxx::",
-    // Allocator families.
-    "je_",
-    "_rjem_",
-    "mimalloc::",
-    "tikv_jemallocator::",
-    "pymalloc_",
-    "_PyObject_Malloc",
-    "_PyObject_Calloc",
-    "_PyObject_Realloc",
-    "_PyObject_Free",
-    "tc_",
-    "tcmalloc::",
-    "mi_",
-    "_mi_",
-    "PyObject_Malloc",
-    "PyObject_Calloc",
-    "PyObject_Realloc",
-    "PyObject_Free",
-    "PyMem_",
-    "_PyMem_",
-];
 
 /// C allocator and copy entry points, matched exactly (a prefix would catch
 /// `freeaddrinfo`).
@@ -82,24 +35,15 @@ const WRAPPER_NAMES: &[&str] = &[
     "memset",
 ];
 
-/// Modules whose every frame is a wrapper: the C and C++ runtimes and the
-/// allocators rig knows.
-const WRAPPER_MODULES: &[&str] = &[
-    "libc.so",
-    "libc-",
-    "ld-linux",
-    "libpthread",
-    "libstdc++",
-    "libgcc_s",
-    "libjemalloc",
-    "libtcmalloc",
-    "libmimalloc",
-    // The kernel's vDSO: clock_gettime's code, between its caller and the
-    // system call it falls back to.
-    "[vdso]",
-];
+/// Pseudo modules whose every frame is a wrapper: the kernel's vDSO
+/// (clock_gettime's code, between its caller and the system call it falls
+/// back to).
+const WRAPPER_MODULES: &[&str] = &["[vdso]"];
 
-/// Which frames are wrappers.
+/// Which frames are wrappers: by the runtimes' wrapper prefixes and
+/// modules (`runtime::wrapper_prefixes`: allocator entry points and
+/// internals, and standard-library code between the code a user can change
+/// and the counted event), the C API's names, and `--wrapper`'s.
 #[derive(Clone, Debug)]
 pub struct Wrappers {
     /// Function-name prefixes; a pattern ending in `*` is the same prefix,
@@ -110,7 +54,7 @@ pub struct Wrappers {
 impl Default for Wrappers {
     fn default() -> Self {
         Wrappers {
-            patterns: DEFAULT_WRAPPERS.iter().map(|s| s.to_string()).collect(),
+            patterns: runtime::wrapper_prefixes().map(str::to_string).collect(),
         }
     }
 }
@@ -126,7 +70,12 @@ impl Wrappers {
     pub fn is_wrapper(&self, site: &Site) -> bool {
         if let Some(m) = site.module.as_deref() {
             let b = basename(m);
-            if WRAPPER_MODULES.iter().any(|w| b.starts_with(w)) {
+            if WRAPPER_MODULES
+                .iter()
+                .copied()
+                .chain(runtime::wrapper_modules())
+                .any(|w| b.starts_with(w))
+            {
                 return true;
             }
         }
@@ -391,13 +340,19 @@ fn name_stack(
     let user_site = frames
         .iter()
         .enumerate()
-        .position(|(i, f)| !wrappers.is_wrapper(f) && !in_static_c_library(maps, f, i > 0))
+        .position(|(i, f)| !wrappers.is_wrapper(f) && !in_c_library(maps, f, i > 0))
         .unwrap_or(0);
     let mut incomplete = Vec::new();
     for (bit, what) in [
         (stack_flag::TRUNCATED, "truncated"),
-        (stack_flag::NO_TABLE, no_table_reason(maps, frames.last())),
-        (stack_flag::NO_ROW, no_row_reason(maps, frames.last())),
+        (
+            stack_flag::NO_TABLE,
+            runtime::stack_end_reason(maps, frames.last().map(|f| f.addr), false),
+        ),
+        (
+            stack_flag::NO_ROW,
+            runtime::stack_end_reason(maps, frames.last().map(|f| f.addr), true),
+        ),
         (stack_flag::BAD_RULE, "unsupported rule"),
         (stack_flag::READ_FAIL, "unreadable stack"),
         (stack_flag::NO_PROC, "process without tables"),
@@ -418,68 +373,13 @@ fn name_stack(
     }
 }
 
-/// Why a walk found no row at its last frame: musl's C library (its
-/// libc.a and libc.so) is built without unwind tables, and its rows come
-/// from the stack height analysis of its machine code, so a stack ends
-/// there only where that height is unknown (code reached through an
-/// indirect jump it cannot bound, rsp changed in a way it cannot follow,
-/// a signal frame), and
-/// says so; elsewhere, the module's tables have no row for that address.
-fn no_row_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> &'static str {
-    use crate::symbolize::runtime::{Libc, ModuleKind};
-    if in_jit_code(maps, last) {
-        return "JIT code";
-    }
-    let kind = last
-        .and_then(|f| f.module.as_deref())
-        .and_then(|m| ModuleKind::of_file(m, &maps.readable_path(m)).ok());
-    match kind {
-        Some(
-            ModuleKind::StaticC { libc: Libc::Musl } | ModuleKind::CLibrary { libc: Libc::Musl },
-        ) => "no row: musl's code has no unwind tables, and its stack height here is unknown",
-        _ => "no row",
-    }
-}
-
-/// Whether frame `f` (a return address when `returned`) is code of the C
-/// library linked into a static executable
-/// (`ModuleKind::is_c_library_code`): a wrapper like libc.so's, which the
-/// wrapper list knows by module name only.
-fn in_static_c_library(maps: &crate::process::maps::ProcMaps, f: &Site, returned: bool) -> bool {
-    use crate::symbolize::elf::ElfFacts;
-    use crate::symbolize::runtime::ModuleKind;
-    let Some(m) = f.module.as_deref() else {
-        return false;
-    };
-    let open = maps.readable_path(m);
-    let Ok(kind @ ModuleKind::StaticC { .. }) = ModuleKind::of_file(m, &open) else {
-        return false;
-    };
-    let Ok(facts) = ElfFacts::shared(&open) else {
-        return false;
-    };
-    // A return address (`returned`) is one past its call: look up the
-    // call itself.
-    let at = f.module_offset.saturating_sub(u64::from(returned));
-    facts
-        .file_offset_to_vaddr(at)
-        .is_some_and(|v| kind.is_c_library_code(&facts, v, f.function.as_deref()))
-}
-
-/// Why a walk found no table at its last frame: code a JIT wrote
-/// (anonymous executable memory) has none, and is said so.
-fn no_table_reason(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> &'static str {
-    if in_jit_code(maps, last) {
-        "JIT code"
-    } else {
-        "no unwind table"
-    }
-}
-
-fn in_jit_code(maps: &crate::process::maps::ProcMaps, last: Option<&Site>) -> bool {
-    use crate::symbolize::runtime::ModuleKind;
-    last.and_then(|f| maps.find(f.addr))
-        .is_some_and(|m| ModuleKind::of_jit(m).is_some())
+/// Whether frame `f` (a return address when `returned`) is the C
+/// library's code by its runtime's rule (`runtime::is_wrapper_frame`: in a
+/// static executable, code the module-name list cannot tell apart).
+fn in_c_library(maps: &crate::process::maps::ProcMaps, f: &Site, returned: bool) -> bool {
+    f.module.as_deref().is_some_and(|m| {
+        runtime::is_wrapper_frame(maps, m, f.module_offset, f.function.as_deref(), returned)
+    })
 }
 
 /// The event a (what, arg) pair counts, and its size class for allocations.

@@ -1,5 +1,7 @@
-use super::*;
+use crate::elf::*;
+use crate::process::maps::ProcMaps;
 use crate::symbolize::{symbolize_elf_with, Naming};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// A child we spawned; killed (by its own pid) on drop.
@@ -24,13 +26,19 @@ pub(crate) fn spawn_sleep() -> (Spawned, ProcMaps) {
     for _ in 0..200 {
         let maps = ProcMaps::read(pid).unwrap();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
-        if maps.libc_path().is_some() && stat.contains("nanosleep") {
+        if crate::runtime::c_library(maps.pid, &maps)
+            .map(|c| c.0)
+            .is_some()
+            && stat.contains("nanosleep")
+        {
             return (child, maps);
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let maps = ProcMaps::read(pid).unwrap();
-    assert!(maps.libc_path().is_some());
+    assert!(crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .is_some());
     (child, maps)
 }
 
@@ -71,7 +79,9 @@ pub(crate) fn readelf_dynsyms(path: &str) -> Vec<(String, u64, u64, String)> {
 #[test]
 fn aligned_alloc_and_memalign_share_file_offset() {
     let maps = ProcMaps::read(std::process::id()).unwrap();
-    let libc = maps.libc_path().unwrap();
+    let libc = crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .unwrap();
     let found = lookup_symbols(
         Path::new(&libc),
         &["aligned_alloc", "memalign", "malloc", "no_such_fn_xyz"],
@@ -253,7 +263,9 @@ fn plt_stubs_are_named() {
 #[test]
 fn load_base_of_libc_matches_dladdr_style_computation() {
     let (_child, maps) = spawn_sleep();
-    let libc = maps.libc_path().unwrap();
+    let libc = crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .unwrap();
     let facts = ElfFacts::load(&maps.readable_path(&libc)).unwrap();
     let m0 = maps.mappings_of(&libc).find(|m| m.offset == 0).unwrap();
     assert_eq!(load_base(&maps, &libc, &facts), Some(m0.start));

@@ -7,10 +7,6 @@
 //! - DWARF (incl. `/usr/lib/debug/.build-id/..` files), inlined frames,
 //!   file:line and Rust/C++ demangling come from blazesym.
 
-pub mod elf;
-pub mod gopclntab;
-pub mod runtime;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -19,8 +15,9 @@ use blazesym::symbolize::source::{Elf as BzElf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer as BzSymbolizer};
 use serde::{Deserialize, Serialize};
 
+use crate::elf::ElfFacts;
 use crate::process::maps::{basename, ProcMaps};
-use elf::ElfFacts;
+use crate::runtime;
 
 /// What kind of address is being symbolized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +42,7 @@ pub enum Naming {
     /// Not in a file-backed mapping (`[vdso]`, `[heap]`, anonymous, unmapped).
     NoModule,
     /// Code a JIT compiler wrote (anonymous executable memory), named from
-    /// the runtime's `/tmp/perf-PID.map`: `name+0xoff [jit]`.
+    /// the runtime's perf map (`runtime::jit`): `name+0xoff [jit]`.
     Jit,
 }
 
@@ -279,7 +276,7 @@ impl Symbolizer {
                     site.module = Some("[unmapped]".into());
                     pending.push(None)
                 }
-                Some(m) if runtime::ModuleKind::of_jit(m).is_some() => {
+                Some(m) if runtime::jit::is_jit_code(m) => {
                     // Code a JIT wrote: named from its perf map, when the
                     // runtime writes one.
                     site.module_offset = addr - m.start;
@@ -444,30 +441,32 @@ impl Symbolizer {
         if todo.is_empty() {
             return;
         }
-        // Go code is named from its own table, stripped or not: the names
-        // and lines Go's tracebacks print (runtime::ModuleKind::Go). C code
-        // linked in with cgo is not in that table: it is named below, from
-        // the ELF symbols and DWARF as in any other module.
+        // A runtime that names its code itself (Go, from its function
+        // table, stripped or not) names it here; code its table does not
+        // cover (C linked in with cgo) is named below, from the ELF
+        // symbols and DWARF as in any other module.
         if let Some(f) = &facts {
-            if runtime::ModuleKind::of(display, f).is_go() {
-                if let Ok(go) = runtime::go_table(open) {
-                    let mut rest = Vec::new();
-                    for off in todo {
-                        match f
-                            .file_offset_to_vaddr(off)
-                            .and_then(|v| go_resolved(&go, v))
-                        {
-                            Some(r) => {
-                                self.cache.insert((key.clone(), off), r);
-                            }
-                            None => rest.push(off),
+            let module = runtime::Module {
+                kind: runtime::ModuleKind::of(display, f),
+                facts: f,
+            };
+            if let Some(names) = runtime::names(&module, open) {
+                let mut rest = Vec::new();
+                for off in todo {
+                    match f
+                        .file_offset_to_vaddr(off)
+                        .and_then(|v| Some(resolved_of(names.name_at(v)?, v)))
+                    {
+                        Some(r) => {
+                            self.cache.insert((key.clone(), off), r);
                         }
+                        None => rest.push(off),
                     }
-                    if rest.is_empty() {
-                        return;
-                    }
-                    todo = rest;
                 }
+                if rest.is_empty() {
+                    return;
+                }
+                todo = rest;
             }
         }
         let results = self
@@ -545,32 +544,25 @@ fn own_dwarf(open: &Path, offs: &[u64]) -> Result<Vec<Resolved>, blazesym::Error
     Ok(syms.into_iter().map(convert).collect())
 }
 
-/// The Go function holding link-time address `v`, with its file and line,
-/// and the functions inlined there (as blazesym gives C's: the physical
-/// function's position is the call site of the outermost inlined call,
-/// each inlined frame's the call site of the next, the innermost's the
-/// instruction's).
-fn go_resolved(go: &gopclntab::GoTable, v: u64) -> Option<Resolved> {
-    let f = go.func_at(v)?;
-    let mut frames = go.frames_at(f, v);
-    let physical = frames.pop()?;
-    Some(Resolved {
+/// A name a runtime's own table gave link-time address `v`.
+fn resolved_of(n: runtime::Named, v: u64) -> Resolved {
+    Resolved {
         naming: Naming::Symbol,
-        function: Some(f.name.clone()),
-        function_offset: v - f.entry,
-        sym_vaddr: f.entry,
-        file: physical.file,
-        line: physical.line,
-        inlined: frames
+        function: Some(n.function),
+        function_offset: v - n.entry,
+        sym_vaddr: n.entry,
+        file: n.file,
+        line: n.line,
+        inlined: n
+            .inlined
             .into_iter()
-            .rev()
-            .map(|g| InlinedFrame {
-                function: g.function,
-                file: g.file,
-                line: g.line,
+            .map(|(function, file, line)| InlinedFrame {
+                function,
+                file,
+                line,
             })
             .collect(),
-    })
+    }
 }
 
 fn convert(s: Symbolized<'_>) -> Resolved {
@@ -637,5 +629,7 @@ pub fn symbolize_elf_with(path: &Path, file_offsets: &[u64], debug_syms: bool) -
     s.symbolize_file_offsets_at(path, &display, file_offsets)
 }
 
+#[cfg(test)]
+pub(crate) mod elf_tests;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
-use super::elf::tests::{spawn_sleep, tempdir};
 use super::*;
+use crate::elf;
 use crate::process::maps::ProcMaps;
+use crate::symbolize::elf_tests::{spawn_sleep, tempdir};
 
 #[inline(never)]
 #[no_mangle]
@@ -24,7 +25,9 @@ pub mod nested {
 #[test]
 fn malloc_with_debug_info_has_file_and_line() {
     let (child, maps) = spawn_sleep();
-    let libc = maps.libc_path().unwrap();
+    let libc = crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .unwrap();
     let sym = elf::lookup_symbol(&maps.readable_path(&libc), "malloc")
         .unwrap()
         .unwrap();
@@ -254,7 +257,9 @@ fn labels_and_serde() {
 #[test]
 fn results_are_cached_per_module_offset() {
     let (_child, maps) = spawn_sleep();
-    let libc = maps.libc_path().unwrap();
+    let libc = crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .unwrap();
     let base = maps
         .objects()
         .into_iter()

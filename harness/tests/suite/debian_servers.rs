@@ -264,10 +264,8 @@ fn postgres_backends_forked_in_the_window_are_covered_as_measured_and_their_stac
     let s = Scratch::new("postgres");
     let pg = Postgres::start(&s);
     // bpftrace counts every postgres process's mallocs meanwhile.
-    let libc = rig::process::maps::ProcMaps::read(pg.postmaster())
-        .unwrap()
-        .libc_path()
-        .unwrap();
+    let maps = rig::process::maps::ProcMaps::read(pg.postmaster()).unwrap();
+    let (libc, _) = rig::runtime::c_library(maps.pid, &maps).unwrap();
     let script = format!("uprobe:{libc}:malloc /comm == \"postgres\"/ {{ @m[pid] = count(); }}");
     let mut bt = Command::new("bpftrace")
         .args(["-e", &script])

@@ -146,7 +146,7 @@ proptest! {
         if cut % 4 == 0 {
             b.truncate(cut % b.len());
         }
-        if let Ok(f) = rig::symbolize::elf::ElfFacts::parse(&b) {
+        if let Ok(f) = rig::elf::ElfFacts::parse(&b) {
             let _ = f.lookup_symbol("malloc");
             let _ = f.first_load_vaddr();
             let _ = f.plt_stubs().len();
@@ -158,7 +158,7 @@ proptest! {
     fn arbitrary_bytes_as_elf_never_panic(b in prop::collection::vec(any::<u8>(), 0..512)) {
         let mut data = b"\x7fELF\x02\x01\x01\0".to_vec();
         data.extend(b);
-        let _ = rig::symbolize::elf::ElfFacts::parse(&data);
+        let _ = rig::elf::ElfFacts::parse(&data);
     }
 
     #[test]

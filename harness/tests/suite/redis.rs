@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rig::elf::{load_base, ElfFacts};
 use rig::launch::port::{check_holder, free_port, HolderCheck};
 use rig::process::maps::ProcMaps;
-use rig::symbolize::elf::{load_base, ElfFacts};
 
 use super::{probes_shared, rig_bin};
 use rig::exit;

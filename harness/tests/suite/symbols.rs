@@ -12,7 +12,9 @@ fn names_the_copy_implementation_truly_or_not_at_all() {
     let _g = probes_shared();
     let target = calib(&[]);
     let maps = ProcMaps::read(target.pid()).unwrap();
-    let libc = maps.libc_path().unwrap();
+    let libc = rig::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .unwrap();
     let imp = rig::probe::ifunc::resolve_ifunc(target.pid(), &maps, &libc, "memcpy").unwrap();
     let open = maps.open_path(&libc);
 
@@ -39,7 +41,7 @@ fn names_the_copy_implementation_truly_or_not_at_all() {
 
     // With only .dynsym the address lies in a gap: a naive resolver would
     // call it __nss_database_lookup. We must say "unnamed" instead.
-    let facts = rig::symbolize::elf::ElfFacts::load(&open).unwrap();
+    let facts = rig::elf::ElfFacts::load(&open).unwrap();
     let vaddr = facts.file_offset_to_vaddr(imp.file_offset).unwrap();
     let (naive, _, _) = facts.naive_nearest_dynsym(vaddr).unwrap();
     assert_eq!(

@@ -33,9 +33,10 @@ use super::placement::{safe_probe_offset_joining, Placement, Why};
 use super::read;
 use super::stacks::{self, StackTables, Stacks};
 use super::{kernel, Family, ProbeError, Snapshot};
-use crate::probe::allocators::{AllocFamily, Layer, Unprobed};
+use crate::elf;
+use crate::probe::allocators::{Layer, Unprobed};
 use crate::process::maps::ProcMaps;
-use crate::symbolize::elf;
+use crate::runtime::alloc::AllocFamily;
 
 mod follow;
 mod programs;
@@ -435,7 +436,8 @@ impl ProbeSet {
     ) -> Result<ProbeSet, ProbeError> {
         check_target(pid)?;
         let maps = ProcMaps::read(pid).map_err(|source| ProbeError::Maps { pid, source })?;
-        let libc_maps_path = maps.libc_path().ok_or(ProbeError::NoLibc { pid, family })?;
+        let (libc_maps_path, _) =
+            crate::runtime::c_library(pid, &maps).ok_or(ProbeError::NoLibc { pid, family })?;
         let libc = maps.open_path(&libc_maps_path);
         let resolve_err = |source| ProbeError::Resolve {
             pid,

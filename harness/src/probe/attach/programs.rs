@@ -385,9 +385,9 @@ pub(super) fn attach_cpu(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
 }
 
 /// The file of the process's C library: its libc.so, or the executable
-/// that carries it linked in (`allocators::c_library`).
+/// that carries it linked in (`runtime::c_library`).
 pub(super) fn libc_path(maps: &ProcMaps, pid: u32, family: Family) -> Result<PathBuf, ProbeError> {
-    crate::probe::allocators::c_library(pid, maps)
+    crate::runtime::c_library(pid, maps)
         .map(|(p, _)| maps.readable_path(&p))
         .ok_or(ProbeError::NoLibc { pid, family })
 }

@@ -2,7 +2,7 @@
 //! copy routines (resolved IFUNC implementations) and pthread mutexes.
 
 use super::*;
-use crate::probe::allocators::Entry;
+use crate::runtime::alloc::Entry;
 
 /// The copy family's APIs, resolved through their IFUNCs.
 const COPY_APIS: [&str; 3] = ["memcpy", "memmove", "memset"];
@@ -98,9 +98,7 @@ impl Attacher<'_> {
             match r {
                 Ok(()) => {}
                 Err(e @ ProbeError::Interrupted) => return Err(e),
-                Err(e) if matches!(layer.family, AllocFamily::Glibc | AllocFamily::Musl) => {
-                    return Err(e)
-                }
+                Err(e) if layer.family.is_c_library() => return Err(e),
                 Err(e) => self.unprobed(layer, e.to_string()),
             }
         }
@@ -133,21 +131,21 @@ impl Attacher<'_> {
     ) -> Result<(), ProbeError> {
         let family = Family::Alloc;
         let lib_name = lib.display().to_string();
-        let glibc = layer.family == AllocFamily::Glibc;
+        let fatal = layer.family.is_c_library();
         let mut found = 0;
         for entry in &layer.entries {
             crate::probe::preload::interrupted()?;
             let (symbol, required) = (entry.0.as_str(), entry.3);
-            let info = crate::probe::allocators::find_entry(lib, layer.family, symbol).map_err(
-                |source| ProbeError::Resolve {
+            let info = crate::runtime::entry_point(lib, layer.kind, symbol).map_err(|source| {
+                ProbeError::Resolve {
                     pid: self.pid,
                     lib: lib_name.clone(),
                     api: symbol.to_string(),
                     source,
-                },
-            )?;
+                }
+            })?;
             let Some(info) = info else {
-                if !required && layer.how.contains("linked into") {
+                if !required && layer.statically {
                     self.note(
                         family,
                         symbol,
@@ -163,7 +161,7 @@ impl Attacher<'_> {
                         symbol: symbol.to_string(),
                         family,
                     };
-                    if glibc {
+                    if fatal {
                         return Err(e);
                     }
                     self.unprobed(layer, e.to_string());
@@ -186,11 +184,11 @@ impl Attacher<'_> {
             match self.attach_entry(ebpf, layer, lib, entry, info.file_offset) {
                 Ok(()) => done.push((lib.to_path_buf(), info.file_offset, symbol.to_string())),
                 Err(e @ ProbeError::Interrupted) => return Err(e),
-                Err(e) if glibc => return Err(e),
+                Err(e) if fatal => return Err(e),
                 Err(e) => self.unprobed(layer, format!("{symbol}: {e}")),
             }
         }
-        if found == 0 && !glibc {
+        if found == 0 && !fatal {
             self.unprobed(
                 layer,
                 format!(
@@ -214,16 +212,14 @@ impl Attacher<'_> {
     ) -> Result<(), ProbeError> {
         let family = Family::Alloc;
         let (symbol, program, kind, required) = (entry.0.as_str(), entry.1, entry.2, entry.3);
-        // An optional entry point of the C/C++ runtime (libstdc++'s
-        // operator new[], sized and array deletes) that only jumps on
-        // gets the forwarder program: the probe at the end of the jump
-        // chain counts the call once, under this entry point's name.
-        // Outer layers (Rust shims, CPython) keep their own program: the
-        // call they jump into is another layer's, counted there as inner.
-        let forwards_to = (!required
-            && matches!(layer.family, AllocFamily::Glibc | AllocFamily::Cxx))
-        .then(|| tail_jump(lib, file_offset))
-        .flatten();
+        // An optional entry point that only jumps on (libstdc++'s
+        // operator new[], sized and array deletes) gets the forwarder
+        // program where its family says (`AllocFamily::forwards`): the
+        // probe at the end of the jump chain counts the call once, under
+        // this entry point's name.
+        let forwards_to = (!required && layer.family.forwards())
+            .then(|| tail_jump(lib, file_offset))
+            .flatten();
         let program = if forwards_to.is_some() {
             "rig_alloc_fwd"
         } else {
@@ -259,10 +255,9 @@ impl Attacher<'_> {
             Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
             None => String::new(),
         };
-        let how = if layer.family.takes_uretprobes() {
-            how
-        } else {
-            format!("{how}; no uretprobe (Go moves goroutine stacks): the live heap is not available for Go")
+        let how = match layer.family.no_uretprobe() {
+            None => how,
+            Some(why) => format!("{how}; {why}"),
         };
         self.note(
             family,
@@ -295,7 +290,7 @@ impl Attacher<'_> {
             None => {
                 self.alloc_entries.push(AllocEntry {
                     allocator: layer.family,
-                    symbol: crate::probe::allocators::display_name(symbol, kind),
+                    symbol: crate::runtime::alloc::display_name(symbol, kind),
                     module: layer.module.clone(),
                     file_offset,
                 });
@@ -312,7 +307,7 @@ impl Attacher<'_> {
     ) -> Result<(), ProbeError> {
         let family = Family::Copy;
         let (libc_maps_path, _) =
-            crate::probe::allocators::c_library(self.pid, maps).ok_or(ProbeError::NoLibc {
+            crate::runtime::c_library(self.pid, maps).ok_or(ProbeError::NoLibc {
                 pid: self.pid,
                 family,
             })?;

@@ -88,7 +88,7 @@ pub struct PltStub {
 }
 
 /// Everything we need from one ELF file, parsed once.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ElfFacts {
     pub(crate) sections: Vec<SectionFact>,
     pub(crate) loads: Vec<LoadSeg>,
@@ -107,35 +107,12 @@ pub(crate) const R_X86_64_IRELATIVE: u32 = elf::R_X86_64_IRELATIVE;
 const R_X86_64_64: u32 = elf::R_X86_64_64;
 
 impl ElfFacts {
-    /// `load`, parsed once per file per rig process: attaching probes to
-    /// each process of a tree looks up the same libc many times, and a
-    /// parse of libc is most of the time a forked worker waits for its
-    /// uprobes. Keyed by the file's identity (device, inode, size and
-    /// modification time), not its path: each process reaches the same libc
-    /// through its own `/proc/<pid>/...` path. A replaced file is parsed anew.
+    /// `load`, parsed once per file per rig process ([`cached`]): attaching
+    /// probes to each process of a tree looks up the same libc many times,
+    /// and a parse of libc is most of the time a forked worker waits for
+    /// its uprobes.
     pub fn shared(path: &Path) -> Result<std::sync::Arc<ElfFacts>> {
-        use std::collections::HashMap;
-        use std::os::unix::fs::MetadataExt;
-        use std::sync::{Arc, Mutex};
-        type Key = (u64, u64, u64, i64, i64);
-        static CACHE: Mutex<Option<HashMap<Key, Arc<ElfFacts>>>> = Mutex::new(None);
-        let m = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-        let key = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
-        if let Some(f) = CACHE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .get(&key)
-        {
-            return Ok(f.clone());
-        }
-        let facts = Arc::new(ElfFacts::load(path)?);
-        CACHE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .insert(key, facts.clone());
-        Ok(facts)
+        cached(path, ElfFacts::load)
     }
 
     pub fn load(path: &Path) -> Result<ElfFacts> {
@@ -343,7 +320,7 @@ impl ElfFacts {
         }
     }
 
-    fn section(&self, name: &str) -> Option<&SectionFact> {
+    pub(crate) fn section(&self, name: &str) -> Option<&SectionFact> {
         self.sections.iter().find(|s| s.name == name)
     }
 
@@ -558,9 +535,64 @@ pub fn load_base(maps: &ProcMaps, path: &str, facts: &ElfFacts) -> Option<u64> {
     Some(m.start.wrapping_sub(vaddr_at_start))
 }
 
-#[cfg(test)]
-#[path = "elf_tests.rs"]
-pub(crate) mod tests;
+/// The identity of a file on disk: device, inode, size and modification
+/// time to the nanosecond. Each process reaches the same library through
+/// its own `/proc/<pid>/...` path, so what is parsed from a file is keyed
+/// by this, never by a path; a file replaced in place (a deploy) is new.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: i64,
+    pub mtime_nsec: i64,
+}
+
+impl FileKey {
+    pub fn of(path: &Path) -> Result<FileKey> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(FileKey {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec(),
+        })
+    }
+}
+
+/// The one module cache: what one layer parses or derives from a file
+/// (`T`: ELF facts, a Go function table, branch targets, unwind rows),
+/// built once per file per rig process by `build` and shared after, keyed
+/// by the file's [`FileKey`] and the type. A build that fails is not kept.
+pub fn cached<T: Send + Sync + 'static>(
+    path: &Path,
+    build: impl FnOnce(&Path) -> Result<T>,
+) -> Result<std::sync::Arc<T>> {
+    use std::any::{Any, TypeId};
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    type Entry = Arc<dyn Any + Send + Sync>;
+    static CACHE: Mutex<Option<HashMap<(FileKey, TypeId), Entry>>> = Mutex::new(None);
+    let key = (FileKey::of(path)?, TypeId::of::<T>());
+    let found = CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .get(&key)
+        .cloned();
+    if let Some(v) = found.and_then(|v| v.downcast::<T>().ok()) {
+        return Ok(v);
+    }
+    let v = Arc::new(build(path)?);
+    CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(key, v.clone());
+    Ok(v)
+}
 
 /// (start, end) of every FDE of the file's `.eh_frame`, sorted by start;
 /// empty when it has none or it does not parse.

@@ -1,4 +1,13 @@
+use super::build::module_of;
+use super::eh_frame::convert;
+use super::index::compact;
+use super::rows::{covered_by, entry_point_rows};
 use super::*;
+use crate::runtime::go::gopclntab::GoTable;
+use crate::runtime::go::unwind::{go_callback_switch, go_cgo_calls};
+use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindContext, UnwindSection};
+use object::{Object, ObjectSection};
+use rig_ebpf::abi::unwind_cfa;
 
 #[test]
 fn recognises_the_plt_expression() {
@@ -12,8 +21,10 @@ fn recognises_the_plt_expression() {
 #[test]
 fn libc_has_rows_for_its_functions() {
     let maps = ProcMaps::read(std::process::id()).unwrap();
-    let libc = maps.libc_path().expect("the test binary maps libc");
-    let t = build_module(Path::new(&libc)).unwrap();
+    let libc = crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .expect("the test binary maps libc");
+    let t = build_module(&libc, Path::new(&libc)).unwrap();
     assert!(t.rows.len() > 1000, "libc rows: {}", t.rows.len());
     assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
 }
@@ -78,8 +89,10 @@ fn the_bucket_index_brackets_the_covering_row() {
 #[test]
 fn every_libc_address_finds_the_row_a_linear_scan_finds() {
     let maps = ProcMaps::read(std::process::id()).unwrap();
-    let libc = maps.libc_path().expect("the test binary maps libc");
-    let t = build_module(Path::new(&libc)).unwrap();
+    let libc = crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .expect("the test binary maps libc");
+    let t = build_module(&libc, Path::new(&libc)).unwrap();
     let (first, last) = (t.rows[0].pc, t.rows.last().unwrap().pc);
     for v in (first..last + 64).step_by(61) {
         let n = t.rows.partition_point(|r| r.pc <= v);
@@ -206,7 +219,9 @@ fn modules_with_eh_frame() -> &'static [WithEhFrame; 2] {
     static MODULES: std::sync::OnceLock<[WithEhFrame; 2]> = std::sync::OnceLock::new();
     MODULES.get_or_init(|| {
         let maps = ProcMaps::read(std::process::id()).unwrap();
-        let libc = maps.libc_path().expect("the test binary maps libc");
+        let libc = crate::runtime::c_library(maps.pid, &maps)
+            .map(|c| c.0)
+            .expect("the test binary maps libc");
         [
             with_eh_frame(rig_fixtures::calib_server()),
             with_eh_frame(Path::new(&libc)),
@@ -221,7 +236,7 @@ fn unwind_tables_of_mutated_eh_frames_never_panic() {
     for (elf, eh) in modules {
         assert!(!eh.is_empty());
         // Each unmutated file builds a table: the mutations start from real ones.
-        check_table(&module_of(elf).unwrap());
+        check_table(&module_of("", elf).unwrap());
     }
     let edits = prop::collection::vec((any::<usize>(), any::<u8>(), any::<bool>()), 1..48);
     fuzz(
@@ -248,7 +263,7 @@ fn unwind_tables_of_mutated_eh_frames_never_panic() {
                 1 => b.truncate(eh.start + cut % eh.len()),
                 _ => {}
             }
-            if let Ok(t) = module_of(&b) {
+            if let Ok(t) = module_of("", &b) {
                 check_table(&t);
             }
         },
@@ -264,7 +279,7 @@ fn unwind_tables_of_arbitrary_and_mutated_elf_bytes_never_panic() {
         |tail| {
             let mut data = b"\x7fELF\x02\x01\x01\0".to_vec();
             data.extend(tail);
-            if let Ok(t) = module_of(&data) {
+            if let Ok(t) = module_of("", &data) {
                 check_table(&t);
             }
         },
@@ -286,7 +301,7 @@ fn unwind_tables_of_arbitrary_and_mutated_elf_bytes_never_panic() {
                 };
                 b[i] = byte;
             }
-            if let Ok(t) = module_of(&b) {
+            if let Ok(t) = module_of("", &b) {
                 check_table(&t);
             }
         },
@@ -300,7 +315,7 @@ fn unwind_tables_of_arbitrary_and_mutated_elf_bytes_never_panic() {
 fn musls_signal_return_and_clone_get_no_rows_and_its_other_functions_do() {
     use object::ObjectSymbol;
     let elf = std::fs::read(rig_fixtures::calib_server_static("musl")).unwrap();
-    let t = module_of(&elf).unwrap();
+    let t = module_of("", &elf).unwrap();
     let file = object::File::parse(&*elf).unwrap();
     // (start, size), a hand-written one (`__clone`) up to the next symbol.
     let at = |name: &str| {
@@ -368,7 +383,7 @@ fn stack_height_analysis_of_arbitrary_code_and_mutated_musl_programs_never_panic
         off as usize..(off + size) as usize
     };
     let (text, symtab) = (range(".text"), range(".symtab"));
-    check_table(&module_of(&elf).unwrap());
+    check_table(&module_of("", &elf).unwrap());
     fuzz(
         "stack_height_analysis_of_mutated_musl_programs",
         prop::collection::vec((any::<bool>(), any::<usize>(), any::<u8>()), 1..48),
@@ -378,7 +393,7 @@ fn stack_height_analysis_of_arbitrary_code_and_mutated_musl_programs_never_panic
                 let r = if in_text { &text } else { &symtab };
                 b[r.start + at % r.len()] = byte;
             }
-            if let Ok(t) = module_of(&b) {
+            if let Ok(t) = module_of("", &b) {
                 check_table(&t);
             }
         },
@@ -678,7 +693,9 @@ fn no_row_covers_a_poisoned_byte() {
 #[test]
 fn stack_height_analysis_agrees_with_the_eh_frame_of_libc() {
     let maps = ProcMaps::read(std::process::id()).unwrap();
-    let libc = maps.libc_path().expect("the test binary maps libc");
+    let libc = crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .expect("the test binary maps libc");
     let data = std::fs::read(&libc).unwrap();
     let obj = object::File::parse(&*data).unwrap();
     let eh = obj.section_by_name(".eh_frame").unwrap();
@@ -776,7 +793,7 @@ fn go_clone_ends_the_childs_stack_and_unwinds_the_parents() {
         f.entry + i as u64 + 7
     };
     let (clone_ret, gettid_ret) = (after(56), after(186));
-    let t = module_of(&data).unwrap();
+    let t = module_of("", &data).unwrap();
     let covering = |pc: u64| t.rows[t.rows.partition_point(|r| r.pc <= pc) - 1];
     let parent = covering(clone_ret);
     assert_eq!(
@@ -823,7 +840,7 @@ fn cgo_switches_get_rows_that_lead_back_to_the_other_stack() {
         let bytes = text.data().unwrap();
         (sym.address(), &bytes[off..off + sym.size() as usize])
     };
-    let t = build_module(&path).unwrap();
+    let t = build_module(&path.display().to_string(), &path).unwrap();
 
     let (body, body_code) = code("runtime.asmcgocall.abi0");
     let calls = go_cgo_calls(body_code);
@@ -894,7 +911,7 @@ fn the_entry_point_of_an_executable_ends_the_walk() {
         let (lo, hi) = entry_point_rows(&obj, &data, &segments)
             .unwrap_or_else(|| panic!("{}: no entry rows", path.display()));
         assert_eq!(lo, obj.entry());
-        let t = module_of(&data).unwrap();
+        let t = module_of("", &data).unwrap();
         // The walk looks up a return address's call instruction: hi - 1.
         for v in [lo, hi - 1] {
             assert_eq!(
@@ -907,7 +924,12 @@ fn the_entry_point_of_an_executable_ends_the_walk() {
     }
     // A shared library's entry point is not a process's first frame.
     let maps = ProcMaps::read(std::process::id()).unwrap();
-    let libc = std::fs::read(maps.libc_path().unwrap()).unwrap();
+    let libc = std::fs::read(
+        crate::runtime::c_library(maps.pid, &maps)
+            .map(|c| c.0)
+            .unwrap(),
+    )
+    .unwrap();
     let obj = object::File::parse(&*libc).unwrap();
     assert_eq!(entry_point_rows(&obj, &libc, &exec_segments(&obj)), None);
 }

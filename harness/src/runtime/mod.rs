@@ -1,0 +1,520 @@
+//! The one place that knows each runtime a server's code is written for:
+//! one file per runtime, behind one interface ([`Runtime`]), as a profiler
+//! keeps one unwinder per language.
+//!
+//! In: a mapped module (its path as in maps, its ELF facts, its bytes).
+//! Out: its [`ModuleKind`], decided once, and the runtimes whose code it
+//! holds ([`runtimes`]), each answering for that code: the allocator entry
+//! points it provides, whether return probes may go in it, which unwind
+//! rows it needs beyond `.eh_frame` and how code without rows is read,
+//! which of its frames are wrappers a user site lies past, and why a stack
+//! ending in it with no row ends there. `probe`, `symbolize` and `report`
+//! ask here; none of them branches on a runtime itself.
+//!
+//! | file | code | entry points | unwinding | naming |
+//! |---|---|---|---|---|
+//! | `glibc` | glibc's libc.so | malloc & co | `.eh_frame` | `.symtab`, DWARF, debuglink |
+//! | `static_glibc` | an executable with glibc linked in | the same names, in the executable | `.eh_frame` | as glibc |
+//! | `musl` | musl's libc.so, or a static musl executable | malloc & co | the stack height analysis of its machine code | as glibc |
+//! | `go` | Go code | `runtime.mallocgc`, GC cycles; never a return probe | `.gopclntab`'s pcsp tables | `.gopclntab` |
+//! | `native` | other ELF code: jemalloc, tcmalloc, mimalloc, Rust's shims, libstdc++ | each allocator's own names | `.eh_frame` | as glibc |
+//! | `cpython` | CPython's allocation APIs | PyObject_/PyMem_ | `.eh_frame` | as glibc |
+//! | `v8` | V8's embedded builtins | none | frame-pointer rows after their prologue | as glibc |
+//! | `jit` | anonymous executable memory | none | none: a stack ends there, marked | `/tmp/perf-PID.map` |
+//!
+//! Adding a runtime is one new file here and one line in [`ALL`].
+
+pub mod alloc;
+pub mod cpython;
+pub mod glibc;
+pub mod go;
+pub mod jit;
+pub mod musl;
+pub mod native;
+pub mod static_glibc;
+pub mod v8;
+
+use std::path::Path;
+
+use anyhow::Result;
+use rig_ebpf::abi::UnwindRow;
+use serde::Serialize;
+
+use crate::elf::{ElfFacts, SymbolInfo};
+use crate::process::maps::{basename, Mapping, ProcMaps};
+use alloc::{AllocFamily, Entry};
+use go::gopclntab::GoVersion;
+
+pub use jit::PerfMap;
+
+/// Which C library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Libc {
+    Glibc,
+    Musl,
+}
+
+impl std::fmt::Display for Libc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Libc::Glibc => "glibc",
+            Libc::Musl => "musl",
+        })
+    }
+}
+
+/// The kind of code one mapped module holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ModuleKind {
+    /// The C library as a shared object.
+    CLibrary { libc: Libc },
+    /// An executable that carries its own C library (linked statically).
+    StaticC { libc: Libc },
+    /// Go code (an executable, or a c-shared library), with the version
+    /// its build info names (`None`: none recorded).
+    Go { version: Option<GoVersion> },
+    /// Other native code (C, C++, Rust over a dynamic C library).
+    Native,
+    /// Anonymous executable memory: code a JIT compiler wrote.
+    Jit,
+}
+
+impl ModuleKind {
+    /// The kind of a module from its ELF facts and path as in maps (a Go
+    /// module without its version: [`ModuleKind::of_file`] reads it).
+    pub fn of(path: &str, facts: &ElfFacts) -> ModuleKind {
+        if go::holds_go(facts) {
+            return ModuleKind::Go { version: None };
+        }
+        let libc = glibc::is_glibc(facts)
+            .then_some(Libc::Glibc)
+            .or_else(|| musl::is_musl(facts).then_some(Libc::Musl));
+        let defines = |s: &str| facts.lookup_symbol(s).is_some();
+        match libc {
+            Some(libc) if is_shared_c_library_name(path) => ModuleKind::CLibrary { libc },
+            Some(libc) if defines("malloc") && defines("__libc_start_main") => {
+                ModuleKind::StaticC { libc }
+            }
+            _ => ModuleKind::Native,
+        }
+    }
+
+    /// The kind of the module mapped as `path`, read from the file at
+    /// `open` (parsed once per file): a Go module with its version.
+    pub fn of_file(path: &str, open: &Path) -> Result<ModuleKind> {
+        let facts = ElfFacts::shared(open)?;
+        Ok(match ModuleKind::of(path, &facts) {
+            ModuleKind::Go { .. } => ModuleKind::Go {
+                version: go::version(open),
+            },
+            k => k,
+        })
+    }
+
+    /// The kind of one mapping of `maps`; `None` for data and pseudo
+    /// mappings (`[heap]`, `[vdso]`...) and unreadable files.
+    pub fn of_mapping(maps: &ProcMaps, m: &Mapping) -> Option<ModuleKind> {
+        if jit::is_jit_code(m) {
+            return Some(ModuleKind::Jit);
+        }
+        let path = m.path.as_deref().filter(|_| m.is_file_backed())?;
+        ModuleKind::of_file(path, &maps.mapped_file(m)).ok()
+    }
+
+    /// The kind of the module mapped as `path` in `maps` (its file as
+    /// mapped, parsed once).
+    pub fn of_path(maps: &ProcMaps, path: &str) -> Option<ModuleKind> {
+        ModuleKind::of_file(path, &maps.readable_path(path)).ok()
+    }
+}
+
+/// A shared C library by its file name, as distributions install it:
+/// glibc's `libc.so.6`, musl's `libc.musl-x86_64.so.1` (Alpine) or
+/// `ld-musl-x86_64.so.1` (musl's libc.so is its dynamic linker too, and
+/// Alpine maps it under that name alone).
+fn is_shared_c_library_name(path: &str) -> bool {
+    let b = basename(path);
+    b.starts_with("libc.so") || b.starts_with("libc.musl") || b.starts_with("ld-musl")
+}
+
+/// One module as the runtimes read it.
+pub struct Module<'a> {
+    pub kind: ModuleKind,
+    pub facts: &'a ElfFacts,
+}
+
+/// A module's code as unwind rows are made from it: the parsed object,
+/// its bytes and its executable segments (file offset, size, virtual
+/// address), each within the bytes.
+pub struct Code<'a> {
+    pub obj: &'a object::File<'a>,
+    pub data: &'a [u8],
+    pub segments: &'a [(u64, u64, u64)],
+}
+
+impl Code<'_> {
+    /// The bytes of the code at virtual addresses `start..end`, when one
+    /// segment holds them all.
+    pub fn bytes(&self, start: u64, end: u64) -> Option<&[u8]> {
+        let &(off, _, vaddr) = self
+            .segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= start && end <= vaddr + size)?;
+        let from = usize::try_from(off + (start - vaddr)).ok()?;
+        let to = usize::try_from(off + (end - vaddr)).ok()?;
+        self.data.get(from..to)
+    }
+}
+
+/// How the code of a module that no row covers gets rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Uncovered {
+    /// Code of no known convention (hand-written assembly, code generated
+    /// at build time): rows for each function's entry only.
+    Entries,
+    /// C code entered by calls that keeps rbp as the ABI says: rows from
+    /// the stack height analysis of its machine code.
+    HeightAnalysis {
+        /// Functions that start a stack (a thread's or the process's).
+        tops: &'static [&'static str],
+        /// Functions where rsp holds no frame of a caller's: no rows.
+        no_frame: &'static [&'static str],
+        /// Of those, the ones entered by a return (a signal handler's):
+        /// the byte before such a return address gets no row either.
+        returned_into: &'static [&'static str],
+    },
+}
+
+/// An allocator a runtime's code in a module provides.
+pub enum Allocator {
+    /// Its API, to probe: the family, its entry points, and how rig knows
+    /// it is there (`{module}` stands for the module's file name).
+    Probe {
+        family: AllocFamily,
+        entries: Vec<Entry>,
+        how: String,
+    },
+    /// An allocator rig recognises there and does not probe.
+    Unprobed { allocator: String, why: String },
+}
+
+/// What one runtime knows of its code in a module. Every answer has a
+/// default for code that is not special in that respect.
+pub trait Runtime: Sync {
+    /// Its name, as the report and the notes print it.
+    fn name(&self) -> &'static str;
+
+    /// Whether the module (`kind`, `facts`) holds this runtime's code.
+    fn holds(&self, m: &Module<'_>) -> bool;
+
+    /// The allocator API in the module that can serve `malloc` for the
+    /// whole process (a C library's, jemalloc's...), with its entry points.
+    fn malloc_api(&self, _m: &Module<'_>) -> Option<(AllocFamily, Vec<Entry>)> {
+        None
+    }
+
+    /// Allocators over or beside `malloc` that the module carries (Rust's
+    /// shims, CPython's APIs, Go's heap), and those rig recognises there
+    /// but does not probe.
+    fn allocators(&self, _m: &Module<'_>) -> Vec<Allocator> {
+        Vec::new()
+    }
+
+    /// Where to probe entry point `symbol` of this runtime's code in the
+    /// module at `open`; `None`: the module's ELF symbol is the place.
+    fn entry_point(&self, _open: &Path, _symbol: &str) -> Option<Result<Option<SymbolInfo>>> {
+        None
+    }
+
+    /// Whether a return probe may go in its code.
+    fn return_probes(&self) -> bool {
+        true
+    }
+
+    /// Unwind rows its code needs beyond what `.eh_frame` gives.
+    fn unwind_rows(&self, _code: &Code<'_>) -> Result<Vec<UnwindRow>> {
+        Ok(Vec::new())
+    }
+
+    /// How its code that no row covers gets rows; `None`: not its say.
+    fn uncovered(&self) -> Option<Uncovered> {
+        None
+    }
+
+    /// Whether the code at link-time `vaddr` of the module, in
+    /// `function`, is this runtime's wrapper code: a stack's user site
+    /// lies past it.
+    fn is_wrapper_code(&self, _m: &Module<'_>, _vaddr: u64, _function: Option<&str>) -> bool {
+        false
+    }
+
+    /// Its own table of names for the module at `open`, where it names
+    /// its code itself (Go's function table); `None`: ELF symbols and
+    /// DWARF name it.
+    fn names(&self, _open: &Path) -> Option<std::sync::Arc<dyn CodeNames>> {
+        None
+    }
+
+    /// Prefixes of the names of its functions that stand between the code
+    /// a user can change and a counted event (an allocator's entry points,
+    /// a standard library's internals): a stack's user site lies past
+    /// them. A prefix ending in `*` is the same prefix; one starting with
+    /// `*` matches anywhere in the name.
+    fn wrapper_prefixes(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Prefixes of its own functions through which every allocation of
+    /// its heap passes (Go's `runtime.newobject`, `makeslice`, `growslice`):
+    /// an allocation counted with one of them as its caller names the
+    /// runtime, not the code that asked, and is attributed by user site.
+    fn allocates_through(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// File-name prefixes of its modules whose every frame is such a
+    /// wrapper.
+    fn wrapper_modules(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Why a stack that reaches its code where no row is ends there.
+    fn no_row_reason(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// A function as a runtime's own table names the code at one address:
+/// the physical function, its entry, the instruction's (or outermost
+/// inlined call's) file and line, and the calls inlined there, innermost
+/// first (as blazesym gives C's).
+pub struct Named {
+    pub function: String,
+    pub entry: u64,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// (function, file, line) of each inlined call, innermost first.
+    pub inlined: Vec<(String, Option<String>, Option<u32>)>,
+}
+
+/// A runtime's table of names for one module's code.
+pub trait CodeNames: Send + Sync {
+    /// The function holding link-time address `vaddr`.
+    fn name_at(&self, vaddr: u64) -> Option<Named>;
+}
+
+/// Every runtime rig knows, in the order their answers are taken (the
+/// first allocator API that can serve malloc wins: an allocator library's
+/// own names before the C library's).
+pub const ALL: &[&dyn Runtime] = &[
+    &go::Go,
+    &native::NativeAllocators,
+    &musl::Musl,
+    &glibc::Glibc,
+    &static_glibc::StaticGlibc,
+    &cpython::Cpython,
+    &v8::V8,
+    &jit::Jit,
+];
+
+/// Every runtime's wrapper prefixes (see [`Runtime::wrapper_prefixes`]):
+/// frames are matched by name wherever their code is mapped.
+pub fn wrapper_prefixes() -> impl Iterator<Item = &'static str> {
+    ALL.iter()
+        .flat_map(|r| r.wrapper_prefixes().iter().copied())
+}
+
+/// Whether `function` is a runtime's own code that every allocation of its
+/// heap passes through (see [`Runtime::allocates_through`]).
+pub fn allocates_through(function: &str) -> bool {
+    ALL.iter()
+        .flat_map(|r| r.allocates_through())
+        .any(|p| function.starts_with(p))
+}
+
+/// Every runtime's wrapper modules (see [`Runtime::wrapper_modules`]).
+pub fn wrapper_modules() -> impl Iterator<Item = &'static str> {
+    ALL.iter().flat_map(|r| r.wrapper_modules().iter().copied())
+}
+
+/// The runtimes whose code module `m` holds.
+pub fn runtimes<'m>(m: &'m Module<'m>) -> impl Iterator<Item = &'static dyn Runtime> + 'm {
+    ALL.iter().copied().filter(move |r| r.holds(m))
+}
+
+/// The allocator API in module `m` that can serve malloc, if any.
+pub fn malloc_api(m: &Module<'_>) -> Option<(AllocFamily, Vec<Entry>)> {
+    runtimes(m).find_map(|r| r.malloc_api(m))
+}
+
+/// How module `m`'s code that no row covers gets rows.
+pub fn uncovered(m: &Module<'_>) -> Uncovered {
+    runtimes(m)
+        .find_map(|r| r.uncovered())
+        .unwrap_or(Uncovered::Entries)
+}
+
+/// Whether the code at `vaddr` of module `m`, in `function`, is a
+/// runtime's wrapper code (the C library's), so a stack's user site lies
+/// past it.
+pub fn is_wrapper_code(m: &Module<'_>, vaddr: u64, function: Option<&str>) -> bool {
+    runtimes(m).any(|r| r.is_wrapper_code(m, vaddr, function))
+}
+
+/// Why a stack ending with no row in module `m` ends there, when its
+/// runtime says.
+pub fn no_row_reason(m: &Module<'_>) -> Option<&'static str> {
+    runtimes(m).find_map(|r| r.no_row_reason())
+}
+
+/// Whether the frame at `module_offset` (a file offset) of the module
+/// mapped as `path` in `maps`, in `function`, is a runtime's wrapper code
+/// (the C library's), so a stack's user site lies past it; a return
+/// address (`returned`) is one past its call, and the call is looked up.
+pub fn is_wrapper_frame(
+    maps: &ProcMaps,
+    path: &str,
+    module_offset: u64,
+    function: Option<&str>,
+    returned: bool,
+) -> bool {
+    let open = maps.readable_path(path);
+    let (Ok(kind), Ok(facts)) = (ModuleKind::of_file(path, &open), ElfFacts::shared(&open)) else {
+        return false;
+    };
+    let m = Module {
+        kind,
+        facts: &facts,
+    };
+    let at = module_offset.saturating_sub(u64::from(returned));
+    facts
+        .file_offset_to_vaddr(at)
+        .is_some_and(|v| is_wrapper_code(&m, v, function))
+}
+
+/// Why a stack walk ended at the frame at `addr` of `maps`: its module's
+/// table has no row there (`no_row`), or it has no table. Each runtime
+/// says why for its code (JIT code has no tables; musl's has rows only
+/// where its stack height is known).
+pub fn stack_end_reason(maps: &ProcMaps, addr: Option<u64>, no_row: bool) -> &'static str {
+    let fallback = if no_row { "no row" } else { "no unwind table" };
+    let Some(mapping) = addr.and_then(|a| maps.find(a)) else {
+        return fallback;
+    };
+    let Some(kind) = ModuleKind::of_mapping(maps, mapping) else {
+        return fallback;
+    };
+    let facts = match mapping.path.as_deref() {
+        Some(_) if kind != ModuleKind::Jit => {
+            ElfFacts::shared(&maps.mapped_file(mapping)).unwrap_or_default()
+        }
+        _ => std::sync::Arc::new(ElfFacts::default()),
+    };
+    let m = Module {
+        kind,
+        facts: &facts,
+    };
+    match no_row_reason(&m) {
+        // A module with no table at all: only code without any (JIT) says
+        // why.
+        Some(why) if no_row || kind == ModuleKind::Jit => why,
+        _ => fallback,
+    }
+}
+
+/// The runtime's own names for module `m` at `open`, where its runtime
+/// names its code itself.
+pub fn names(m: &Module<'_>, open: &Path) -> Option<std::sync::Arc<dyn CodeNames>> {
+    runtimes(m).find_map(|r| r.names(open))
+}
+
+/// Where to probe `symbol` in the module at `open` (of `kind`): where its
+/// runtime says, else its ELF symbol.
+pub fn entry_point(open: &Path, kind: ModuleKind, symbol: &str) -> Result<Option<SymbolInfo>> {
+    let facts = ElfFacts::shared(open)?;
+    let m = Module {
+        kind,
+        facts: &facts,
+    };
+    if let Some(found) = runtimes(&m).find_map(|r| r.entry_point(open, symbol)) {
+        return found;
+    }
+    Ok(facts.lookup_symbol(symbol))
+}
+
+/// The module that holds the process's C library, as in maps, with its
+/// kind: the one rule for "which mapping is the C library". The shared
+/// C library when one is mapped (glibc's libc.so, musl's libc.so under any
+/// of its names), else the executable when it carries its C library
+/// linked in (`ModuleKind::StaticC`).
+pub fn c_library(pid: u32, maps: &ProcMaps) -> Option<(String, ModuleKind)> {
+    let shared = maps.objects().into_iter().find_map(|o| {
+        if !is_shared_c_library_name(&o.path) {
+            return None;
+        }
+        match ModuleKind::of_path(maps, &o.path)? {
+            k @ ModuleKind::CLibrary { .. } => Some((o.path, k)),
+            _ => None,
+        }
+    });
+    if shared.is_some() {
+        return shared;
+    }
+    let exe = maps.exe(pid)?;
+    match ModuleKind::of_path(maps, &exe)? {
+        k @ ModuleKind::StaticC { .. } => Some((exe, k)),
+        _ => None,
+    }
+}
+
+/// A row with a rule that needs no offsets (`END`, `NONE`, `GO_CGO`).
+pub fn marker(pc: u64, cfa: u8) -> UnwindRow {
+    UnwindRow {
+        pc,
+        cfa,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_c_library_and_a_plain_program_are_told_apart() {
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let facts = ElfFacts::load(Path::new(libc)).unwrap();
+        assert_eq!(
+            ModuleKind::of(libc, &facts),
+            ModuleKind::CLibrary { libc: Libc::Glibc }
+        );
+        let exe = std::env::current_exe().unwrap();
+        let facts = ElfFacts::load(&exe).unwrap();
+        assert_eq!(
+            ModuleKind::of(&exe.display().to_string(), &facts),
+            ModuleKind::Native
+        );
+    }
+
+    #[test]
+    fn the_c_library_of_this_process_is_its_libc_so() {
+        let maps = ProcMaps::read(std::process::id()).unwrap();
+        let (path, kind) = c_library(std::process::id(), &maps).unwrap();
+        assert!(basename(&path).starts_with("libc.so"), "{path}");
+        assert_eq!(kind, ModuleKind::CLibrary { libc: Libc::Glibc });
+    }
+
+    #[test]
+    fn musls_shared_library_is_the_c_library_under_each_of_its_names() {
+        for p in [
+            "/lib/ld-musl-x86_64.so.1",
+            "/lib/libc.musl-x86_64.so.1",
+            "/usr/lib/x86_64-linux-musl/libc.so",
+        ] {
+            assert!(is_shared_c_library_name(p), "{p}");
+        }
+        assert!(!is_shared_c_library_name("/usr/lib/libcurl.so.4"));
+    }
+}
