@@ -211,6 +211,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "report",
             "scenario",
             "session",
+            "stats",
             "window",
         ],
     ),
