@@ -100,6 +100,35 @@ pub const ALLOC_ENTRY_MASK: u32 = 0x7fff;
 /// `ALLOC_COOKIE_NO_RETURN` (alloc.h): cookie bit of an entry point with no
 /// uretprobe (its calls never become a thread's outer call).
 pub const ALLOC_COOKIE_NO_RETURN: u32 = 1 << 8;
+
+/// The `arg` of an allocation's stack key (alloc.bpf.c): `inner << 31 |
+/// entry << 16 | kind << 8 | size class`, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocStackArg {
+    /// Made inside another allocator call.
+    pub inner: bool,
+    /// The attach cookie it came from: `kind | entry << ALLOC_ENTRY_SHIFT`.
+    pub cookie: u32,
+    /// The size class (`ALLOC_CLASS_NULL_FREE & 0xff`: a free of NULL).
+    pub class: u32,
+}
+
+impl AllocStackArg {
+    pub fn decode(arg: u32) -> AllocStackArg {
+        let kind = (arg >> 8) & ALLOC_KIND_MASK;
+        let entry = (arg >> 16) & ALLOC_ENTRY_MASK;
+        AllocStackArg {
+            inner: arg >> 31 == 1,
+            cookie: kind | entry << ALLOC_ENTRY_SHIFT,
+            class: arg & 0xff,
+        }
+    }
+
+    /// The allocation kind (`alloc_kind`).
+    pub fn kind(self) -> u32 {
+        self.cookie & ALLOC_KIND_MASK
+    }
+}
 /// `ALLOC_FLAG_INNER` (alloc.h): `AllocKey::flags` bit of a call made inside
 /// another allocator call.
 pub const ALLOC_FLAG_INNER: u32 = 1;

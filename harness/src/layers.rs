@@ -70,7 +70,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // report.html of an output directory, from its files.
-    ("html", &["fsutil", "load", "metrics", "scenario"]),
+    ("html", &["fsutil", "load", "metrics", "scenario", "stats"]),
     // The fixed-count window.
     (
         "window",

@@ -57,16 +57,6 @@ fn metrics(c: &Value) -> Vec<(&'static str, Option<f64>)> {
     m
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// (points, band) of one metric over the sweep's x values.
 fn curve(by_x: &BTreeMap<u64, Vec<&Value>>, metric: &str) -> Option<(Vec<[f64; 2]>, Vec<Value>)> {
     let mut pts = Vec::new();
@@ -81,7 +71,10 @@ fn curve(by_x: &BTreeMap<u64, Vec<&Value>>, metric: &str) -> Option<(Vec<[f64; 2
         if v.is_empty() {
             continue;
         }
-        let med = median(&mut v);
+        v.sort_by(f64::total_cmp);
+        let Some(med) = crate::stats::median(&v) else {
+            continue;
+        };
         pts.push([x, med]);
         band.push(json!([x, v[0], v[v.len() - 1]]));
     }

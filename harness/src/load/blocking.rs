@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -27,38 +27,26 @@ pub struct H1Target {
 }
 
 impl H1Target {
-    /// Parse `http://HOST:PORT/PATH`; only loopback addresses are accepted.
+    /// Parse `http://HOST:PORT/PATH`; only loopback addresses are accepted
+    /// (`load::url`, the one parser of `--drive`'s URLs).
     pub fn parse(url: &str) -> Result<H1Target, LoadError> {
-        let bad = |why: &str| LoadError::BadUrl {
-            url: url.to_string(),
-            why: why.to_string(),
-        };
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("only http:// URLs are supported here"))?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        if !authority.contains(':') {
-            return Err(bad("give the port explicitly, e.g. http://127.0.0.1:8080/"));
-        }
-        let addr = authority
-            .to_socket_addrs()
-            .map_err(|e| bad(&format!("cannot resolve {authority}: {e}")))?
-            .next()
-            .ok_or_else(|| bad("resolves to no address"))?;
-        if !addr.ip().is_loopback() {
-            return Err(LoadError::NotLoopback {
+        let u = super::url::Url::parse(url)?;
+        if u.tls {
+            return Err(LoadError::BadUrl {
                 url: url.to_string(),
-                addr,
+                why: "only http:// URLs are supported here".to_string(),
             });
         }
+        // The Host header: the authority as written, brackets kept for IPv6.
+        let host = match u.host.contains(':') {
+            true => format!("[{}]:{}", u.host, u.addr.port()),
+            false => format!("{}:{}", u.host, u.addr.port()),
+        };
         Ok(H1Target {
-            url: url.to_string(),
-            addr,
-            host: authority.to_string(),
-            path: path.to_string(),
+            url: u.url,
+            addr: u.addr,
+            host,
+            path: u.path,
         })
     }
 }

@@ -93,25 +93,25 @@ pub fn split_case(name: &str) -> (Option<&str>, &str) {
     }
 }
 
-pub(crate) const SITE_KINDS: &[&str] = &[
-    "malloc",
-    "calloc",
-    "realloc",
-    "free",
-    "posix_memalign",
-    "memalign",
-    "aligned_alloc",
-    "valloc",
-    "pvalloc",
-    "operator new",
-    "operator new[]",
-    "operator delete",
-    "operator delete[]",
-    "memcpy",
-    "memmove",
-    "mempcpy",
-    "memset",
-];
+/// The kinds a per-site counter names (`KIND calls @ SITE`): the C
+/// allocation API, C++'s operators and the copy APIs, as the report names
+/// them.
+pub(crate) fn site_kinds() -> Vec<&'static str> {
+    use rig_ebpf::abi::alloc_kind as k;
+    let mut v: Vec<&'static str> = crate::runtime::alloc::C_NAMES.to_vec();
+    v.extend(
+        [
+            k::CXX_NEW,
+            k::CXX_NEW_ARRAY,
+            k::CXX_DELETE,
+            k::CXX_DELETE_ARRAY,
+        ]
+        .map(crate::runtime::alloc::kind_name),
+    );
+    v.extend(crate::probe::attach::COPY_APIS);
+    v.extend(crate::probe::attach::JOINS_COPIES);
+    v
+}
 
 pub(crate) fn is_site(name: &str) -> bool {
     let name = split_case(name).1;
@@ -146,7 +146,7 @@ pub fn check_counter_name(name: &str) -> Result<(), String> {
         {
             // Copy kinds name the APIs sharing one implementation: `memcpy/memmove`.
             k.split('/').all(|part| {
-                SITE_KINDS.contains(&part)
+                site_kinds().contains(&part)
                     || crate::runtime::alloc::entry_names()
                         .iter()
                         .any(|n| n == part)
@@ -170,7 +170,7 @@ pub fn check_counter_name(name: &str) -> Result<(), String> {
          `syscall NAME @ SITE`, `EVENT stack calls @ SITE < CALLER < CALLER`, `EVENT stack bytes @ …`, \
          `Ir @ FUNCTION` (self instructions, callgrind); with several cases, `CASE: COUNTER`",
         totals().collect::<Vec<_>>().join(", "),
-        SITE_KINDS.join(", ")
+        site_kinds().join(", ")
     ))
 }
 

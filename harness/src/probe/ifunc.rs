@@ -42,16 +42,6 @@ pub fn read_u64(pid: u32, addr: u64) -> Result<u64> {
     Ok(u64::from_ne_bytes(buf))
 }
 
-/// The main executable's path as it appears in maps.
-fn exe_path_in_maps(pid: u32, maps: &ProcMaps) -> Option<String> {
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-    let exe = exe.to_string_lossy().into_owned();
-    maps.objects()
-        .into_iter()
-        .map(|o| o.path)
-        .find(|p| *p == exe)
-}
-
 /// The function at `off` in `lib_file`, by its debug info; remembered for
 /// the life of rig (each process of a tree resolves the same copy routines,
 /// and reading libc's DWARF is the slow part of attaching).
@@ -142,7 +132,7 @@ pub fn resolve_ifunc(pid: u32, maps: &ProcMaps, lib_path: &str, api: &str) -> Re
     // 2. the executable's GOT entry for api.
     let mut exe_hit: Option<(String, u64, u64, (u64, u64))> = None; // (exe, slot, value, (off, vaddr))
     let mut exe_note = String::new();
-    if let Some(exe) = exe_path_in_maps(pid, maps) {
+    if let Some(exe) = maps.exe(pid) {
         if exe != lib_path {
             if let Ok(exe_facts) = ElfFacts::shared(&maps.readable_path(&exe)) {
                 if let Some(exe_base) = load_base(maps, &exe, &exe_facts) {

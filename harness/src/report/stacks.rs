@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use rig_ebpf::abi::{stack_flag, stack_what, StackKey, UStack, ALLOC_CLASS_NULL_FREE};
+use rig_ebpf::abi::{
+    stack_flag, stack_what, AllocStackArg, StackKey, UStack, ALLOC_CLASS_NULL_FREE,
+};
 use serde::Serialize;
 
 use crate::probe::{syscall_name, AllocEntry, CopyImpl, Family, Window};
@@ -17,23 +19,14 @@ use crate::process::maps::basename;
 use crate::runtime;
 use crate::symbolize::{AddrKind, Site, Symbolizer};
 
-/// C allocator and copy entry points, matched exactly (a prefix would catch
-/// `freeaddrinfo`).
-const WRAPPER_NAMES: &[&str] = &[
-    "malloc",
-    "calloc",
-    "realloc",
-    "free",
-    "cfree",
-    "posix_memalign",
-    "memalign",
-    "aligned_alloc",
-    "valloc",
-    "pvalloc",
-    "memcpy",
-    "memmove",
-    "memset",
-];
+/// Whether `f` is a C allocator or copy entry point, matched exactly (a
+/// prefix would catch `freeaddrinfo`): the C API's names, glibc's `cfree`,
+/// the copy APIs.
+fn is_c_api_name(f: &str) -> bool {
+    crate::runtime::alloc::C_NAMES.contains(&f)
+        || f == "cfree"
+        || crate::probe::attach::COPY_APIS.contains(&f)
+}
 
 /// Pseudo modules whose every frame is a wrapper: the kernel's vDSO
 /// (clock_gettime's code, between its caller and the system call it falls
@@ -82,7 +75,7 @@ impl Wrappers {
         let Some(f) = site.function.as_deref() else {
             return false;
         };
-        if WRAPPER_NAMES.contains(&f) {
+        if is_c_api_name(f) {
             return true;
         }
         let bare = f
@@ -317,10 +310,10 @@ impl StackSection {
 /// made it.
 fn made_inside_another_alloc(k: &StackKey, user: Option<&StackFrames>) -> bool {
     k.what == stack_what::ALLOC
-        && (k.arg >> 31 == 1
-            || user
-                .and_then(|s| s.frames.get(1))
-                .is_some_and(|caller| super::is_inner_alloc((k.arg >> 8) & 0xff, caller)))
+        && (AllocStackArg::decode(k.arg).inner
+            || user.and_then(|s| s.frames.get(1)).is_some_and(|caller| {
+                super::is_inner_alloc(AllocStackArg::decode(k.arg).kind(), caller)
+            }))
 }
 
 fn name_stack(
@@ -393,8 +386,8 @@ pub fn event_name(
 ) -> (String, Option<u32>) {
     match what {
         stack_what::ALLOC => {
-            let cookie = ((arg >> 16) & 0x7fff) << 16 | ((arg >> 8) & 0xff);
-            let class = arg & 0xff;
+            let a = AllocStackArg::decode(arg);
+            let (cookie, class) = (a.cookie, a.class);
             let null = class == (ALLOC_CLASS_NULL_FREE & 0xff);
             (
                 super::alloc_call(cookie, alloc_entries).1,

@@ -99,18 +99,10 @@ pub struct Report<'a> {
     pub groups: Vec<Group>,
 }
 
+/// The median of the finite values of `v` (`None` without one).
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+    crate::stats::median(&v)
 }
 
 pub fn groups(results: &[CaseResult]) -> Vec<Group> {

@@ -41,6 +41,7 @@ use crate::runtime::alloc::AllocFamily;
 mod follow;
 mod programs;
 mod uprobes;
+pub use uprobes::{COPY_APIS, JOINS_COPIES};
 
 use follow::follow;
 use programs::*;

@@ -5,13 +5,13 @@ use super::*;
 use crate::runtime::alloc::Entry;
 
 /// The copy family's APIs, resolved through their IFUNCs.
-const COPY_APIS: [&str; 3] = ["memcpy", "memmove", "memset"];
+pub const COPY_APIS: [&str; 3] = ["memcpy", "memmove", "memset"];
 
 /// The copy APIs whose implementations may be counted by another's probe
 /// when they jump into it (`placement::Join`): mempcpy copies as memmove
 /// does, with the same arguments, and returns dest + n. Counted when the C
 /// library has them (a libc without mempcpy copies nothing through it).
-pub(super) const JOINS_COPIES: [&str; 1] = ["mempcpy"];
+pub const JOINS_COPIES: [&str; 1] = ["mempcpy"];
 
 /// The implementations of [`JOINS_COPIES`] the process `pid` runs.
 pub(super) fn copy_joiners(
