@@ -184,7 +184,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "compare",
         &[
-            "exit", "fsutil", "funchash", "gitfacts", "html", "launch", "stats",
+            "exit", "fsutil", "funchash", "gitfacts", "html", "launch", "metrics", "stats",
         ],
     ),
     (

@@ -200,11 +200,12 @@ pub struct CaseResult {
 }
 
 impl CaseResult {
-    pub fn skipped(case: &Case, why: String) -> CaseResult {
+    /// A result of `case` with no pass run yet.
+    fn new(case: &Case, status: Status, reasons: Vec<String>) -> CaseResult {
         CaseResult {
             case: case.clone(),
-            status: Status::Skipped,
-            reasons: vec![why],
+            status,
+            reasons,
             warnings: Vec::new(),
             memory: None,
             memslope: None,
@@ -216,6 +217,10 @@ impl CaseResult {
             elapsed_ms: 0,
             objects: None,
         }
+    }
+
+    pub fn skipped(case: &Case, why: String) -> CaseResult {
+        CaseResult::new(case, Status::Skipped, vec![why])
     }
 }
 
@@ -349,21 +354,7 @@ fn run_passes(
     sym: &mut Symbolizer,
 ) -> CaseResult {
     let t0 = Instant::now();
-    let mut res = CaseResult {
-        case: case.clone(),
-        status: Status::Ok,
-        reasons: Vec::new(),
-        warnings: Vec::new(),
-        memory: None,
-        memslope: None,
-        recovery: None,
-        soak: None,
-        live: None,
-        clean: None,
-        counted: None,
-        elapsed_ms: 0,
-        objects: None,
-    };
+    let mut res = CaseResult::new(case, Status::Ok, Vec::new());
     let spec = match spec_for(case, spec, tls) {
         Ok(s) => s,
         Err(why) => return CaseResult::skipped(case, why),

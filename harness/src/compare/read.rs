@@ -14,6 +14,8 @@ use serde_json::Value;
 
 use super::series::Kind;
 use crate::gitfacts::GitFacts;
+use crate::metrics::names::PER_REQUEST;
+use crate::metrics::per_request;
 
 /// One target of one result directory.
 #[derive(Clone, Debug)]
@@ -316,23 +318,6 @@ const TIMING: &[(&str, &str)] = &[
     ("idle RSS KiB", "/memory/proc/rss_kib"),
 ];
 
-/// The counted pass's per-request totals: (schema field, name, exact?).
-/// Context switches and contention depend on scheduling, not on the code
-/// alone: they get a band like timing.
-const PER_REQUEST: &[(&str, &str, bool)] = &[
-    ("syscalls", "syscalls/req", true),
-    ("allocations", "allocs/req", true),
-    ("alloc_bytes", "alloc bytes/req", true),
-    ("frees", "frees/req", true),
-    ("copy_bytes", "copy bytes/req", true),
-    ("copy_calls", "copy calls/req", true),
-    ("lock_acquisitions", "lock acquisitions/req", true),
-    ("page_faults", "page faults/req", true),
-    ("contended", "contended/req", false),
-    ("voluntary_cs", "voluntary cs/req", false),
-    ("involuntary_cs", "involuntary cs/req", false),
-];
-
 /// How the metric `name` (as `rig compare` names it) moves between
 /// readings of one build, and whether the clean pass (no probes) measures
 /// it: the timing totals of the clean pass, the scheduling-dependent
@@ -342,8 +327,8 @@ pub fn kind_of(name: &str) -> (Kind, bool) {
     if TIMING.iter().any(|(n, _)| *n == name) {
         return (Kind::Timing, true);
     }
-    match PER_REQUEST.iter().find(|(_, n, _)| *n == name) {
-        Some((_, _, false)) => (Kind::Timing, false),
+    match PER_REQUEST.iter().find(|t| t.name == name) {
+        Some(t) if !t.exact => (Kind::Timing, false),
         _ => (Kind::Exact, false),
     }
 }
@@ -357,11 +342,11 @@ fn round(c: &Value) -> Round {
         }
     }
     let per = &c["counted"]["per_request"];
-    for (field, name, exact) in PER_REQUEST {
-        if let Some(v) = per[field].as_f64() {
-            let kind = if *exact { Kind::Exact } else { Kind::Timing };
+    for t in &PER_REQUEST {
+        if let Some(v) = per[t.field].as_f64() {
+            let kind = if t.exact { Kind::Exact } else { Kind::Timing };
             r.values.insert(
-                name.to_string(),
+                t.name.to_string(),
                 Metric {
                     value: v,
                     kind,
@@ -370,14 +355,11 @@ fn round(c: &Value) -> Round {
             );
         }
     }
-    for (family, field) in [
-        ("alloc", "allocations"),
-        ("copy", "copy_calls"),
-        ("syscalls", "syscalls"),
-        ("faults", "page_faults"),
-    ] {
-        if per[field].is_number() {
-            r.families.insert(family);
+    // A family whose totals the pass has: its sites absent from the round
+    // are 0 there.
+    for t in &PER_REQUEST {
+        if per[t.field].is_number() {
+            r.families.insert(t.family);
         }
     }
     let a = &c["counted"]["attribution"];
@@ -390,7 +372,7 @@ fn round(c: &Value) -> Round {
             kind: Kind::Exact,
             family: Some(family),
         });
-        e.value += count as f64 / requests as f64;
+        e.value += per_request(count, Some(requests)).unwrap_or(0.0);
     };
     let rows = |k: &str| a[k].as_array().cloned().unwrap_or_default();
     for (family, key) in [("alloc", "alloc"), ("copy", "copy")] {

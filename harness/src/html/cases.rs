@@ -8,12 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::chart;
 use super::flames::Flames;
-use crate::metrics::names::PER_REQUEST_FIELDS;
-
-/// Probe families in the order the page shows them.
-pub const FAMILIES: &[&str] = &[
-    "alloc", "copy", "locks", "syscalls", "faults", "sched", "cpu",
-];
+use crate::metrics::names::{Total, PER_REQUEST};
 
 pub fn slug_of(c: &Value) -> String {
     crate::scenario::slug(c["id"].as_str().unwrap_or_default())
@@ -219,15 +214,15 @@ enum Entry<'a> {
 pub fn matrix<'a>(cases: &'a [Value], parts: &[Part<'a>]) -> Matrix<'a> {
     // The counters any case has, in one pass over the cases: most cases
     // of an interrupted run have no counted pass at all.
-    let mut has = vec![false; PER_REQUEST_FIELDS.len()];
+    let mut has = vec![false; PER_REQUEST.len()];
     for c in cases {
         if let Some(per) = c["counted"]["per_request"].as_object() {
-            for (i, (k, _)) in PER_REQUEST_FIELDS.iter().enumerate() {
-                has[i] |= per.get(*k).is_some_and(Value::is_number);
+            for (i, t) in PER_REQUEST.iter().enumerate() {
+                has[i] |= per.get(t.field).is_some_and(Value::is_number);
             }
         }
     }
-    let counters: Vec<&(&str, &str)> = PER_REQUEST_FIELDS
+    let counters: Vec<&Total> = PER_REQUEST
         .iter()
         .zip(&has)
         .filter_map(|(f, has)| has.then_some(f))
@@ -253,7 +248,7 @@ pub fn matrix<'a>(cases: &'a [Value], parts: &[Part<'a>]) -> Matrix<'a> {
     ] {
         columns.push(column(l, true, false));
     }
-    for (_, l) in &counters {
+    for Total { label: l, .. } in &counters {
         columns.push(column(l, true, true));
     }
     let rows = parts
@@ -284,7 +279,7 @@ pub fn matrix<'a>(cases: &'a [Value], parts: &[Part<'a>]) -> Matrix<'a> {
 }
 
 /// The matrix row of case `c`: its columns in order, then `counters`.
-fn matrix_row<'a>(c: &'a Value, counters: &[&(&str, &str)]) -> Entry<'a> {
+fn matrix_row<'a>(c: &'a Value, counters: &[&Total]) -> Entry<'a> {
     let clean = &c["clean"];
     let lat = &clean["load"]["latency"];
     let rss = clean["server"]["rss_max_kib"]
@@ -318,7 +313,7 @@ fn matrix_row<'a>(c: &'a Value, counters: &[&(&str, &str)]) -> Entry<'a> {
         Cell::num(clean["server"]["cpu_us_per_request"].as_f64()),
         Cell::num(rss),
     ];
-    for (k, _) in counters {
+    for Total { field: k, .. } in counters {
         cells.push(Cell::num(c["counted"]["per_request"][*k].as_f64()));
     }
     Entry::Case {
@@ -554,11 +549,11 @@ pub fn top_sites(counted: &Value, top: usize) -> Vec<Value> {
     }
     let per = n as f64;
     let mut out = Vec::new();
-    let shown = FAMILIES.iter().flat_map(|f| {
-        if *f == "alloc" {
+    let shown = crate::metrics::names::family_names().flat_map(|f| {
+        if f == "alloc" {
             vec!["alloc", "frees"]
         } else {
-            vec![*f]
+            vec![f]
         }
     });
     for fam in shown {

@@ -12,8 +12,6 @@ use anyhow::{Context, Result};
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::cases::FAMILIES;
-
 #[derive(Default)]
 pub struct Flames {
     /// slug → (family, differential, SVG text)
@@ -21,10 +19,9 @@ pub struct Flames {
 }
 
 fn family_rank(f: &str) -> usize {
-    FAMILIES
-        .iter()
-        .position(|x| *x == f)
-        .unwrap_or(FAMILIES.len())
+    crate::metrics::names::family_names()
+        .position(|x| x == f)
+        .unwrap_or(usize::MAX)
 }
 
 /// The root element's height, for the iframe (inferno writes it in px).

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::cases::fmt;
-use crate::metrics::names::PER_REQUEST_FIELDS;
+use crate::metrics::names::PER_REQUEST;
 
 const PARAMS: &[(&str, &str)] = &[
     ("connections", "connections"),
@@ -51,8 +51,8 @@ fn metrics(c: &Value) -> Vec<(&'static str, Option<f64>)> {
         ("p99", us("p99_ns")),
         ("p99.9", us("p999_ns")),
     ];
-    for (k, label) in PER_REQUEST_FIELDS {
-        m.push((label, c["counted"]["per_request"][*k].as_f64()));
+    for t in &PER_REQUEST {
+        m.push((t.label, c["counted"]["per_request"][t.field].as_f64()));
     }
     m
 }
@@ -144,8 +144,8 @@ pub fn sweeps(cases: &[Value], charts: &mut Map<String, Value>) -> Vec<Value> {
                 .flat_map(|m| one(m))
                 .collect();
             add("latency, clean pass".into(), "µs (log)", true, lat);
-            for (_, c) in PER_REQUEST_FIELDS {
-                add(c.to_string(), c, false, one(c));
+            for t in &PER_REQUEST {
+                add(t.label.to_string(), t.label, false, one(t.label));
             }
             let runs: usize = by_x.values().map(Vec::len).sum();
             out.push(json!({

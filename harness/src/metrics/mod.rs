@@ -21,7 +21,6 @@ use serde::Serialize;
 
 use crate::probe::Family;
 use crate::report::Attribution;
-use names::TOTAL_COUNTERS;
 
 /// Per-request counters of the counted pass (exact window differences).
 #[derive(Clone, Debug, Serialize, Default)]
@@ -64,6 +63,25 @@ impl PerRequest {
             involuntary_cs: per(Family::Sched, a.sched.involuntary),
         }
     }
+
+    /// Each total with its value, in the schema's order
+    /// (`names::PER_REQUEST`; the test below checks the two agree).
+    pub fn values(&self) -> [(&'static names::Total, Option<f64>); 11] {
+        let v = [
+            self.syscalls,
+            self.allocations,
+            self.alloc_bytes,
+            self.frees,
+            self.copy_bytes,
+            self.copy_calls,
+            self.lock_acquisitions,
+            self.contended,
+            self.page_faults,
+            self.voluntary_cs,
+            self.involuntary_cs,
+        ];
+        std::array::from_fn(|i| (&names::PER_REQUEST[i], v[i]))
+    }
 }
 
 /// The one per-request division. It is defined in the leaf `stats` so the
@@ -74,20 +92,9 @@ pub use crate::stats::per_request;
 /// and one entry per call site (alloc/copy/faults) and per syscall.
 pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
-    // Same order as TOTAL_COUNTERS; the array lengths are checked by the compiler.
-    let values: [Option<f64>; TOTAL_COUNTERS.len()] = [
-        p.syscalls,
-        p.allocations,
-        p.alloc_bytes,
-        p.frees,
-        p.copy_bytes,
-        p.copy_calls,
-        p.lock_acquisitions,
-        p.page_faults,
-    ];
-    for (k, v) in TOTAL_COUNTERS.iter().zip(values) {
-        if let Some(v) = v {
-            m.insert(k.to_string(), v);
+    for (t, v) in p.values() {
+        if let Some(v) = v.filter(|_| t.exact) {
+            m.insert(t.name.to_string(), v);
         }
     }
     let site = |s: &crate::symbolize::Site| -> String {
@@ -218,10 +225,28 @@ mod tests {
     #[test]
     fn the_per_request_fields_are_the_schema_in_order() {
         let json = serde_json::to_string(&PerRequest::default()).unwrap();
-        let fields: Vec<String> = names::PER_REQUEST_FIELDS
+        let fields: Vec<String> = names::PER_REQUEST
             .iter()
-            .map(|(k, _)| format!("\"{k}\":null"))
+            .map(|t| format!("\"{}\":null", t.field))
             .collect();
         assert_eq!(json, format!("{{{}}}", fields.join(",")));
+        // `values` pairs each field with its own value.
+        let p = PerRequest {
+            syscalls: Some(0.0),
+            allocations: Some(1.0),
+            alloc_bytes: Some(2.0),
+            frees: Some(3.0),
+            copy_bytes: Some(4.0),
+            copy_calls: Some(5.0),
+            lock_acquisitions: Some(6.0),
+            contended: Some(7.0),
+            page_faults: Some(8.0),
+            voluntary_cs: Some(9.0),
+            involuntary_cs: Some(10.0),
+        };
+        let json = serde_json::to_value(&p).unwrap();
+        for (t, v) in p.values() {
+            assert_eq!(json[t.field].as_f64(), v, "{}", t.field);
+        }
     }
 }

@@ -3,35 +3,104 @@
 //! counters, the case prefix a multi-case suite puts in front of them, and
 //! the fields of the per-request schema.
 
-/// Names of the per-request totals [`counted_metrics`] produces, in the
-/// order it fills them: the one list of these names (`rig gate` checks a
-/// baseline's counter names against it).
-pub const TOTAL_COUNTERS: [&str; 8] = [
-    "syscalls/req",
-    "allocs/req",
-    "alloc bytes/req",
-    "frees/req",
-    "copy bytes/req",
-    "copy calls/req",
-    "lock acquisitions/req",
-    "page faults/req",
+/// One per-request total of a counted window.
+#[derive(Clone, Copy, Debug)]
+pub struct Total {
+    /// Its field in the schema (`PerRequest`, a case's
+    /// `counted.per_request`).
+    pub field: &'static str,
+    /// Its counter name (`rig gate`, `rig compare`, `rig bisect`).
+    pub name: &'static str,
+    /// Its short label (report.html's columns and charts).
+    pub label: &'static str,
+    /// Whether the same code gives the same count: an exact counter.
+    /// Context switches and contention depend on scheduling, not on the
+    /// code alone (`rig compare` gives them a band like timing; `rig gate`
+    /// does not gate them).
+    pub exact: bool,
+    /// The probe family that counts it.
+    pub family: &'static str,
+}
+
+/// The per-request totals, in the order of the schema: the one list of
+/// them, read by the schema ([`super::PerRequest`]), `rig gate`, `rig
+/// compare` and report.html.
+pub const PER_REQUEST: [Total; 11] = [
+    total("syscalls", "syscalls/req", "syscalls/req", true, "syscalls"),
+    total("allocations", "allocs/req", "allocs/req", true, "alloc"),
+    total(
+        "alloc_bytes",
+        "alloc bytes/req",
+        "alloc B/req",
+        true,
+        "alloc",
+    ),
+    total("frees", "frees/req", "frees/req", true, "alloc"),
+    total("copy_bytes", "copy bytes/req", "copy B/req", true, "copy"),
+    total("copy_calls", "copy calls/req", "copies/req", true, "copy"),
+    total(
+        "lock_acquisitions",
+        "lock acquisitions/req",
+        "locks/req",
+        true,
+        "locks",
+    ),
+    total(
+        "contended",
+        "contended/req",
+        "contended/req",
+        false,
+        "locks",
+    ),
+    total(
+        "page_faults",
+        "page faults/req",
+        "faults/req",
+        true,
+        "faults",
+    ),
+    total(
+        "voluntary_cs",
+        "voluntary cs/req",
+        "vol cs/req",
+        false,
+        "sched",
+    ),
+    total(
+        "involuntary_cs",
+        "involuntary cs/req",
+        "invol cs/req",
+        false,
+        "sched",
+    ),
 ];
 
-/// The fields of [`super::PerRequest`] in the order of the schema, each
-/// with its short label (report.html's columns and charts).
-pub const PER_REQUEST_FIELDS: &[(&str, &str)] = &[
-    ("syscalls", "syscalls/req"),
-    ("allocations", "allocs/req"),
-    ("alloc_bytes", "alloc B/req"),
-    ("frees", "frees/req"),
-    ("copy_bytes", "copy B/req"),
-    ("copy_calls", "copies/req"),
-    ("lock_acquisitions", "locks/req"),
-    ("contended", "contended/req"),
-    ("page_faults", "faults/req"),
-    ("voluntary_cs", "vol cs/req"),
-    ("involuntary_cs", "invol cs/req"),
-];
+const fn total(
+    field: &'static str,
+    name: &'static str,
+    label: &'static str,
+    exact: bool,
+    family: &'static str,
+) -> Total {
+    Total {
+        field,
+        name,
+        label,
+        exact,
+        family,
+    }
+}
+
+/// The exact per-request totals' names, in schema order (`rig gate` checks
+/// a baseline's counter names against them).
+pub fn exact_totals() -> impl Iterator<Item = &'static str> {
+    PER_REQUEST.iter().filter(|t| t.exact).map(|t| t.name)
+}
+
+/// The probe families' names, in `probe::Family::ALL`'s order.
+pub fn family_names() -> impl Iterator<Item = &'static str> {
+    crate::probe::Family::ALL.iter().map(|f| f.name())
+}
 
 /// Is `name` (without a case key) a count of events (calls, syscalls,
 /// faults, lock acquisitions), not bytes or instructions? Only the
@@ -71,10 +140,7 @@ pub const IR_SITE: &str = "Ir @ ";
 /// and [`INSTRUCTIONS`]. Per-site names are checked by shape in
 /// [`check_counter_name`].
 pub fn totals() -> impl Iterator<Item = &'static str> {
-    TOTAL_COUNTERS
-        .iter()
-        .copied()
-        .chain(std::iter::once(INSTRUCTIONS))
+    exact_totals().chain(std::iter::once(INSTRUCTIONS))
 }
 
 /// Is `name` (without a case key) an instruction counter?
