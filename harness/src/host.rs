@@ -73,46 +73,92 @@ fn glibc_version() -> Option<String> {
     }
 }
 
+/// The fields of `struct perf_event_attr` rig sets; the rest are zero.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerfAttr {
+    /// `PERF_TYPE_*`.
+    pub kind: u32,
+    pub config: u64,
+    pub read_format: u64,
+    /// The flags word (`PERF_ATTR_*` bits below).
+    pub flags: u64,
+}
+
+impl PerfAttr {
+    /// The struct as the kernel reads it.
+    pub fn bytes(&self) -> [u8; 112] {
+        let mut a = [0u8; 112];
+        a[0..4].copy_from_slice(&self.kind.to_ne_bytes());
+        a[4..8].copy_from_slice(&112u32.to_ne_bytes());
+        a[8..16].copy_from_slice(&self.config.to_ne_bytes());
+        a[32..40].copy_from_slice(&self.read_format.to_ne_bytes());
+        a[40..48].copy_from_slice(&self.flags.to_ne_bytes());
+        a
+    }
+}
+
+pub const PERF_TYPE_HARDWARE: u32 = 0;
+pub const PERF_TYPE_SOFTWARE: u32 = 1;
+pub const PERF_COUNT_HW_INSTRUCTIONS: u64 = 1;
+pub const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+pub const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1 << 0;
+pub const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 1 << 1;
+pub const PERF_ATTR_DISABLED: u64 = 1 << 0;
+pub const PERF_ATTR_INHERIT: u64 = 1 << 1;
+pub const PERF_ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
+pub const PERF_ATTR_EXCLUDE_HV: u64 = 1 << 6;
+
+/// `perf_event_open(attr, pid, cpu = any, no group, FD_CLOEXEC)`: the one
+/// place rig lays out a `perf_event_attr` (PERF_ATTR_SIZE_VER5, 112 bytes:
+/// every field rig sets is in it, and every kernel rig supports takes it).
+pub fn perf_event_open(attr: &PerfAttr, pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+    let a = attr.bytes();
+    // SAFETY: `a` is a perf_event_attr of the size it declares and outlives
+    // the call; the kernel returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            a.as_ptr(),
+            pid as libc::pid_t,
+            -1 as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by the kernel and nobody else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// Ask the kernel for a user-space instructions counter on this thread.
 /// A VM without a virtual PMU answers ENOENT/EOPNOTSUPP: rig then says so
 /// and never reports instructions as zero.
 pub fn detect_pmu() -> Pmu {
-    // struct perf_event_attr, PERF_ATTR_SIZE_VER5 (112 bytes) is enough.
-    let mut attr = [0u8; 112];
-    attr[0..4].copy_from_slice(&0u32.to_ne_bytes()); // PERF_TYPE_HARDWARE
-    attr[4..8].copy_from_slice(&112u32.to_ne_bytes()); // size
-    attr[8..16].copy_from_slice(&1u64.to_ne_bytes()); // PERF_COUNT_HW_INSTRUCTIONS
-                                                      // flags: disabled (bit 0), exclude_kernel (bit 5), exclude_hv (bit 6)
-    let flags: u64 = 1 | (1 << 5) | (1 << 6);
-    attr[40..48].copy_from_slice(&flags.to_ne_bytes());
-    // SAFETY: attr is a valid perf_event_attr of the size it declares; the
-    // returned fd is closed below.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            0 as libc::pid_t,
-            -1 as libc::c_int,
-            -1 as libc::c_int,
-            0 as libc::c_ulong,
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: fd was just returned by the kernel and is ours.
-        unsafe { libc::close(fd as libc::c_int) };
-        Pmu {
+    let opened = perf_event_open(
+        &PerfAttr {
+            kind: PERF_TYPE_HARDWARE,
+            config: PERF_COUNT_HW_INSTRUCTIONS,
+            read_format: 0,
+            flags: PERF_ATTR_DISABLED | PERF_ATTR_EXCLUDE_KERNEL | PERF_ATTR_EXCLUDE_HV,
+        },
+        0,
+    );
+    match opened {
+        Ok(_) => Pmu {
             instructions: true,
             detail: "perf_event_open(PERF_COUNT_HW_INSTRUCTIONS) succeeded".into(),
-        }
-    } else {
-        let err = std::io::Error::last_os_error();
-        Pmu {
+        },
+        Err(err) => Pmu {
             instructions: false,
             detail: format!(
                 "no hardware PMU: perf_event_open(PERF_COUNT_HW_INSTRUCTIONS) failed: {err}; \
                  instructions per request need a callgrind window instead"
             ),
-        }
+        },
     }
 }
 

@@ -329,31 +329,17 @@ fn sched_switch_has_four_args() -> bool {
 
 /// Opens (and closes) a software cpu-clock event on this thread.
 fn software_event_opens() -> bool {
-    // perf_event_attr, PERF_ATTR_SIZE_VER0 (64 bytes): type, size, config,
-    // then the flags word (bit 0: disabled).
-    let mut a = [0u8; 64];
-    a[0..4].copy_from_slice(&1u32.to_ne_bytes()); // PERF_TYPE_SOFTWARE
-    a[4..8].copy_from_slice(&64u32.to_ne_bytes());
-    // config 0: PERF_COUNT_SW_CPU_CLOCK
-    a[40..48].copy_from_slice(&1u64.to_ne_bytes());
-    // SAFETY: `a` is a perf_event_attr of the size it declares and outlives
-    // the call; the kernel returns a new fd or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            a.as_ptr(),
-            0 as libc::pid_t,
-            -1 as libc::c_int,
-            -1 as libc::c_int,
-            8 as libc::c_ulong, // PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return false;
-    }
-    // SAFETY: fd was just returned by the kernel and nobody else owns it.
-    unsafe { libc::close(fd as i32) };
-    true
+    use crate::host::{perf_event_open, PerfAttr};
+    perf_event_open(
+        &PerfAttr {
+            kind: crate::host::PERF_TYPE_SOFTWARE,
+            config: crate::host::PERF_COUNT_SW_CPU_CLOCK,
+            read_format: 0,
+            flags: crate::host::PERF_ATTR_DISABLED,
+        },
+        0,
+    )
+    .is_ok()
 }
 
 #[cfg(test)]

@@ -22,7 +22,13 @@
 //! A host without a PMU (most VMs) refuses the counter (ENOENT or
 //! EOPNOTSUPP): that is an error saying so, never zero instructions.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use crate::host::{
+    perf_event_open, PerfAttr, PERF_ATTR_DISABLED, PERF_ATTR_EXCLUDE_HV, PERF_ATTR_EXCLUDE_KERNEL,
+    PERF_ATTR_INHERIT, PERF_COUNT_HW_INSTRUCTIONS, PERF_FORMAT_TOTAL_TIME_ENABLED,
+    PERF_FORMAT_TOTAL_TIME_RUNNING, PERF_TYPE_HARDWARE,
+};
 
 use anyhow::Result;
 
@@ -32,21 +38,9 @@ pub const NOTE: &str = "perf counts retired user-space instructions (every threa
 instructions are not time: never convert instruction deltas into time";
 
 // <linux/perf_event.h>
-const PERF_TYPE_HARDWARE: u32 = 0;
-const PERF_COUNT_HW_INSTRUCTIONS: u64 = 1;
-const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1 << 0;
-const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 1 << 1;
-/// attr flag bits: disabled, inherit, exclude_kernel, exclude_hv.
-const FLAG_DISABLED: u64 = 1 << 0;
-const FLAG_INHERIT: u64 = 1 << 1;
-const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
-const FLAG_EXCLUDE_HV: u64 = 1 << 6;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 /// `_IO('$', 0)` and `_IO('$', 1)`.
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
-/// PERF_ATTR_SIZE_VER5: every field used here is in it.
-const ATTR_SIZE: usize = 112;
 
 /// Why a counter could not be opened or read.
 #[derive(Debug, thiserror::Error)]
@@ -90,45 +84,29 @@ pub struct Counters {
     fds: Vec<(i32, OwnedFd)>,
 }
 
-fn attr() -> [u8; ATTR_SIZE] {
-    let mut a = [0u8; ATTR_SIZE];
-    a[0..4].copy_from_slice(&PERF_TYPE_HARDWARE.to_ne_bytes());
-    a[4..8].copy_from_slice(&(ATTR_SIZE as u32).to_ne_bytes());
-    a[8..16].copy_from_slice(&PERF_COUNT_HW_INSTRUCTIONS.to_ne_bytes());
-    let read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
-    a[32..40].copy_from_slice(&read_format.to_ne_bytes());
-    let flags = FLAG_DISABLED | FLAG_INHERIT | FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV;
-    a[40..48].copy_from_slice(&flags.to_ne_bytes());
-    a
+/// User-space instructions, disabled, inherited, with the times enabled
+/// and running.
+fn attr() -> PerfAttr {
+    PerfAttr {
+        kind: PERF_TYPE_HARDWARE,
+        config: PERF_COUNT_HW_INSTRUCTIONS,
+        read_format: PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING,
+        flags: PERF_ATTR_DISABLED
+            | PERF_ATTR_INHERIT
+            | PERF_ATTR_EXCLUDE_KERNEL
+            | PERF_ATTR_EXCLUDE_HV,
+    }
 }
 
 /// Open a counter on thread `tid` (any CPU).
 pub fn open_thread(tid: i32) -> Result<OwnedFd, PerfError> {
-    let a = attr();
-    // SAFETY: `a` is a perf_event_attr of the size it declares and outlives
-    // the call; the kernel returns a new fd or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            a.as_ptr(),
-            tid as libc::pid_t,
-            -1 as libc::c_int,
-            -1 as libc::c_int,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let source = std::io::Error::last_os_error();
-        return Err(match source.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
-                PerfError::NoPmu { tid, source }
-            }
-            Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Denied { tid, source },
-            _ => PerfError::Open { tid, source },
-        });
-    }
-    // SAFETY: fd was just returned by the kernel and nobody else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    perf_event_open(&attr(), tid).map_err(|source| match source.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+            PerfError::NoPmu { tid, source }
+        }
+        Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Denied { tid, source },
+        _ => PerfError::Open { tid, source },
+    })
 }
 
 impl Counters {
@@ -241,7 +219,7 @@ mod tests {
 
     #[test]
     fn attr_asks_for_disabled_inherited_user_space_instructions() {
-        let a = attr();
+        let a = attr().bytes();
         let u64_at = |o: usize| u64::from_ne_bytes(a[o..o + 8].try_into().unwrap());
         assert_eq!(u32::from_ne_bytes(a[0..4].try_into().unwrap()), 0);
         assert_eq!(u32::from_ne_bytes(a[4..8].try_into().unwrap()), 112);
