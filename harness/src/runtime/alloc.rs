@@ -57,11 +57,15 @@ impl AllocFamily {
 
     /// Whether an optional entry point of it that only jumps on (glibc's
     /// or libstdc++'s sized and array forms) gets the forwarder program,
-    /// counted once at the end of the jump chain under its own name. Outer
-    /// layers (Rust shims, CPython) keep their own program: the call they
-    /// jump into is another layer's, counted there as inner.
+    /// counted once at the end of the jump chain under its own name. Not
+    /// musl's: with the forwarder on a static musl's `memalign` (a jump
+    /// into `aligned_alloc`, which calls malloc's code itself) the static
+    /// calibration server's per-site counts came out wrong, and they are
+    /// exact without it. Outer layers (Rust shims, CPython) keep their own
+    /// program: the call they jump into is another layer's, counted there
+    /// as inner.
     pub fn forwards(self) -> bool {
-        self.is_c_library() || self == AllocFamily::Cxx
+        matches!(self, AllocFamily::Glibc | AllocFamily::Cxx)
     }
 
     /// Why its entry points get no uretprobe, and what is lost, or `None`
