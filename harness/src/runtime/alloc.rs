@@ -67,22 +67,6 @@ impl AllocFamily {
     pub fn forwards(self) -> bool {
         matches!(self, AllocFamily::Glibc | AllocFamily::Cxx)
     }
-
-    /// Why its entry points get no uretprobe, and what is lost, or `None`
-    /// when they may: every family rig knows runs on ordinary C stacks,
-    /// where the kernel's replaced return address is restored when the
-    /// call returns, except Go's (`go::Go::return_probes`: Go moves
-    /// goroutine stacks, copying a hijacked return address with them, and
-    /// checks return addresses in its tracebacks).
-    pub fn no_uretprobe(self) -> Option<&'static str> {
-        (self == AllocFamily::Go).then_some(
-            "no uretprobe (Go moves goroutine stacks): the live heap is not available for Go",
-        )
-    }
-
-    pub fn takes_uretprobes(self) -> bool {
-        self.no_uretprobe().is_none()
-    }
 }
 
 impl std::fmt::Display for AllocFamily {

@@ -228,9 +228,11 @@ pub trait Runtime: Sync {
         None
     }
 
-    /// Whether a return probe may go in its code.
-    fn return_probes(&self) -> bool {
-        true
+    /// Why no return probe may go in its code, and what is lost for it;
+    /// `None`: they may (code on ordinary C stacks, where the kernel's
+    /// replaced return address is restored when the call returns).
+    fn no_return_probes(&self) -> Option<&'static str> {
+        None
     }
 
     /// Unwind rows its code needs beyond what `.eh_frame` gives.
@@ -361,6 +363,12 @@ pub fn uncovered(m: &Module<'_>) -> Uncovered {
 /// past it.
 pub fn is_wrapper_code(m: &Module<'_>, vaddr: u64, function: Option<&str>) -> bool {
     runtimes(m).any(|r| r.is_wrapper_code(m, vaddr, function))
+}
+
+/// Why no return probe may go in module `m`'s code, when a runtime of it
+/// says so.
+pub fn no_return_probes(m: &Module<'_>) -> Option<&'static str> {
+    runtimes(m).find_map(|r| r.no_return_probes())
 }
 
 /// Why a stack ending with no row in module `m` ends there, when its

@@ -233,7 +233,17 @@ impl Attacher<'_> {
         // A forwarder returns through the end of its jump chain, which has
         // its own; a runtime whose code a hijacked return address breaks
         // gets none, and its entries are never a thread's outer call.
-        let returns = program != "rig_alloc_fwd" && layer.family.takes_uretprobes();
+        let facts = crate::elf::ElfFacts::shared(lib).map_err(|source| ProbeError::Resolve {
+            pid: self.pid,
+            lib: lib.display().to_string(),
+            api: symbol.to_string(),
+            source,
+        })?;
+        let no_returns = crate::runtime::no_return_probes(&crate::runtime::Module {
+            kind: layer.kind,
+            facts: &facts,
+        });
+        let returns = program != "rig_alloc_fwd" && no_returns.is_none();
         let cookie =
             kind | (index << ALLOC_ENTRY_SHIFT) | if returns { 0 } else { ALLOC_COOKIE_NO_RETURN };
         let at = placement(family, program, lib, file_offset, &[])?;
@@ -255,7 +265,7 @@ impl Attacher<'_> {
             Some(dest) => format!(", a forwarder (jumps to {dest}): counted once at the end of the jump under this name"),
             None => String::new(),
         };
-        let how = match layer.family.no_uretprobe() {
+        let how = match no_returns {
             None => how,
             Some(why) => format!("{how}; {why}"),
         };

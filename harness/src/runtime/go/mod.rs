@@ -79,8 +79,8 @@ impl Runtime for Go {
     /// Go moves goroutine stacks (copying a hijacked return address with
     /// them) and checks return addresses in its tracebacks: a uretprobe in
     /// Go code crashes the program.
-    fn return_probes(&self) -> bool {
-        false
+    fn no_return_probes(&self) -> Option<&'static str> {
+        Some("no uretprobe (Go moves goroutine stacks): the live heap is not available for Go")
     }
 
     /// Named from its own table, stripped or not: the names and lines Go's
