@@ -14,17 +14,13 @@ use rig::exit;
 
 /// A tool the test needs: present, else skipped (never in CI).
 fn have(tool: &str, package: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false);
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{tool} is missing; scripts/deps.sh installs {package}"
-        );
-        eprintln!("SKIPPED: {tool} is missing (CI unset); apt-get install {package}");
-    }
-    found
+    super::required(
+        "command",
+        tool,
+        super::on_path(tool, &[]),
+        &format!("scripts/deps.sh installs {package}"),
+    )
+    .is_some()
 }
 
 /// `rig attach --pid PID --json F ARGS`: exit code, stderr, attribution.

@@ -288,14 +288,12 @@ fn tempdir(tag: &str) -> PathBuf {
 }
 
 fn nginx(spec: &str) -> Option<Launched> {
-    if !std::path::Path::new("/usr/sbin/nginx").is_file() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "/usr/sbin/nginx is missing; scripts/deps.sh installs Debian's nginx"
-        );
-        eprintln!("SKIPPED: /usr/sbin/nginx is missing (CI unset)");
-        return None;
-    }
+    super::required(
+        spec,
+        "/usr/sbin/nginx",
+        super::file("/usr/sbin/nginx"),
+        "scripts/deps.sh installs Debian's nginx",
+    )?;
     let spec = TargetSpec::load(repo().join("config/targets").join(spec)).unwrap();
     let opts = LaunchOptions {
         label: "drive".into(),

@@ -212,20 +212,12 @@ fn calib_alloc_window() -> Attribution {
 /// `go` from PATH or Debian's golang-go; `None` (the test skips) only
 /// outside CI.
 fn go() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .chain([PathBuf::from("/usr/lib/go/bin")])
-        .map(|d| d.join("go"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "go is missing and CI is set: scripts/deps.sh installs golang-go"
-        );
-        eprintln!("SKIPPED: go tool pprof (no go; scripts/deps.sh installs golang-go)");
-    }
-    found
+    super::required(
+        "go tool pprof",
+        "go",
+        super::on_path("go", &["/usr/lib/go/bin"]),
+        "scripts/deps.sh installs golang-go",
+    )
 }
 
 /// `go tool pprof -top` rows: function → (flat, cum).

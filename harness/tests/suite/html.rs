@@ -17,19 +17,8 @@ use rig::exit;
 /// Debian's chromium, or `None` when it is missing outside CI (in CI a
 /// missing browser fails the test: scripts/deps.sh installs it).
 pub(super) fn chromium(test: &str) -> Option<PathBuf> {
-    for name in ["chromium", "chromium-browser"] {
-        for dir in std::env::var("PATH").unwrap_or_default().split(':') {
-            let p = Path::new(dir).join(name);
-            if p.is_file() {
-                return Some(p);
-            }
-        }
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: chromium is not installed, and CI is set: run scripts/deps.sh");
-    }
-    eprintln!("SKIPPED {test}: chromium is not installed (CI unset, so skipping is allowed)");
-    None
+    let found = super::on_path("chromium", &[]).or_else(|| super::on_path("chromium-browser", &[]));
+    super::required(test, "chromium", found, "scripts/deps.sh installs it")
 }
 
 pub(super) struct Page {

@@ -104,6 +104,37 @@ pub fn root_or_skip(test: &str) -> bool {
     false
 }
 
+/// What a test needs from the machine (`found`: a tool or file, `None`
+/// when missing): the one rule for all of them. Present, it is returned;
+/// missing, the test skips saying how to install it (`install`), except in
+/// CI, where it fails: `scripts/deps.sh` installs everything a test needs.
+pub fn required(test: &str, what: &str, found: Option<PathBuf>, install: &str) -> Option<PathBuf> {
+    if found.is_some() {
+        return found;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {what} is missing, and CI is set: {install}");
+    }
+    eprintln!("SKIPPED {test}: {what} is missing (CI unset, so skipping is allowed); {install}");
+    None
+}
+
+/// `tool` on PATH, or in one of `also`.
+pub fn on_path(tool: &str, also: &[&str]) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(also.iter().map(PathBuf::from))
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// A file the test needs, by its path.
+pub fn file(path: &str) -> Option<PathBuf> {
+    Some(PathBuf::from(path)).filter(|p| p.is_file())
+}
+
 /// The calibration server, started fresh for one test.
 pub fn calib(args: &[&str]) -> Child {
     let mut cmd = Command::new(rig_fixtures::calib_server());

@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,14 +25,13 @@ fn ready_for(test: &str) -> bool {
     if !super::root_or_skip(test) {
         return false;
     }
-    if Path::new(NGINX).is_file() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {NGINX} is missing; scripts/deps.sh installs Debian's nginx");
-    }
-    eprintln!("SKIPPED {test}: {NGINX} is missing (CI unset); `make deps` installs it");
-    false
+    super::required(
+        test,
+        NGINX,
+        super::file(NGINX),
+        "scripts/deps.sh installs Debian's nginx",
+    )
+    .is_some()
 }
 
 fn config(rel: &str) -> String {
