@@ -47,29 +47,7 @@ fn counts_calib_allocations_through(allocator: &str, library: &str, inner: (u64,
     cmd.args(["--port", "0", "--threads", "2"]);
     let target = Child::spawn_ready(cmd).expect("calibration server starts");
     let a = attribute(&target, &[Family::Alloc], N, 2);
-    let expected = [
-        ("calib_alloc_small", "alloc_small_a", "malloc", 1, 24),
-        ("calib_alloc_small", "alloc_small_b", "malloc", 1, 24),
-        ("calib_alloc_small", "alloc_small_c", "malloc", 1, 24),
-        ("calib_alloc_small", "free_small_a", "free", 1, 0),
-        ("calib_alloc_small", "free_small_b", "free", 1, 0),
-        ("calib_alloc_small", "free_small_c", "free", 1, 0),
-        ("calib_alloc_calloc", "calloc", "calloc", 1, 64),
-        ("calib_alloc_calloc", "free_calloc", "free", 1, 0),
-        ("calib_alloc_realloc", "realloc_malloc", "malloc", 1, 5000),
-        ("calib_alloc_realloc", "realloc", "realloc", 1, 100),
-        ("calib_alloc_realloc", "free_realloc", "free", 1, 0),
-        (
-            "calib_alloc_aligned",
-            "posix_memalign",
-            "posix_memalign",
-            1,
-            256,
-        ),
-        ("calib_alloc_aligned", "memalign", "memalign", 1, 512),
-        ("calib_alloc_aligned", "free_posix_memalign", "free", 1, 0),
-        ("calib_alloc_aligned", "free_memalign", "free", 1, 0),
-    ];
+    let expected = super::calib_alloc_sites();
     for (function, marker, kind, calls, bytes) in expected {
         assert_eq!(
             outer_at(&a, allocator, function, marker, kind),

@@ -135,6 +135,38 @@ pub fn file(path: &str) -> Option<PathBuf> {
     Some(PathBuf::from(path)).filter(|p| p.is_file())
 }
 
+/// The calibration server's allocation sites from the fixture's own truth
+/// (`rig_fixtures::calib::SITES`): (function, marker, kind as rig names
+/// it, calls/req, bytes/req).
+pub fn calib_alloc_sites() -> Vec<(&'static str, &'static str, &'static str, u64, u64)> {
+    use rig_fixtures::calib::{Kind, SITES};
+    SITES
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.kind,
+                Kind::Malloc
+                    | Kind::Calloc
+                    | Kind::Realloc
+                    | Kind::PosixMemalign
+                    | Kind::Memalign
+                    | Kind::Free
+            )
+        })
+        .map(|s| {
+            (
+                s.function,
+                s.marker,
+                s.kind
+                    .libc_symbol()
+                    .expect("an allocation kind has its symbol"),
+                u64::from(s.count),
+                s.bytes,
+            )
+        })
+        .collect()
+}
+
 /// The calibration server, started fresh for one test.
 pub fn calib(args: &[&str]) -> Child {
     let mut cmd = Command::new(rig_fixtures::calib_server());
