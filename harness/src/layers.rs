@@ -48,6 +48,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "report",
         &[
+            "elf",
             "fsutil",
             "host",
             "load",

@@ -339,6 +339,40 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
             }
         }
     }
+    // Code a measured process runs whose events of a family rig does not
+    // count (Go's copies and locks): named, once per module, with how many
+    // processes map it (never a silent zero).
+    for f in w
+        .families
+        .iter()
+        .filter(|f| matches!(f, Family::Copy | Family::Locks))
+    {
+        let mut unseen: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+        for maps in w.maps.values() {
+            for o in maps.objects().into_iter().filter(|o| o.executable) {
+                let open = maps.readable_path(&o.path);
+                let (Ok(kind), Ok(facts)) = (
+                    crate::runtime::ModuleKind::of_file(&o.path, &open),
+                    crate::elf::ElfFacts::shared(&open),
+                ) else {
+                    continue;
+                };
+                let m = crate::runtime::Module {
+                    kind,
+                    facts: &facts,
+                };
+                for why in crate::runtime::unseen(&m, f.name()) {
+                    *unseen.entry((o.path.clone(), why)).or_default() += 1;
+                }
+            }
+        }
+        for ((module, why), processes) in unseen {
+            losses
+                .entry(*f)
+                .or_default()
+                .push((format!("{why} ({module})"), processes));
+        }
+    }
     // An allocator the process uses but rig could not probe: its calls
     // are missing, so the family is incomplete (never a silent zero).
     if w.families.contains(&Family::Alloc) {

@@ -282,6 +282,13 @@ pub trait Runtime: Sync {
         &[]
     }
 
+    /// What its code does of probe family `family` (`"copy"`, `"locks"`...)
+    /// that rig does not count: the report names it and the family is
+    /// incomplete, never a silent zero. `None`: nothing, or not its say.
+    fn unseen(&self, _family: &str) -> Option<&'static str> {
+        None
+    }
+
     /// Why a stack that reaches its code where no row is ends there.
     fn no_row_reason(&self) -> Option<&'static str> {
         None
@@ -369,6 +376,12 @@ pub fn is_wrapper_code(m: &Module<'_>, vaddr: u64, function: Option<&str>) -> bo
 /// says so.
 pub fn no_return_probes(m: &Module<'_>) -> Option<&'static str> {
     runtimes(m).find_map(|r| r.no_return_probes())
+}
+
+/// What module `m`'s code does of probe family `family` that rig does not
+/// count (see [`Runtime::unseen`]), one line per runtime that says so.
+pub fn unseen(m: &Module<'_>, family: &str) -> Vec<&'static str> {
+    runtimes(m).filter_map(|r| r.unseen(family)).collect()
 }
 
 /// Why a stack ending with no row in module `m` ends there, when its

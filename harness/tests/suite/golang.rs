@@ -568,3 +568,31 @@ fn cgo_stacks_cross_between_go_and_c_both_ways() {
         assert!(s.incomplete.is_empty(), "{event}:\n{}", render(s));
     }
 }
+
+/// Go copies with `runtime.memmove` and locks with `sync.Mutex`, never the
+/// C library's routines: with the copy and locks families on, a cgo
+/// server's window (its C library's copies and mutexes probed) names Go's
+/// as not counted, with its executable, and is incomplete — never
+/// `copies: 0 bytes/req` and complete. (A Go program without cgo maps no C
+/// library, and the copy family refuses it whole.)
+#[test]
+fn go_copies_and_locks_are_named_as_not_counted() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let target = cgoserver();
+    let a = super::attribute_path_as_is(&target, &[Family::Copy, Family::Locks], "/cgo", N, 1);
+    assert!(!a.complete, "{:#?}", a.losses);
+    let exe = rig_fixtures::cgoserver().display().to_string();
+    for (family, says) in [
+        (Family::Copy, "runtime.memmove"),
+        (Family::Locks, "sync.Mutex"),
+    ] {
+        let lost = a.losses.get(&family).cloned().unwrap_or_default();
+        assert!(
+            lost.iter().any(|(why, processes)| why.contains(says)
+                && why.contains(&exe)
+                && *processes == 1),
+            "{family}: {lost:#?}"
+        );
+    }
+}

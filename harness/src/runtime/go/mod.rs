@@ -76,6 +76,24 @@ impl Runtime for Go {
         &["runtime."]
     }
 
+    /// Go copies and locks with its own code, not the C library's: until
+    /// rig probes `runtime.memmove` and Go's mutexes, those are named as
+    /// not counted.
+    fn unseen(&self, family: &str) -> Option<&'static str> {
+        match family {
+            "copy" => Some(
+                "Go code copies with runtime.memmove and clears with \
+                 runtime.memclrNoHeapPointers, not the C library's routines: its copies are \
+                 not counted",
+            ),
+            "locks" => Some(
+                "Go code locks with sync.Mutex, sync.RWMutex and the runtime's lock2, not \
+                 pthread mutexes: its lock acquisitions are not counted",
+            ),
+            _ => None,
+        }
+    }
+
     /// Go moves goroutine stacks (copying a hijacked return address with
     /// them) and checks return addresses in its tracebacks: a uretprobe in
     /// Go code crashes the program.
