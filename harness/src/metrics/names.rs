@@ -97,9 +97,13 @@ pub fn exact_totals() -> impl Iterator<Item = &'static str> {
     PER_REQUEST.iter().filter(|t| t.exact).map(|t| t.name)
 }
 
-/// The probe families' names, in `probe::Family::ALL`'s order.
+/// The probe families' names in the order report pages show them: those
+/// counting what a request's own code calls (uprobes: alloc, copy, locks)
+/// first, then the kernel's, each group in `probe::Family::ALL`'s order.
 pub fn family_names() -> impl Iterator<Item = &'static str> {
-    crate::probe::Family::ALL.iter().map(|f| f.name())
+    let mut all = crate::probe::Family::ALL;
+    all.sort_by_key(|f| !f.uses_uprobes());
+    all.into_iter().map(|f| f.name())
 }
 
 /// Is `name` (without a case key) a count of events (calls, syscalls,

@@ -58,6 +58,13 @@ pub enum Family {
 }
 
 impl Family {
+    /// Whether it counts with uprobes, per process (alloc, copy, locks):
+    /// what a request's own code calls, where tracepoints and perf events
+    /// count what the kernel does for it.
+    pub fn uses_uprobes(self) -> bool {
+        matches!(self, Family::Alloc | Family::Copy | Family::Locks)
+    }
+
     pub const ALL: [Family; 7] = [
         Family::Syscalls,
         Family::Alloc,

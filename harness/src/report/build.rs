@@ -318,7 +318,7 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
     let failed = w.processes.iter().filter(|p| p.error.is_some()).count();
     if failed > 0 {
         for f in &w.families {
-            if matches!(f, Family::Alloc | Family::Copy | Family::Locks) {
+            if f.uses_uprobes() {
                 losses.entry(*f).or_default().push((
                     "processes without uprobes (see processes[].error)".to_string(),
                     failed as u64,
@@ -331,7 +331,7 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
     if let Some(c) = super::coverage::uprobe_coverage(w) {
         let why = super::coverage::coverage_text(&c);
         for f in &w.families {
-            if matches!(f, Family::Alloc | Family::Copy | Family::Locks) {
+            if f.uses_uprobes() {
                 losses
                     .entry(*f)
                     .or_default()

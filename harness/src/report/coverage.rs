@@ -35,10 +35,7 @@ pub struct UprobeCoverage {
 /// families ran.
 pub(super) fn uprobe_coverage(w: &Window) -> Option<UprobeCoverage> {
     use crate::probe::Joined;
-    let uprobes = w
-        .families
-        .iter()
-        .any(|f| matches!(f, Family::Alloc | Family::Copy | Family::Locks));
+    let uprobes = w.families.iter().any(|f| f.uses_uprobes());
     let late: Vec<&crate::probe::Followed> = w
         .processes
         .iter()

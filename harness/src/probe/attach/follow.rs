@@ -139,10 +139,7 @@ impl Shared {
             return;
         };
         let fork_times = read::hash::<u32, u64>(ebpf, *family, "forked_at").unwrap_or_default();
-        let uprobes = self
-            .objects
-            .iter()
-            .any(|(f, _)| matches!(f, Family::Alloc | Family::Copy | Family::Locks));
+        let uprobes = self.objects.iter().any(|(f, _)| f.uses_uprobes());
         for tgid in found.into_keys() {
             if self.procs.contains_key(&tgid) {
                 continue;
