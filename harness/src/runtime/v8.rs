@@ -5,7 +5,7 @@ use anyhow::Result;
 use object::{Object, ObjectSymbol};
 use rig_ebpf::abi::{unwind_cfa, UnwindRow};
 
-use super::{Code, Module, ModuleKind, Runtime};
+use super::{marker, Code, Module, ModuleKind, Runtime};
 
 pub struct V8;
 
@@ -58,11 +58,7 @@ fn builtin_rows(code: &Code<'_>) -> Vec<UnwindRow> {
             rbp_off: -16,
             ..Default::default()
         });
-        out.push(UnwindRow {
-            pc: end,
-            cfa: unwind_cfa::NONE,
-            ..Default::default()
-        });
+        out.push(marker(end, unwind_cfa::NONE));
     }
     out
 }

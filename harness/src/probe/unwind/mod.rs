@@ -268,4 +268,5 @@ fn vdso_table() -> Result<(FileKey, Arc<ModuleTable>)> {
 }
 
 #[cfg(test)]
+#[path = "unwind_tests.rs"]
 mod tests;

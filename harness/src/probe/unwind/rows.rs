@@ -8,6 +8,7 @@ use rig_ebpf::abi::{unwind_cfa, UnwindRow};
 
 use super::height;
 use super::index::compact;
+use crate::runtime::marker;
 
 /// Rows for every function symbol no row covers, from the stack height
 /// analysis of its machine code (`height::height_rows`), up to its size or,
@@ -178,16 +179,8 @@ pub(super) fn named_tops(obj: &object::File<'_>, names: &[&str]) -> Vec<UnwindRo
             && s.size() > 0
             && s.name().is_ok_and(|n| names.contains(&n))
         {
-            out.push(UnwindRow {
-                pc: s.address(),
-                cfa: unwind_cfa::END,
-                ..Default::default()
-            });
-            out.push(UnwindRow {
-                pc: s.address() + s.size(),
-                cfa: unwind_cfa::NONE,
-                ..Default::default()
-            });
+            out.push(marker(s.address(), unwind_cfa::END));
+            out.push(marker(s.address() + s.size(), unwind_cfa::NONE));
         }
     }
     out
@@ -256,11 +249,7 @@ pub(super) fn entry_rows(
             cfa_off: 8,
             ..Default::default()
         });
-        out.push(UnwindRow {
-            pc: end,
-            cfa: unwind_cfa::NONE,
-            ..Default::default()
-        });
+        out.push(marker(end, unwind_cfa::NONE));
     }
     out
 }
