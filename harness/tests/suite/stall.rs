@@ -239,7 +239,7 @@ fn check_against_model(
     model.sort_unstable();
     let mut physics = model_latencies(rate, connections, 0, 0, 0);
     physics.sort_unstable();
-    let phase_slack = (1e9 / rate) as f64;
+    let phase_slack = 1e9 / rate;
     let got = hist::decode(&r.histogram.latency).unwrap();
     let mut lines = Vec::new();
     let mut above = false;
