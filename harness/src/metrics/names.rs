@@ -178,8 +178,7 @@ pub(crate) fn site_kinds() -> Vec<&'static str> {
         ]
         .map(crate::runtime::alloc::kind_name),
     );
-    v.extend(crate::probe::attach::COPY_APIS);
-    v.extend(crate::probe::attach::JOINS_COPIES);
+    v.extend(crate::runtime::copy_names());
     v
 }
 

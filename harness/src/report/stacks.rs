@@ -25,7 +25,7 @@ use crate::symbolize::{AddrKind, Site, Symbolizer};
 fn is_c_api_name(f: &str) -> bool {
     crate::runtime::alloc::C_NAMES.contains(&f)
         || f == "cfree"
-        || crate::probe::attach::COPY_APIS.contains(&f)
+        || crate::runtime::copy_names().contains(&f)
 }
 
 /// Pseudo modules whose every frame is a wrapper: the kernel's vDSO

@@ -2,7 +2,7 @@
 //! points, and every frame in it a wrapper a user site lies past.
 
 use super::alloc::{owned, AllocFamily, Entry, C_API};
-use super::{Libc, Module, ModuleKind, Runtime};
+use super::{CopyApi, Libc, LockApi, Module, ModuleKind, Runtime, C_COPIES, PTHREAD_MUTEX};
 use crate::elf::ElfFacts;
 
 /// Whether the module's C library is glibc: its libc.so exports
@@ -36,6 +36,14 @@ impl Runtime for Glibc {
 
     fn malloc_api(&self, m: &Module<'_>) -> Option<(AllocFamily, Vec<Entry>)> {
         malloc_api(m.facts)
+    }
+
+    fn copy_api(&self) -> Option<&'static CopyApi> {
+        Some(&C_COPIES)
+    }
+
+    fn lock_api(&self) -> Option<&'static LockApi> {
+        Some(&PTHREAD_MUTEX)
     }
 
     /// glibc's libraries (the C library, the dynamic linker, libpthread

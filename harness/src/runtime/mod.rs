@@ -64,6 +64,42 @@ impl std::fmt::Display for Libc {
     }
 }
 
+/// A C library's copy routines as the copy family counts them.
+#[derive(Debug)]
+pub struct CopyApi {
+    /// Counted, each through its resolved implementation (IFUNCs are
+    /// resolved as the process resolved them): the family fails without
+    /// any one of them.
+    pub counted: &'static [&'static str],
+    /// Counted where the library has them, possibly by another's probe
+    /// when their implementation jumps into it: mempcpy copies as memmove
+    /// does, with the same arguments, and returns dest + n. A C library
+    /// without one copies nothing through it.
+    pub joins: &'static [&'static str],
+}
+
+/// What both C libraries rig knows (glibc, musl) export for copies.
+pub const C_COPIES: CopyApi = CopyApi {
+    counted: &["memcpy", "memmove", "memset"],
+    joins: &["mempcpy"],
+};
+
+/// A C library's mutex entry points, as the locks family counts them (a
+/// uprobe on each, a return probe on lock and trylock for the wait).
+#[derive(Debug)]
+pub struct LockApi {
+    pub lock: &'static str,
+    pub trylock: &'static str,
+    pub unlock: &'static str,
+}
+
+/// POSIX mutexes, as glibc and musl export them.
+pub const PTHREAD_MUTEX: LockApi = LockApi {
+    lock: "pthread_mutex_lock",
+    trylock: "pthread_mutex_trylock",
+    unlock: "pthread_mutex_unlock",
+};
+
 /// The kind of code one mapped module holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -215,6 +251,18 @@ pub trait Runtime: Sync {
         None
     }
 
+    /// The copy routines of the C library in the module, as the copy
+    /// family counts them.
+    fn copy_api(&self) -> Option<&'static CopyApi> {
+        None
+    }
+
+    /// The mutex entry points of the C library in the module, as the
+    /// locks family counts them.
+    fn lock_api(&self) -> Option<&'static LockApi> {
+        None
+    }
+
     /// Allocators over or beside `malloc` that the module carries (Rust's
     /// shims, CPython's APIs, Go's heap), and those rig recognises there
     /// but does not probe.
@@ -356,6 +404,30 @@ pub fn runtimes<'m>(m: &'m Module<'m>) -> impl Iterator<Item = &'static dyn Runt
 /// The allocator API in module `m` that can serve malloc, if any.
 pub fn malloc_api(m: &Module<'_>) -> Option<(AllocFamily, Vec<Entry>)> {
     runtimes(m).find_map(|r| r.malloc_api(m))
+}
+
+/// The copy routines of the C library in module `m`.
+pub fn copy_api(m: &Module<'_>) -> Option<&'static CopyApi> {
+    runtimes(m).find_map(|r| r.copy_api())
+}
+
+/// The mutex entry points of the C library in module `m`.
+pub fn lock_api(m: &Module<'_>) -> Option<&'static LockApi> {
+    runtimes(m).find_map(|r| r.lock_api())
+}
+
+/// Every copy routine any runtime counts (counted and joining), each once:
+/// the names a copy site is reported under.
+pub fn copy_names() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = Vec::new();
+    for api in ALL.iter().filter_map(|r| r.copy_api()) {
+        for n in api.counted.iter().chain(api.joins) {
+            if !v.contains(n) {
+                v.push(n);
+            }
+        }
+    }
+    v
 }
 
 /// How module `m`'s code that no row covers gets rows.
@@ -525,6 +597,33 @@ mod tests {
         let (path, kind) = c_library(std::process::id(), &maps).unwrap();
         assert!(basename(&path).starts_with("libc.so"), "{path}");
         assert_eq!(kind, ModuleKind::CLibrary { libc: Libc::Glibc });
+    }
+
+    #[test]
+    fn the_c_libraries_answer_for_copies_and_mutexes_and_nothing_else_does() {
+        let facts = ElfFacts::default();
+        let module = |kind| Module {
+            kind,
+            facts: &facts,
+        };
+        for libc in [Libc::Glibc, Libc::Musl] {
+            for kind in [ModuleKind::CLibrary { libc }, ModuleKind::StaticC { libc }] {
+                let m = module(kind);
+                let copies = copy_api(&m).unwrap_or_else(|| panic!("{kind:?}"));
+                assert_eq!(copies.counted, ["memcpy", "memmove", "memset"]);
+                assert_eq!(lock_api(&m).unwrap().lock, "pthread_mutex_lock");
+            }
+        }
+        for kind in [
+            ModuleKind::Go { version: None },
+            ModuleKind::Jit,
+            ModuleKind::Native,
+        ] {
+            assert!(copy_api(&module(kind)).is_none(), "{kind:?}");
+            assert!(lock_api(&module(kind)).is_none(), "{kind:?}");
+        }
+        // A copy site is reported under every name any runtime counts.
+        assert_eq!(copy_names(), ["memcpy", "memmove", "memset", "mempcpy"]);
     }
 
     #[test]

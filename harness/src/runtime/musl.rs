@@ -5,7 +5,9 @@
 //! machine code.
 
 use super::alloc::{owned, AllocFamily, Entry, C_API};
-use super::{Libc, Module, ModuleKind, Runtime, Uncovered};
+use super::{
+    CopyApi, Libc, LockApi, Module, ModuleKind, Runtime, Uncovered, C_COPIES, PTHREAD_MUTEX,
+};
 use crate::elf::ElfFacts;
 
 /// Whether the module's C library is musl, given it is not glibc (see
@@ -61,6 +63,14 @@ impl Runtime for Musl {
         m.facts
             .lookup_symbol("malloc")
             .map(|_| (AllocFamily::Musl, owned(C_API, "")))
+    }
+
+    fn copy_api(&self) -> Option<&'static CopyApi> {
+        Some(&C_COPIES)
+    }
+
+    fn lock_api(&self) -> Option<&'static LockApi> {
+        Some(&PTHREAD_MUTEX)
     }
 
     /// musl's libc.so under the names distributions give it.

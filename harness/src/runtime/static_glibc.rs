@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::alloc::{AllocFamily, Entry};
-use super::{Libc, Module, ModuleKind, Runtime};
+use super::{CopyApi, Libc, LockApi, Module, ModuleKind, Runtime, C_COPIES, PTHREAD_MUTEX};
 use crate::elf::ElfFacts;
 use crate::process::maps::basename;
 
@@ -25,6 +25,14 @@ impl Runtime for StaticGlibc {
 
     fn malloc_api(&self, m: &Module<'_>) -> Option<(AllocFamily, Vec<Entry>)> {
         super::glibc::malloc_api(m.facts)
+    }
+
+    fn copy_api(&self) -> Option<&'static CopyApi> {
+        Some(&C_COPIES)
+    }
+
+    fn lock_api(&self) -> Option<&'static LockApi> {
+        Some(&PTHREAD_MUTEX)
     }
 
     /// A function named as glibc's libc.so exports one (`send`, `recv`,

@@ -41,7 +41,6 @@ use crate::runtime::alloc::AllocFamily;
 mod follow;
 mod programs;
 mod uprobes;
-pub use uprobes::{COPY_APIS, JOINS_COPIES};
 
 use follow::follow;
 use programs::*;
@@ -437,8 +436,8 @@ impl ProbeSet {
     ) -> Result<ProbeSet, ProbeError> {
         check_target(pid)?;
         let maps = ProcMaps::read(pid).map_err(|source| ProbeError::Maps { pid, source })?;
-        let (libc_maps_path, _) =
-            crate::runtime::c_library(pid, &maps).ok_or(ProbeError::NoLibc { pid, family })?;
+        let c = programs::c_library(&maps, pid, family)?;
+        let libc_maps_path = c.maps_path;
         let libc = maps.open_path(&libc_maps_path);
         let resolve_err = |source| ProbeError::Resolve {
             pid,
@@ -452,7 +451,8 @@ impl ProbeSet {
         // The copy probe sits where `attach_copy` puts it: past mempcpy's
         // landing when mempcpy's implementation jumps into this one.
         let siblings: Vec<u64> = if family == Family::Copy {
-            uprobes::copy_joiners(pid, &maps, &libc_maps_path)
+            let joins = c.copies.map_or(&[][..], |a| a.joins);
+            uprobes::copy_joiners(pid, &maps, &libc_maps_path, joins)
                 .iter()
                 .map(|r| r.file_offset)
                 .collect()

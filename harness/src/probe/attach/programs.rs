@@ -387,9 +387,37 @@ pub(super) fn attach_cpu(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
 /// The file of the process's C library: its libc.so, or the executable
 /// that carries it linked in (`runtime::c_library`).
 pub(super) fn libc_path(maps: &ProcMaps, pid: u32, family: Family) -> Result<PathBuf, ProbeError> {
-    crate::runtime::c_library(pid, maps)
-        .map(|(p, _)| maps.readable_path(&p))
-        .ok_or(ProbeError::NoLibc { pid, family })
+    c_library(maps, pid, family).map(|c| c.open)
+}
+
+/// The process's C library as the copy and locks families probe it.
+pub(super) struct CLibrary {
+    /// Its path as `/proc/PID/maps` names it.
+    pub maps_path: String,
+    /// A path rig can open it by.
+    pub open: PathBuf,
+    /// What its runtime says it exports for copies and mutexes.
+    pub copies: Option<&'static crate::runtime::CopyApi>,
+    pub locks: Option<&'static crate::runtime::LockApi>,
+}
+
+/// The one C library of process `pid` (`runtime::c_library`'s rule) and
+/// its runtime's answers; `NoLibc` for a process without one.
+pub(super) fn c_library(maps: &ProcMaps, pid: u32, family: Family) -> Result<CLibrary, ProbeError> {
+    let (maps_path, kind) =
+        crate::runtime::c_library(pid, maps).ok_or(ProbeError::NoLibc { pid, family })?;
+    let open = maps.readable_path(&maps_path);
+    let facts = crate::elf::ElfFacts::shared(&open).unwrap_or_default();
+    let m = crate::runtime::Module {
+        kind,
+        facts: &facts,
+    };
+    Ok(CLibrary {
+        copies: crate::runtime::copy_api(&m),
+        locks: crate::runtime::lock_api(&m),
+        maps_path,
+        open,
+    })
 }
 
 pub(crate) fn basename(p: &str) -> &str {

@@ -4,22 +4,15 @@
 use super::*;
 use crate::runtime::alloc::Entry;
 
-/// The copy family's APIs, resolved through their IFUNCs.
-pub const COPY_APIS: [&str; 3] = ["memcpy", "memmove", "memset"];
-
-/// The copy APIs whose implementations may be counted by another's probe
-/// when they jump into it (`placement::Join`): mempcpy copies as memmove
-/// does, with the same arguments, and returns dest + n. Counted when the C
-/// library has them (a libc without mempcpy copies nothing through it).
-pub const JOINS_COPIES: [&str; 1] = ["mempcpy"];
-
-/// The implementations of [`JOINS_COPIES`] the process `pid` runs.
+/// The implementations of the joining copy APIs (`CopyApi::joins`) of
+/// the C library at `libc_maps_path` that the process `pid` runs.
 pub(super) fn copy_joiners(
     pid: u32,
     maps: &ProcMaps,
     libc_maps_path: &str,
+    joins: &[&str],
 ) -> Vec<crate::probe::ifunc::ResolvedImpl> {
-    JOINS_COPIES
+    joins
         .iter()
         .filter_map(|api| crate::probe::ifunc::resolve_ifunc(pid, maps, libc_maps_path, api).ok())
         .collect()
@@ -316,16 +309,16 @@ impl Attacher<'_> {
         maps: &ProcMaps,
     ) -> Result<(), ProbeError> {
         let family = Family::Copy;
-        let (libc_maps_path, _) =
-            crate::runtime::c_library(self.pid, maps).ok_or(ProbeError::NoLibc {
-                pid: self.pid,
-                family,
-            })?;
-        let libc = maps.readable_path(&libc_maps_path);
+        let c = c_library(maps, self.pid, family)?;
+        let api_of = c.copies.ok_or(ProbeError::NoLibc {
+            pid: self.pid,
+            family,
+        })?;
+        let (libc_maps_path, libc) = (c.maps_path, c.open);
         // The implementations of this process; one CopyImpl per distinct
         // (library, offset) across the tree, whose index is the cookie.
         let mut resolved = Vec::new();
-        for api in COPY_APIS {
+        for &api in api_of.counted {
             let r = crate::probe::ifunc::resolve_ifunc(self.pid, maps, &libc_maps_path, api)
                 .map_err(|source| ProbeError::Resolve {
                     pid: self.pid,
@@ -335,10 +328,11 @@ impl Attacher<'_> {
                 })?;
             resolved.push((api, r));
         }
-        for r in copy_joiners(self.pid, maps, &libc_maps_path) {
-            let api = JOINS_COPIES
-                .into_iter()
-                .find(|a| *a == r.api)
+        for r in copy_joiners(self.pid, maps, &libc_maps_path, api_of.joins) {
+            let api = *api_of
+                .joins
+                .iter()
+                .find(|a| **a == r.api)
                 .expect("resolved from the list");
             resolved.push((api, r));
         }
@@ -348,7 +342,7 @@ impl Attacher<'_> {
         // that way is counted there and gets no probe of its own.
         let joining: Vec<u64> = resolved
             .iter()
-            .filter(|(api, _)| JOINS_COPIES.contains(api))
+            .filter(|(api, _)| api_of.joins.contains(api))
             .map(|(_, r)| r.file_offset)
             .collect();
         let mut placements: Vec<(u64, Placement)> = Vec::new();
@@ -359,7 +353,7 @@ impl Attacher<'_> {
                     Ok(p) => placements.push((r.file_offset, p)),
                     // A joining API is counted when it can be; memcpy,
                     // memmove and memset must be.
-                    Err(e) if JOINS_COPIES.contains(api) => unplaced.push((*api, e)),
+                    Err(e) if api_of.joins.contains(api) => unplaced.push((*api, e)),
                     Err(e) => return Err(e),
                 }
             }
@@ -442,7 +436,12 @@ impl Attacher<'_> {
         maps: &ProcMaps,
     ) -> Result<(), ProbeError> {
         let family = Family::Locks;
-        let libc = libc_path(maps, self.pid, family)?;
+        let c = c_library(maps, self.pid, family)?;
+        let api = c.locks.ok_or(ProbeError::NoLibc {
+            pid: self.pid,
+            family,
+        })?;
+        let libc = c.open;
         let lib_name = libc.display().to_string();
         let find = |symbol: &str| -> Result<u64, ProbeError> {
             elf::lookup_symbol(&libc, symbol)
@@ -459,33 +458,33 @@ impl Attacher<'_> {
                     family,
                 })
         };
-        let lock = find("pthread_mutex_lock")?;
-        let trylock = find("pthread_mutex_trylock")?;
-        let unlock = find("pthread_mutex_unlock")?;
+        let lock = find(api.lock)?;
+        let trylock = find(api.trylock)?;
+        let unlock = find(api.unlock)?;
         // The uretprobes go through the same placement as the entry probes:
         // a moved probe has rsp unchanged since the entry, so the return
         // address the kernel hijacks at *rsp is still the caller's.
-        for (program, entry, what) in [
-            ("rig_mutex_lock", lock, "pthread_mutex_lock"),
-            ("rig_mutex_lock_ret", lock, "pthread_mutex_lock return"),
-            ("rig_mutex_trylock", trylock, "pthread_mutex_trylock"),
-            (
-                "rig_mutex_lock_ret",
-                trylock,
-                "pthread_mutex_trylock return",
-            ),
-            ("rig_mutex_unlock", unlock, "pthread_mutex_unlock"),
+        for (program, entry, what, ret) in [
+            ("rig_mutex_lock", lock, api.lock, ""),
+            ("rig_mutex_lock_ret", lock, api.lock, " return"),
+            ("rig_mutex_trylock", trylock, api.trylock, ""),
+            ("rig_mutex_lock_ret", trylock, api.trylock, " return"),
+            ("rig_mutex_unlock", unlock, api.unlock, ""),
         ] {
             crate::probe::preload::interrupted()?;
             let at = placement(family, program, &libc, entry, &[])?;
             let at = self.place(ebpf, family, program, &libc, at, None)?;
             if at.file_offset != entry {
-                self.note(family, what, moved(&at, entry).trim_start_matches("; "));
+                self.note(
+                    family,
+                    format!("{what}{ret}"),
+                    moved(&at, entry).trim_start_matches("; "),
+                );
             }
         }
         self.note(
             family,
-            "pthread_mutex_lock/trylock/unlock",
+            format!("{}/{}/{}", api.lock, api.trylock, api.unlock),
             format!(
                 "uprobes (+uretprobes on lock/trylock) in {}",
                 basename(&lib_name)
