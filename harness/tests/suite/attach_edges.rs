@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use rig::exit;
 use serde_json::Value;
 
-use super::hostile::{finish, signal, Scratch};
-use super::trial::Server;
+use super::scratch::{finish, signal, Scratch};
+use super::trial_server::Server;
 use super::{probes_shared, rig_bin};
 
 /// `rig ARGS…` to its end (a minute at most): exit code, stdout + stderr,

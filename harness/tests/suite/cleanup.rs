@@ -2,12 +2,14 @@
 //! no BPF program or perf event of rig's remains. These tests hold the probe
 //! lock exclusively, so any `rig_*` program they see would be a leftover.
 
+use super::audit::{audit, launched, reach, Case, Phase, Target, Watcher};
+use super::scratch::signal;
+use super::{calib, probes_exclusive, program_ids_of, rig_bin, rig_programs, still_loaded};
+use rig::exit;
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
-
-use super::{calib, probes_exclusive, program_ids_of, rig_bin, rig_programs, still_loaded};
-use rig::exit;
 
 /// A rig attach session in a child process, its stderr read line by line.
 struct Rig {
@@ -143,4 +145,84 @@ fn leaves_no_probe_behind_when_rig_is_killed() {
     rig.child.kill().unwrap(); // SIGKILL: no destructor runs; the kernel cleans up
     rig.child.wait().unwrap();
     assert_none_left(&ids);
+}
+
+/// A target that forks a detached grandchild: a normal run removes it
+/// with the target (its cgroup), and the run still succeeds.
+#[test]
+fn a_forking_target_leaves_no_grandchild_after_a_normal_run() {
+    root_or_skip!();
+    let c = Case::new("forks-normal");
+    let spec = c.spec(Target::Forks);
+    let m = c.s.write(
+        "m.toml",
+        "[defaults]\nwarmup_ms = 50\nduration_ms = 200\ncounted_requests = 200\n\
+         [[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\n\
+         topologies = [\"1\"]\n",
+    );
+    let rig = c.rig(&[
+        "run",
+        "--target",
+        spec.to_str().unwrap(),
+        "--matrix",
+        m.to_str().unwrap(),
+        "--out",
+        c.out().to_str().unwrap(),
+        "--passes",
+        "clean",
+    ]);
+    let rig_pid = rig.id();
+    let w = Watcher::start(rig_pid, &c.tag);
+    let (code, stdout, stderr) = super::scratch::finish(rig);
+    let seen = w.finish();
+    audit("forks-normal", rig_pid, &c.tag, &seen, &c.out());
+    assert_eq!(code, exit::OK, "{stdout}\n{stderr}");
+    // The watcher saw the grandchild (sh became the server; sleep forked).
+    assert!(seen.tagged.len() >= 2, "{seen:?}");
+}
+
+/// The target killed while rig waits for it to become ready: that case
+/// fails saying so (exit 6), rig goes on, nothing is left (the shell's
+/// orphaned `sleep` included).
+#[test]
+fn a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing() {
+    root_or_skip!();
+    let c = Case::new("target-killed-launch");
+    let spec = c.spec(Target::SlowStart);
+    let m = c.s.write(
+        "m.toml",
+        "[defaults]\nwarmup_ms = 50\nduration_ms = 200\n\
+         [[suite]]\nname = \"a\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\n\
+         topologies = [\"1\"]\n",
+    );
+    let rig = c.rig(&[
+        "run",
+        "--target",
+        spec.to_str().unwrap(),
+        "--matrix",
+        m.to_str().unwrap(),
+        "--out",
+        c.out().to_str().unwrap(),
+        "--passes",
+        "clean",
+    ]);
+    let rig_pid = rig.id();
+    let w = Watcher::start(rig_pid, &c.tag);
+    assert!(reach(Phase::Launch, rig_pid, &c.tag, &w));
+    for p in launched(rig_pid, &c.tag, 0) {
+        signal(p, libc::SIGKILL);
+    }
+    let (code, stdout, stderr) = super::scratch::finish(rig);
+    let seen = w.finish();
+    audit("target-killed-launch", rig_pid, &c.tag, &seen, &c.out());
+    assert_eq!(code, exit::CASE_FAILED, "{stdout}\n{stderr}");
+    let line = std::fs::read_to_string(c.out().join("cases.jsonl")).unwrap();
+    let case: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    assert_eq!(case["status"], "failed", "{case:#}");
+    assert!(
+        case["reasons"].to_string().contains("not ready")
+            && case["reasons"].to_string().contains("killed by signal 9"),
+        "{:#}",
+        case["reasons"]
+    );
 }

@@ -14,7 +14,7 @@ use rig::exit;
 use rig::launch::port::free_port;
 use serde_json::Value;
 
-use super::hostile::{finish, Scratch};
+use super::scratch::{finish, Scratch};
 use super::{probes_shared, rig_bin};
 
 /// A server process the test started, killed with its process group when

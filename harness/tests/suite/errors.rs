@@ -3,7 +3,7 @@
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use super::chaos::run_audited;
+use super::audit::run_audited;
 use super::{calib, is_root, rig_bin};
 use rig::exit;
 
@@ -39,7 +39,7 @@ fn refuses_a_pid_that_does_not_exist() {
 }
 
 /// Not root: exit 3, saying so; and the refused rig leaves nothing (the
-/// leftover audit of suite/chaos.rs: no process, cgroup, run directory or
+/// leftover audit of suite/audit.rs: no process, cgroup, run directory or
 /// BPF program of it).
 #[test]
 fn refuses_to_run_without_root() {

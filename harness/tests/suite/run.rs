@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::chaos::{run_audited, TAG_VAR};
+use super::audit::{run_audited, TAG_VAR};
 use super::{probes_shared, repo, rig_bin};
 use rig::exit;
 
@@ -406,7 +406,7 @@ fn a_memory_limit_below_the_targets_need_reports_the_oom() {
     root_or_skip!();
     let s = Scratch::new("oom");
     s.write("hog.py", HOG);
-    // Tagged, for the leftover audit (suite/chaos.rs).
+    // Tagged, for the leftover audit (suite/audit.rs).
     let tag = format!("oom-{}", std::process::id());
     let spec = s.write(
         "t.toml",
