@@ -11,11 +11,11 @@
 //! Streams work as for HTTP/2 ([`super::h2`]): `streams` slots share one
 //! connection, each with one request in flight; a broken connection is made
 //! again by the first slot that needs it, and a slot whose connection fails
-//! [`MAX_CONSECUTIVE_CONN_FAILURES`] times in a row is given up. The
+//! [`MAX_CONSECUTIVE_CONN_FAILURES`](super::MAX_CONSECUTIVE_CONN_FAILURES) times in a row is given up. The
 //! connection's driver (h3's control-stream task) runs on this thread as
 //! request work, not dispatcher spin.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::future::poll_fn;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::rc::Rc;
@@ -23,12 +23,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::conn::{bounded, Setup, Stats, LOST};
+use super::conn::{bounded, Setup, Stats};
+use super::generations::Generations;
 use super::validate::{check, decode_body};
-use super::{LoadError, MAX_CONSECUTIVE_CONN_FAILURES};
+use super::LoadError;
 
 /// ALPN of HTTP/3 (RFC 9114).
 pub(crate) const ALPN: &str = "h3";
@@ -187,11 +187,8 @@ fn quic_kind(e: &quinn::ConnectionError) -> String {
 /// A connection shared by the stream slots of one HTTP/3 connection.
 pub(crate) struct H3Conn {
     setup: Arc<Setup>,
-    current: RefCell<Option<(u64, Rc<Live>)>>,
-    generation: Cell<u64>,
-    connecting: Cell<bool>,
-    connected: Notify,
-    fails: Cell<u32>,
+    /// The current connection and its generation.
+    lives: Generations<Rc<Live>>,
 }
 
 impl H3Conn {
@@ -200,16 +197,12 @@ impl H3Conn {
         let live = handshake(&setup, stats).await?;
         Ok(Rc::new(H3Conn {
             setup,
-            current: RefCell::new(Some((1, live))),
-            generation: Cell::new(1),
-            connecting: Cell::new(false),
-            connected: Notify::new(),
-            fails: Cell::new(0),
+            lives: Generations::new(live),
         }))
     }
 
     fn dead(&self) -> bool {
-        self.fails.get() >= MAX_CONSECUTIVE_CONN_FAILURES
+        self.lives.dead()
     }
 
     /// Close gracefully: CONNECTION_CLOSE with H3_NO_ERROR. Returns the
@@ -217,54 +210,18 @@ impl H3Conn {
     /// period (three probe timeouts), by which the close has reached the
     /// server or the path is gone; `None` when it was closed already.
     pub fn close_now(&self) -> Option<quinn::Endpoint> {
-        let (_, live) = self.current.borrow_mut().take()?;
+        let (_, live) = self.lives.take()?;
         live.quic.close(H3_NO_ERROR.into(), b"");
         Some(live.endpoint.clone())
     }
 
-    fn broke(&self, generation: u64) {
-        let mut cur = self.current.borrow_mut();
-        if cur.as_ref().is_some_and(|(g, _)| *g == generation) {
-            *cur = None;
-            self.fails.set(self.fails.get() + 1);
-        }
-    }
-
-    /// The current connection, made again if it broke.
+    /// The current connection, made again if it broke or closed while
+    /// idle (the server's idle timeout, GOAWAY).
     async fn get(&self, stats: &Stats) -> Result<(u64, Rc<Live>), String> {
-        loop {
-            // The borrow ends with this statement: `broke` borrows mutably.
-            let current = self.current.borrow().clone();
-            match current {
-                Some((g, l)) if !l.closed.get() => return Ok((g, l)),
-                // Closed while idle (the server's idle timeout, GOAWAY):
-                // made again below.
-                Some((g, _)) => self.broke(g),
-                None => {}
-            }
-            if self.dead() {
-                return Err(LOST.into());
-            }
-            if self.connecting.get() {
-                self.connected.notified().await;
-                continue;
-            }
-            self.connecting.set(true);
-            let r = handshake(&self.setup, stats).await;
-            self.connecting.set(false);
-            self.connected.notify_waiters();
-            match r {
-                Ok(live) => {
-                    let g = self.generation.get() + 1;
-                    self.generation.set(g);
-                    *self.current.borrow_mut() = Some((g, live));
-                }
-                Err(kind) => {
-                    self.fails.set(self.fails.get() + 1);
-                    return Err(kind);
-                }
-            }
-        }
+        let usable = |l: &Rc<Live>| !l.closed.get();
+        self.lives
+            .get(usable, || handshake(&self.setup, stats))
+            .await
     }
 }
 
@@ -306,7 +263,7 @@ impl H3Stream {
     }
 
     pub fn revive(&mut self) {
-        self.conn.fails.set(0);
+        self.conn.lives.succeeded();
     }
 
     /// Let go of the connection (before [`H3Conn::go_away`]).
@@ -323,11 +280,12 @@ impl H3Stream {
         // Retry once when the request never left because the connection
         // had closed while idle; after it left, a failure is the request's.
         for attempt in 0..2 {
-            let current = self.conn.generation.get();
             // A connection the driver saw close (idle timeout, the server's
             // close) is made again before the request, not tried and failed.
-            let stale = !matches!(&self.sender, Some((g, _, l)) if *g == current && !l.closed.get())
-                || self.conn.current.borrow().is_none();
+            let stale = self
+                .sender
+                .as_ref()
+                .is_none_or(|(g, _, l)| self.conn.lives.stale(*g) || l.closed.get());
             if stale {
                 self.sender = None;
                 let (g, live) = self.conn.get(stats).await?;
@@ -339,12 +297,12 @@ impl H3Stream {
             let setup = self.conn.setup.clone();
             match exchange(&setup, send, &live).await {
                 Ok(r) => {
-                    self.conn.fails.set(0);
+                    self.conn.lives.succeeded();
                     return r;
                 }
                 Err(Failure::Stream(k)) => return Err(k),
                 Err(Failure::Connection(k)) => {
-                    self.conn.broke(generation);
+                    self.conn.lives.broke(generation);
                     self.sender = None;
                     if attempt == 0 && k == NOT_SENT {
                         continue;

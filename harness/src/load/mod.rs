@@ -27,6 +27,7 @@
 mod blocking;
 mod conn;
 pub mod dispatch;
+mod generations;
 mod h1;
 mod h2;
 mod h3;

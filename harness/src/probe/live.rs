@@ -54,27 +54,19 @@ pub struct LiveHeap {
 
 impl Counter for LiveCounts {
     fn minus(&self, s: &Self) -> Self {
-        let mut out = LiveCounts::default();
-        for i in 0..out.slot.len() {
-            out.slot[i] = self.slot[i].saturating_sub(s.slot[i]);
+        LiveCounts {
+            slot: super::slots_minus(&self.slot, &s.slot),
         }
-        out
     }
     fn plus(&mut self, o: &Self) {
-        for i in 0..self.slot.len() {
-            self.slot[i] += o.slot[i];
-        }
+        super::slots_plus(&mut self.slot, &o.slot);
     }
 }
 
 const FAMILY: Family = Family::Alloc;
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
-    move |source| ProbeError::Map {
-        family: FAMILY,
-        map,
-        source,
-    }
+    read::map_err(FAMILY, map)
 }
 
 impl LiveHeap {
@@ -160,15 +152,13 @@ impl ProbeSet {
 fn open(ebpf: &mut aya::Ebpf) -> Result<LiveStart, ProbeError> {
     let counts = read_counts(ebpf)?;
     let epoch = {
-        let m = ebpf
-            .map_mut("live_epoch")
-            .ok_or_else(|| missing("live_epoch"))?;
+        let m = read::map_mut(ebpf, FAMILY, "live_epoch")?;
         let mut a: Array<&mut MapData, u32> = Array::try_from(m).map_err(map_err("live_epoch"))?;
         let next = a.get(&0, 0).map_err(map_err("live_epoch"))? + 1;
         a.set(0, next, 0).map_err(map_err("live_epoch"))?;
         next
     };
-    let m = ebpf.map_mut("live").ok_or_else(|| missing("live"))?;
+    let m = read::map_mut(ebpf, FAMILY, "live")?;
     let mut live: HashMap<&mut MapData, LiveKey, LiveVal> =
         HashMap::try_from(m).map_err(map_err("live"))?;
     let stale: Vec<LiveKey> = live
@@ -182,14 +172,6 @@ fn open(ebpf: &mut aya::Ebpf) -> Result<LiveStart, ProbeError> {
         let _ = live.remove(&k);
     }
     Ok(LiveStart { epoch, counts })
-}
-
-fn missing(name: &str) -> ProbeError {
-    ProbeError::Missing {
-        family: FAMILY,
-        what: "map",
-        name: name.to_string(),
-    }
 }
 
 fn read_counts(ebpf: &aya::Ebpf) -> Result<LiveCounts, ProbeError> {

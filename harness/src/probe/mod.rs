@@ -385,16 +385,25 @@ impl Counter for SchedVal {
 
 impl Counter for Stats {
     fn minus(&self, s: &Self) -> Self {
-        let mut out = Stats::default();
-        for i in 0..out.slot.len() {
-            out.slot[i] = self.slot[i].saturating_sub(s.slot[i]);
+        Stats {
+            slot: slots_minus(&self.slot, &s.slot),
         }
-        out
     }
     fn plus(&mut self, o: &Self) {
-        for i in 0..self.slot.len() {
-            self.slot[i] += o.slot[i];
-        }
+        slots_plus(&mut self.slot, &o.slot);
+    }
+}
+
+/// `a − b` slot by slot, for counters kept as an array of slots (a slot
+/// below its earlier reading is 0, never a wrap).
+pub(crate) fn slots_minus<const N: usize>(a: &[u64; N], b: &[u64; N]) -> [u64; N] {
+    std::array::from_fn(|i| a[i].saturating_sub(b[i]))
+}
+
+/// `a += b` slot by slot.
+pub(crate) fn slots_plus<const N: usize>(a: &mut [u64; N], b: &[u64; N]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
     }
 }
 

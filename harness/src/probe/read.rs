@@ -8,7 +8,11 @@ use rig_ebpf::abi::Stats;
 
 use super::{Counter, Family, ProbeError};
 
-fn map_err(family: Family, map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
+/// The error of map `map` of `family`'s object, for `map_err`.
+pub(crate) fn map_err(
+    family: Family,
+    map: &'static str,
+) -> impl Fn(aya::maps::MapError) -> ProbeError {
     move |source| ProbeError::Map {
         family,
         map,
@@ -16,16 +20,30 @@ fn map_err(family: Family, map: &'static str) -> impl Fn(aya::maps::MapError) ->
     }
 }
 
-fn map<'a>(
+/// Map `name` of `family`'s object; `Missing` if the object has none.
+pub(crate) fn map<'a>(
     ebpf: &'a Ebpf,
     family: Family,
     name: &'static str,
 ) -> Result<&'a aya::maps::Map, ProbeError> {
-    ebpf.map(name).ok_or_else(|| ProbeError::Missing {
+    ebpf.map(name).ok_or_else(|| missing_map(family, name))
+}
+
+/// Map `name` of `family`'s object, to write; `Missing` if it has none.
+pub(crate) fn map_mut<'a>(
+    ebpf: &'a mut Ebpf,
+    family: Family,
+    name: &'static str,
+) -> Result<&'a mut aya::maps::Map, ProbeError> {
+    ebpf.map_mut(name).ok_or_else(|| missing_map(family, name))
+}
+
+fn missing_map(family: Family, name: &str) -> ProbeError {
+    ProbeError::Missing {
         family,
         what: "map",
         name: name.to_string(),
-    })
+    }
 }
 
 /// A per-CPU hash map, values summed over CPUs.

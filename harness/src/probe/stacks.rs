@@ -163,46 +163,26 @@ impl StackTables {
                 self.slots.push(entry);
                 let s = (self.slots.len() - 1) as u32;
                 for (family, ebpf) in objects.iter_mut() {
-                    let m = map_mut(ebpf, *family, "unwind_procs")?;
+                    let m = read::map_mut(ebpf, *family, "unwind_procs")?;
                     let mut procs: Array<_, UnwindProc> =
-                        Array::try_from(m).map_err(map_err(*family, "unwind_procs"))?;
+                        Array::try_from(m).map_err(read::map_err(*family, "unwind_procs"))?;
                     procs
                         .set(s, entry, 0)
-                        .map_err(map_err(*family, "unwind_procs"))?;
+                        .map_err(read::map_err(*family, "unwind_procs"))?;
                 }
                 s
             }
         };
         for (family, ebpf) in objects.iter_mut() {
-            let m = map_mut(ebpf, *family, "unwind_slots")?;
+            let m = read::map_mut(ebpf, *family, "unwind_slots")?;
             let mut slots: HashMap<_, u32, u32> =
-                HashMap::try_from(m).map_err(map_err(*family, "unwind_slots"))?;
+                HashMap::try_from(m).map_err(read::map_err(*family, "unwind_slots"))?;
             slots
                 .insert(pid, slot, 0)
-                .map_err(map_err(*family, "unwind_slots"))?;
+                .map_err(read::map_err(*family, "unwind_slots"))?;
         }
         Ok(())
     }
-}
-
-fn map_err(family: Family, map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
-    move |source| ProbeError::Map {
-        family,
-        map,
-        source,
-    }
-}
-
-fn map_mut<'a>(
-    ebpf: &'a mut Ebpf,
-    family: Family,
-    name: &'static str,
-) -> Result<&'a mut Map, ProbeError> {
-    ebpf.map_mut(name).ok_or_else(|| ProbeError::Missing {
-        family,
-        what: "map",
-        name: name.to_string(),
-    })
 }
 
 /// Write `rows` at index `at` of the object's array `name` through a shared
@@ -217,7 +197,7 @@ fn write_array<T: Copy>(
     if rows.is_empty() {
         return Ok(());
     }
-    let m = map_mut(ebpf, family, name)?;
+    let m = read::map_mut(ebpf, family, name)?;
     let Map::Array(data) = m else {
         return Err(ProbeError::Missing {
             family,
@@ -295,7 +275,7 @@ pub fn read_frames(ebpf: &Ebpf, family: Family, out: &mut StackSnapshot) -> Resu
             what: "map",
             name: "ustacks".into(),
         })?)
-        .map_err(map_err(family, "ustacks"))?;
+        .map_err(read::map_err(family, "ustacks"))?;
     for k in out.counts.keys() {
         if k.ustack != 0 && !out.ustacks.contains_key(&k.ustack) {
             if let Ok(s) = ustacks.get(&k.ustack, 0) {
@@ -305,7 +285,7 @@ pub fn read_frames(ebpf: &Ebpf, family: Family, out: &mut StackSnapshot) -> Resu
     }
     if let Some(m) = ebpf.map("kstacks") {
         let kst: StackTraceMap<&MapData> =
-            StackTraceMap::try_from(m).map_err(map_err(family, "kstacks"))?;
+            StackTraceMap::try_from(m).map_err(read::map_err(family, "kstacks"))?;
         for k in out.counts.keys() {
             if k.kstack >= 0 && !out.kstacks.contains_key(&k.kstack) {
                 if let Ok(t) = kst.get(&(k.kstack as u32), 0) {

@@ -38,7 +38,7 @@ use proto::{Outcome, Proto};
 
 pub(crate) use frame::request_block;
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -47,11 +47,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::conn::{open, Io, Setup, Stats, LOST};
-use super::MAX_CONSECUTIVE_CONN_FAILURES;
+use super::conn::{open, Io, Setup, Stats};
+use super::generations::Generations;
 
 /// Receive windows, per stream and per connection.
 const STREAM_WINDOW: u32 = 1 << 20;
@@ -313,12 +312,9 @@ impl Wire {
 pub(crate) struct H2Conn {
     setup: Arc<Setup>,
     /// The current connection and its generation.
-    current: RefCell<Option<(u64, Shared)>>,
-    generation: Cell<u64>,
+    wires: Generations<Shared>,
+    /// The current connection's driver task.
     driver: RefCell<Option<JoinHandle<bool>>>,
-    connecting: Cell<bool>,
-    connected: Notify,
-    fails: Cell<u32>,
 }
 
 impl Drop for H2Conn {
@@ -333,24 +329,20 @@ impl H2Conn {
     pub fn new(setup: Arc<Setup>, wire: Shared, driver: JoinHandle<bool>) -> Rc<H2Conn> {
         Rc::new(H2Conn {
             setup,
-            current: RefCell::new(Some((1, wire))),
-            generation: Cell::new(1),
+            wires: Generations::new(wire),
             driver: RefCell::new(Some(driver)),
-            connecting: Cell::new(false),
-            connected: Notify::new(),
-            fails: Cell::new(0),
         })
     }
 
     fn dead(&self) -> bool {
-        self.fails.get() >= MAX_CONSECUTIVE_CONN_FAILURES
+        self.wires.dead()
     }
 
     /// Close the connection gracefully: send GOAWAY (NO_ERROR) and close the
     /// socket. True when it did so within `wait`. Every stream of the
     /// connection must have released it first ([`H2Stream::release`]).
     pub async fn go_away(&self, wait: Duration) -> bool {
-        let current = self.current.borrow_mut().take();
+        let current = self.wires.take();
         let Some(driver) = self.driver.borrow_mut().take() else {
             return false;
         };
@@ -373,10 +365,7 @@ impl H2Conn {
     /// next one makes a new connection. The old one's driver ends by itself
     /// once it has failed or its requests are done.
     fn broke(&self, generation: u64) {
-        let mut cur = self.current.borrow_mut();
-        if cur.as_ref().is_some_and(|(g, _)| *g == generation) {
-            *cur = None;
-            self.fails.set(self.fails.get() + 1);
+        if self.wires.broke(generation) {
             // Detached: it drains what the old connection still owes.
             self.driver.borrow_mut().take();
         }
@@ -384,34 +373,12 @@ impl H2Conn {
 
     /// The current connection, re-established if it broke.
     async fn get(&self, stats: &Stats) -> Result<(u64, Shared), String> {
-        loop {
-            if let Some((g, s)) = self.current.borrow().as_ref() {
-                return Ok((*g, s.clone()));
-            }
-            if self.dead() {
-                return Err(LOST.into());
-            }
-            if self.connecting.get() {
-                self.connected.notified().await;
-                continue;
-            }
-            self.connecting.set(true);
-            let r = handshake(&self.setup, stats).await;
-            self.connecting.set(false);
-            self.connected.notify_waiters();
-            match r {
-                Ok((wire, driver)) => {
-                    let g = self.generation.get() + 1;
-                    self.generation.set(g);
-                    *self.current.borrow_mut() = Some((g, wire));
-                    *self.driver.borrow_mut() = Some(driver);
-                }
-                Err(kind) => {
-                    self.fails.set(self.fails.get() + 1);
-                    return Err(kind);
-                }
-            }
-        }
+        let connect = || async {
+            let (wire, driver) = handshake(&self.setup, stats).await?;
+            *self.driver.borrow_mut() = Some(driver);
+            Ok(wire)
+        };
+        self.wires.get(|_| true, connect).await
     }
 }
 
@@ -455,7 +422,7 @@ impl H2Stream {
     }
 
     pub fn revive(&mut self) {
-        self.conn.fails.set(0);
+        self.conn.wires.succeeded();
     }
 
     /// A request was abandoned (timeout): its stream is reset; the
@@ -473,9 +440,10 @@ impl H2Stream {
         // request: `sent_at` keeps its first stamp.
         let mut sent_at = None;
         for attempt in 0..2 {
-            let current = self.conn.generation.get();
-            if !matches!(&self.wire, Some((g, _)) if *g == current)
-                || self.conn.current.borrow().is_none()
+            if self
+                .wire
+                .as_ref()
+                .is_none_or(|(g, _)| self.conn.wires.stale(*g))
             {
                 self.wire = None;
                 self.wire = Some(self.conn.get(stats).await?);
@@ -497,7 +465,7 @@ impl H2Stream {
             if o.conn {
                 self.conn.broke(generation);
             } else {
-                self.conn.fails.set(0);
+                self.conn.wires.succeeded();
             }
             if o.refused && attempt == 0 {
                 continue;

@@ -94,24 +94,12 @@ pub(super) fn set_target(
     tgid: u32,
     mode: u8,
 ) -> Result<(), ProbeError> {
-    let m = ebpf.map_mut("targets").ok_or_else(|| ProbeError::Missing {
-        family,
-        what: "map",
-        name: "targets".into(),
-    })?;
+    let m = read::map_mut(ebpf, family, "targets")?;
     let mut targets: HashMap<_, u32, u8> =
-        HashMap::try_from(m).map_err(|source| ProbeError::Map {
-            family,
-            map: "targets",
-            source,
-        })?;
+        HashMap::try_from(m).map_err(read::map_err(family, "targets"))?;
     targets
         .insert(tgid, mode, 0)
-        .map_err(|source| ProbeError::Map {
-            family,
-            map: "targets",
-            source,
-        })
+        .map_err(read::map_err(family, "targets"))
 }
 
 pub(super) fn program_err(
@@ -254,19 +242,9 @@ fn insert_cookie(
             ),
         });
     }
-    let m = ebpf
-        .map_mut("attach_cookies")
-        .ok_or_else(|| ProbeError::Missing {
-            family,
-            what: "map",
-            name: "attach_cookies".into(),
-        })?;
+    let m = read::map_mut(ebpf, family, "attach_cookies")?;
     let mut map: HashMap<_, CookieKey, u64> =
-        HashMap::try_from(m).map_err(|source| ProbeError::Map {
-            family,
-            map: "attach_cookies",
-            source,
-        })?;
+        HashMap::try_from(m).map_err(read::map_err(family, "attach_cookies"))?;
     for addr in addrs {
         let key = CookieKey {
             tgid: pid,
@@ -274,11 +252,7 @@ fn insert_cookie(
             addr,
         };
         map.insert(key, cookie, 0)
-            .map_err(|source| ProbeError::Map {
-                family,
-                map: "attach_cookies",
-                source,
-            })?;
+            .map_err(read::map_err(family, "attach_cookies"))?;
     }
     Ok(())
 }
