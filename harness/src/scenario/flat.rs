@@ -51,28 +51,20 @@ impl From<Case> for FlatCase {
         let kind = c.what.suite_kind();
         let (mut cycles, mut close, mut interval_ms) = (None, None, None);
         let (mut live_protocol, mut message_ms) = (None, None);
+        let fixed_rate = |path, rate, topology| {
+            let load = LoadShape::Open { rate };
+            (Some(path), Some(load), Some(topology), true, None)
+        };
         let (path, load, topology, keepalive, connections) = match c.what {
             CaseKind::Memory { .. } => (None, None, None, true, None),
             CaseKind::Recovery(r) => {
                 cycles = Some(r.cycles);
                 close = Some(r.close);
-                (
-                    Some(r.path),
-                    Some(LoadShape::Open { rate: r.rate }),
-                    Some(r.topology),
-                    true,
-                    None,
-                )
+                fixed_rate(r.path, r.rate, r.topology)
             }
             CaseKind::Soak(k) => {
                 interval_ms = Some(k.interval_ms);
-                (
-                    Some(k.path),
-                    Some(LoadShape::Open { rate: k.rate }),
-                    Some(k.topology),
-                    true,
-                    None,
-                )
+                fixed_rate(k.path, k.rate, k.topology)
             }
             CaseKind::Http(h) => (
                 Some(h.path),
