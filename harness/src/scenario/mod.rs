@@ -1,10 +1,11 @@
 //! Scenarios: the matrix file expanded into an ordered list of cases.
 //!
 //! In: `config/matrix.toml` (suites of protocol × path × load × topology),
-//! the targets, the suites asked for, and the repeat count. Out: `Case`s in
-//! run order — every round runs every case once, with the targets'
-//! (implementations') order reversed on every other round so that no
-//! implementation always runs first.
+//! parsed into a [`Plan`] per suite with only its kind's settings, or
+//! refused at its file:line:col; the targets, the suites asked for, and the
+//! repeat count. Out: `Case`s in run order — every round runs every case
+//! once, with the targets' (implementations') order reversed on every
+//! other round so that no implementation always runs first.
 
 use serde::{Deserialize, Serialize};
 
