@@ -4,19 +4,22 @@
 
 use std::path::Path;
 
+use super::raw::RawMatrix;
 use super::*;
 
 impl Matrix {
     /// Every soak suite runs `ms` long (`rig run --soak-duration`); each
     /// must still hold two whole intervals.
     pub fn set_soak_duration(&mut self, ms: u64) -> Result<(), String> {
-        for s in self.suites.iter_mut().filter(|s| s.kind == SuiteKind::Soak) {
-            let interval = s.interval_ms.expect("validated");
-            if ms / interval < 2 {
+        for s in &mut self.suites {
+            let Plan::Soak { interval_ms, .. } = s.plan else {
+                continue;
+            };
+            if ms / interval_ms < 2 {
                 return Err(format!(
-                    "suite `{}` has interval_ms = {interval}: give at least two whole intervals ({} ms)",
+                    "suite `{}` has interval_ms = {interval_ms}: give at least two whole intervals ({} ms)",
                     s.name,
-                    2 * interval
+                    2 * interval_ms
                 ));
             }
             s.duration_ms = Some(ms);
@@ -48,8 +51,10 @@ impl Matrix {
         Matrix::parse(&p, &text)
     }
 
+    /// The matrix in `text` (read from `path`), each suite as its kind's
+    /// [`Plan`]; a file that cannot work is refused at its file:line:col.
     pub fn parse(path: &str, text: &str) -> Result<Matrix, MatrixError> {
-        let m: Matrix = toml::from_str(text).map_err(|e| {
+        let raw: RawMatrix = toml::from_str(text).map_err(|e| {
             let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
             MatrixError::Parse {
                 path: path.to_string(),
@@ -58,13 +63,17 @@ impl Matrix {
                 message: e.message().to_string(),
             }
         })?;
-        validate(path, text, &m)?;
-        Ok(m)
+        validate(path, text, raw)
+    }
+
+    /// The suites named (all when `names` is empty), in matrix order.
+    fn chosen<'a>(&'a self, names: &'a [String]) -> impl Iterator<Item = &'a Suite> + 'a {
+        self.suites
+            .iter()
+            .filter(|s| names.is_empty() || names.contains(&s.name))
     }
 
     /// Expand `suites` (all when empty) for `targets` into run order.
-    // Long by design: the matrix's nested loops, in the order case ids are
-    // numbered; flattening them would hide that order.
     pub fn expand(
         &self,
         suites: &[String],
@@ -87,6 +96,13 @@ impl Matrix {
         // Counted before anything is allocated: a matrix whose axes
         // multiply to millions of cases is refused, not run out of memory.
         let total = self.case_count(suites, targets.len(), repeats)?;
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        // Each suite's cases for one target and round, made once: with a
+        // target, no more than `total`.
+        let chosen: Vec<(&Suite, Vec<(String, CaseKind)>)> =
+            self.chosen(suites).map(|s| (s, s.plan.cases())).collect();
         let mut cases = Vec::with_capacity(total as usize);
         for round in 1..=repeats {
             // A B, then B A: implementation order reversed every round.
@@ -95,208 +111,31 @@ impl Matrix {
             } else {
                 (0..targets.len()).rev().collect()
             };
-            for s in self
-                .suites
-                .iter()
-                .filter(|s| suites.is_empty() || suites.contains(&s.name))
-            {
+            for (s, each) in &chosen {
                 let warmup_ms = s.warmup_ms.unwrap_or(d.warmup_ms);
                 let duration_ms = s.duration_ms.unwrap_or(d.duration_ms);
-                let request_timeout_ms = s.request_timeout_ms.unwrap_or(d.request_timeout_ms);
-                let cycles = match s.kind {
-                    SuiteKind::Recovery | SuiteKind::Live => s.cycles,
-                    _ => 1,
-                };
-                let case_timeout_ms = s
-                    .case_timeout_ms
-                    .or(d.case_timeout_ms)
-                    .unwrap_or_else(|| default_case_timeout_ms(warmup_ms, duration_ms, cycles));
-                let base = |t: usize, what: CaseKind| Case {
-                    id: String::new(),
-                    suite: s.name.clone(),
-                    what,
-                    target: t,
-                    target_name: targets[t].clone(),
-                    repeat: round,
-                    warmup_ms,
-                    duration_ms,
-                    counted_requests: d.counted_requests,
-                    settle_ms: d.settle_ms,
-                    request_timeout_ms,
-                    case_timeout_ms,
-                };
-                match s.kind {
-                    SuiteKind::Memory => {
-                        for &listener in &s.listeners {
-                            for &t in &order {
-                                let mut c = base(t, CaseKind::Memory { listener });
-                                let name = match listener {
-                                    Listener::Plain => "plain",
-                                    Listener::Tls => "tls",
-                                };
-                                c.id = format!("{}/{}/{name}/#{round}", s.name, targets[t]);
-                                cases.push(c);
-                            }
-                        }
-                    }
-                    SuiteKind::Memslope => {
-                        let http = s.protocols.iter().flat_map(|&protocol| {
-                            s.paths.iter().map(move |path| MemSlopeConn::Http {
-                                protocol,
-                                path: path.clone(),
-                            })
+                let case_timeout_ms =
+                    s.case_timeout_ms.or(d.case_timeout_ms).unwrap_or_else(|| {
+                        default_case_timeout_ms(warmup_ms, duration_ms, s.plan.cycles())
+                    });
+                for (tail, what) in each {
+                    for &t in &order {
+                        cases.push(Case {
+                            id: format!("{}/{}/{tail}/#{round}", s.name, targets[t]),
+                            suite: s.name.clone(),
+                            what: what.clone(),
+                            target: t,
+                            target_name: targets[t].clone(),
+                            repeat: round,
+                            warmup_ms,
+                            duration_ms,
+                            counted_requests: d.counted_requests,
+                            settle_ms: d.settle_ms,
+                            request_timeout_ms: s
+                                .request_timeout_ms
+                                .unwrap_or(d.request_timeout_ms),
+                            case_timeout_ms,
                         });
-                        let live = s.live.iter().map(|&p| MemSlopeConn::Live(p));
-                        for conn in http.chain(live) {
-                            for &t in &order {
-                                let m = MemSlopeCase {
-                                    conn: conn.clone(),
-                                    tiers: s.connections.clone(),
-                                };
-                                let mut c = base(t, CaseKind::MemSlope(m));
-                                c.id = format!(
-                                    "{}/{}/{}/c{}/#{round}",
-                                    s.name,
-                                    targets[t],
-                                    conn.id_part(),
-                                    s.connections
-                                        .iter()
-                                        .map(usize::to_string)
-                                        .collect::<Vec<_>>()
-                                        .join("-"),
-                                );
-                                cases.push(c);
-                            }
-                        }
-                    }
-                    SuiteKind::Live => {
-                        for &protocol in &s.live {
-                            for &connections in &s.connections {
-                                for &t in &order {
-                                    let l = LiveCase {
-                                        protocol,
-                                        connections,
-                                        cycles: s.cycles,
-                                        message_ms: s.message_ms,
-                                    };
-                                    let mut c = base(t, CaseKind::Live(l));
-                                    c.id = format!(
-                                        "{}/{}/{}/c{connections}/x{}/#{round}",
-                                        s.name,
-                                        targets[t],
-                                        protocol.name(),
-                                        s.cycles,
-                                    );
-                                    cases.push(c);
-                                }
-                            }
-                        }
-                    }
-                    SuiteKind::Recovery => {
-                        for &protocol in &s.protocols {
-                            for path in &s.paths {
-                                for &rate in &s.rates {
-                                    for topo in &s.topologies {
-                                        let topology = Topology::parse(topo).expect("validated");
-                                        for &close in &s.close {
-                                            for &t in &order {
-                                                let r = RecoveryCase {
-                                                    protocol,
-                                                    path: path.clone(),
-                                                    rate,
-                                                    topology,
-                                                    cycles: s.cycles,
-                                                    close,
-                                                };
-                                                let mut c = base(t, CaseKind::Recovery(r));
-                                                c.id = format!(
-                                                    "{}/{}/{}/{}/r{rate}/{}x{}/{}/x{}/#{round}",
-                                                    s.name,
-                                                    targets[t],
-                                                    protocol.name(),
-                                                    path.trim_start_matches('/'),
-                                                    topology.connections,
-                                                    topology.streams,
-                                                    close.name(),
-                                                    s.cycles,
-                                                );
-                                                cases.push(c);
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    SuiteKind::Soak => {
-                        let interval_ms = s.interval_ms.expect("validated");
-                        for &protocol in &s.protocols {
-                            for path in &s.paths {
-                                for &rate in &s.rates {
-                                    for topo in &s.topologies {
-                                        let topology = Topology::parse(topo).expect("validated");
-                                        for &t in &order {
-                                            let k = SoakCase {
-                                                protocol,
-                                                path: path.clone(),
-                                                rate,
-                                                topology,
-                                                interval_ms,
-                                            };
-                                            let mut c = base(t, CaseKind::Soak(k));
-                                            c.id = format!(
-                                                "{}/{}/{}/{}/r{rate}/{}x{}/i{interval_ms}ms/#{round}",
-                                                s.name,
-                                                targets[t],
-                                                protocol.name(),
-                                                path.trim_start_matches('/'),
-                                                topology.connections,
-                                                topology.streams,
-                                            );
-                                            cases.push(c);
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    SuiteKind::Http => {
-                        let loads: Vec<LoadShape> = if s.rates.is_empty() {
-                            vec![LoadShape::Closed]
-                        } else {
-                            s.rates
-                                .iter()
-                                .map(|&rate| LoadShape::Open { rate })
-                                .collect()
-                        };
-                        for &proto in &s.protocols {
-                            let keepalives: &[bool] = if proto == Proto::H1 {
-                                &s.keepalive
-                            } else {
-                                &[true]
-                            };
-                            for path in &s.paths {
-                                for load in &loads {
-                                    for topo in &s.topologies {
-                                        let topo = Topology::parse(topo).expect("validated");
-                                        for &ka in keepalives {
-                                            for &t in &order {
-                                                let h = HttpCase {
-                                                    protocol: proto,
-                                                    path: path.clone(),
-                                                    load: *load,
-                                                    topology: topo,
-                                                    keepalive: ka,
-                                                };
-                                                let mut c = base(t, CaseKind::Http(h));
-                                                c.id = case_id(&c);
-                                                cases.push(c);
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
                     }
                 }
             }
@@ -305,11 +144,208 @@ impl Matrix {
     }
 }
 
+impl Plan {
+    /// Cycles per case, each of which the default case deadline allows for.
+    fn cycles(&self) -> u32 {
+        match self {
+            Plan::Recovery { cycles, .. } | Plan::Live { cycles, .. } => *cycles,
+            Plan::Memory { .. } | Plan::Http { .. } | Plan::Memslope { .. } | Plan::Soak { .. } => {
+                1
+            }
+        }
+    }
+
+    /// The cases of the plan for one target and round, in run order: the
+    /// part of each id between target and round (`h1/plain/r1000/16x1/ka`)
+    /// and what the case measures.
+    fn cases(&self) -> Vec<(String, CaseKind)> {
+        let mut out = Vec::new();
+        match self {
+            Plan::Memory { listeners } => {
+                for &listener in listeners {
+                    out.push((listener.name().into(), CaseKind::Memory { listener }));
+                }
+            }
+            Plan::Memslope {
+                protocols,
+                paths,
+                live,
+                tiers,
+            } => {
+                let http = protocols.iter().flat_map(|&protocol| {
+                    paths.iter().map(move |path| MemSlopeConn::Http {
+                        protocol,
+                        path: path.clone(),
+                    })
+                });
+                let live = live.iter().map(|&p| MemSlopeConn::Live(p));
+                let at = tiers.iter().map(usize::to_string).collect::<Vec<_>>();
+                for conn in http.chain(live) {
+                    let id = format!("{}/c{}", conn.id_part(), at.join("-"));
+                    let tiers = tiers.clone();
+                    out.push((id, CaseKind::MemSlope(MemSlopeCase { conn, tiers })));
+                }
+            }
+            &Plan::Live {
+                ref protocols,
+                ref tiers,
+                cycles,
+                message_ms,
+            } => {
+                for &protocol in protocols {
+                    for &connections in tiers {
+                        let id = format!("{}/c{connections}/x{cycles}", protocol.name());
+                        let l = LiveCase {
+                            protocol,
+                            connections,
+                            cycles,
+                            message_ms,
+                        };
+                        out.push((id, CaseKind::Live(l)));
+                    }
+                }
+            }
+            &Plan::Recovery {
+                ref requests,
+                cycles,
+                ref close,
+            } => requests.each(|r| {
+                for &close in close {
+                    let id = format!("{}/{}/x{cycles}", r.id(), close.name());
+                    let c = RecoveryCase {
+                        protocol: r.protocol,
+                        path: r.path.into(),
+                        rate: r.load,
+                        topology: r.topology,
+                        cycles,
+                        close,
+                    };
+                    out.push((id, CaseKind::Recovery(c)));
+                }
+            }),
+            &Plan::Soak {
+                ref requests,
+                interval_ms,
+            } => requests.each(|r| {
+                let id = format!("{}/i{interval_ms}ms", r.id());
+                let k = SoakCase {
+                    protocol: r.protocol,
+                    path: r.path.into(),
+                    rate: r.load,
+                    topology: r.topology,
+                    interval_ms,
+                };
+                out.push((id, CaseKind::Soak(k)));
+            }),
+            Plan::Http {
+                requests,
+                keepalive,
+            } => requests.each(|r| {
+                // h2 always keeps its connections alive.
+                let keepalives: &[bool] = match r.protocol {
+                    Proto::H1 => keepalive,
+                    _ => &[true],
+                };
+                for &ka in keepalives {
+                    let id = format!("{}/{}", r.id(), if ka { "ka" } else { "new" });
+                    let h = HttpCase {
+                        protocol: r.protocol,
+                        path: r.path.into(),
+                        load: r.load,
+                        topology: r.topology,
+                        keepalive: ka,
+                    };
+                    out.push((id, CaseKind::Http(h)));
+                }
+            }),
+        }
+        out
+    }
+}
+
+impl<L: Copy> Requests<L> {
+    /// Every protocol × path × load × topology, in that order.
+    fn each(&self, mut f: impl FnMut(Request<'_, L>)) {
+        for &protocol in &self.protocols {
+            for path in &self.paths {
+                for &load in &self.loads {
+                    for &topology in &self.topologies {
+                        f(Request {
+                            protocol,
+                            path,
+                            load,
+                            topology,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The axes in the order they multiply.
+    fn axes(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("protocols", self.protocols.len() as u64),
+            ("paths", self.paths.len() as u64),
+            ("rates", self.loads.len() as u64),
+            ("topologies", self.topologies.len() as u64),
+        ]
+    }
+}
+
+/// One protocol × path × load × topology of [`Requests`].
+struct Request<'a, L> {
+    protocol: Proto,
+    path: &'a str,
+    load: L,
+    topology: Topology,
+}
+
+impl<L: LoadId> Request<'_, L> {
+    /// `h1/plain/r1000/16x1`: the id's part these make.
+    fn id(&self) -> String {
+        format!(
+            "{}/{}/{}/{}x{}",
+            self.protocol.name(),
+            self.path.trim_start_matches('/'),
+            self.load.id(),
+            self.topology.connections,
+            self.topology.streams
+        )
+    }
+}
+
+/// How a load is written in a case id.
+trait LoadId {
+    fn id(&self) -> String;
+}
+
+/// A fixed rate: `r1000`.
+impl LoadId for f64 {
+    fn id(&self) -> String {
+        format!("r{self}")
+    }
+}
+
+impl LoadId for LoadShape {
+    fn id(&self) -> String {
+        match self {
+            LoadShape::Open { rate } => rate.id(),
+            LoadShape::Closed => "closed".into(),
+        }
+    }
+}
+
 /// The most cases one run expands to. Each case launches at least one
 /// server and runs at least one pass: at a second a case, 100,000 cases
 /// are more than a day of measuring, and their ids and results already
 /// take hundreds of MB.
 pub const MAX_CASES: u64 = 100_000;
+
+/// The values of `axes` multiplied (saturating).
+fn product(axes: &[(&str, u64)]) -> u64 {
+    axes.iter().fold(1u64, |p, (_, v)| p.saturating_mul(*v))
+}
 
 /// One suite's axes and the cases they make for one target and round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -322,56 +358,63 @@ pub struct SuiteSize {
 }
 
 impl SuiteSize {
-    fn of(s: &SuiteSpec) -> SuiteSize {
+    fn of(s: &Suite) -> SuiteSize {
         let n = |v: usize| v as u64;
-        let h1 = u64::from(s.protocols.contains(&Proto::H1));
-        let other = n(s.protocols.len()) - h1;
-        let ka = n(s.keepalive.len());
-        let axes: Vec<(&'static str, u64)> = match s.kind {
-            SuiteKind::Memory => vec![("listeners", n(s.listeners.len()))],
-            SuiteKind::Memslope => vec![(
+        let axes = match &s.plan {
+            Plan::Memory { listeners } => vec![("listeners", n(listeners.len()))],
+            Plan::Memslope {
+                protocols,
+                paths,
+                live,
+                ..
+            } => vec![(
                 "protocols × paths + live",
-                n(s.protocols.len())
-                    .saturating_mul(n(s.paths.len()))
-                    .saturating_add(n(s.live.len())),
+                n(protocols.len())
+                    .saturating_mul(n(paths.len()))
+                    .saturating_add(n(live.len())),
             )],
-            SuiteKind::Live => vec![
-                ("live", n(s.live.len())),
-                ("connections", n(s.connections.len())),
+            Plan::Live {
+                protocols, tiers, ..
+            } => vec![
+                ("live", n(protocols.len())),
+                ("connections", n(tiers.len())),
             ],
-            SuiteKind::Recovery => vec![
-                ("protocols", n(s.protocols.len())),
-                ("paths", n(s.paths.len())),
-                ("rates", n(s.rates.len())),
-                ("topologies", n(s.topologies.len())),
-                ("close", n(s.close.len())),
-            ],
-            SuiteKind::Soak => vec![
-                ("protocols", n(s.protocols.len())),
-                ("paths", n(s.paths.len())),
-                ("rates", n(s.rates.len())),
-                ("topologies", n(s.topologies.len())),
-            ],
-            SuiteKind::Http => {
-                // h1 runs each keep-alive setting; h2 always keeps alive.
-                let mut a = vec![("protocols", n(s.protocols.len()))];
-                if h1 == 1 && ka != 1 {
-                    a.push(("keepalive", ka));
+            Plan::Recovery {
+                requests, close, ..
+            } => {
+                let mut axes = requests.axes();
+                axes.push(("close", n(close.len())));
+                axes
+            }
+            Plan::Soak { requests, .. } => requests.axes(),
+            Plan::Http {
+                requests,
+                keepalive,
+            } => {
+                let mut axes = requests.axes();
+                if requests.protocols.contains(&Proto::H1) && keepalive.len() != 1 {
+                    axes.insert(1, ("keepalive", n(keepalive.len())));
                 }
-                a.push(("paths", n(s.paths.len())));
-                a.push(("rates", n(s.rates.len()).max(1)));
-                a.push(("topologies", n(s.topologies.len())));
-                a
+                axes
             }
         };
-        let cases = match s.kind {
-            SuiteKind::Http => axes
-                .iter()
-                .filter(|(a, _)| !matches!(*a, "protocols" | "keepalive"))
-                .fold(h1.saturating_mul(ka).saturating_add(other), |p, (_, v)| {
-                    p.saturating_mul(*v)
-                }),
-            _ => axes.iter().fold(1u64, |p, (_, v)| p.saturating_mul(*v)),
+        let cases = match &s.plan {
+            // h1 runs each keep-alive setting; h2 always keeps alive.
+            Plan::Http {
+                requests,
+                keepalive,
+            } => {
+                let h1 = n(requests
+                    .protocols
+                    .iter()
+                    .filter(|&&p| p == Proto::H1)
+                    .count());
+                let runs = h1
+                    .saturating_mul(n(keepalive.len()))
+                    .saturating_add(n(requests.protocols.len()) - h1);
+                runs.saturating_mul(product(&requests.axes()[1..]))
+            }
+            _ => product(&axes),
         };
         SuiteSize {
             suite: s.name.clone(),
@@ -385,11 +428,7 @@ impl Matrix {
     /// The cases of `suites` (all when empty) for one target and round,
     /// suite by suite, counted without expanding anything.
     pub fn sizes(&self, suites: &[String]) -> Vec<SuiteSize> {
-        self.suites
-            .iter()
-            .filter(|s| suites.is_empty() || suites.contains(&s.name))
-            .map(SuiteSize::of)
-            .collect()
+        self.chosen(suites).map(SuiteSize::of).collect()
     }
 
     /// How many cases [`Matrix::expand`] makes for `targets` targets and
@@ -454,24 +493,4 @@ impl Matrix {
             shown(big.cases),
         )))
     }
-}
-
-fn case_id(c: &Case) -> String {
-    let h = c.http().expect("only HTTP cases are numbered this way");
-    let load = match h.load {
-        LoadShape::Open { rate } => format!("r{rate}"),
-        LoadShape::Closed => "closed".into(),
-    };
-    format!(
-        "{}/{}/{}/{}/{}/{}x{}/{}/#{}",
-        c.suite,
-        c.target_name,
-        h.protocol.name(),
-        h.path.trim_start_matches('/'),
-        load,
-        h.topology.connections,
-        h.topology.streams,
-        if h.keepalive { "ka" } else { "new" },
-        c.repeat
-    )
 }

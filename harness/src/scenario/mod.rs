@@ -1,14 +1,17 @@
 //! Scenarios: the matrix file expanded into an ordered list of cases.
 //!
 //! In: `config/matrix.toml` (suites of protocol × path × load × topology),
-//! the targets, the suites asked for, and the repeat count. Out: `Case`s in
-//! run order — every round runs every case once, with the targets'
-//! (implementations') order reversed on every other round so that no
-//! implementation always runs first.
+//! parsed into a [`Plan`] per suite with only its kind's settings, or
+//! refused at its file:line:col; the targets, the suites asked for, and the
+//! repeat count. Out: `Case`s in run order — every round runs every case
+//! once, with the targets' (implementations') order reversed on every
+//! other round so that no implementation always runs first.
 
 use serde::{Deserialize, Serialize};
 
 mod expand;
+mod flat;
+mod raw;
 mod validate;
 pub use expand::{SuiteSize, MAX_CASES};
 use validate::validate;
@@ -207,56 +210,107 @@ impl Default for Defaults {
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SuiteSpec {
+/// The matrix file, parsed: its defaults and its suites, each with exactly
+/// the settings of its kind.
+#[derive(Clone, Debug)]
+pub struct Matrix {
+    pub defaults: Defaults,
+    pub suites: Vec<Suite>,
+}
+
+/// One `[[suite]]`: its name, its own times (`None` takes the matrix's
+/// [`Defaults`]) and what it measures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Suite {
     pub name: String,
-    pub kind: SuiteKind,
-    #[serde(default)]
-    pub protocols: Vec<Proto>,
-    #[serde(default)]
-    pub paths: Vec<String>,
-    /// Open-loop rates; empty = closed loop.
-    #[serde(default)]
-    pub rates: Vec<f64>,
-    /// `CONNECTIONSxSTREAMS` (h2) or `CONNECTIONS` (h1).
-    #[serde(default)]
-    pub topologies: Vec<String>,
-    /// h1 only: keep-alive (true) and/or a new connection per request.
-    #[serde(default = "d_keepalive")]
-    pub keepalive: Vec<bool>,
     pub warmup_ms: Option<u64>,
     pub duration_ms: Option<u64>,
-    /// This suite's `request_timeout_ms` and `case_timeout_ms` (see
-    /// [`Defaults`]).
     pub request_timeout_ms: Option<u64>,
     pub case_timeout_ms: Option<u64>,
-    /// Memory suites: measure the idle server with a `plain` and/or a `tls`
-    /// listener (the target's `tls_variant`).
-    #[serde(default = "d_listeners")]
-    pub listeners: Vec<Listener>,
-    /// Memslope suites: the tiers of open connections, ascending (e.g.
-    /// `[0, 64, 128, 256]`); memory is sampled at each.
-    #[serde(default)]
-    pub connections: Vec<usize>,
-    /// Live suites: the protocols of the connections (`tcp`, `ws`, `sse`);
-    /// `connections` are the tiers, one case each.
-    #[serde(default)]
-    pub live: Vec<LiveProto>,
-    /// Live suites: ms between the messages of a TCP or WebSocket
-    /// connection while it is held.
-    #[serde(default = "d_message_ms")]
-    pub message_ms: u64,
-    /// Recovery and live suites: cycles per case.
-    #[serde(default = "d_cycles")]
-    pub cycles: u32,
-    /// Recovery suites: how each cycle's connections are closed.
-    #[serde(default = "d_closes")]
-    pub close: Vec<CloseKind>,
-    /// Soak suites: the length of one interval (its latency, memory and
-    /// counted window are reported on their own); `duration_ms` is the
-    /// whole run.
-    pub interval_ms: Option<u64>,
+    pub plan: Plan,
+}
+
+/// What a suite measures, one variant per [`SuiteKind`], each with only
+/// the settings that kind has: a soak suite always has its interval, an
+/// http suite's topologies are parsed, a memory suite has no paths.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// The idle server, with each listener (the target's `tls_variant` for
+    /// `tls`).
+    Memory { listeners: Vec<Listener> },
+    /// Request load; h1 also runs each keep-alive setting (true: one
+    /// connection for many requests), h2 always keeps alive.
+    Http {
+        requests: Requests<LoadShape>,
+        keepalive: Vec<bool>,
+    },
+    /// Memory at ascending tiers (at least three) of open connections: a
+    /// case per protocol × path (each connection verified with one request
+    /// on the path), then one per live protocol.
+    Memslope {
+        protocols: Vec<Proto>,
+        paths: Vec<String>,
+        live: Vec<LiveProto>,
+        tiers: Vec<usize>,
+    },
+    /// Cycles (at least two) of fixed-rate load, each closed each way.
+    Recovery {
+        requests: Requests<f64>,
+        cycles: u32,
+        close: Vec<CloseKind>,
+    },
+    /// Fixed-rate load over the suite's duration, reported in intervals
+    /// (at least two whole ones).
+    Soak {
+        requests: Requests<f64>,
+        interval_ms: u64,
+    },
+    /// Long-lived connections: a case per protocol × tier (each at least
+    /// 1), `cycles` times, a message every `message_ms` while held.
+    Live {
+        protocols: Vec<LiveProto>,
+        tiers: Vec<usize>,
+        cycles: u32,
+        message_ms: u64,
+    },
+}
+
+/// The request axes of an http, recovery or soak suite, multiplied in this
+/// order: protocols × paths × loads × topologies, none of them empty.
+/// `L` is a [`LoadShape`] for http suites (closed loop when the matrix
+/// gives no rates) and a fixed rate (requests/s) for the others.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Requests<L> {
+    pub protocols: Vec<Proto>,
+    /// Each starting with `/`.
+    pub paths: Vec<String>,
+    pub loads: Vec<L>,
+    pub topologies: Vec<Topology>,
+}
+
+impl<L> Requests<L> {
+    /// The same axes with other loads.
+    pub fn map_loads<M>(self, f: impl FnOnce(Vec<L>) -> Vec<M>) -> Requests<M> {
+        Requests {
+            protocols: self.protocols,
+            paths: self.paths,
+            loads: f(self.loads),
+            topologies: self.topologies,
+        }
+    }
+}
+
+impl Plan {
+    pub fn kind(&self) -> SuiteKind {
+        match self {
+            Plan::Memory { .. } => SuiteKind::Memory,
+            Plan::Http { .. } => SuiteKind::Http,
+            Plan::Memslope { .. } => SuiteKind::Memslope,
+            Plan::Recovery { .. } => SuiteKind::Recovery,
+            Plan::Soak { .. } => SuiteKind::Soak,
+            Plan::Live { .. } => SuiteKind::Live,
+        }
+    }
 }
 
 /// How a recovery cycle closes its connections.
@@ -279,18 +333,6 @@ impl CloseKind {
     }
 }
 
-fn d_message_ms() -> u64 {
-    100
-}
-
-fn d_cycles() -> u32 {
-    3
-}
-
-fn d_closes() -> Vec<CloseKind> {
-    vec![CloseKind::Graceful, CloseKind::Abrupt]
-}
-
 /// The listener an idle (memory) case launches.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -299,21 +341,13 @@ pub enum Listener {
     Tls,
 }
 
-fn d_listeners() -> Vec<Listener> {
-    vec![Listener::Plain]
-}
-
-fn d_keepalive() -> Vec<bool> {
-    vec![true]
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Matrix {
-    #[serde(default)]
-    pub defaults: Defaults,
-    #[serde(rename = "suite", default)]
-    pub suites: Vec<SuiteSpec>,
+impl Listener {
+    pub fn name(self) -> &'static str {
+        match self {
+            Listener::Plain => "plain",
+            Listener::Tls => "tls",
+        }
+    }
 }
 
 /// Connections and concurrent streams per connection.
@@ -341,7 +375,7 @@ impl Topology {
 /// Serialized flat (`kind`, `protocol`, `path`, `load`, `topology`,
 /// `keepalive` beside the id), the shape `cases.jsonl` has always had.
 #[derive(Clone, Debug, Serialize, PartialEq)]
-#[serde(into = "FlatCase")]
+#[serde(into = "flat::FlatCase")]
 pub struct Case {
     /// Stable, readable id: `http/peer/h1/plain/r1000/16x1/ka/#1`.
     pub id: String,
@@ -502,124 +536,6 @@ impl CaseKind {
             // Not an HTTP listener: the live pass finds the target's live
             // endpoints (or its live variant) itself.
             CaseKind::Live(_) => None,
-        }
-    }
-}
-
-/// The flat JSON form of a [`Case`]: fields a kind does not have are
-/// null (`keepalive` is true for memory cases, as it always was).
-#[derive(Serialize)]
-struct FlatCase {
-    id: String,
-    suite: String,
-    kind: SuiteKind,
-    target: usize,
-    target_name: String,
-    repeat: u32,
-    protocol: Option<Proto>,
-    path: Option<String>,
-    load: Option<LoadShape>,
-    topology: Option<Topology>,
-    keepalive: bool,
-    /// Memslope cases: the tiers of open connections.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    connections: Option<Vec<usize>>,
-    /// Recovery cases: cycles and how each closes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cycles: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    close: Option<CloseKind>,
-    /// Soak cases: one interval.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    interval_ms: Option<u64>,
-    /// Live cases: the connections' protocol (`live` is the pass's
-    /// results) and ms between messages.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    live_protocol: Option<LiveProto>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message_ms: Option<u64>,
-    warmup_ms: u64,
-    duration_ms: u64,
-    counted_requests: u64,
-    settle_ms: u64,
-    request_timeout_ms: u64,
-    case_timeout_ms: u64,
-}
-
-impl From<Case> for FlatCase {
-    fn from(c: Case) -> FlatCase {
-        let protocol = c.what.listener_protocol();
-        let kind = c.what.suite_kind();
-        let (mut cycles, mut close, mut interval_ms) = (None, None, None);
-        let (mut live_protocol, mut message_ms) = (None, None);
-        let (path, load, topology, keepalive, connections) = match c.what {
-            CaseKind::Memory { .. } => (None, None, None, true, None),
-            CaseKind::Recovery(r) => {
-                cycles = Some(r.cycles);
-                close = Some(r.close);
-                (
-                    Some(r.path),
-                    Some(LoadShape::Open { rate: r.rate }),
-                    Some(r.topology),
-                    true,
-                    None,
-                )
-            }
-            CaseKind::Soak(k) => {
-                interval_ms = Some(k.interval_ms);
-                (
-                    Some(k.path),
-                    Some(LoadShape::Open { rate: k.rate }),
-                    Some(k.topology),
-                    true,
-                    None,
-                )
-            }
-            CaseKind::Http(h) => (
-                Some(h.path),
-                Some(h.load),
-                Some(h.topology),
-                h.keepalive,
-                None,
-            ),
-            CaseKind::MemSlope(m) => match m.conn {
-                MemSlopeConn::Http { path, .. } => (Some(path), None, None, true, Some(m.tiers)),
-                MemSlopeConn::Live(p) => {
-                    live_protocol = Some(p);
-                    (None, None, None, true, Some(m.tiers))
-                }
-            },
-            CaseKind::Live(l) => {
-                cycles = Some(l.cycles);
-                live_protocol = Some(l.protocol);
-                message_ms = Some(l.message_ms);
-                (None, None, None, true, Some(vec![l.connections]))
-            }
-        };
-        FlatCase {
-            id: c.id,
-            suite: c.suite,
-            kind,
-            target: c.target,
-            target_name: c.target_name,
-            repeat: c.repeat,
-            protocol,
-            path,
-            load,
-            topology,
-            keepalive,
-            connections,
-            cycles,
-            close,
-            interval_ms,
-            live_protocol,
-            message_ms,
-            warmup_ms: c.warmup_ms,
-            duration_ms: c.duration_ms,
-            counted_requests: c.counted_requests,
-            settle_ms: c.settle_ms,
-            request_timeout_ms: c.request_timeout_ms,
-            case_timeout_ms: c.case_timeout_ms,
         }
     }
 }

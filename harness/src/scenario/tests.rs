@@ -1,5 +1,22 @@
 use super::*;
 
+/// The cases of `text` for one target, `peer`, and one round.
+fn peer_cases(text: &str) -> Vec<Case> {
+    let m = Matrix::parse("t.toml", text).unwrap();
+    m.expand(&[], &["peer".into()], Some(1)).unwrap()
+}
+
+fn ids(cases: &[Case]) -> Vec<&str> {
+    cases.iter().map(|c| c.id.as_str()).collect()
+}
+
+/// Why `text` with `from` replaced by `to` is refused.
+fn refusal(text: &str, from: &str, to: &str) -> String {
+    Matrix::parse("t.toml", &text.replace(from, to))
+        .unwrap_err()
+        .to_string()
+}
+
 /// `cases.jsonl` keeps its flat shape: a kind's missing settings are
 /// null, a memory case's TLS listener is protocol h2-tls.
 #[test]
@@ -8,8 +25,7 @@ fn a_case_serializes_flat() {
         "kind = \"memory\"",
         "kind = \"memory\"\nlisteners = [\"plain\", \"tls\"]",
     );
-    let m = Matrix::parse("t.toml", &text).unwrap();
-    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
+    let cases = peer_cases(&text);
     let json = |id_part: &str| {
         let c = cases.iter().find(|c| c.id.contains(id_part)).unwrap();
         serde_json::to_value(c).unwrap()
@@ -166,11 +182,9 @@ connections = [0, 32, 64]
 
 #[test]
 fn a_memslope_suite_is_a_case_per_protocol_and_path_with_its_tiers() {
-    let m = Matrix::parse("t.toml", MEMSLOPE).unwrap();
-    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
-    let ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+    let cases = peer_cases(MEMSLOPE);
     assert_eq!(
-        ids,
+        ids(&cases),
         vec![
             "ms/peer/h1/plain/c0-32-64/#1",
             "ms/peer/h2c/plain/c0-32-64/#1"
@@ -191,19 +205,15 @@ fn a_memslope_suite_needs_three_ascending_tiers() {
         ("[0, 64, 32]", "tiers must ascend: 64 then 32"),
         ("[0, 32, 32]", "tiers must ascend: 32 then 32"),
     ] {
-        let text = MEMSLOPE.replace("[0, 32, 64]", tiers);
-        let e = Matrix::parse("t.toml", &text).unwrap_err().to_string();
+        let e = refusal(MEMSLOPE, "[0, 32, 64]", tiers);
         assert!(e.starts_with("t.toml:7:"), "{e}");
         assert!(e.contains(says), "{tiers}: {e}");
     }
-    let text = MEMSLOPE.replace("paths = [\"/plain\"]\n", "");
-    let e = Matrix::parse("t.toml", &text).unwrap_err().to_string();
+    let e = refusal(MEMSLOPE, "paths = [\"/plain\"]\n", "");
     assert!(e.contains("a memslope suite needs protocols, paths"), "{e}");
 }
 
-#[test]
-fn a_recovery_suite_is_a_case_per_protocol_rate_topology_and_close() {
-    let text = r#"
+const RECOVERY: &str = r#"
 [[suite]]
 name = "rec"
 kind = "recovery"
@@ -213,11 +223,12 @@ rates = [500.0]
 topologies = ["4x16"]
 cycles = 5
 "#;
-    let m = Matrix::parse("t.toml", text).unwrap();
-    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
-    let ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+
+#[test]
+fn a_recovery_suite_is_a_case_per_protocol_rate_topology_and_close() {
+    let cases = peer_cases(RECOVERY);
     assert_eq!(
-        ids,
+        ids(&cases),
         vec![
             "rec/peer/h2c/plain/r500/4x16/graceful/x5/#1",
             "rec/peer/h2c/plain/r500/4x16/abrupt/x5/#1"
@@ -236,16 +247,12 @@ cycles = 5
         ("cycles = 5", "cycles = 1", "give at least 2"),
         ("rates = [500.0]\n", "", "a recovery suite needs rates"),
     ] {
-        let e = Matrix::parse("t.toml", &text.replace(from, to))
-            .unwrap_err()
-            .to_string();
+        let e = refusal(RECOVERY, from, to);
         assert!(e.contains(says), "{e}");
     }
 }
 
-#[test]
-fn a_soak_suite_is_a_case_per_protocol_rate_and_topology_with_its_interval() {
-    let text = r#"
+const SOAK: &str = r#"
 [[suite]]
 name = "soak"
 kind = "soak"
@@ -256,11 +263,12 @@ topologies = ["4"]
 duration_ms = 60000
 interval_ms = 10000
 "#;
-    let m = Matrix::parse("t.toml", text).unwrap();
-    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
-    let ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+
+#[test]
+fn a_soak_suite_is_a_case_per_protocol_rate_and_topology_with_its_interval() {
+    let cases = peer_cases(SOAK);
     assert_eq!(
-        ids,
+        ids(&cases),
         vec![
             "soak/peer/h1/plain/r500/4x1/i10000ms/#1",
             "soak/peer/h2c/plain/r500/4x1/i10000ms/#1"
@@ -297,12 +305,10 @@ interval_ms = 10000
             "at least two whole intervals",
         ),
     ] {
-        let e = Matrix::parse("t.toml", &text.replace(from, to))
-            .unwrap_err()
-            .to_string();
+        let e = refusal(SOAK, from, to);
         assert!(e.contains(says), "{from} -> {to}: {e}");
     }
-    let http = text
+    let http = SOAK
         .replace("kind = \"soak\"", "kind = \"http\"")
         .replace("name = \"soak\"", "name = \"h\"");
     let e = Matrix::parse("t.toml", &http).unwrap_err().to_string();
@@ -320,11 +326,9 @@ paths = ["/plain"]
 live = ["ws", "sse"]
 connections = [0, 32, 64]
 "#;
-    let m = Matrix::parse("t.toml", text).unwrap();
-    let cases = m.expand(&[], &["peer".into()], Some(1)).unwrap();
-    let ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+    let cases = peer_cases(text);
     assert_eq!(
-        ids,
+        ids(&cases),
         vec![
             "ms/peer/h1/plain/c0-32-64/#1",
             "ms/peer/ws/c0-32-64/#1",
@@ -341,17 +345,8 @@ connections = [0, 32, 64]
         )
     );
     let live_only = text.replace("protocols = [\"h1\"]\npaths = [\"/plain\"]\n", "");
-    assert_eq!(
-        Matrix::parse("t.toml", &live_only)
-            .unwrap()
-            .expand(&[], &["peer".into()], Some(1))
-            .unwrap()
-            .len(),
-        2
-    );
-    let e = Matrix::parse("t.toml", &text.replace("paths = [\"/plain\"]\n", ""))
-        .unwrap_err()
-        .to_string();
+    assert_eq!(peer_cases(&live_only).len(), 2);
+    let e = refusal(text, "paths = [\"/plain\"]\n", "");
     assert!(e.contains("a memslope suite needs protocols, paths"), "{e}");
 }
 
@@ -359,11 +354,17 @@ connections = [0, 32, 64]
 /// every kind of suite, targets and repeats included.
 #[test]
 fn the_case_count_is_what_expand_makes() {
-    let text = M.replace(
-        "kind = \"memory\"",
-        "kind = \"memory\"\nlisteners = [\"plain\", \"tls\"]",
-    );
-    let m = Matrix::parse("t.toml", &text).unwrap();
+    let http = M
+        .replace(
+            "kind = \"memory\"",
+            "kind = \"memory\"\nlisteners = [\"plain\", \"tls\"]",
+        )
+        // Each h1 runs every keep-alive setting, a repeated one too.
+        .replace("[\"h1\"]", "[\"h1\", \"h2c\", \"h1\"]");
+    let m = Matrix::parse("t.toml", &(http + MEMSLOPE + RECOVERY + SOAK + LIVE)).unwrap();
+    let kinds: Vec<SuiteKind> = m.suites.iter().map(|s| s.plan.kind()).collect();
+    use SuiteKind::*;
+    assert_eq!(kinds, [Memory, Http, Memslope, Recovery, Soak, Live]);
     for (targets, repeats) in [(1, 1), (2, 3)] {
         let names: Vec<String> = (0..targets).map(|t| format!("t{t}")).collect();
         let cases = m.expand(&[], &names, Some(repeats)).unwrap();
@@ -372,6 +373,59 @@ fn the_case_count_is_what_expand_makes() {
             cases.len() as u64
         );
     }
+}
+
+const LIVE: &str = r#"
+[[suite]]
+name = "live"
+kind = "live"
+live = ["tcp", "ws", "sse"]
+connections = [32, 128]
+"#;
+
+/// Each suite is the plan of its kind, its settings typed: topologies
+/// parsed, an http suite without rates a closed loop, a soak suite's
+/// interval there.
+#[test]
+fn each_suite_parses_into_the_plan_of_its_kind() {
+    let http = M.replace("rates = [1000.0]\n", "");
+    let m = Matrix::parse("t.toml", &(http + RECOVERY + SOAK + LIVE)).unwrap();
+    let four = Topology {
+        connections: 4,
+        streams: 1,
+    };
+    assert_eq!(
+        m.suites[1].plan,
+        Plan::Http {
+            requests: Requests {
+                protocols: vec![Proto::H1],
+                paths: vec!["/plain".into(), "/json".into()],
+                loads: vec![LoadShape::Closed],
+                topologies: vec![four],
+            },
+            keepalive: vec![true, false],
+        }
+    );
+    let Plan::Soak {
+        requests,
+        interval_ms: 10000,
+    } = &m.suites[3].plan
+    else {
+        panic!("{:?}", m.suites[3].plan);
+    };
+    assert_eq!(
+        (&requests.loads, &requests.topologies),
+        (&vec![500.0], &vec![four])
+    );
+    assert_eq!(
+        m.suites[4].plan,
+        Plan::Live {
+            protocols: vec![LiveProto::Tcp, LiveProto::Ws, LiveProto::Sse],
+            tiers: vec![32, 128],
+            cycles: 3,
+            message_ms: 100,
+        }
+    );
 }
 
 /// 1000 paths × 1000 rates × 100 topologies × 2 keep-alive settings: 200

@@ -1,6 +1,8 @@
-//! A matrix refused before anything starts when it cannot work, each
+//! The matrix file as written turned into the [`Plan`] of each suite's
+//! kind, or refused before anything starts when it cannot work, each
 //! problem located at `file:line:col` from the TOML parser's spans.
 
+use super::raw::{RawMatrix, RawSuite};
 use super::*;
 
 /// The most requests per second rig schedules: one send slot per
@@ -16,9 +18,13 @@ pub const MAX_MS: u64 = 366 * 24 * 3600 * 1000;
 /// File descriptors rig keeps for itself besides the load's connections.
 const FD_HEADROOM: u64 = 64;
 
-/// Refuse what cannot work before anything starts; every error names its
-/// file:line:col.
-pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixError> {
+/// A suite's problem: the key it is at (the suite's header when `None`)
+/// and what to do.
+type Bad<'a> = &'a dyn Fn(Option<&str>, String) -> MatrixError;
+
+/// Each suite of `raw` as its kind's [`Plan`]; what cannot work is
+/// refused, the error naming its file:line:col.
+pub(super) fn validate(path: &str, text: &str, raw: RawMatrix) -> Result<Matrix, MatrixError> {
     // The spans come from one parse of the file, made only when a check
     // needs a position: once per matrix, not once per suite (16,667 suites
     // were quadratic and never finished).
@@ -30,14 +36,14 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
         col,
         message,
     };
-    if m.suites.is_empty() {
+    if raw.suites.is_empty() {
         return Err(value(
             (1, 1),
             "a matrix needs at least one [[suite]] (name, kind, protocols, paths, topologies)"
                 .into(),
         ));
     }
-    let d = &m.defaults;
+    let d = &raw.defaults;
     for (key, v) in [
         ("duration_ms", d.duration_ms),
         ("counted_requests", d.counted_requests),
@@ -69,11 +75,12 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
     let nofile = nofile_limit();
     // The first suite of each name, for the duplicate check (linear).
     let mut first_of_name: std::collections::HashMap<&str, usize> =
-        std::collections::HashMap::with_capacity(m.suites.len());
-    for (i, s) in m.suites.iter().enumerate() {
+        std::collections::HashMap::with_capacity(raw.suites.len());
+    for (i, s) in raw.suites.iter().enumerate() {
         first_of_name.entry(s.name.as_str()).or_insert(i);
     }
-    for (i, s) in m.suites.iter().enumerate() {
+    let mut suites = Vec::with_capacity(raw.suites.len());
+    for (i, s) in raw.suites.iter().enumerate() {
         let sec = Section::Suite(i);
         let bad = |key: Option<&str>, message: String| {
             let (line, col) = at(sec, key);
@@ -98,82 +105,83 @@ pub(super) fn validate(path: &str, text: &str, m: &Matrix) -> Result<(), MatrixE
                 format!("two suites have this name (the other is at line {line}); --suite could not tell them apart"),
             ));
         }
-        for (key, v) in [
-            ("duration_ms", s.duration_ms),
-            ("request_timeout_ms", s.request_timeout_ms),
-            ("case_timeout_ms", s.case_timeout_ms),
-        ] {
-            if v == Some(0) {
-                return Err(bad(Some(key), format!("{key} = 0: give at least 1")));
+        times(s, &bad)?;
+        let axes = || requests(s, nofile, &spans, sec, &bad);
+        let plan = match s.kind {
+            SuiteKind::Memslope => memslope(s, nofile, &bad)?,
+            SuiteKind::Live => live(s, nofile, &bad)?,
+            SuiteKind::Memory => {
+                not_soak(s, &bad)?;
+                Plan::Memory {
+                    listeners: s.listeners.clone(),
+                }
             }
-        }
-        for (key, v) in [
-            ("warmup_ms", s.warmup_ms),
-            ("duration_ms", s.duration_ms),
-            ("request_timeout_ms", s.request_timeout_ms),
-            ("case_timeout_ms", s.case_timeout_ms),
-            ("interval_ms", s.interval_ms),
-            ("message_ms", Some(s.message_ms)),
-        ] {
-            if let Some(e) = too_long(key, v) {
-                return Err(bad(Some(key), e));
+            SuiteKind::Http => {
+                not_soak(s, &bad)?;
+                Plan::Http {
+                    requests: axes()?.map_loads(|rates| match rates.is_empty() {
+                        true => vec![LoadShape::Closed],
+                        false => rates
+                            .into_iter()
+                            .map(|rate| LoadShape::Open { rate })
+                            .collect(),
+                    }),
+                    keepalive: s.keepalive.clone(),
+                }
             }
-        }
-        if s.kind == SuiteKind::Memslope {
-            memslope(s, nofile, &bad)?;
-            continue;
-        }
-        if s.kind == SuiteKind::Live {
-            live(s, nofile, &bad)?;
-            continue;
-        }
-        if s.kind == SuiteKind::Recovery {
-            if s.rates.is_empty() {
-                return Err(bad(
-                    Some("kind"),
-                    "a recovery suite needs rates: each cycle runs fixed-rate load".into(),
-                ));
+            SuiteKind::Recovery => {
+                recovery(s, &bad)?;
+                not_soak(s, &bad)?;
+                Plan::Recovery {
+                    requests: axes()?,
+                    cycles: s.cycles,
+                    close: s.close.clone(),
+                }
             }
-            if s.cycles < 2 {
-                return Err(bad(
-                    Some("cycles"),
-                    format!(
-                        "cycles = {}: give at least 2, or there is nothing to recover from",
-                        s.cycles
-                    ),
-                ));
+            SuiteKind::Soak => {
+                let interval_ms = soak(s, d, &bad)?;
+                Plan::Soak {
+                    requests: axes()?,
+                    interval_ms,
+                }
             }
-            if s.close.is_empty() {
-                return Err(bad(
-                    Some("close"),
-                    "close = []: give \"graceful\", \"abrupt\" or both".into(),
-                ));
-            }
+        };
+        suites.push(Suite {
+            name: s.name.clone(),
+            warmup_ms: s.warmup_ms,
+            duration_ms: s.duration_ms,
+            request_timeout_ms: s.request_timeout_ms,
+            case_timeout_ms: s.case_timeout_ms,
+            plan,
+        });
+    }
+    Ok(Matrix {
+        defaults: raw.defaults,
+        suites,
+    })
+}
+
+/// A suite's times: none 0 that must run, none longer than [`MAX_MS`].
+fn times(s: &RawSuite, bad: Bad<'_>) -> Result<(), MatrixError> {
+    for (key, v) in [
+        ("duration_ms", s.duration_ms),
+        ("request_timeout_ms", s.request_timeout_ms),
+        ("case_timeout_ms", s.case_timeout_ms),
+    ] {
+        if v == Some(0) {
+            return Err(bad(Some(key), format!("{key} = 0: give at least 1")));
         }
-        if s.kind == SuiteKind::Soak {
-            soak(s, m, &bad)?;
-        } else if s.interval_ms.is_some() {
-            return Err(bad(
-                Some("interval_ms"),
-                "interval_ms belongs to soak suites".into(),
-            ));
-        }
-        if !matches!(
-            s.kind,
-            SuiteKind::Http | SuiteKind::Recovery | SuiteKind::Soak
-        ) {
-            continue;
-        }
-        if s.protocols.is_empty() || s.paths.is_empty() || s.topologies.is_empty() {
-            return Err(bad(
-                None,
-                "an http suite needs protocols, paths and topologies".into(),
-            ));
-        }
-        topologies(s, nofile, &bad)?;
-        rates(s, &spans, sec, &bad)?;
-        if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
-            return Err(bad(Some("paths"), format!("path `{p}` must start with /")));
+    }
+    for (key, v) in [
+        ("warmup_ms", s.warmup_ms),
+        ("duration_ms", s.duration_ms),
+        ("request_timeout_ms", s.request_timeout_ms),
+        ("case_timeout_ms", s.case_timeout_ms),
+        ("interval_ms", s.interval_ms),
+        ("message_ms", Some(s.message_ms)),
+    ] {
+        if let Some(e) = too_long(key, v) {
+            return Err(bad(Some(key), e));
         }
     }
     Ok(())
@@ -189,13 +197,48 @@ fn too_long(key: &str, v: Option<u64>) -> Option<String> {
     })
 }
 
+/// Only a soak suite reports intervals.
+fn not_soak(s: &RawSuite, bad: Bad<'_>) -> Result<(), MatrixError> {
+    match s.interval_ms {
+        Some(_) => Err(bad(
+            Some("interval_ms"),
+            "interval_ms belongs to soak suites".into(),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A recovery suite: fixed-rate load (rates), at least two cycles (the
+/// first has nothing to recover from), and a way to close.
+fn recovery(s: &RawSuite, bad: Bad<'_>) -> Result<(), MatrixError> {
+    if s.rates.is_empty() {
+        return Err(bad(
+            Some("kind"),
+            "a recovery suite needs rates: each cycle runs fixed-rate load".into(),
+        ));
+    }
+    if s.cycles < 2 {
+        return Err(bad(
+            Some("cycles"),
+            format!(
+                "cycles = {}: give at least 2, or there is nothing to recover from",
+                s.cycles
+            ),
+        ));
+    }
+    if s.close.is_empty() {
+        return Err(bad(
+            Some("close"),
+            "close = []: give \"graceful\", \"abrupt\" or both".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// A soak suite: fixed-rate load (rates), and an interval that fits at
-/// least twice into the run, so that there is a drift to fit.
-fn soak(
-    s: &SuiteSpec,
-    m: &Matrix,
-    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
-) -> Result<(), MatrixError> {
+/// least twice into the run, so that there is a drift to fit. The
+/// interval.
+fn soak(s: &RawSuite, d: &Defaults, bad: Bad<'_>) -> Result<u64, MatrixError> {
     if s.rates.is_empty() {
         return Err(bad(
             Some("kind"),
@@ -208,7 +251,7 @@ fn soak(
             "a soak suite needs interval_ms: the length of one reported interval".into(),
         ));
     };
-    let duration = s.duration_ms.unwrap_or(m.defaults.duration_ms);
+    let duration = s.duration_ms.unwrap_or(d.duration_ms);
     if interval == 0 || duration / interval < 2 {
         return Err(bad(
             Some("interval_ms"),
@@ -217,18 +260,14 @@ fn soak(
             ),
         ));
     }
-    Ok(())
+    Ok(interval)
 }
 
 /// A memslope suite: protocols and a path to verify each connection with,
 /// and at least three ascending tiers of connections (two points always
 /// lie on a line: R² says nothing), within the file descriptors this
 /// process may open.
-fn memslope(
-    s: &SuiteSpec,
-    nofile: Option<u64>,
-    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
-) -> Result<(), MatrixError> {
+fn memslope(s: &RawSuite, nofile: Option<u64>, bad: Bad<'_>) -> Result<Plan, MatrixError> {
     let http = !s.protocols.is_empty() || !s.paths.is_empty();
     if (http && (s.protocols.is_empty() || s.paths.is_empty())) || (!http && s.live.is_empty()) {
         return Err(bad(
@@ -239,9 +278,7 @@ fn memslope(
                 .into(),
         ));
     }
-    if let Some(p) = s.paths.iter().find(|p| !p.starts_with('/')) {
-        return Err(bad(Some("paths"), format!("path `{p}` must start with /")));
-    }
+    rooted(&s.paths, bad)?;
     if s.connections.len() < 3 {
         return Err(bad(
             Some("connections"),
@@ -261,30 +298,19 @@ fn memslope(
             ),
         ));
     }
-    let top = *s.connections.last().expect("three tiers");
-    if let Some(limit) = nofile {
-        if top as u64 + FD_HEADROOM > limit {
-            return Err(bad(
-                Some("connections"),
-                format!(
-                    "{top} connections need more file descriptors than this process may open \
-                     (RLIMIT_NOFILE hard limit {limit}, {FD_HEADROOM} kept for rig); raise the \
-                     limit (ulimit -Hn) or use fewer connections"
-                ),
-            ));
-        }
-    }
-    Ok(())
+    tiers_fit(&s.connections, nofile, bad)?;
+    Ok(Plan::Memslope {
+        protocols: s.protocols.clone(),
+        paths: s.paths.clone(),
+        live: s.live.clone(),
+        tiers: s.connections.clone(),
+    })
 }
 
 /// A live suite: protocols, tiers of connections (each at least 1, within
 /// the file descriptors this process may open), at least one cycle, and a
 /// message interval the hold can fit.
-fn live(
-    s: &SuiteSpec,
-    nofile: Option<u64>,
-    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
-) -> Result<(), MatrixError> {
+fn live(s: &RawSuite, nofile: Option<u64>, bad: Bad<'_>) -> Result<Plan, MatrixError> {
     if s.live.is_empty() || s.connections.is_empty() {
         return Err(bad(
             None,
@@ -308,29 +334,84 @@ fn live(
             "message_ms = 0: give the ms between messages, e.g. 100".into(),
         ));
     }
-    let top = *s.connections.iter().max().expect("not empty");
-    if let Some(limit) = nofile {
-        if top as u64 + FD_HEADROOM > limit {
-            return Err(bad(
-                Some("connections"),
-                format!(
-                    "{top} connections need more file descriptors than this process may open \
-                     (RLIMIT_NOFILE hard limit {limit}, {FD_HEADROOM} kept for rig); raise the \
-                     limit (ulimit -Hn) or use fewer connections"
-                ),
-            ));
-        }
+    tiers_fit(&s.connections, nofile, bad)?;
+    Ok(Plan::Live {
+        protocols: s.live.clone(),
+        tiers: s.connections.clone(),
+        cycles: s.cycles,
+        message_ms: s.message_ms,
+    })
+}
+
+/// The largest tier of connections within the file descriptors this
+/// process may open.
+fn tiers_fit(tiers: &[usize], nofile: Option<u64>, bad: Bad<'_>) -> Result<(), MatrixError> {
+    match tiers
+        .iter()
+        .max()
+        .and_then(|&top| too_many_fds(top, nofile))
+    {
+        Some(e) => Err(bad(Some("connections"), e)),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// `connections` connections when they need more file descriptors than
+/// the hard limit `nofile` leaves: the message.
+fn too_many_fds(connections: usize, nofile: Option<u64>) -> Option<String> {
+    let limit = nofile?;
+    (connections as u64 + FD_HEADROOM > limit).then(|| {
+        format!(
+            "{connections} connections need more file descriptors than this process may open \
+             (RLIMIT_NOFILE hard limit {limit}, {FD_HEADROOM} kept for rig); raise the limit \
+             (ulimit -Hn) or use fewer connections"
+        )
+    })
+}
+
+/// Every path starts with `/`.
+fn rooted(paths: &[String], bad: Bad<'_>) -> Result<(), MatrixError> {
+    match paths.iter().find(|p| !p.starts_with('/')) {
+        Some(p) => Err(bad(Some("paths"), format!("path `{p}` must start with /"))),
+        None => Ok(()),
+    }
+}
+
+/// An http, recovery or soak suite's requests: protocols, paths and
+/// topologies given, topologies well formed, rates schedulable, paths
+/// rooted. The loads are the rates as written.
+fn requests(
+    s: &RawSuite,
+    nofile: Option<u64>,
+    spans: &Spans<'_>,
+    sec: Section,
+    bad: Bad<'_>,
+) -> Result<Requests<f64>, MatrixError> {
+    if s.protocols.is_empty() || s.paths.is_empty() || s.topologies.is_empty() {
+        return Err(bad(
+            None,
+            "an http suite needs protocols, paths and topologies".into(),
+        ));
+    }
+    let topologies = topologies(s, nofile, bad)?;
+    rates(s, spans, sec, bad)?;
+    rooted(&s.paths, bad)?;
+    Ok(Requests {
+        protocols: s.protocols.clone(),
+        paths: s.paths.clone(),
+        loads: s.rates.clone(),
+        topologies,
+    })
 }
 
 /// An http suite's topologies: well formed, one stream per h1 connection,
 /// and within the file descriptors this process may open.
 fn topologies(
-    s: &SuiteSpec,
+    s: &RawSuite,
     nofile: Option<u64>,
-    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
-) -> Result<(), MatrixError> {
+    bad: Bad<'_>,
+) -> Result<Vec<Topology>, MatrixError> {
+    let mut parsed = Vec::with_capacity(s.topologies.len());
     for t in &s.topologies {
         let topo = Topology::parse(t).ok_or_else(|| {
             bad(
@@ -347,30 +428,16 @@ fn topologies(
                 ),
             ));
         }
-        if let Some(limit) = nofile {
-            if topo.connections as u64 + FD_HEADROOM > limit {
-                return Err(bad(
-                    Some("topologies"),
-                    format!(
-                        "topology `{t}`: {} connections need more file descriptors than this \
-                         process may open (RLIMIT_NOFILE hard limit {limit}, {FD_HEADROOM} kept \
-                         for rig); raise the limit (ulimit -Hn) or use fewer connections",
-                        topo.connections
-                    ),
-                ));
-            }
+        if let Some(e) = too_many_fds(topo.connections, nofile) {
+            return Err(bad(Some("topologies"), format!("topology `{t}`: {e}")));
         }
+        parsed.push(topo);
     }
-    Ok(())
+    Ok(parsed)
 }
 
 /// An http suite's rates: present when given, positive, and schedulable.
-fn rates(
-    s: &SuiteSpec,
-    spans: &Spans<'_>,
-    sec: Section,
-    bad: &dyn Fn(Option<&str>, String) -> MatrixError,
-) -> Result<(), MatrixError> {
+fn rates(s: &RawSuite, spans: &Spans<'_>, sec: Section, bad: Bad<'_>) -> Result<(), MatrixError> {
     if s.rates.is_empty() && spans.key(sec, "rates").is_some() {
         return Err(bad(
             Some("rates"),
