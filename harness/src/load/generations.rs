@@ -143,6 +143,9 @@ mod tests {
         // Closed while idle: made again before the request.
         let (g, _) = block_on(c.get(|s| *s != "second", || async { Ok("third") })).unwrap();
         assert_eq!(g, 3);
+        // That close counted as a failure; a request on the new one succeeds.
+        assert!(!c.dead());
+        c.succeeded();
         // Two failures in a row: the connection is lost for good.
         assert!(c.broke(3));
         let e = block_on(c.get(|_| true, || async { Err("refused".to_string()) }));
