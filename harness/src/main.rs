@@ -2,7 +2,7 @@ fn main() {
     let code = match rig::cli::run() {
         Ok(code) => code,
         Err(err) => {
-            rig::errln!("rig: error: {err:#}");
+            rig::errln!("rig: error: {}", rig::cli::error_line(&err));
             rig::cli::exit_code(&err)
         }
     };

@@ -180,6 +180,21 @@ pub fn run() -> Result<i32> {
     }
 }
 
+/// An error as one line: its message, then each cause the text so far
+/// does not already say (an error whose message quotes its source, as
+/// `resolving memmove in …: {source}` does, printed it twice).
+pub fn error_line(err: &anyhow::Error) -> String {
+    let mut line = err.to_string();
+    for cause in err.chain().skip(1) {
+        let c = cause.to_string();
+        if !line.contains(&c) {
+            line.push_str(": ");
+            line.push_str(&c);
+        }
+    }
+    line
+}
+
 /// Map an error to its documented exit code.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     match err.downcast_ref::<ProbeError>() {
@@ -203,5 +218,30 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         _ if err.downcast_ref::<crate::gate::RunsFailed>().is_some() => exit::CASE_FAILED,
         _ if err.chain().any(crate::fsutil::is_not_a_config) => exit::USAGE,
         _ => exit::ERROR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_line;
+
+    #[test]
+    fn a_cause_the_message_quotes_is_said_once() {
+        let source = anyhow::anyhow!("symbol memmove not found in /srv/app");
+        let quoted = anyhow::Error::new(crate::probe::ProbeError::Resolve {
+            pid: 7,
+            lib: "/srv/app".into(),
+            api: "memmove".into(),
+            source,
+        });
+        let line = error_line(&quoted);
+        assert_eq!(
+            line.matches("symbol memmove not found").count(),
+            1,
+            "{line}"
+        );
+        // A cause the message does not quote is still said.
+        let e = anyhow::anyhow!("disk full").context("writing report.json");
+        assert_eq!(error_line(&e), "writing report.json: disk full");
     }
 }

@@ -130,9 +130,9 @@ impl ModuleKind {
         let defines = |s: &str| facts.lookup_symbol(s).is_some();
         match libc {
             Some(libc) if is_shared_c_library_name(path) => ModuleKind::CLibrary { libc },
-            Some(libc) if defines("malloc") && defines("__libc_start_main") => {
-                ModuleKind::StaticC { libc }
-            }
+            // The C library's start code is in the executable; malloc is
+            // there only if the program allocates.
+            Some(libc) if defines("__libc_start_main") => ModuleKind::StaticC { libc },
             _ => ModuleKind::Native,
         }
     }

@@ -11,11 +11,14 @@ use super::{
 use crate::elf::ElfFacts;
 
 /// Whether the module's C library is musl, given it is not glibc (see
-/// `glibc::is_glibc`, asked first): musl's libc.so is its dynamic linker
-/// too, and a static musl program defines `__libc_start_main` and malloc
-/// and no glibc marker.
+/// `glibc::is_glibc`, asked first): musl's libc.so (its dynamic linker
+/// too) defines `__libc_start_main` and exports malloc; a static musl
+/// program defines `__libc_start_main` and the `__init_libc` it calls, and
+/// malloc only if the program allocates (the linker leaves out what is
+/// never called).
 pub fn is_musl(facts: &ElfFacts) -> bool {
-    facts.lookup_symbol("__libc_start_main").is_some() && facts.lookup_symbol("malloc").is_some()
+    facts.lookup_symbol("__libc_start_main").is_some()
+        && (facts.lookup_symbol("malloc").is_some() || facts.lookup_symbol("__init_libc").is_some())
 }
 
 /// Functions of musl that start a stack: a thread's (`start`,

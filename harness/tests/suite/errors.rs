@@ -139,6 +139,161 @@ fn copy_and_alloc_probes_find_a_static_executables_own_c_library() {
     );
 }
 
+/// A static musl program that never calls memmove or memset: the linker
+/// left them out, so they can never be called. The copy family probes the
+/// memcpy that is there, names the two absent ones, and counts exactly:
+/// 1000 memcpy calls of 100 B, made after the window opens.
+#[test]
+fn copies_absent_from_a_static_executable_are_named_and_the_rest_counted_exactly() {
+    root_or_skip!();
+    let dir = std::env::temp_dir().join(format!("rig-static-musl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("m.c");
+    // No stdio (its buffers would copy); the size is read through a
+    // volatile so the compiler calls memcpy rather than inlining it.
+    std::fs::write(
+        &src,
+        r#"#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+static volatile sig_atomic_t go;
+static void on_usr1(int s) { (void)s; go = 1; }
+static char a[100], b[100];
+int main(void) {
+    volatile size_t n = sizeof a;
+    signal(SIGUSR1, on_usr1);
+    for (;;) {
+        pause();
+        if (go) {
+            for (int i = 0; i < 1000; i++) memcpy(i & 1 ? a : b, i & 1 ? b : a, n);
+            go = 0;
+            write(1, "done\n", 5);
+        }
+    }
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("m");
+    let ok = Command::new("musl-gcc")
+        .args(["-static", "-O1", "-fno-builtin", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("musl-gcc (Debian's musl-tools) is installed");
+    assert!(ok.success(), "musl-gcc -static builds the program");
+    let symbols = Command::new("nm").arg(&exe).output().unwrap();
+    let symbols = String::from_utf8_lossy(&symbols.stdout);
+    let has = |f: &str| symbols.lines().any(|l| l.ends_with(&format!(" {f}")));
+    assert!(has("memcpy") && !has("memmove"), "{symbols}");
+    /// The program, killed however the test ends (a failed assertion
+    /// too): a test leaves nothing running.
+    struct Program(std::process::Child);
+    impl Drop for Program {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut program = Program(
+        Command::new(&exe)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut program.0;
+    let json = dir.join("a.json");
+    let mut rig = Command::new(rig_bin())
+        .args([
+            "attach",
+            "--pid",
+            &child.id().to_string(),
+            "--probes",
+            "copy",
+        ])
+        .args(["--duration", "2s", "--json"])
+        .arg(&json)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(rig.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(n > 0, "rig ended before opening its window: {seen}");
+        seen.push_str(&line);
+        if line.contains("window open") {
+            break;
+        }
+    }
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+    let mut done = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut done,
+    )
+    .unwrap();
+    assert_eq!(done, "done\n");
+    std::io::Read::read_to_string(&mut stderr, &mut seen).unwrap();
+    let code = rig.wait().unwrap().code();
+    // Nor is malloc linked in: the alloc family says so.
+    let alloc_json = dir.join("alloc.json");
+    let alloc = Command::new(rig_bin())
+        .args([
+            "attach",
+            "--pid",
+            &program.0.id().to_string(),
+            "--probes",
+            "alloc",
+        ])
+        .args(["--duration", "1s", "--json"])
+        .arg(&alloc_json)
+        .output()
+        .unwrap();
+    drop(program);
+    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let alloc_notes: serde_json::Value =
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(&alloc_json).unwrap()).unwrap()
+            ["notes"]
+            .clone();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(alloc.status.code(), Some(exit::OK), "{alloc:?}");
+    assert!(
+        alloc_notes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["family"] == "alloc"
+                && n["what"] == "malloc"
+                && n["note"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("absent: not linked into m")),
+        "{alloc_notes:#}"
+    );
+    assert_eq!(code, Some(exit::OK), "{seen}");
+    let rows = a["copy"].as_array().unwrap();
+    let sum = |k: &str| -> i64 { rows.iter().filter_map(|r| r[k].as_i64()).sum() };
+    assert_eq!(
+        (sum("calls"), sum("bytes")),
+        (1000, 100_000),
+        "{:#}",
+        a["copy"]
+    );
+    // The absent ones are named in the attach notes.
+    let notes = a["notes"].as_array().unwrap();
+    for absent in ["memmove", "memset"] {
+        assert!(
+            notes.iter().any(|n| n["family"] == "copy"
+                && n["what"] == absent
+                && n["note"] == "absent: not linked into m, never called, not probed"),
+            "{absent}: {notes:#?}"
+        );
+    }
+}
+
 #[test]
 fn refuses_to_drive_load_anywhere_but_loopback() {
     let (code, err) = rig(&["attach", "--pid", "1", "--drive", "http://192.0.2.1:80/"]);

@@ -358,13 +358,9 @@ pub(super) fn attach_cpu(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
     )
 }
 
-/// The file of the process's C library: its libc.so, or the executable
-/// that carries it linked in (`runtime::c_library`).
-pub(super) fn libc_path(maps: &ProcMaps, pid: u32, family: Family) -> Result<PathBuf, ProbeError> {
-    c_library(maps, pid, family).map(|c| c.open)
-}
-
-/// The process's C library as the copy and locks families probe it.
+/// The process's C library as the alloc, copy and locks families probe it:
+/// its libc.so, or the executable that carries it linked in
+/// (`runtime::c_library`).
 pub(super) struct CLibrary {
     /// Its path as `/proc/PID/maps` names it.
     pub maps_path: String,
@@ -373,6 +369,11 @@ pub(super) struct CLibrary {
     /// What its runtime says it exports for copies and mutexes.
     pub copies: Option<&'static crate::runtime::CopyApi>,
     pub locks: Option<&'static crate::runtime::LockApi>,
+    /// Linked into the executable, which keeps only the functions the
+    /// program calls: one it lacks can never be called, and is absent,
+    /// not an error.
+    pub statically: bool,
+    pub facts: std::sync::Arc<crate::elf::ElfFacts>,
 }
 
 /// The one C library of process `pid` (`runtime::c_library`'s rule) and
@@ -389,8 +390,10 @@ pub(super) fn c_library(maps: &ProcMaps, pid: u32, family: Family) -> Result<CLi
     Ok(CLibrary {
         copies: crate::runtime::copy_api(&m),
         locks: crate::runtime::lock_api(&m),
+        statically: matches!(kind, crate::runtime::ModuleKind::StaticC { .. }),
         maps_path,
         open,
+        facts,
     })
 }
 

@@ -71,8 +71,20 @@ impl Attacher<'_> {
         let family = Family::Alloc;
         let found = crate::probe::allocators::discover(self.pid, maps);
         if found.layers.is_empty() && found.unprobed.is_empty() {
-            // No C allocator found at all (as before discovery: libc is required).
-            libc_path(maps, self.pid, family)?;
+            // No C allocator found at all: the C library is required, and
+            // one linked into the executable without malloc (a program that
+            // never allocates through it) is said, never a silent zero.
+            let c = c_library(maps, self.pid, family)?;
+            if c.statically {
+                self.note(
+                    family,
+                    "malloc",
+                    format!(
+                        "absent: not linked into {}, never called; memory it takes otherwise (mmap, brk) is not counted",
+                        basename(&c.maps_path)
+                    ),
+                );
+            }
         }
         for u in found.unprobed {
             if !self.alloc_unprobed.contains(&u) {
@@ -319,6 +331,18 @@ impl Attacher<'_> {
         // (library, offset) across the tree, whose index is the cookie.
         let mut resolved = Vec::new();
         for &api in api_of.counted {
+            if c.statically && c.facts.lookup_symbol(api).is_none() {
+                // Never linked in, so never called: nothing to count.
+                self.note(
+                    family,
+                    api,
+                    format!(
+                        "absent: not linked into {}, never called, not probed",
+                        basename(&libc_maps_path)
+                    ),
+                );
+                continue;
+            }
             let r = crate::probe::ifunc::resolve_ifunc(self.pid, maps, &libc_maps_path, api)
                 .map_err(|source| ProbeError::Resolve {
                     pid: self.pid,
