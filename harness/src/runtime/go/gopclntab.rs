@@ -281,7 +281,16 @@ impl GoTable {
         }
         let word = |i: usize| u64_at(d, 8 + 8 * i);
         let nfunc = word(0)? as usize;
-        let text_start = word(2)?;
+        // pcHeader's textStart; Go 1.26 stores 0 there (it needed a
+        // relocation) and reads moduledata.text instead, which Go's linker
+        // places at the start of `.text` (`runtime.text`).
+        let text_start = match word(2)? {
+            0 => obj
+                .section_by_name(".text")
+                .map(|t| t.address())
+                .ok_or_else(|| anyhow!("a .gopclntab without textStart and no .text"))?,
+            t => t,
+        };
         let (funcname, cu, filetab, pctab, pcln) = (
             word(3)? as usize,
             word(4)? as usize,
