@@ -70,8 +70,14 @@ const LAYERS: &[(&str, &[&str])] = &[
             "symbolize",
         ],
     ),
+    // The result files (cases.jsonl, manifest.json, ab.json, gate.json)
+    // read back as typed views, for report.html and `rig compare`.
+    ("results", &["metrics"]),
     // report.html of an output directory, from its files.
-    ("html", &["fsutil", "load", "metrics", "scenario", "stats"]),
+    (
+        "html",
+        &["fsutil", "load", "metrics", "results", "scenario", "stats"],
+    ),
     // The fixed-count window.
     (
         "window",
@@ -185,7 +191,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "compare",
         &[
-            "exit", "fsutil", "funchash", "gitfacts", "html", "launch", "metrics", "stats",
+            "exit", "fsutil", "funchash", "gitfacts", "html", "launch", "metrics", "results",
+            "stats",
         ],
     ),
     (

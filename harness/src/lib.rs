@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod probe;
 pub mod process;
 pub mod report;
+pub mod results;
 pub mod run;
 pub mod runtime;
 pub mod sample;

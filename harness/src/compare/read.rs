@@ -10,12 +10,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::series::Kind;
 use crate::gitfacts::GitFacts;
 use crate::metrics::names::PER_REQUEST;
 use crate::metrics::per_request;
+use crate::results::case::{CaseLine, Clean, Site};
+use crate::results::manifest::ManifestView;
 
 /// One target of one result directory.
 #[derive(Clone, Debug)]
@@ -115,19 +118,18 @@ pub fn read_dir(dir: &Path) -> Result<Vec<Reading>> {
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(Value::Null);
+    let manifest = ManifestView::of(&manifest);
     let mut out: Vec<Reading> = Vec::new();
     for (n, line) in text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let c: Value = serde_json::from_str(line)
-            .with_context(|| format!("{} line {}", cases_path.display(), n + 1))?;
-        let target = c["target_name"].as_str().unwrap_or("?").to_string();
-        let Some(exe_sha) = ["clean", "counted"]
-            .iter()
-            .find_map(|p| c[p]["launch"]["exe_sha256"].as_str())
-        else {
+        let at = || format!("{} line {}", cases_path.display(), n + 1);
+        let json: Value = serde_json::from_str(line).with_context(at)?;
+        let c = CaseLine::of(&json).with_context(at)?;
+        let target = c.target_name.unwrap_or("?").to_string();
+        let Some(exe_sha) = c.exe_sha256() else {
             continue;
         };
         let own = own_objects(&manifest, &target);
@@ -152,10 +154,10 @@ pub fn read_dir(dir: &Path) -> Result<Vec<Reading>> {
                 out.len() - 1
             }
         };
-        let id = c["id"].as_str().unwrap_or_default();
+        let id = c.id.unwrap_or_default();
         let entry = out[i].cases.entry(case_key(id)).or_default();
         if entry.settings.is_empty() {
-            entry.settings = settings(&c);
+            entry.settings = settings(&json);
         }
         let round = round(&c);
         if !round.values.is_empty() {
@@ -182,34 +184,22 @@ fn settings(c: &Value) -> BTreeMap<String, Value> {
         .unwrap_or_default()
 }
 
-fn target_of<'a>(manifest: &'a Value, target: &str) -> Option<&'a Value> {
-    manifest["targets"]
-        .as_array()?
-        .iter()
-        .find(|t| t["name"].as_str() == Some(target))
-}
-
 /// The executable the manifest names for `target` (`rig run`: the first
 /// object of its `targets[]` entry; `rig ab`: the arm's `binary`
 /// expectation; `rig gate`: `binary`), if it is still the build that ran.
-fn exe_of(manifest: &Value, target: &str, build: &str) -> Option<PathBuf> {
-    let run = target_of(manifest, target).and_then(|t| t["objects"][0]["path"].as_str());
+fn exe_of(manifest: &ManifestView, target: &str, build: &str) -> Option<PathBuf> {
+    let run = manifest
+        .target(target)
+        .and_then(|t| t.objects.first()?.path);
     let ab = || {
-        manifest["arms"]
-            .as_array()?
+        manifest
+            .arm(target)?
+            .expected_objects
             .iter()
-            .find(|a| a["name"].as_str() == Some(target))?["expected_objects"]
-            .as_array()?
-            .iter()
-            .find(|e| e["via"] == "binary")?["path"]
-            .as_str()
+            .find(|e| e.via == Some("binary"))?
+            .path
     };
-    let gate = || {
-        manifest["binary"]
-            .as_str()
-            .or_else(|| manifest["binary"]["path"].as_str())
-    };
-    let path = PathBuf::from(run.or_else(ab).or_else(gate)?);
+    let path = PathBuf::from(run.or_else(ab).or_else(|| manifest.binary_path())?);
     let (_, sha, _) = crate::launch::start::hash_file(&path).ok()?;
     (sha == build).then_some(path)
 }
@@ -221,37 +211,32 @@ fn exe_of(manifest: &Value, target: &str, build: &str) -> Option<PathBuf> {
 /// directory: what the target's build produced, not the system's
 /// libraries. `rig ab`: the arm's expected objects other than its binary
 /// (the libraries the arm selects).
-fn own_objects(manifest: &Value, target: &str) -> Vec<(PathBuf, String)> {
-    let entry = |o: &Value| -> Option<(PathBuf, String)> {
-        Some((
-            PathBuf::from(o["path"].as_str()?),
-            o["sha256"].as_str()?.to_string(),
-        ))
+fn own_objects(manifest: &ManifestView, target: &str) -> Vec<(PathBuf, String)> {
+    let entry = |path: Option<&str>, sha256: Option<&str>| -> Option<(PathBuf, String)> {
+        Some((PathBuf::from(path?), sha256?.to_string()))
     };
-    let mut out: Vec<(PathBuf, String)> = match target_of(manifest, target) {
+    let mut out: Vec<(PathBuf, String)> = match manifest.target(target) {
         Some(t) => {
-            let objects = t["objects"].as_array().cloned().unwrap_or_default();
-            let Some((exe, _)) = objects.first().and_then(entry) else {
+            let Some((exe, _)) = t.objects.first().and_then(|o| entry(o.path, o.sha256)) else {
                 return Vec::new();
             };
             let root = match git_of(manifest, target) {
                 Some(g) => g.work_tree,
                 None => exe.parent().map(Path::to_path_buf).unwrap_or_default(),
             };
-            objects
+            t.objects
                 .iter()
-                .filter_map(entry)
+                .filter_map(|o| entry(o.path, o.sha256))
                 .filter(|(p, _)| *p != exe && p.starts_with(&root) && root.as_os_str().len() > 1)
                 .collect()
         }
-        None => manifest["arms"]
-            .as_array()
-            .and_then(|arms| arms.iter().find(|a| a["name"].as_str() == Some(target)))
-            .and_then(|a| a["expected_objects"].as_array())
-            .map(|e| {
-                e.iter()
-                    .filter(|o| o["via"] != "binary")
-                    .filter_map(entry)
+        None => manifest
+            .arm(target)
+            .map(|a| {
+                a.expected_objects
+                    .iter()
+                    .filter(|o| o.via != Some("binary"))
+                    .filter_map(|o| entry(o.path, o.sha256))
                     .collect()
             })
             .unwrap_or_default(),
@@ -294,29 +279,40 @@ fn still_there(own: &[(PathBuf, String)]) -> (Vec<PathBuf>, Vec<PathBuf>) {
 
 /// The commit of `target`'s executable: `targets[].git` of `rig run` and
 /// `rig gate`, `arms[].git` of `rig ab`.
-fn git_of(manifest: &Value, target: &str) -> Option<GitFacts> {
-    let arm = || {
-        manifest["arms"]
-            .as_array()?
-            .iter()
-            .find(|a| a["name"].as_str() == Some(target))
+fn git_of(manifest: &ManifestView, target: &str) -> Option<GitFacts> {
+    let git = match manifest.target(target) {
+        Some(t) => &t.git,
+        None => &manifest.arm(target)?.git,
     };
-    let git = target_of(manifest, target).or_else(arm)?["git"].clone();
-    serde_json::from_value(git).ok()
+    GitFacts::deserialize(git).ok()
 }
 
-/// Timing metrics of the clean pass: (name, JSON pointer).
-const TIMING: &[(&str, &str)] = &[
-    ("rps", "/clean/load/rps"),
-    ("latency p50 µs", "/clean/load/latency/p50_ns"),
-    ("latency p90 µs", "/clean/load/latency/p90_ns"),
-    ("latency p99 µs", "/clean/load/latency/p99_ns"),
-    ("latency p99.9 µs", "/clean/load/latency/p999_ns"),
-    ("server CPU µs/req", "/clean/server/cpu_us_per_request"),
-    ("RSS max KiB", "/clean/server/rss_max_kib"),
-    ("PSS max KiB", "/clean/server/pss_max_kib"),
-    ("idle RSS KiB", "/memory/proc/rss_kib"),
+/// A metric's value in a case line.
+type Read = fn(&CaseLine) -> Option<f64>;
+
+/// Timing metrics of the clean pass (and the memory pass's idle RSS), by
+/// name, in µs where the case has ns.
+const TIMING: &[(&str, Read)] = &[
+    ("rps", |c| clean(c)?.load.rps),
+    ("latency p50 µs", |c| us(clean(c)?.load.latency.p50_ns)),
+    ("latency p90 µs", |c| us(clean(c)?.load.latency.p90_ns)),
+    ("latency p99 µs", |c| us(clean(c)?.load.latency.p99_ns)),
+    ("latency p99.9 µs", |c| us(clean(c)?.load.latency.p999_ns)),
+    ("server CPU µs/req", |c| {
+        clean(c)?.server.cpu_us_per_request
+    }),
+    ("RSS max KiB", |c| clean(c)?.server.rss_max_kib),
+    ("PSS max KiB", |c| clean(c)?.server.pss_max_kib),
+    ("idle RSS KiB", |c| c.memory.as_ref()?.rss_kib()),
 ];
+
+fn clean<'c, 'a>(c: &'c CaseLine<'a>) -> Option<&'c Clean<'a>> {
+    c.clean.as_ref()
+}
+
+fn us(ns: Option<f64>) -> Option<f64> {
+    ns.map(|ns| ns / 1e3)
+}
 
 /// How the metric `name` (as `rig compare` names it) moves between
 /// readings of one build, and whether the clean pass (no probes) measures
@@ -333,76 +329,68 @@ pub fn kind_of(name: &str) -> (Kind, bool) {
     }
 }
 
-fn round(c: &Value) -> Round {
+fn round(c: &CaseLine) -> Round {
     let mut r = Round::default();
-    for (name, ptr) in TIMING {
-        if let Some(v) = c.pointer(ptr).and_then(Value::as_f64) {
-            let v = if ptr.ends_with("_ns") { v / 1e3 } else { v };
+    for (name, value) in TIMING {
+        if let Some(v) = value(c) {
             r.values.insert(name.to_string(), timing(v));
         }
     }
-    let per = &c["counted"]["per_request"];
-    for t in &PER_REQUEST {
-        if let Some(v) = per[t.field].as_f64() {
-            let kind = if t.exact { Kind::Exact } else { Kind::Timing };
-            r.values.insert(
-                t.name.to_string(),
-                Metric {
-                    value: v,
-                    kind,
-                    family: None,
-                },
-            );
-        }
-    }
-    // A family whose totals the pass has: its sites absent from the round
-    // are 0 there.
-    for t in &PER_REQUEST {
-        if per[t.field].is_number() {
-            r.families.insert(t.family);
-        }
-    }
-    let a = &c["counted"]["attribution"];
-    let Some(requests) = a["window"]["requests"].as_u64().filter(|n| *n > 0) else {
+    let Some(counted) = &c.counted else {
         return r;
     };
-    let mut add = |name: String, family: &'static str, count: u64| {
+    for (t, v) in counted.per_request.values() {
+        let Some(v) = v else { continue };
+        let kind = if t.exact { Kind::Exact } else { Kind::Timing };
+        r.values.insert(
+            t.name.to_string(),
+            Metric {
+                value: v,
+                kind,
+                family: None,
+            },
+        );
+        // A family whose totals the pass has: its sites absent from the
+        // round are 0 there.
+        r.families.insert(t.family);
+    }
+    let a = &counted.attribution;
+    let Some(requests) = a
+        .window
+        .as_ref()
+        .and_then(|w| w.requests)
+        .filter(|n| *n > 0)
+    else {
+        return r;
+    };
+    let mut add = |name: String, family: &'static str, count: Option<u64>| {
         let e = r.values.entry(name).or_insert(Metric {
             value: 0.0,
             kind: Kind::Exact,
             family: Some(family),
         });
-        e.value += per_request(count, Some(requests)).unwrap_or(0.0);
+        e.value += per_request(count.unwrap_or(0), Some(requests)).unwrap_or(0.0);
     };
-    let rows = |k: &str| a[k].as_array().cloned().unwrap_or_default();
-    for (family, key) in [("alloc", "alloc"), ("copy", "copy")] {
-        for row in rows(key) {
-            let kind = row["kind"].as_str().unwrap_or("?");
-            let f = function_of(&row["site"]);
-            add(
-                format!("{kind} calls @ {f}"),
-                family,
-                row["calls"].as_u64().unwrap_or(0),
-            );
+    for (family, rows) in [("alloc", &a.alloc), ("copy", &a.copy)] {
+        for row in rows {
+            let kind = row.kind.unwrap_or("?");
+            let f = function_of(&row.site);
+            add(format!("{kind} calls @ {f}"), family, row.calls);
             // Frees have no bytes: no `free bytes` counter (absent is 0).
-            if let Some(bytes) = row["bytes"].as_u64().filter(|b| *b > 0) {
-                add(format!("{kind} bytes @ {f}"), family, bytes);
+            if let Some(bytes) = row.bytes.filter(|b| *b > 0) {
+                add(format!("{kind} bytes @ {f}"), family, Some(bytes));
             }
         }
     }
-    for row in rows("syscalls") {
-        let name = row["name"].as_str().unwrap_or("?");
-        add(
-            format!("syscall {name}"),
-            "syscalls",
-            row["count"].as_u64().unwrap_or(0),
-        );
+    for row in &a.syscalls {
+        let name = row.name.unwrap_or("?");
+        add(format!("syscall {name}"), "syscalls", row.count);
     }
-    for row in rows("faults") {
+    for row in &a.faults {
         add(
-            format!("faults @ {}", function_of(&row["site"])),
+            format!("faults @ {}", function_of(&row.site)),
             "faults",
-            row["count"].as_u64().unwrap_or(0),
+            row.count,
         );
     }
     r
@@ -419,16 +407,15 @@ fn timing(value: f64) -> Metric {
 /// A site by its function, not its line: lines move between commits
 /// whenever code above them is edited; the function stays (and a rename is
 /// told by the function hashes).
-fn function_of(site: &Value) -> String {
-    match site["function"].as_str() {
+fn function_of(site: &Site) -> String {
+    match site.function {
         Some(f) => f.to_string(),
         None => format!(
             "{}+{:#x}",
-            site["module"]
-                .as_str()
+            site.module
                 .and_then(|m| m.rsplit('/').next())
                 .unwrap_or("?"),
-            site["module_offset"].as_u64().unwrap_or(0)
+            site.module_offset.unwrap_or(0)
         ),
     }
 }
@@ -470,7 +457,7 @@ mod tests {
                 }
             }
         });
-        let r = round(&c);
+        let r = round(&CaseLine::of(&c).unwrap());
         assert_eq!(r.values["rps"].kind, Kind::Timing);
         assert_eq!(r.values["latency p50 µs"].value, 2.0);
         assert_eq!(r.values["allocs/req"].kind, Kind::Exact);
@@ -495,7 +482,7 @@ mod tests {
                 {"path": "/src/application/libother.so", "sha256": "o1"}
             ]
         }]});
-        let own = own_objects(&m, "dyn");
+        let own = own_objects(&ManifestView::of(&m), "dyn");
         assert_eq!(
             own,
             vec![(
@@ -513,14 +500,14 @@ mod tests {
             {"path": "/opt/x/ab/libwork.so", "sha256": "w1"},
             {"path": "/lib/libc.so.6", "sha256": "c1"}
         ]}]});
-        assert_eq!(own_objects(&m, "dyn").len(), 1);
+        assert_eq!(own_objects(&ManifestView::of(&m), "dyn").len(), 1);
         // rig ab: the arm's libraries.
         let m = serde_json::json!({"arms": [{"name": "b", "expected_objects": [
             {"path": "/o/calib_dyn", "sha256": "e1", "via": "binary"},
             {"path": "/o/ab/b/libcalibwork.so", "sha256": "b1", "via": "LD_LIBRARY_PATH"}
         ]}]});
         assert_eq!(
-            own_objects(&m, "b"),
+            own_objects(&ManifestView::of(&m), "b"),
             vec![(PathBuf::from("/o/ab/b/libcalibwork.so"), "b1".to_string())]
         );
     }

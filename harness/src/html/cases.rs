@@ -3,15 +3,18 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::chart;
 use super::flames::Flames;
+use super::lite::{Parsed, Site, Stacks};
 use crate::metrics::names::{Total, PER_REQUEST};
+use crate::metrics::PerRequest;
+use crate::results::case::{CaseLine, Clean, Counted, LiveHeap, LiveSite};
 
-pub fn slug_of(c: &Value) -> String {
-    crate::scenario::slug(c["id"].as_str().unwrap_or_default())
+pub fn slug_of(c: &CaseLine) -> String {
+    crate::scenario::slug(c.id.unwrap_or_default())
 }
 
 /// A number as the page prints it: integers exactly, others to about three
@@ -35,39 +38,44 @@ pub fn fmt(v: f64) -> String {
     }
 }
 
-pub fn load_text(c: &Value) -> String {
-    match c["load"]["kind"].as_str() {
-        Some("open") => format!("open {}/s", fmt(c["load"]["rate"].as_f64().unwrap_or(0.0))),
+pub fn load_text(c: &CaseLine) -> String {
+    let load = c.load.as_ref();
+    match load.and_then(|l| l.kind) {
+        Some("open") => format!("open {}/s", fmt(load.and_then(|l| l.rate).unwrap_or(0.0))),
         Some(k) => k.to_string(),
         None => "—".into(),
     }
 }
 
-pub fn topology_text(c: &Value) -> String {
-    let t = &c["topology"];
-    match (t["connections"].as_u64(), t["streams"].as_u64()) {
-        (Some(n), Some(s)) => format!("{n}x{s}"),
+pub fn topology_text(c: &CaseLine) -> String {
+    match c.topology.as_ref().map(|t| (t.connections, t.streams)) {
+        Some((Some(n), Some(s))) => format!("{n}x{s}"),
         _ => "—".into(),
     }
 }
 
-fn us(ns: &Value) -> Option<f64> {
-    ns.as_f64().map(|x| x / 1e3)
+fn us(ns: Option<f64>) -> Option<f64> {
+    ns.map(|x| x / 1e3)
 }
 
 /// A case as the page needs it. A counted pass's attribution holds every
 /// stack of the window (tens of MB per case for a real server): its top
 /// sites are taken here, one case at a time, and the rest of it dropped, so
 /// the page of a long run is built in bounded memory.
-pub fn slim(mut c: Value) -> Value {
-    if c["counted"].is_object() {
-        let sites = top_sites(&c["counted"], 10);
-        let a = c["counted"]["attribution"].take();
-        c["counted"]["top_sites"] = Value::Array(sites);
-        c["counted"]["attribution"] = json!({
-            "complete": a["complete"], "window": a["window"], "losses": a["losses"],
-            "processes": a["processes"],
-        });
+pub fn slim(line: Parsed) -> Value {
+    let mut c = line.json;
+    let Some(counted) = c.get_mut("counted").filter(|k| k.is_object()) else {
+        return c;
+    };
+    let requests = Counted::deserialize(&*counted)
+        .ok()
+        .and_then(|k| k.requests());
+    let sites = match (requests, line.stacks) {
+        (Some(n), Some(st)) => top_sites(n, &st, 10),
+        _ => Vec::new(),
+    };
+    if let Some(k) = counted.as_object_mut() {
+        k.insert("top_sites".into(), Value::Array(sites));
     }
     c
 }
@@ -76,31 +84,28 @@ pub fn slim(mut c: Value) -> Value {
 /// consecutive cases skipped for the same reasons. An interrupted run skips
 /// every case not yet started (thousands, for a large matrix): one row and
 /// one section say so, the cases' ids listed in a collapsed `<details>`.
-pub enum Part<'a> {
-    One(&'a Value),
-    Skipped(&'a [Value]),
+pub enum Part<'c, 'a> {
+    One(&'c CaseLine<'a>),
+    Skipped(&'c [CaseLine<'a>]),
 }
 
 /// Shorter runs keep a row each: a summary would save nothing there.
 const SKIPPED_RUN: usize = 3;
 
-fn is_skipped(c: &Value) -> bool {
-    c["status"] == "skipped"
+fn is_skipped(c: &CaseLine) -> bool {
+    c.status == Some("skipped")
 }
 
 /// The cases in order, runs of at least [`SKIPPED_RUN`] skipped cases with
 /// the same reasons each as one part. One pass over the cases.
-pub fn parts(cases: &[Value]) -> Vec<Part<'_>> {
+pub fn parts<'c, 'a>(cases: &'c [CaseLine<'a>]) -> Vec<Part<'c, 'a>> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < cases.len() {
         let c = &cases[i];
         let mut end = i + 1;
         if is_skipped(c) {
-            while end < cases.len()
-                && is_skipped(&cases[end])
-                && cases[end]["reasons"] == c["reasons"]
-            {
+            while end < cases.len() && is_skipped(&cases[end]) && cases[end].reasons == c.reasons {
                 end += 1;
             }
         }
@@ -115,19 +120,13 @@ pub fn parts(cases: &[Value]) -> Vec<Part<'_>> {
 }
 
 /// The reasons of a run of skipped cases, as one line.
-fn reasons_text(c: &Value) -> String {
-    c["reasons"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect::<Vec<_>>()
-        .join("; ")
+fn reasons_text(c: &CaseLine) -> String {
+    c.reasons.as_deref().unwrap_or_default().join("; ")
 }
 
 /// The anchor of a run of skipped cases: its first case's, which no other
 /// part has.
-fn run_anchor(run: &[Value]) -> String {
+fn run_anchor(run: &[CaseLine]) -> String {
     format!("skipped-{}", slug_of(&run[0]))
 }
 
@@ -183,12 +182,12 @@ struct Coordinates<'a> {
 }
 
 impl<'a> Coordinates<'a> {
-    fn of(c: &'a Value) -> Coordinates<'a> {
+    fn of(c: &CaseLine<'a>) -> Coordinates<'a> {
         Coordinates {
-            id: c["id"].as_str().unwrap_or_default(),
-            suite: c["suite"].as_str().unwrap_or_default(),
-            target: c["target_name"].as_str().unwrap_or_default(),
-            protocol: c["protocol"].as_str().unwrap_or("—"),
+            id: c.id.unwrap_or_default(),
+            suite: c.suite.unwrap_or_default(),
+            target: c.target_name.unwrap_or_default(),
+            protocol: c.protocol.unwrap_or("—"),
         }
     }
 }
@@ -211,15 +210,13 @@ enum Entry<'a> {
 }
 
 /// The matrix: columns, and a row per part.
-pub fn matrix<'a>(cases: &'a [Value], parts: &[Part<'a>]) -> Matrix<'a> {
+pub fn matrix<'a>(cases: &[CaseLine<'a>], parts: &[Part<'_, 'a>]) -> Matrix<'a> {
     // The counters any case has, in one pass over the cases: most cases
     // of an interrupted run have no counted pass at all.
-    let mut has = vec![false; PER_REQUEST.len()];
-    for c in cases {
-        if let Some(per) = c["counted"]["per_request"].as_object() {
-            for (i, t) in PER_REQUEST.iter().enumerate() {
-                has[i] |= per.get(t.field).is_some_and(Value::is_number);
-            }
+    let mut has = [false; PER_REQUEST.len()];
+    for counted in cases.iter().filter_map(|c| c.counted.as_ref()) {
+        for (has, (_, v)) in has.iter_mut().zip(counted.per_request.values()) {
+            *has |= v.is_some();
         }
     }
     let counters: Vec<&Total> = PER_REQUEST
@@ -279,42 +276,45 @@ pub fn matrix<'a>(cases: &'a [Value], parts: &[Part<'a>]) -> Matrix<'a> {
 }
 
 /// The matrix row of case `c`: its columns in order, then `counters`.
-fn matrix_row<'a>(c: &'a Value, counters: &[&Total]) -> Entry<'a> {
-    let clean = &c["clean"];
-    let lat = &clean["load"]["latency"];
-    let rss = clean["server"]["rss_max_kib"]
-        .as_f64()
-        .or(c["memory"]["proc"]["rss_kib"].as_f64())
-        .or(c["memslope"]["opened"]
-            .as_array()
-            .and_then(|o| o.last())
-            .and_then(|p| p["rss_bytes"].as_f64())
-            .map(|b| b / 1024.0));
+fn matrix_row<'a>(c: &CaseLine<'a>, counters: &[&Total]) -> Entry<'a> {
+    let clean = c.clean.as_ref();
+    let lat = clean.map(|cl| &cl.load.latency);
+    let rss = clean
+        .and_then(|cl| cl.server.rss_max_kib)
+        .or_else(|| c.memory.as_ref()?.rss_kib())
+        .or_else(|| Some(c.memslope.as_ref()?.opened.last()?.rss_bytes? / 1024.0));
     let at = Coordinates::of(c);
-    let status = c["status"].as_str().unwrap_or_default();
+    let status = c.status.unwrap_or_default();
     let mut cells = vec![
         Cell::text(at.id),
         Cell::text(at.suite),
         Cell::text(at.target),
         Cell::text(at.protocol),
-        Cell::text(c["path"].as_str().unwrap_or("—")),
+        Cell::text(c.path.unwrap_or("—")),
         Cell::text(load_text(c)),
         Cell::text(topology_text(c)),
-        Cell::text(match (c["kind"].as_str(), c["keepalive"].as_bool()) {
+        Cell::text(match (c.kind, c.keepalive) {
             (Some("http"), Some(true)) => "ka",
             (Some("http"), Some(false)) => "new",
             _ => "—",
         }),
         Cell::text(status),
-        Cell::num(clean["load"]["rps"].as_f64()),
-        Cell::num(us(&lat["p50_ns"])),
-        Cell::num(us(&lat["p99_ns"])),
-        Cell::num(us(&lat["p999_ns"])),
-        Cell::num(clean["server"]["cpu_us_per_request"].as_f64()),
+        Cell::num(clean.and_then(|cl| cl.load.rps)),
+        Cell::num(us(lat.and_then(|l| l.p50_ns))),
+        Cell::num(us(lat.and_then(|l| l.p99_ns))),
+        Cell::num(us(lat.and_then(|l| l.p999_ns))),
+        Cell::num(clean.and_then(|cl| cl.server.cpu_us_per_request)),
         Cell::num(rss),
     ];
-    for Total { field: k, .. } in counters {
-        cells.push(Cell::num(c["counted"]["per_request"][*k].as_f64()));
+    let none = PerRequest::default();
+    let per = c
+        .counted
+        .as_ref()
+        .map_or(&none, |k| &k.per_request)
+        .values();
+    for t in counters {
+        let v = per.iter().find(|(vt, _)| vt.field == t.field);
+        cells.push(Cell::num(v.and_then(|(_, v)| *v)));
     }
     Entry::Case {
         at,
@@ -342,7 +342,7 @@ pub enum View<'a> {
 /// Each part's section; the charts of its case go into `charts` under ids
 /// it names.
 pub fn views<'a>(
-    parts: &[Part<'a>],
+    parts: &[Part<'_, 'a>],
     flames: &Flames,
     charts: &mut Map<String, Value>,
 ) -> Vec<View<'a>> {
@@ -354,23 +354,23 @@ pub fn views<'a>(
                 skipped: run.len(),
                 anchor: run_anchor(run),
                 reasons: reasons_text(&run[0]),
-                first: run[0]["id"].as_str().unwrap_or_default(),
-                last: run[run.len() - 1]["id"].as_str().unwrap_or_default(),
+                first: run[0].id.unwrap_or_default(),
+                last: run[run.len() - 1].id.unwrap_or_default(),
             },
         })
         .collect()
 }
 
-fn view(c: &Value, flames: &Flames, charts: &mut Map<String, Value>) -> Value {
+fn view(c: &CaseLine, flames: &Flames, charts: &mut Map<String, Value>) -> Value {
     let slug = slug_of(c);
-    let id = c["id"].as_str().unwrap_or_default();
     let mut plots = Vec::new();
-    if let Some(h) = c["clean"]["load"]["histogram"].as_object() {
+    let histogram = c.clean.as_ref().and_then(|k| k.load.histogram.as_ref());
+    if let Some(h) = histogram {
         let lat = chart::percentile_chart(
             "latency, clean pass (from the scheduled send in open loop)",
             &[
-                ("latency", &h["latency"]),
-                ("request latency", &h["request_latency"]),
+                ("latency", h.latency),
+                ("request latency", h.request_latency),
             ],
         );
         if let Some(v) = lat {
@@ -379,7 +379,7 @@ fn view(c: &Value, flames: &Flames, charts: &mut Map<String, Value>) -> Value {
         }
         match chart::percentile_chart(
             "dispatch lag (actual − scheduled send)",
-            &[("dispatch lag", &h["dispatch_lag"])],
+            &[("dispatch lag", h.dispatch_lag)],
         ) {
             Some(v) => {
                 charts.insert(format!("lag-{slug}"), v);
@@ -389,86 +389,78 @@ fn view(c: &Value, flames: &Flames, charts: &mut Map<String, Value>) -> Value {
                 "no dispatch lag recorded (closed loop: each request is sent when the last one returns)"})),
         }
     }
-    if let Some(series) = c["clean"]["series"].as_array().filter(|s| s.len() > 1) {
+    let series = c.clean.as_ref().and_then(|k| k.series.as_deref());
+    if let Some(series) = series.filter(|s| s.len() > 1) {
         let (mem, cpu) = chart::series_charts(series);
         charts.insert(format!("memory-{slug}"), mem);
         charts.insert(format!("cpu-{slug}"), cpu);
         plots.push(json!({"kind": "memory", "chart": format!("memory-{slug}")}));
         plots.push(json!({"kind": "cpu", "chart": format!("cpu-{slug}")}));
     }
-    if let Some(v) = chart::memslope_chart(&c["memslope"]) {
+    if let Some(v) = c.memslope.as_ref().and_then(chart::memslope_chart) {
         charts.insert(format!("memslope-{slug}"), v);
         plots.push(json!({"kind": "memslope", "chart": format!("memslope-{slug}")}));
     }
-    if let Some((lat, mem)) = chart::soak_charts(&c["soak"]) {
+    if let Some((lat, mem)) = c.soak.as_ref().and_then(chart::soak_charts) {
         charts.insert(format!("soak-latency-{slug}"), lat);
         charts.insert(format!("soak-memory-{slug}"), mem);
         plots.push(json!({"kind": "soak-latency", "chart": format!("soak-latency-{slug}")}));
         plots.push(json!({"kind": "soak-memory", "chart": format!("soak-memory-{slug}")}));
     }
-    if let Some(v) = chart::live_chart(&c["live"]) {
+    if let Some(v) = c.live.as_ref().and_then(chart::live_chart) {
         charts.insert(format!("live-{slug}"), v);
         plots.push(json!({"kind": "live", "chart": format!("live-{slug}")}));
     }
-    let counted = &c["counted"];
+    let counted = c.counted.as_ref();
+    let attribution = counted.map(|k| &k.attribution);
     json!({
-        "id": id,
+        "id": c.id.unwrap_or_default(),
         "slug": slug,
-        "status": c["status"],
-        "reasons": c["reasons"],
-        "kind": c["kind"],
+        "status": c.status,
+        "reasons": c.reasons,
+        "kind": c.kind,
         "plots": plots,
-        "clean": clean_facts(&c["clean"]),
-        "memory": c["memory"]["proc"],
-        "counted": counted.is_object(),
-        "requests": requests(counted),
-        "complete": counted["attribution"]["complete"],
-        "losses": counted["attribution"]["losses"],
-        "sites": counted["top_sites"],
-        "processes": counted["attribution"]["processes"],
+        "clean": c.clean.as_ref().map(clean_facts),
+        "memory": c.memory.as_ref().map(|m| &m.proc),
+        "counted": counted.is_some(),
+        "requests": counted.and_then(Counted::requests),
+        "complete": attribution.map(|a| &a.complete),
+        "losses": attribution.map(|a| &a.losses),
+        "sites": counted.map(|k| &k.top_sites),
+        "processes": attribution.map(|a| &a.processes),
         "flames": flames.of(&slug, false),
-        "live_heap": live_heap_view(&c["memslope"]["live_heap"]),
+        "live_heap": c.memslope.as_ref().and_then(|m| m.live_heap.as_ref()).map(live_heap_view),
     })
 }
 
-fn clean_facts(clean: &Value) -> Value {
-    if !clean.is_object() {
-        return Value::Null;
-    }
-    let l = &clean["load"];
+fn clean_facts(clean: &Clean) -> Value {
+    let l = &clean.load;
     json!({
-        "succeeded": l["succeeded"], "errors": l["errors"], "rps": l["rps"].as_f64().map(fmt),
-        "scheduled": l["scheduled"], "on_time": l["on_time"], "late": l["late"],
-        "generator_late": l["generator_late"], "expired": l["expired"],
-        "queue_p50_us": l["queue_delay"]["p50_ns"].as_f64().map(|ns| fmt(ns / 1e3)),
-        "queue_p99_us": l["queue_delay"]["p99_ns"].as_f64().map(|ns| fmt(ns / 1e3)),
-        "generator_limited": clean["generator_limited"],
-        "client_us": clean["client_us_per_request"].as_f64().map(fmt),
-        "samples": clean["series"].as_array().map_or(0, Vec::len),
+        "succeeded": l.succeeded, "errors": l.errors, "rps": l.rps.map(fmt),
+        "scheduled": l.scheduled, "on_time": l.on_time, "late": l.late,
+        "generator_late": l.generator_late, "expired": l.expired,
+        "queue_p50_us": us(l.queue_delay.p50_ns).map(fmt),
+        "queue_p99_us": us(l.queue_delay.p99_ns).map(fmt),
+        "generator_limited": clean.generator_limited,
+        "client_us": clean.client_us_per_request.map(fmt),
+        "samples": clean.series.as_ref().map_or(0, Vec::len),
     })
-}
-
-fn requests(counted: &Value) -> Option<u64> {
-    counted["attribution"]["window"]["requests"]
-        .as_u64()
-        .or(counted["load"]["succeeded"].as_u64())
-        .filter(|n| *n > 0)
 }
 
 /// A site as one line: the function (or module+offset) and file:line.
-pub fn site_label(s: &Value) -> String {
-    let name = match s["function"].as_str() {
+fn site_label(s: &Site) -> String {
+    let name = match &s.function {
         Some(f) => f.to_string(),
-        None => match s["module"].as_str() {
+        None => match &s.module {
             Some(m) => format!(
                 "{}+{:#x} (unnamed)",
                 m.rsplit('/').next().unwrap_or(m),
-                s["module_offset"].as_u64().unwrap_or(0)
+                s.module_offset.unwrap_or(0)
             ),
-            None => format!("{:#x} (no module)", s["addr"].as_u64().unwrap_or(0)),
+            None => format!("{:#x} (no module)", s.addr.unwrap_or(0)),
         },
     };
-    match (s["file"].as_str(), s["line"].as_u64()) {
+    match (&s.file, s.line) {
         (Some(f), Some(l)) => format!("{name} ({}:{l})", f.rsplit('/').next().unwrap_or(f)),
         _ => name,
     }
@@ -488,22 +480,15 @@ fn amount_unit(family: &str) -> Option<&'static str> {
 /// the wrappers of every counted stack, summed over events and processes.
 /// Allocations made inside another counted one (`inner`) are left out, as
 /// they are of every total.
-pub fn top_sites(counted: &Value, top: usize) -> Vec<Value> {
-    let Some(n) = requests(counted) else {
-        return Vec::new();
-    };
-    let st = &counted["attribution"]["stacks"];
-    let Some(rows) = st["rows"].as_array() else {
-        return Vec::new();
-    };
+pub fn top_sites(n: u64, st: &Stacks, top: usize) -> Vec<Value> {
     // family → site → (events, amount)
     let mut by: BTreeMap<String, BTreeMap<String, (f64, f64)>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r["inner"] != true) {
-        let fam = r["family"].as_str().unwrap_or_default();
+    for r in st.rows.iter().filter(|r| !r.inner) {
+        let fam = r.family.as_str();
         // Frees are events of the alloc family, but no allocations.
         let is_free = matches!(
-            r["event"].as_str(),
-            Some("free" | "operator delete" | "operator delete[]")
+            r.event.as_str(),
+            "free" | "operator delete" | "operator delete[]"
         );
         let fam = if fam == "alloc" && is_free {
             "frees"
@@ -511,33 +496,29 @@ pub fn top_sites(counted: &Value, top: usize) -> Vec<Value> {
             fam
         }
         .to_string();
-        let label = match r["stack"].as_str() {
-            Some(k) => {
-                let s = &st["stacks"][k];
-                let i = s["user_site"].as_u64().unwrap_or(0) as usize;
-                s["frames"]
-                    .get(i)
-                    .map_or_else(|| "(empty stack)".to_string(), site_label)
-            }
-            None => match r["kernel_stack"].as_str() {
-                Some(k) => format!(
-                    "[kernel] {}",
-                    st["kernel"][k][0].as_str().unwrap_or("(unnamed)")
-                ),
-                None => "(no stack)".to_string(),
-            },
+        let label = match (&r.stack, &r.kernel_stack) {
+            (Some(k), _) => st
+                .stacks
+                .get(k)
+                .and_then(|s| s.frames.get(s.user_site))
+                .map_or_else(|| "(empty stack)".to_string(), site_label),
+            (None, Some(k)) => format!(
+                "[kernel] {}",
+                st.kernel
+                    .get(k)
+                    .and_then(|f| f.first())
+                    .map_or("(unnamed)", String::as_str)
+            ),
+            (None, None) => "(no stack)".to_string(),
         };
-        let (count, amount) = (
-            r["count"].as_f64().unwrap_or(0.0),
-            r["amount"].as_f64().unwrap_or(0.0),
-        );
+        let (count, amount) = (r.count, r.amount);
         // A lock site's events are its acquisitions, as in the terminal
         // and the flamegraphs: an unlock or a contended wait is not one
         // more; the wait is its amount.
         let (count, amount) = if fam == "locks" {
-            match r["event"].as_str() {
-                Some("lock" | "trylock") => (count, 0.0),
-                Some("contended (futex wait)") => (0.0, amount),
+            match r.event.as_str() {
+                "lock" | "trylock" => (count, 0.0),
+                "contended (futex wait)" => (0.0, amount),
                 _ => continue,
             }
         } else {
@@ -583,43 +564,38 @@ pub fn top_sites(counted: &Value, top: usize) -> Vec<Value> {
 
 /// A memslope case's live heap: bytes per connection in all and its sites
 /// (those holding bytes per connection or after close); `null` without one.
-fn live_heap_view(h: &Value) -> Value {
-    if !h.is_object() {
-        return Value::Null;
-    }
-    let fit = match (h["fit"]["slope"].as_f64(), h["fit"]["r2"].as_f64()) {
-        (Some(s), Some(r2)) => format!("{s:.0} B per connection (R² {r2:.3})"),
+fn live_heap_view(h: &LiveHeap) -> Value {
+    let fit = match h.fit.as_ref().map(|f| (f.slope, f.r2)) {
+        Some((Some(s), Some(r2))) => format!("{s:.0} B per connection (R² {r2:.3})"),
         _ => "no line (fewer than two tiers)".to_string(),
     };
-    let rows = |key: &str| -> Vec<Value> {
-        h[key]
-            .as_array()
-            .map(|s| s.as_slice())
-            .unwrap_or_default()
+    let rows = |sites: &[LiveSite]| -> Vec<Value> {
+        sites
             .iter()
             .filter(|s| {
-                s["bytes_per_connection"].as_f64().unwrap_or(0.0).abs() >= 0.5
-                    || s["bytes_after_close"].as_u64().unwrap_or(0) > 0
+                s.bytes_per_connection.unwrap_or(0.0).abs() >= 0.5
+                    || s.bytes_after_close.unwrap_or(0) > 0
             })
             .map(|s| {
                 json!({
-                    "site": s["label"],
-                    "kind": s["kind"],
-                    "per_conn": format!("{:.0}", s["bytes_per_connection"].as_f64().unwrap_or(0.0)),
-                    "blocks_per_conn": format!("{:.2}", s["blocks_per_connection"].as_f64().unwrap_or(0.0)),
-                    "after_close": s["bytes_after_close"],
+                    "site": s.label,
+                    "kind": s.kind,
+                    "per_conn": format!("{:.0}", s.bytes_per_connection.unwrap_or(0.0)),
+                    "blocks_per_conn": format!("{:.2}", s.blocks_per_connection.unwrap_or(0.0)),
+                    "after_close": s.bytes_after_close,
                 })
             })
             .collect()
     };
+    let after_close = h.after_close.as_ref();
     json!({
         "fit": fit,
-        "after_close_bytes": h["after_close"]["bytes"],
-        "after_close_blocks": h["after_close"]["blocks"],
-        "unmatched_frees": h["unmatched_frees"],
-        "complete": h["complete"],
-        "dropped": h["dropped"],
-        "rows": rows("sites"),
-        "user_rows": rows("user_sites"),
+        "after_close_bytes": after_close.map(|p| &p.bytes),
+        "after_close_blocks": after_close.map(|p| &p.blocks),
+        "unmatched_frees": h.unmatched_frees,
+        "complete": h.complete,
+        "dropped": h.dropped,
+        "rows": rows(&h.sites),
+        "user_rows": rows(&h.user_sites),
     })
 }

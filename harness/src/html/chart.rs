@@ -6,6 +6,9 @@
 use serde_json::{json, Value};
 
 use crate::load::hist;
+use crate::results::case::{
+    ConnPoint, LineFit, Live, MemSlope, PhaseSample, Sample, Soak, SoakInterval,
+};
 
 /// Quantile steps per decade of the percentile axis.
 const STEPS_PER_DECADE: f64 = 20.0;
@@ -13,8 +16,8 @@ const STEPS_PER_DECADE: f64 = 20.0;
 /// The percentile curve of one serialized HDR histogram, in µs: points at
 /// −log10(1 − q) from q = 0 up to the last quantile the count resolves,
 /// then the maximum. `None` when the histogram is missing or empty.
-pub fn percentile_points(encoded: &Value) -> Option<Vec<[f64; 2]>> {
-    let h = hist::decode(encoded.as_str()?).ok()?;
+pub fn percentile_points(encoded: Option<&str>) -> Option<Vec<[f64; 2]>> {
+    let h = hist::decode(encoded?).ok()?;
     if h.is_empty() {
         return None;
     }
@@ -34,10 +37,10 @@ pub fn percentile_points(encoded: &Value) -> Option<Vec<[f64; 2]>> {
 }
 
 /// A percentile chart of the named histograms that have data.
-pub fn percentile_chart(title: &str, hists: &[(&str, &Value)]) -> Option<Value> {
+pub fn percentile_chart(title: &str, hists: &[(&str, Option<&str>)]) -> Option<Value> {
     let series: Vec<Value> = hists
         .iter()
-        .filter_map(|(name, h)| percentile_points(h).map(|p| json!({"name": name, "points": p})))
+        .filter_map(|(name, h)| percentile_points(*h).map(|p| json!({"name": name, "points": p})))
         .collect();
     (!series.is_empty()).then(|| {
         json!({
@@ -49,19 +52,19 @@ pub fn percentile_chart(title: &str, hists: &[(&str, &Value)]) -> Option<Value> 
 
 /// Memory (RSS, PSS, cgroup) and CPU (cores busy between two samples)
 /// over time, from the clean pass's 50 ms samples.
-pub fn series_charts(points: &[Value]) -> (Value, Value) {
-    let t = |p: &Value| p["t_ms"].as_f64().unwrap_or(0.0) / 1e3;
-    let mib = |k: &str, scale: f64| -> Vec<[f64; 2]> {
+pub fn series_charts(points: &[Sample]) -> (Value, Value) {
+    let t = |p: &Sample| p.t_ms.unwrap_or(0.0) / 1e3;
+    let mib = |k: fn(&Sample) -> Option<f64>, scale: f64| -> Vec<[f64; 2]> {
         points
             .iter()
-            .filter_map(|p| p[k].as_f64().map(|v| [t(p), v / scale]))
+            .filter_map(|p| k(p).map(|v| [t(p), v / scale]))
             .collect()
     };
     let mut mem = vec![
-        json!({"name": "RSS", "points": mib("rss_kib", 1024.0)}),
-        json!({"name": "PSS", "points": mib("pss_kib", 1024.0)}),
+        json!({"name": "RSS", "points": mib(|p| p.rss_kib, 1024.0)}),
+        json!({"name": "PSS", "points": mib(|p| p.pss_kib, 1024.0)}),
     ];
-    let cg = mib("cg_mem_bytes", 1024.0 * 1024.0);
+    let cg = mib(|p| p.cg_mem_bytes, 1024.0 * 1024.0);
     if !cg.is_empty() {
         mem.push(json!({"name": "cgroup memory", "points": cg}));
     }
@@ -69,7 +72,7 @@ pub fn series_charts(points: &[Value]) -> (Value, Value) {
         .windows(2)
         .filter_map(|w| {
             let dt = t(&w[1]) - t(&w[0]);
-            let dc = w[1]["cpu_ns"].as_f64()? - w[0]["cpu_ns"].as_f64()?;
+            let dc = w[1].cpu_ns? - w[0].cpu_ns?;
             (dt > 0.0).then(|| [t(&w[1]), dc / 1e9 / dt])
         })
         .collect();
@@ -82,49 +85,43 @@ pub fn series_charts(points: &[Value]) -> (Value, Value) {
     )
 }
 
+/// A fitted line's slope, intercept and R², when it has all three.
+fn line(fit: Option<&LineFit>) -> Option<(f64, f64, f64)> {
+    let f = fit?;
+    Some((f.slope?, f.intercept?, f.r2?))
+}
+
 /// A memslope case's memory against open connections (MiB): RSS, PSS and
 /// cgroup memory at each tier, RSS again while closing, and the RSS line
 /// fitted by least squares; the title gives bytes per connection and R².
 /// `None` without points.
-pub fn memslope_chart(m: &Value) -> Option<Value> {
+pub fn memslope_chart(m: &MemSlope) -> Option<Value> {
     let mib = |v: f64| v / (1024.0 * 1024.0);
-    let pts = |arr: &Value, key: &str| -> Vec<[f64; 2]> {
-        arr.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| Some([p["connections"].as_f64()?, mib(p[key].as_f64()?)]))
+    let pts = |at: &[ConnPoint], y: fn(&ConnPoint) -> Option<f64>| -> Vec<[f64; 2]> {
+        at.iter()
+            .filter_map(|p| Some([p.connections?, mib(y(p)?)]))
             .collect()
     };
-    let opened = &m["opened"];
-    let rss = pts(opened, "rss_bytes");
+    let opened = &m.opened;
+    let rss = pts(opened, |p| p.rss_bytes);
     if rss.is_empty() {
         return None;
     }
     let mut series = vec![
         json!({"name": "RSS", "points": rss}),
-        json!({"name": "PSS", "points": pts(opened, "pss_bytes")}),
+        json!({"name": "PSS", "points": pts(opened, |p| p.pss_bytes)}),
     ];
-    let cg = pts(opened, "cgroup_bytes");
+    let cg = pts(opened, |p| p.cgroup_bytes);
     if !cg.is_empty() {
         series.push(json!({"name": "cgroup memory", "points": cg}));
     }
-    series.push(json!({"name": "RSS while closing", "points": pts(&m["closed"], "rss_bytes")}));
-    let fit = &m["rss"];
+    series.push(json!({"name": "RSS while closing", "points": pts(&m.closed, |p| p.rss_bytes)}));
     let mut title = "memory by open connections".to_string();
-    if let (Some(a), Some(b), Some(r2)) = (
-        fit["slope"].as_f64(),
-        fit["intercept"].as_f64(),
-        fit["r2"].as_f64(),
-    ) {
-        let xs: Vec<f64> = opened
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p["connections"].as_f64())
-            .collect();
-        let (lo, hi) = xs
+    if let Some((a, b, r2)) = line(m.rss.as_ref()) {
+        let (lo, hi) = opened
             .iter()
-            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+            .filter_map(|p| p.connections)
+            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(x), h.max(x)));
         series.push(
             json!({"name": "RSS fit", "points": [[lo, mib(a * lo + b)], [hi, mib(a * hi + b)]]}),
         );
@@ -140,32 +137,29 @@ pub fn memslope_chart(m: &Value) -> Option<Value> {
 /// scale) against the interval's end, and RSS against requests served with
 /// its least-squares line (the title gives bytes per request and R²).
 /// `None` without intervals.
-pub fn soak_charts(s: &Value) -> Option<(Value, Value)> {
-    let intervals = s["intervals"].as_array().filter(|i| !i.is_empty())?;
-    let pts = |x: &str, xs: f64, y: &str, ys: f64| -> Vec<[f64; 2]> {
+pub fn soak_charts(s: &Soak) -> Option<(Value, Value)> {
+    let intervals = Some(&s.intervals).filter(|i| !i.is_empty())?;
+    type Field = fn(&SoakInterval) -> Option<f64>;
+    let pts = |x: Field, xs: f64, y: Field, ys: f64| -> Vec<[f64; 2]> {
         intervals
             .iter()
-            .filter_map(|i| Some([i[x].as_f64()? / xs, i[y].as_f64()? / ys]))
+            .filter_map(|i| Some([x(i)? / xs, y(i)? / ys]))
             .collect()
     };
+    let end: Field = |i| i.end_ms;
     let latency = json!({
     "title": "latency per interval (from the scheduled time)",
     "xlabel": "minutes", "ylabel": "ms", "x": "lin", "ylog": true,
     "series": [
-        {"name": "p50", "points": pts("end_ms", 60_000.0, "p50_ns", 1e6)},
-        {"name": "p99", "points": pts("end_ms", 60_000.0, "p99_ns", 1e6)},
-        {"name": "p99.9", "points": pts("end_ms", 60_000.0, "p999_ns", 1e6)},
+        {"name": "p50", "points": pts(end, 60_000.0, |i| i.p50_ns, 1e6)},
+        {"name": "p99", "points": pts(end, 60_000.0, |i| i.p99_ns, 1e6)},
+        {"name": "p99.9", "points": pts(end, 60_000.0, |i| i.p999_ns, 1e6)},
     ]});
     let mib = 1024.0 * 1024.0;
-    let rss = pts("served", 1.0, "rss_bytes", mib);
+    let rss = pts(|i| i.served, 1.0, |i| i.rss_bytes, mib);
     let mut series = vec![json!({"name": "RSS", "points": rss})];
     let mut title = "RSS by requests served".to_string();
-    let fit = &s["rss_per_request"];
-    if let (Some(a), Some(b), Some(r2)) = (
-        fit["slope"].as_f64(),
-        fit["intercept"].as_f64(),
-        fit["r2"].as_f64(),
-    ) {
+    if let Some((a, b, r2)) = line(s.rss_per_request.as_ref()) {
         let (lo, hi) = rss
             .iter()
             .fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(p[0]), h.max(p[0])));
@@ -182,36 +176,32 @@ pub fn soak_charts(s: &Value) -> Option<(Value, Value)> {
 /// PSS (MiB) and descriptor count of each phase's samples, at x = cycle +
 /// phase / 4 (connecting, connected, closing, disconnected), and READY's
 /// descriptors for reference. `None` without cycles.
-pub fn live_chart(p: &Value) -> Option<Value> {
-    let cycles = p["cycles"].as_array().filter(|c| !c.is_empty())?;
-    let pts = |key: &str, scale: f64| -> Vec<[f64; 2]> {
+pub fn live_chart(p: &Live) -> Option<Value> {
+    let cycles = Some(&p.cycles).filter(|c| !c.is_empty())?;
+    let pts = |y: fn(&PhaseSample) -> Option<f64>, scale: f64| -> Vec<[f64; 2]> {
         cycles
             .iter()
             .flat_map(|c| {
-                let n = c["cycle"].as_f64().unwrap_or(0.0);
-                c["phases"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                let n = c.cycle.unwrap_or(0.0);
+                c.phases
+                    .iter()
                     .enumerate()
-                    .filter_map(move |(i, ph)| {
-                        Some([n + i as f64 / 4.0, ph[key].as_f64()? / scale])
-                    })
+                    .filter_map(move |(i, ph)| Some([n + i as f64 / 4.0, y(ph)? / scale]))
             })
             .collect()
     };
     let mib = 1024.0 * 1024.0;
     let last = cycles.len() as f64 + 0.75;
-    let ready = p["ready_fds"].as_f64().unwrap_or(0.0);
+    let ready = p.ready_fds.unwrap_or(0.0);
     Some(json!({
-        "title": format!("server by phase ({})", p["endpoint"].as_str().unwrap_or("live")),
+        "title": format!("server by phase ({})", p.endpoint.unwrap_or("live")),
         "xlabel": "cycle + phase/4 (connecting, connected, closing, disconnected)",
         "ylabel": "MiB; descriptors",
         "x": "lin", "ylog": false,
         "series": [
-            {"name": "RSS MiB", "points": pts("rss_max_bytes", mib)},
-            {"name": "PSS MiB", "points": pts("pss_max_bytes", mib)},
-            {"name": "FDs", "points": pts("fds_max", 1.0)},
+            {"name": "RSS MiB", "points": pts(|ph| ph.rss_max_bytes, mib)},
+            {"name": "PSS MiB", "points": pts(|ph| ph.pss_max_bytes, mib)},
+            {"name": "FDs", "points": pts(|ph| ph.fds_max, 1.0)},
             {"name": "READY's FDs", "points": [[1.0, ready], [last, ready]]},
         ],
     }))
@@ -219,6 +209,8 @@ pub fn live_chart(p: &Value) -> Option<Value> {
 
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+
     use super::*;
 
     #[test]
@@ -228,7 +220,7 @@ mod tests {
         for v in 1..=1000u64 {
             h.record(v * 1000).unwrap();
         }
-        let p = percentile_points(&json!(hist::encode(&h))).unwrap();
+        let p = percentile_points(Some(&hist::encode(&h))).unwrap();
         // q = 0 is the minimum, x = 1 (90%) is 900 µs, x = 2 (99%) 990 µs,
         // the last point (x = log10 1000 = 3) is the maximum.
         assert_eq!(p[0], [0.0, 1.0]);
@@ -238,15 +230,19 @@ mod tests {
         assert_eq!(p.last().unwrap()[0], 3.0);
         assert!((p.last().unwrap()[1] - 1000.0).abs() <= 1.0);
         assert_eq!(p.len(), 61);
-        assert!(percentile_points(&json!(hist::encode(&hist::new_hist()))).is_none());
+        assert!(percentile_points(Some(&hist::encode(&hist::new_hist()))).is_none());
     }
 
     #[test]
     fn cpu_over_time_is_cores_busy_between_samples() {
-        let pts = vec![
+        let pts = [
             json!({"t_ms": 0, "cpu_ns": 0, "rss_kib": 1024, "pss_kib": 512}),
             json!({"t_ms": 50, "cpu_ns": 25_000_000, "rss_kib": 2048, "pss_kib": 1024}),
         ];
+        let pts: Vec<Sample> = pts
+            .iter()
+            .map(|p| Sample::deserialize(p).unwrap())
+            .collect();
         let (mem, cpu) = series_charts(&pts);
         assert_eq!(cpu["series"][0]["points"], json!([[0.05, 0.5]]));
         assert_eq!(mem["series"][0]["points"], json!([[0.0, 1.0], [0.05, 2.0]]));

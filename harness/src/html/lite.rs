@@ -2,13 +2,14 @@
 //!
 //! A counted pass's attribution holds every stack of the window with every
 //! frame named: tens of MB per case for a real server. The page needs the
-//! user site of each stack and the stack rows; everything else of the
-//! attribution is skipped while parsing (never built as JSON values), so the
-//! page of a long run is built in bounded memory and time.
+//! user site of each stack and the stack rows, read as [`Stacks`];
+//! everything else of the attribution is skipped while parsing (never built
+//! as JSON values), so the page of a long run is built in bounded memory
+//! and time.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// A line: its `counted` pass read as [`Counted`], every other field as
@@ -58,7 +59,7 @@ struct Counted {
     attribution: Option<Attribution>,
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 struct Attribution {
     #[serde(default)]
     complete: Value,
@@ -72,122 +73,111 @@ struct Attribution {
     stacks: Option<Stacks>,
 }
 
-#[derive(Deserialize)]
-struct Stacks {
+/// `report::stacks`' tables: each stack by key, and the rows counting
+/// events on them.
+#[derive(Debug, Default, Deserialize)]
+pub struct Stacks {
     #[serde(default)]
-    stacks: BTreeMap<String, Stack>,
+    pub stacks: BTreeMap<String, Stack>,
     #[serde(default)]
-    kernel: BTreeMap<String, Vec<String>>,
+    pub kernel: BTreeMap<String, Vec<String>>,
     #[serde(default)]
-    rows: Vec<Row>,
+    pub rows: Vec<Row>,
 }
 
-#[derive(Deserialize)]
-struct Stack {
-    frames: Vec<Site>,
+#[derive(Debug, Deserialize)]
+pub struct Stack {
+    pub frames: Vec<Site>,
+    /// The first frame outside the wrappers.
     #[serde(default)]
-    user_site: usize,
+    pub user_site: usize,
 }
 
-#[derive(Deserialize, Serialize)]
-struct Site {
+#[derive(Debug, Deserialize)]
+pub struct Site {
     #[serde(default)]
-    addr: Option<u64>,
+    pub addr: Option<u64>,
     #[serde(default)]
-    module: Option<String>,
+    pub module: Option<String>,
     #[serde(default)]
-    module_offset: Option<u64>,
+    pub module_offset: Option<u64>,
     #[serde(default)]
-    function: Option<String>,
+    pub function: Option<String>,
     #[serde(default)]
-    file: Option<String>,
+    pub file: Option<String>,
     #[serde(default)]
-    line: Option<u64>,
+    pub line: Option<u64>,
 }
 
-#[derive(Deserialize, Serialize)]
-struct Row {
-    family: String,
+#[derive(Debug, Deserialize)]
+pub struct Row {
+    pub family: String,
     #[serde(default)]
-    event: String,
+    pub event: String,
     #[serde(default)]
-    count: f64,
+    pub count: f64,
     #[serde(default)]
-    amount: f64,
+    pub amount: f64,
     #[serde(default)]
-    stack: Option<String>,
+    pub stack: Option<String>,
     #[serde(default)]
-    kernel_stack: Option<String>,
+    pub kernel_stack: Option<String>,
+    /// An allocation made inside another counted one.
     #[serde(default)]
-    inner: bool,
+    pub inner: bool,
 }
 
-/// The line as JSON, the counted pass's attribution cut to `complete`,
-/// `window`, `losses`, `processes` and `stacks` (each stack reduced to its
-/// user site, as its only frame; kernel stacks to their innermost frame).
-pub fn parse(line: &str) -> serde_json::Result<Value> {
+/// A line as the page reads it.
+pub struct Parsed {
+    /// The line as JSON, its counted pass's attribution cut to
+    /// `complete`, `window`, `losses` and `processes`.
+    pub json: Value,
+    /// The counted pass's stacks, when it has them.
+    pub stacks: Option<Stacks>,
+}
+
+/// The line, its counted pass's stacks apart.
+pub fn parse(line: &str) -> serde_json::Result<Parsed> {
     let l: Line = serde_json::from_str(line)?;
-    let mut v = Value::Object(l.rest);
+    let mut json = Value::Object(l.rest);
+    let mut stacks = None;
     if let Some(c) = l.counted {
-        let attribution = c.attribution.map(|a| {
-            let stacks = a.stacks.map(|s| {
-                let users: Map<String, Value> = s
-                    .stacks
-                    .into_iter()
-                    .map(|(k, mut st)| {
-                        let frames: Vec<Site> = if st.user_site < st.frames.len() {
-                            vec![st.frames.swap_remove(st.user_site)]
-                        } else {
-                            Vec::new()
-                        };
-                        (k, serde_json::json!({"frames": frames, "user_site": 0}))
-                    })
-                    .collect();
-                let kernel: Map<String, Value> = s
-                    .kernel
-                    .into_iter()
-                    .map(|(k, f)| {
-                        (
-                            k,
-                            serde_json::json!(f.into_iter().take(1).collect::<Vec<_>>()),
-                        )
-                    })
-                    .collect();
-                serde_json::json!({"stacks": users, "kernel": kernel, "rows": s.rows})
-            });
-            serde_json::json!({
-                "complete": a.complete, "window": a.window, "losses": a.losses,
-                "processes": a.processes, "stacks": stacks,
-            })
-        });
-        v["counted"] = serde_json::json!({
+        // Without an attribution, its fields are `null`, as they are
+        // absent from one.
+        let a = c.attribution.unwrap_or_default();
+        stacks = a.stacks;
+        json["counted"] = serde_json::json!({
             "load": c.load, "per_request": c.per_request, "launch": c.launch,
-            "attribution": attribution,
+            "attribution": {
+                "complete": a.complete, "window": a.window, "losses": a.losses,
+                "processes": a.processes,
+            },
         });
     }
-    Ok(v)
+    Ok(Parsed { json, stacks })
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn keeps_the_user_site_of_each_stack_and_drops_the_site_tables() {
+    fn keeps_the_stacks_and_drops_the_site_tables() {
         let line = r#"{"id":"a","counted":{"per_request":{"allocations":8.0},"attribution":{
             "complete":true,"alloc":[{"site":{"function":"x"}}],
             "stacks":{"stacks":{"01":{"frames":[{"function":"malloc"},{"function":"f","line":7}],
             "user_site":1,"incomplete":[]}},"kernel":{"faults:2":["a","b"]},
             "rows":[{"family":"alloc","event":"malloc","count":3,"amount":96,"stack":"01",
             "kernel_stack":null,"inner":false,"pid":9}]}}}}"#;
-        let v = super::parse(line).unwrap();
-        let a = &v["counted"]["attribution"];
-        assert!(a.get("alloc").is_none());
+        let p = super::parse(line).unwrap();
+        let a = &p.json["counted"]["attribution"];
+        assert!(a.get("alloc").is_none() && a.get("stacks").is_none());
         assert_eq!(a["complete"], true);
-        assert_eq!(a["stacks"]["stacks"]["01"]["frames"][0]["function"], "f");
-        assert_eq!(a["stacks"]["stacks"]["01"]["frames"][0]["line"], 7);
-        assert_eq!(a["stacks"]["stacks"]["01"]["user_site"], 0);
-        assert_eq!(a["stacks"]["kernel"]["faults:2"], serde_json::json!(["a"]));
-        assert_eq!(a["stacks"]["rows"][0]["amount"], 96.0);
-        assert_eq!(v["counted"]["per_request"]["allocations"], 8.0);
-        assert_eq!(v["id"], "a");
+        let st = p.stacks.unwrap();
+        let s = &st.stacks["01"];
+        assert_eq!(s.frames[s.user_site].function.as_deref(), Some("f"));
+        assert_eq!(s.frames[s.user_site].line, Some(7));
+        assert_eq!(st.kernel["faults:2"], ["a", "b"]);
+        assert_eq!(st.rows[0].amount, 96.0);
+        assert_eq!(p.json["counted"]["per_request"]["allocations"], 8.0);
+        assert_eq!(p.json["id"], "a");
     }
 }

@@ -4,7 +4,8 @@
 //! In: the directory's files as written (`manifest.json`, `cases.jsonl`,
 //! `report.json`, `ab.json`, `gate.json`, and the flamegraphs
 //! `flame/<case slug>/<family>.svg` and `<family>.diff.svg` when present),
-//! read back as JSON so a directory of an older rig still renders. Out: one
+//! read back through the typed views of `results`, every field optional,
+//! so a directory of an older rig still renders. Out: one
 //! HTML file with its styles, its script and its data inline (no network):
 //! the matrix table (sortable, filtered by suite, protocol and target), per
 //! case the latency percentile curves from the HDR histograms, memory and
@@ -33,8 +34,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::results::case::CaseLine;
+use crate::results::manifest::ManifestView;
 
 const TEMPLATE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("page.js");
@@ -73,25 +77,27 @@ fn read_json(p: &Path) -> Result<Option<Value>> {
     }
 }
 
+/// The counts of a `rig run` (`report.json`), in the page's header.
+#[derive(Default, Deserialize, Serialize)]
+struct RunCounts {
+    complete: Option<bool>,
+    interrupted: Option<bool>,
+    ok: Option<u64>,
+    limited: Option<u64>,
+    failed: Option<u64>,
+    skipped: Option<u64>,
+}
+
 /// The counts of `report.json`, which also repeats every case (hundreds of
 /// MB for a long run): only the counts are parsed.
 fn run_summary(p: &Path) -> Result<Value> {
-    #[derive(serde::Deserialize, Serialize)]
-    struct Counts {
-        complete: Option<bool>,
-        interrupted: Option<bool>,
-        ok: Option<u64>,
-        limited: Option<u64>,
-        failed: Option<u64>,
-        skipped: Option<u64>,
-    }
     let bytes = match std::fs::read(p) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Value::Null),
         Err(e) => return Err(e).with_context(|| format!("reading {}", p.display())),
     };
     // From a slice, not a reader: the skipped cases are scanned, not copied.
-    let c: Counts =
+    let c: RunCounts =
         serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))?;
     Ok(serde_json::to_value(c)?)
 }
@@ -146,17 +152,6 @@ impl Inputs {
     }
 }
 
-/// The counts of a `rig run` in the page's header.
-#[derive(Serialize)]
-struct RunCounts<'a> {
-    complete: &'a Value,
-    interrupted: &'a Value,
-    ok: &'a Value,
-    limited: &'a Value,
-    failed: &'a Value,
-    skipped: &'a Value,
-}
-
 /// What the template is given. Typed, so it goes to the template in one
 /// conversion; the matrix and the skipped cases, most rows of a large
 /// interrupted run, are never built as JSON first.
@@ -169,7 +164,7 @@ struct Page<'a> {
     argv: Option<String>,
     started_unix_s: &'a Value,
     host: &'a Value,
-    run: Option<RunCounts<'a>>,
+    run: Option<RunCounts>,
     matrix: cases::Matrix<'a>,
     cases: Vec<cases::View<'a>>,
     sweeps: Vec<Value>,
@@ -184,16 +179,30 @@ struct Page<'a> {
 /// The page as HTML.
 pub fn render(inp: &Inputs) -> Result<String> {
     let mut charts = serde_json::Map::new();
-    let parts = cases::parts(&inp.cases);
-    let matrix = cases::matrix(&inp.cases, &parts);
+    let typed = inp
+        .cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| CaseLine::of(c).with_context(|| format!("case {} of cases.jsonl", i + 1)))
+        .collect::<Result<Vec<_>>>()?;
+    let parts = cases::parts(&typed);
+    let matrix = cases::matrix(&typed, &parts);
     let views = cases::views(&parts, &inp.flames, &mut charts);
-    let sweeps = sweep::sweeps(&inp.cases, &mut charts);
-    let ab = (inp.kind == Kind::Ab).then(|| compare::ab(inp));
-    let gate = (inp.kind == Kind::Gate).then(|| compare::gate(&inp.summary));
-    let known: BTreeSet<String> = inp.cases.iter().map(cases::slug_of).collect();
+    let sweeps = sweep::sweeps(&typed, &mut charts);
+    let ab = (inp.kind == Kind::Ab)
+        .then(|| compare::ab(inp, &typed).context("ab.json"))
+        .transpose()?;
+    let gate = (inp.kind == Kind::Gate)
+        .then(|| compare::gate(&inp.summary).context("gate.json"))
+        .transpose()?;
+    let known: BTreeSet<String> = typed.iter().map(cases::slug_of).collect();
     let other_flames = inp.flames.except(&known);
-    let m = &inp.manifest;
-    let s = &inp.summary;
+    let m = ManifestView::of(&inp.manifest);
+    let run = (inp.kind == Kind::Run)
+        .then(|| Option::<RunCounts>::deserialize(&inp.summary))
+        .transpose()
+        .context("report.json")?
+        .map(Option::unwrap_or_default);
     let page = Page {
         title: match inp.kind {
             Kind::Run => "rig run",
@@ -202,23 +211,11 @@ pub fn render(inp: &Inputs) -> Result<String> {
         },
         kind: inp.kind,
         dir: inp.dir.display().to_string(),
-        rig_version: &m["rig_version"],
-        argv: m["argv"].as_array().map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(" ")
-        }),
-        started_unix_s: &m["started_unix_s"],
-        host: &m["host"],
-        run: (inp.kind == Kind::Run).then(|| RunCounts {
-            complete: &s["complete"],
-            interrupted: &s["interrupted"],
-            ok: &s["ok"],
-            limited: &s["limited"],
-            failed: &s["failed"],
-            skipped: &s["skipped"],
-        }),
+        rig_version: &m.rig_version,
+        argv: m.argv.as_ref().map(|a| a.join(" ")),
+        started_unix_s: &m.started_unix_s,
+        host: &m.host,
+        run,
         matrix,
         cases: views,
         sweeps,

@@ -10,6 +10,8 @@ use serde_json::{json, Map, Value};
 
 use super::cases::fmt;
 use crate::metrics::names::PER_REQUEST;
+use crate::metrics::PerRequest;
+use crate::results::case::CaseLine;
 
 const PARAMS: &[(&str, &str)] = &[
     ("connections", "connections"),
@@ -17,22 +19,26 @@ const PARAMS: &[(&str, &str)] = &[
     ("rate", "open-loop rate (req/s)"),
 ];
 
-fn param(c: &Value, p: &str) -> Option<f64> {
+fn param(c: &CaseLine, p: &str) -> Option<f64> {
     match p {
-        "rate" => c["load"]["rate"].as_f64(),
-        _ => c["topology"][p].as_f64(),
+        "rate" => c.load.as_ref()?.rate,
+        "connections" => c.topology.as_ref()?.connections.map(|n| n as f64),
+        _ => c.topology.as_ref()?.streams.map(|n| n as f64),
     }
 }
 
-/// Every coordinate of a case but `p` and the repeat.
-fn key_without(c: &Value, p: &str) -> String {
+/// Every coordinate of a case but `p` and the repeat, each as JSON.
+fn key_without(c: &CaseLine, p: &str) -> String {
+    fn json(v: &impl serde::Serialize) -> String {
+        serde_json::to_string(v).unwrap_or_default()
+    }
     let mut parts = vec![
-        c["suite"].to_string(),
-        c["target_name"].to_string(),
-        c["protocol"].to_string(),
-        c["path"].to_string(),
-        c["keepalive"].to_string(),
-        c["load"]["kind"].to_string(),
+        json(&c.suite),
+        json(&c.target_name),
+        json(&c.protocol),
+        json(&c.path),
+        json(&c.keepalive),
+        json(&c.load.as_ref().and_then(|l| l.kind)),
     ];
     for (q, _) in PARAMS.iter().filter(|(q, _)| *q != p) {
         parts.push(format!("{:?}", param(c, q)));
@@ -42,23 +48,27 @@ fn key_without(c: &Value, p: &str) -> String {
 
 /// The metrics of one run: rps and latency from the clean pass, counters
 /// from the counted pass.
-fn metrics(c: &Value) -> Vec<(&'static str, Option<f64>)> {
-    let l = &c["clean"]["load"];
-    let us = |k: &str| l["latency"][k].as_f64().map(|v| v / 1e3);
+fn metrics(c: &CaseLine) -> Vec<(&'static str, Option<f64>)> {
+    let l = c.clean.as_ref().map(|c| &c.load);
+    let lat = l.map(|l| &l.latency);
+    let us = |ns: Option<f64>| ns.map(|v| v / 1e3);
     let mut m = vec![
-        ("rps", l["rps"].as_f64()),
-        ("p50", us("p50_ns")),
-        ("p99", us("p99_ns")),
-        ("p99.9", us("p999_ns")),
+        ("rps", l.and_then(|l| l.rps)),
+        ("p50", us(lat.and_then(|l| l.p50_ns))),
+        ("p99", us(lat.and_then(|l| l.p99_ns))),
+        ("p99.9", us(lat.and_then(|l| l.p999_ns))),
     ];
-    for t in &PER_REQUEST {
-        m.push((t.label, c["counted"]["per_request"][t.field].as_f64()));
-    }
+    let none = PerRequest::default();
+    let per = c.counted.as_ref().map_or(&none, |k| &k.per_request);
+    m.extend(per.values().map(|(t, v)| (t.label, v)));
     m
 }
 
 /// (points, band) of one metric over the sweep's x values.
-fn curve(by_x: &BTreeMap<u64, Vec<&Value>>, metric: &str) -> Option<(Vec<[f64; 2]>, Vec<Value>)> {
+fn curve(
+    by_x: &BTreeMap<u64, Vec<&CaseLine>>,
+    metric: &str,
+) -> Option<(Vec<[f64; 2]>, Vec<Value>)> {
     let mut pts = Vec::new();
     let mut band = Vec::new();
     for (x, runs) in by_x {
@@ -81,15 +91,15 @@ fn curve(by_x: &BTreeMap<u64, Vec<&Value>>, metric: &str) -> Option<(Vec<[f64; 2
     (!pts.is_empty()).then_some((pts, band))
 }
 
-pub fn sweeps(cases: &[Value], charts: &mut Map<String, Value>) -> Vec<Value> {
-    let http: Vec<&Value> = cases
+pub fn sweeps(cases: &[CaseLine], charts: &mut Map<String, Value>) -> Vec<Value> {
+    let http: Vec<&CaseLine> = cases
         .iter()
-        .filter(|c| c["kind"] == "http" && c["status"] == "ok")
+        .filter(|c| c.kind == Some("http") && c.status == Some("ok"))
         .collect();
     let mut out = Vec::new();
     for (p, label) in PARAMS {
         // key → x (as bits, ordered for non-negative floats) → runs
-        let mut groups: BTreeMap<String, BTreeMap<u64, Vec<&Value>>> = BTreeMap::new();
+        let mut groups: BTreeMap<String, BTreeMap<u64, Vec<&CaseLine>>> = BTreeMap::new();
         for c in &http {
             if let Some(x) = param(c, p) {
                 groups
@@ -107,11 +117,11 @@ pub fn sweeps(cases: &[Value], charts: &mut Map<String, Value>) -> Vec<Value> {
             let xs: Vec<f64> = by_x.keys().map(|b| f64::from_bits(*b)).collect();
             let title = format!(
                 "{} · {} · {} {} · {} against {label}",
-                c0["suite"].as_str().unwrap_or_default(),
-                c0["target_name"].as_str().unwrap_or_default(),
-                c0["protocol"].as_str().unwrap_or_default(),
-                c0["path"].as_str().unwrap_or_default(),
-                if c0["keepalive"] == true {
+                c0.suite.unwrap_or_default(),
+                c0.target_name.unwrap_or_default(),
+                c0.protocol.unwrap_or_default(),
+                c0.path.unwrap_or_default(),
+                if c0.keepalive == Some(true) {
                     "keep-alive"
                 } else {
                     "new connection per request"
@@ -171,12 +181,13 @@ mod tests {
 
     #[test]
     fn a_suite_varying_connections_is_one_sweep_with_the_spread_of_repeats() {
-        let cases = vec![
+        let lines = [
             case(1, 1, 100.0, 8.0),
             case(1, 2, 300.0, 8.0),
             case(1, 3, 200.0, 8.0),
             case(4, 1, 900.0, 8.0),
         ];
+        let cases: Vec<CaseLine> = lines.iter().map(|c| CaseLine::of(c).unwrap()).collect();
         let mut charts = Map::new();
         let s = sweeps(&cases, &mut charts);
         assert_eq!(s.len(), 1, "{s:#?}");

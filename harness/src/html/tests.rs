@@ -278,7 +278,9 @@ fn a_lock_sites_events_are_its_acquisitions_and_its_amount_the_wait() {
                 {"family": "locks", "event": "contended (futex wait)", "count": 10, "amount": 30000, "stack": "00000000000000cc", "kernel_stack": null, "inner": false, "pid": 1},
             ]}},
     });
-    let t = cases::top_sites(&counted, 3);
+    let st: lite::Stacks =
+        serde_json::from_value(counted["attribution"]["stacks"].clone()).unwrap();
+    let t = cases::top_sites(10, &st, 3);
     assert_eq!(t.len(), 1, "{t:?}");
     assert_eq!(t[0]["family"], "locks");
     assert_eq!(t[0]["unit"], "wait ns");
@@ -448,7 +450,9 @@ fn a_live_case_draws_its_server_phase_by_phase() {
         "{html}"
     );
     assert!(html.contains("server by phase (ws /ws)"), "{html}");
-    let v = chart::live_chart(&serde_json::json!({"endpoint": "ws /ws", "ready_fds": 12, "cycles": [{"cycle": 1, "phases": [ph("connecting", 8 << 20, 30), ph("connected", 12 << 20, 44)]}]})).unwrap();
+    let live = serde_json::json!({"endpoint": "ws /ws", "ready_fds": 12, "cycles": [{"cycle": 1, "phases": [ph("connecting", 8 << 20, 30), ph("connected", 12 << 20, 44)]}]});
+    let live: crate::results::case::Live = serde::Deserialize::deserialize(&live).unwrap();
+    let v = chart::live_chart(&live).unwrap();
     assert_eq!(v["series"][0]["points"], json!([[1.0, 8.0], [1.25, 12.0]]));
     assert_eq!(v["series"][2]["points"], json!([[1.0, 30.0], [1.25, 44.0]]));
 }

@@ -17,13 +17,15 @@ pub use case_key::CaseKey;
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::probe::Family;
 use crate::report::Attribution;
 
 /// Per-request counters of the counted pass (exact window differences).
-#[derive(Clone, Debug, Serialize, Default)]
+/// Read back as written (`case::view`); a total a file lacks is `None`.
+#[derive(Clone, Debug, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct PerRequest {
     pub syscalls: Option<f64>,
     pub allocations: Option<f64>,
