@@ -6,10 +6,10 @@
 //! rig); a median of no runs is written as `null` (NaN) and reads as
 //! `None`. Fields the page only shows stay JSON.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct AbView<'a> {
     #[serde(borrow)]
@@ -28,7 +28,7 @@ pub struct AbView<'a> {
 }
 
 /// `ab::MetricComparison`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Metric<'a> {
     pub case: Value,
@@ -44,7 +44,7 @@ pub struct Metric<'a> {
 }
 
 /// `stats::Comparison`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Comparison {
     pub a_median: Option<f64>,
@@ -58,7 +58,7 @@ pub struct Comparison {
 }
 
 /// `stats::Interval`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Interval {
     pub lo: Option<f64>,
@@ -66,7 +66,7 @@ pub struct Interval {
 }
 
 /// `ab::CodeDifference`: `(site, arm medians)` per site.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct CodeDifference {
     pub case: Value,

@@ -8,13 +8,13 @@
 //! and a field written as `null` as its default. Fields a reader only
 //! passes through to the page stay JSON ([`Value`]), absent as `null`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::metrics::PerRequest;
 
 /// One case line.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct CaseLine<'a> {
     #[serde(borrow)]
@@ -83,7 +83,7 @@ impl<'a> CaseLine<'a> {
 }
 
 /// The case's load setting (`scenario::LoadSpec`).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct LoadSetting<'a> {
     #[serde(borrow)]
@@ -91,7 +91,7 @@ pub struct LoadSetting<'a> {
     pub rate: Option<f64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Topology {
     pub connections: Option<u64>,
@@ -99,7 +99,7 @@ pub struct Topology {
 }
 
 /// `case::LaunchInfo`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Launch<'a> {
     pub pid: Value,
@@ -110,7 +110,7 @@ pub struct Launch<'a> {
 }
 
 /// `launch::identity::ArmProof`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct ArmProof<'a> {
     #[serde(borrow, deserialize_with = "or_default")]
@@ -120,7 +120,7 @@ pub struct ArmProof<'a> {
 
 /// A file by path and hash (`launch::start::ObjectFact`, a
 /// manifest's expected object).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Object<'a> {
     #[serde(borrow)]
@@ -130,7 +130,7 @@ pub struct Object<'a> {
 }
 
 /// `case::CleanPass`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Clean<'a> {
     #[serde(borrow, deserialize_with = "or_default")]
@@ -146,7 +146,7 @@ pub struct Clean<'a> {
 }
 
 /// `sample::Point`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Sample {
     pub t_ms: Option<f64>,
@@ -157,7 +157,7 @@ pub struct Sample {
 }
 
 /// `load::LoadReport`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Load<'a> {
     pub succeeded: Option<u64>,
@@ -177,7 +177,7 @@ pub struct Load<'a> {
 }
 
 /// `load::EncodedHists`: each histogram serialized.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Histograms<'a> {
     #[serde(borrow)]
@@ -189,7 +189,7 @@ pub struct Histograms<'a> {
 }
 
 /// `load::hist::HistSummary`'s percentiles, in ns.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Percentiles {
     pub p50_ns: Option<f64>,
@@ -199,7 +199,7 @@ pub struct Percentiles {
 }
 
 /// `case::ServerUsage`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Server {
     pub cpu_us_per_request: Option<f64>,
@@ -208,7 +208,7 @@ pub struct Server {
 }
 
 /// `case::MemoryPass`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Memory {
     pub proc: Value,
@@ -227,7 +227,7 @@ impl Memory {
 
 /// `case::MemSlopePass`: its points as connections were opened and
 /// closed, the RSS line over them, and the live heap.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct MemSlope {
     #[serde(deserialize_with = "or_default")]
@@ -239,7 +239,7 @@ pub struct MemSlope {
 }
 
 /// `case::SoakPass`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Soak {
     #[serde(deserialize_with = "or_default")]
@@ -248,7 +248,7 @@ pub struct Soak {
 }
 
 /// `case::SoakInterval`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct SoakInterval {
     pub end_ms: Option<f64>,
@@ -260,7 +260,7 @@ pub struct SoakInterval {
 }
 
 /// `case::LivePass`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Live<'a> {
     #[serde(borrow)]
@@ -271,7 +271,7 @@ pub struct Live<'a> {
 }
 
 /// `case::LiveCycle`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct LiveCycle {
     pub cycle: Option<f64>,
@@ -280,7 +280,7 @@ pub struct LiveCycle {
 }
 
 /// `case::PhaseSample`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct PhaseSample {
     pub rss_max_bytes: Option<f64>,
@@ -289,7 +289,7 @@ pub struct PhaseSample {
 }
 
 /// `case::liveheap::LiveHeapFit`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct LiveHeap {
     pub fit: Option<LineFit>,
@@ -304,7 +304,7 @@ pub struct LiveHeap {
 }
 
 /// `stats::fit::LineFit`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct LineFit {
     pub slope: Option<f64>,
@@ -313,7 +313,7 @@ pub struct LineFit {
 }
 
 /// `case::liveheap::LivePoint`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct LivePoint {
     pub bytes: Value,
@@ -321,7 +321,7 @@ pub struct LivePoint {
 }
 
 /// `case::liveheap::LiveSiteFit`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct LiveSite {
     pub label: Value,
@@ -332,7 +332,7 @@ pub struct LiveSite {
 }
 
 /// `case::ConnPoint`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct ConnPoint {
     pub connections: Option<f64>,
@@ -343,7 +343,7 @@ pub struct ConnPoint {
 
 /// `case::CountedPass`. On report.html's cases, `attribution` is cut
 /// to what the page shows and `top_sites` is the page's own.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Counted<'a> {
     #[serde(borrow, deserialize_with = "or_default")]
@@ -370,7 +370,7 @@ impl Counted<'_> {
 }
 
 /// `report::Attribution`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Attribution<'a> {
     pub complete: Value,
@@ -388,7 +388,7 @@ pub struct Attribution<'a> {
 }
 
 /// `report::WindowInfo`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Window {
     pub requests: Option<u64>,
@@ -396,7 +396,7 @@ pub struct Window {
 
 /// An alloc or copy row (`report::AllocRow`,
 /// `report::CopyRow`).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct SiteRow<'a> {
     #[serde(borrow)]
@@ -408,7 +408,7 @@ pub struct SiteRow<'a> {
 }
 
 /// `report::SyscallRow`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct SyscallRow<'a> {
     #[serde(borrow)]
@@ -417,7 +417,7 @@ pub struct SyscallRow<'a> {
 }
 
 /// `report::FaultRow`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct FaultRow<'a> {
     #[serde(borrow, deserialize_with = "or_default")]
@@ -426,7 +426,7 @@ pub struct FaultRow<'a> {
 }
 
 /// `symbolize::Site`, as far as a reader names it.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Site<'a> {
     #[serde(borrow)]

@@ -5,10 +5,10 @@
 //! strings from it. Every field is optional (an older rig); fields the
 //! page only shows stay JSON.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct GateView<'a> {
     pub baseline: Value,
@@ -25,7 +25,7 @@ pub struct GateView<'a> {
 }
 
 /// `gate::compare::Observed`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Observed<'a> {
     #[serde(borrow)]
@@ -36,7 +36,7 @@ pub struct Observed<'a> {
 }
 
 /// `gate::compare::Row`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Row<'a> {
     #[serde(borrow)]

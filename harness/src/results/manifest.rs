@@ -7,12 +7,12 @@
 //! strings from it. Every field is optional: what a command does not
 //! write, or an older rig did not, is absent.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::case::Object;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct ManifestView<'a> {
     /// What every manifest starts with (`report::output`).
@@ -58,7 +58,7 @@ impl<'a> ManifestView<'a> {
 }
 
 /// `run::TargetManifest`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Target<'a> {
     #[serde(borrow)]
@@ -71,7 +71,7 @@ pub struct Target<'a> {
 }
 
 /// An arm of `rig ab`'s manifest.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Arm<'a> {
     #[serde(borrow)]
@@ -83,7 +83,7 @@ pub struct Arm<'a> {
 }
 
 /// `launch::identity::Expected`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Expected<'a> {
     #[serde(borrow)]
@@ -95,7 +95,7 @@ pub struct Expected<'a> {
     pub via: Option<&'a str>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum Binary<'a> {
     Path(&'a str),

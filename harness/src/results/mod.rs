@@ -6,7 +6,9 @@
 //! instead of as a string at every read, so a renamed field is a compile
 //! error in the readers, not a "—" on the page. Every view names the writer
 //! type it mirrors (in `case`, `ab`, `gate`, `report`): a field renamed
-//! there is renamed here. Fields are optional, so a file of an older rig,
+//! there is renamed here, and the run test that checks the calibration
+//! costs fails if a case line a real run writes leaves a view field
+//! unread that it should have (the views serialize back to find them). Fields are optional, so a file of an older rig,
 //! or a case that ran no such pass or family, reads as absent exactly
 //! where the field is.
 
