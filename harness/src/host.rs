@@ -73,80 +73,13 @@ fn glibc_version() -> Option<String> {
     }
 }
 
-/// The fields of `struct perf_event_attr` rig sets; the rest are zero.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PerfAttr {
-    /// `PERF_TYPE_*`.
-    pub kind: u32,
-    pub config: u64,
-    pub read_format: u64,
-    /// The flags word (`PERF_ATTR_*` bits below).
-    pub flags: u64,
-}
-
-impl PerfAttr {
-    /// The struct as the kernel reads it.
-    pub fn bytes(&self) -> [u8; 112] {
-        let mut a = [0u8; 112];
-        a[0..4].copy_from_slice(&self.kind.to_ne_bytes());
-        a[4..8].copy_from_slice(&112u32.to_ne_bytes());
-        a[8..16].copy_from_slice(&self.config.to_ne_bytes());
-        a[32..40].copy_from_slice(&self.read_format.to_ne_bytes());
-        a[40..48].copy_from_slice(&self.flags.to_ne_bytes());
-        a
-    }
-}
-
-pub const PERF_TYPE_HARDWARE: u32 = 0;
-pub const PERF_TYPE_SOFTWARE: u32 = 1;
-pub const PERF_COUNT_HW_INSTRUCTIONS: u64 = 1;
-pub const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-pub const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1 << 0;
-pub const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 1 << 1;
-pub const PERF_ATTR_DISABLED: u64 = 1 << 0;
-pub const PERF_ATTR_INHERIT: u64 = 1 << 1;
-pub const PERF_ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
-pub const PERF_ATTR_EXCLUDE_HV: u64 = 1 << 6;
-
-/// `perf_event_open(attr, pid, cpu = any, no group, FD_CLOEXEC)`: the one
-/// place rig lays out a `perf_event_attr` (PERF_ATTR_SIZE_VER5, 112 bytes:
-/// every field rig sets is in it, and every kernel rig supports takes it).
-pub fn perf_event_open(attr: &PerfAttr, pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-    let a = attr.bytes();
-    // SAFETY: `a` is a perf_event_attr of the size it declares and outlives
-    // the call; the kernel returns a new fd or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            a.as_ptr(),
-            pid as libc::pid_t,
-            -1 as libc::c_int,
-            -1 as libc::c_int,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by the kernel and nobody else owns it.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
-}
-
 /// Ask the kernel for a user-space instructions counter on this thread.
 /// A VM without a virtual PMU answers ENOENT/EOPNOTSUPP: rig then says so
 /// and never reports instructions as zero.
 pub fn detect_pmu() -> Pmu {
-    let opened = perf_event_open(
-        &PerfAttr {
-            kind: PERF_TYPE_HARDWARE,
-            config: PERF_COUNT_HW_INSTRUCTIONS,
-            read_format: 0,
-            flags: PERF_ATTR_DISABLED | PERF_ATTR_EXCLUDE_KERNEL | PERF_ATTR_EXCLUDE_HV,
-        },
-        0,
-    );
+    // perf-event2's builder starts disabled, user space only, on the
+    // calling thread, any CPU, with FD_CLOEXEC.
+    let opened = perf_event::Builder::new(perf_event::events::Hardware::INSTRUCTIONS).build();
     match opened {
         Ok(_) => Pmu {
             instructions: true,

@@ -329,17 +329,13 @@ fn sched_switch_has_four_args() -> bool {
 
 /// Opens (and closes) a software cpu-clock event on this thread.
 fn software_event_opens() -> bool {
-    use crate::host::{perf_event_open, PerfAttr};
-    perf_event_open(
-        &PerfAttr {
-            kind: crate::host::PERF_TYPE_SOFTWARE,
-            config: crate::host::PERF_COUNT_SW_CPU_CLOCK,
-            read_format: 0,
-            flags: crate::host::PERF_ATTR_DISABLED,
-        },
-        0,
-    )
-    .is_ok()
+    // Kernel time counted too (the builder excludes it by default): the
+    // question is whether the kernel opens perf events at all.
+    perf_event::Builder::new(perf_event::events::Software::CPU_CLOCK)
+        .exclude_kernel(false)
+        .exclude_hv(false)
+        .build()
+        .is_ok()
 }
 
 #[cfg(test)]

@@ -22,13 +22,8 @@
 //! A host without a PMU (most VMs) refuses the counter (ENOENT or
 //! EOPNOTSUPP): that is an error saying so, never zero instructions.
 
-use std::os::fd::{AsRawFd, OwnedFd};
-
-use crate::host::{
-    perf_event_open, PerfAttr, PERF_ATTR_DISABLED, PERF_ATTR_EXCLUDE_HV, PERF_ATTR_EXCLUDE_KERNEL,
-    PERF_ATTR_INHERIT, PERF_COUNT_HW_INSTRUCTIONS, PERF_FORMAT_TOTAL_TIME_ENABLED,
-    PERF_FORMAT_TOTAL_TIME_RUNNING, PERF_TYPE_HARDWARE,
-};
+use perf_event::events::Hardware;
+use perf_event::{Builder, Counter};
 
 use anyhow::Result;
 
@@ -36,11 +31,6 @@ use anyhow::Result;
 /// says nothing about stalls, cache misses or time spent in the kernel.
 pub const NOTE: &str = "perf counts retired user-space instructions (every thread of the target); \
 instructions are not time: never convert instruction deltas into time";
-
-// <linux/perf_event.h>
-/// `_IO('$', 0)` and `_IO('$', 1)`.
-const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 
 /// Why a counter could not be opened or read.
 #[derive(Debug, thiserror::Error)]
@@ -81,32 +71,31 @@ pub enum PerfError {
 /// One disabled, inheriting user-space instructions counter per thread of a
 /// process.
 pub struct Counters {
-    fds: Vec<(i32, OwnedFd)>,
+    counters: Vec<(i32, Counter)>,
 }
 
-/// User-space instructions, disabled, inherited, with the times enabled
-/// and running.
-fn attr() -> PerfAttr {
-    PerfAttr {
-        kind: PERF_TYPE_HARDWARE,
-        config: PERF_COUNT_HW_INSTRUCTIONS,
-        read_format: PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING,
-        flags: PERF_ATTR_DISABLED
-            | PERF_ATTR_INHERIT
-            | PERF_ATTR_EXCLUDE_KERNEL
-            | PERF_ATTR_EXCLUDE_HV,
-    }
+/// User-space instructions of thread `tid` on any CPU, disabled, inherited
+/// by the threads and processes it starts, read with the times enabled and
+/// running (the builder's defaults are disabled, user space only, both
+/// times, FD_CLOEXEC; it passes its own, newer `perf_event_attr` size with
+/// the fields past rig's zero, which older kernels accept).
+fn builder(tid: i32) -> Builder<'static> {
+    let mut b = Builder::new(Hardware::INSTRUCTIONS);
+    b.observe_pid(tid).any_cpu().inherit(true);
+    b
 }
 
 /// Open a counter on thread `tid` (any CPU).
-pub fn open_thread(tid: i32) -> Result<OwnedFd, PerfError> {
-    perf_event_open(&attr(), tid).map_err(|source| match source.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
-            PerfError::NoPmu { tid, source }
-        }
-        Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Denied { tid, source },
-        _ => PerfError::Open { tid, source },
-    })
+pub fn open_thread(tid: i32) -> Result<Counter, PerfError> {
+    builder(tid)
+        .build()
+        .map_err(|source| match source.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+                PerfError::NoPmu { tid, source }
+            }
+            Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Denied { tid, source },
+            _ => PerfError::Open { tid, source },
+        })
 }
 
 impl Counters {
@@ -117,7 +106,7 @@ impl Counters {
         let mut all = Counters::open_process(pid)?;
         for child in crate::process::descendants(pid) {
             match Counters::open_process(child) {
-                Ok(c) => all.fds.extend(c.fds),
+                Ok(c) => all.counters.extend(c.counters),
                 // Exited since the listing: nothing to count.
                 Err(PerfError::Tasks { .. }) => {}
                 Err(e) => return Err(e),
@@ -131,7 +120,7 @@ impl Counters {
     /// the list is read again until it has no thread without one.
     fn open_process(pid: u32) -> Result<Counters, PerfError> {
         let dir = format!("/proc/{pid}/task");
-        let mut fds: Vec<(i32, OwnedFd)> = Vec::new();
+        let mut counters: Vec<(i32, Counter)> = Vec::new();
         let mut seen: Vec<i32> = Vec::new();
         loop {
             let mut new: Vec<i32> = std::fs::read_dir(&dir)
@@ -140,13 +129,13 @@ impl Counters {
                 .filter(|tid| !seen.contains(tid))
                 .collect();
             if new.is_empty() {
-                return Ok(Counters { fds });
+                return Ok(Counters { counters });
             }
             new.sort_unstable();
             for tid in new {
                 seen.push(tid);
                 match open_thread(tid) {
-                    Ok(fd) => fds.push((tid, fd)),
+                    Ok(c) => counters.push((tid, c)),
                     // The thread exited after the listing: nothing to count.
                     Err(PerfError::Open { source, .. })
                         if source.raw_os_error() == Some(libc::ESRCH) => {}
@@ -156,58 +145,50 @@ impl Counters {
         }
     }
 
-    fn ioctl(&self, req: libc::c_ulong, what: &'static str) -> Result<(), PerfError> {
-        for (tid, fd) in &self.fds {
-            // SAFETY: fd is an open perf event fd; ENABLE/DISABLE take no argument.
-            if unsafe { libc::ioctl(fd.as_raw_fd(), req as _, 0) } != 0 {
-                return Err(PerfError::Ioctl {
-                    what,
-                    tid: *tid,
-                    source: std::io::Error::last_os_error(),
-                });
-            }
+    fn each(
+        &mut self,
+        what: &'static str,
+        f: fn(&mut Counter) -> std::io::Result<()>,
+    ) -> Result<(), PerfError> {
+        for (tid, c) in &mut self.counters {
+            f(c).map_err(|source| PerfError::Ioctl {
+                what,
+                tid: *tid,
+                source,
+            })?;
         }
         Ok(())
     }
 
     /// Start counting (the counters and the ones inherited by new threads).
-    pub fn enable(&self) -> Result<(), PerfError> {
-        self.ioctl(PERF_EVENT_IOC_ENABLE, "ENABLE")
+    pub fn enable(&mut self) -> Result<(), PerfError> {
+        self.each("ENABLE", Counter::enable)
     }
 
     /// Stop counting.
-    pub fn disable(&self) -> Result<(), PerfError> {
-        self.ioctl(PERF_EVENT_IOC_DISABLE, "DISABLE")
+    pub fn disable(&mut self) -> Result<(), PerfError> {
+        self.each("DISABLE", Counter::disable)
     }
 
     /// The sum over every counter. Call after the threads have exited to
     /// include the counts of threads started while counting.
-    pub fn read_total(&self) -> Result<u64, PerfError> {
+    pub fn read_total(&mut self) -> Result<u64, PerfError> {
         let mut total = 0u64;
-        for (tid, fd) in &self.fds {
-            let mut v = [0u64; 3];
-            // SAFETY: v is 24 writable bytes; the read format is value,
-            // time_enabled, time_running.
-            let n = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), 24) };
-            if n != 24 {
-                return Err(PerfError::Read {
-                    tid: *tid,
-                    source: if n < 0 {
-                        std::io::Error::last_os_error()
-                    } else {
-                        std::io::Error::other(format!("short read: {n} of 24 bytes"))
-                    },
-                });
-            }
-            let [value, enabled, running] = v;
+        for (tid, c) in &mut self.counters {
+            let tid = *tid;
+            let data = c
+                .read_full()
+                .map_err(|source| PerfError::Read { tid, source })?;
+            let ns = |d: Option<std::time::Duration>| d.map_or(0, |d| d.as_nanos() as u64);
+            let (enabled, running) = (ns(data.time_enabled()), ns(data.time_running()));
             if running < enabled {
                 return Err(PerfError::Multiplexed {
-                    tid: *tid,
+                    tid,
                     enabled,
                     running,
                 });
             }
-            total += value;
+            total += data.count();
         }
         Ok(total)
     }
@@ -219,17 +200,22 @@ mod tests {
 
     #[test]
     fn attr_asks_for_disabled_inherited_user_space_instructions() {
-        let a = attr().bytes();
-        let u64_at = |o: usize| u64::from_ne_bytes(a[o..o + 8].try_into().unwrap());
-        assert_eq!(u32::from_ne_bytes(a[0..4].try_into().unwrap()), 0);
-        assert_eq!(u32::from_ne_bytes(a[4..8].try_into().unwrap()), 112);
-        assert_eq!(u64_at(8), PERF_COUNT_HW_INSTRUCTIONS);
-        assert_eq!(u64_at(32), 0b11, "read_format: time enabled + running");
+        let b = builder(42);
+        let a = b.attrs();
+        assert_eq!(a.type_, 0, "PERF_TYPE_HARDWARE");
+        assert_eq!(a.config, 1, "PERF_COUNT_HW_INSTRUCTIONS");
+        assert_eq!(a.read_format, 0b11, "read_format: time enabled + running");
         assert_eq!(
-            u64_at(40),
-            0b110_0011,
+            (
+                a.disabled(),
+                a.inherit(),
+                a.exclude_kernel(),
+                a.exclude_hv()
+            ),
+            (1, 1, 1, 1),
             "disabled, inherit, exclude_kernel, exclude_hv"
         );
+        assert_eq!(a.exclude_user(), 0);
     }
 
     /// On this host the answer must agree with the PMU detection: a counter
@@ -240,7 +226,7 @@ mod tests {
         let pmu = crate::host::detect_pmu();
         let me = std::process::id();
         match Counters::open(me) {
-            Ok(c) => {
+            Ok(mut c) => {
                 assert!(
                     pmu.instructions,
                     "counter opened but detection said: {}",

@@ -45,10 +45,10 @@ struct PerfWindow(Option<perf::Counters>);
 impl Counters for PerfWindow {
     type Reading = perf::Counters;
     fn start(&mut self) -> Result<()> {
-        Ok(self.0.as_ref().expect("opened").enable()?)
+        Ok(self.0.as_mut().expect("opened").enable()?)
     }
     fn stop(mut self) -> Result<perf::Counters> {
-        let c = self.0.take().expect("opened");
+        let mut c = self.0.take().expect("opened");
         c.disable()?;
         Ok(c)
     }
@@ -126,7 +126,7 @@ pub fn measure_perf(
         Ok(d.reading)
     })();
     let exit = target.stop(Duration::from_secs(10));
-    let counters = window.with_context(|| {
+    let mut counters = window.with_context(|| {
         format!(
             "perf instructions window on {} ({})",
             spec.name,
