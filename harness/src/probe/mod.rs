@@ -155,7 +155,7 @@ pub enum ProbeError {
     Interrupted,
     #[error("{tid} is a thread of process {tgid}, not a process: rig measures processes (every thread of one); give {tgid}")]
     Thread { tid: u32, tgid: u32 },
-    #[error("process {pid} has no C library rig knows (no glibc or musl libc.so in /proc/{pid}/maps, none linked into its executable); the {family} probes need one")]
+    #[error("process {pid} has no C library rig knows (none mapped in /proc/{pid}/maps, none linked into its executable); the {family} probes need one")]
     NoLibc { pid: u32, family: Family },
     #[error("{lib} has no symbol `{symbol}`, which the {family} probes need")]
     MissingSymbol {
