@@ -40,6 +40,11 @@ pub(super) enum Target {
     Plain,
     /// Sleeps 3 s first: rig waits in the launch (readiness) phase.
     SlowStart,
+    /// Sleeps 60 s first, past the spec's 10 s readiness timeout: a test
+    /// that kills it during the launch has those 10 s to do so, however
+    /// loaded the machine (with `SlowStart`'s 3 s, a starved test thread
+    /// once found the case already over and killed nothing).
+    NeverReady,
     /// Ignores SIGTERM (inherited across exec): only SIGKILL stops it.
     IgnoresTerm,
     /// Forks a grandchild in its own session (outside the process group)
@@ -447,6 +452,7 @@ impl Target {
         match self {
             Target::Plain => "exec {calib_server} --port {port} --threads 2",
             Target::SlowStart => "sleep 3; exec {calib_server} --port {port} --threads 2",
+            Target::NeverReady => "sleep 60; exec {calib_server} --port {port} --threads 2",
             Target::IgnoresTerm => "trap '' TERM; exec {calib_server} --port {port} --threads 2",
             Target::Forks => {
                 "setsid sleep 600 </dev/null >/dev/null 2>&1 & exec {calib_server} --port {port} --threads 2"

@@ -2,7 +2,7 @@
 //! no BPF program or perf event of rig's remains. These tests hold the probe
 //! lock exclusively, so any `rig_*` program they see would be a leftover.
 
-use super::audit::{audit, launched, reach, Case, Phase, Target, Watcher};
+use super::audit::{audit, is_server, launched, reach, Case, Phase, Target, Watcher};
 use super::scratch::signal;
 use super::{calib, probes_exclusive, program_ids_of, rig_bin, rig_programs, still_loaded};
 use rig::exit;
@@ -188,7 +188,7 @@ fn a_forking_target_leaves_no_grandchild_after_a_normal_run() {
 fn a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing() {
     root_or_skip!();
     let c = Case::new("target-killed-launch");
-    let spec = c.spec(Target::SlowStart);
+    let spec = c.spec(Target::NeverReady);
     let m = c.s.write(
         "m.toml",
         "[defaults]\nwarmup_ms = 50\nduration_ms = 200\n\
@@ -209,7 +209,12 @@ fn a_target_killed_during_its_launch_fails_the_case_and_leaves_nothing() {
     let rig_pid = rig.id();
     let w = Watcher::start(rig_pid, &c.tag);
     assert!(reach(Phase::Launch, rig_pid, &c.tag, &w));
-    for p in launched(rig_pid, &c.tag, 0) {
+    let shells = launched(rig_pid, &c.tag, 0);
+    assert!(
+        !shells.is_empty() && !shells.iter().any(|&p| is_server(p)),
+        "the launch phase was over before the kill: {shells:?}"
+    );
+    for p in shells {
         signal(p, libc::SIGKILL);
     }
     let (code, stdout, stderr) = super::scratch::finish(rig);
