@@ -36,6 +36,15 @@ enum unwind_cfa {
 	 * ran on the system stack already, and rsp + 40 holds rsp at its
 	 * entry: CFA = that + 8. */
 	UNWIND_CFA_GO_CGO = 5,
+	/* A signal trampoline, the restorer a handler returns into (glibc's
+	 * __restore_rt, Go's runtime.sigreturn__sigaction): rsp points at the
+	 * ucontext the kernel saved, and the interrupted frame's rip, rsp and
+	 * rbp are in its mcontext (rbp at +120, rsp at +160, rip at +168).
+	 * The rip read there is the interrupted instruction itself, not a
+	 * return address: the walk records rip + 1, as if it were the return
+	 * address of a call ending at rip, so that the lookups and the names
+	 * of later frames (made one byte back) land on that instruction. */
+	UNWIND_CFA_SIGNAL = 6,
 };
 
 /* One row of a module's unwind table, valid from `pc` (a module-relative

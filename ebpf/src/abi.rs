@@ -300,6 +300,10 @@ pub mod unwind_cfa {
     /// Go's `runtime.asmcgocall` where its C function returns: the
     /// caller's frame is on the goroutine's stack (stack.h says how).
     pub const GO_CGO: u8 = 5;
+    /// A signal trampoline (glibc's `__restore_rt`, Go's
+    /// `runtime.sigreturn__sigaction`): the interrupted frame's registers
+    /// are in the ucontext at rsp (stack.h says where).
+    pub const SIGNAL: u8 = 6;
 }
 /// `RIG_STACK_MAX_FRAMES`, `RIG_UNWIND_MAX_MAPS`, `RIG_UNWIND_MAX_PROCS` (stack.h).
 pub const STACK_MAX_FRAMES: usize = 64;

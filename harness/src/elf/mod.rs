@@ -282,6 +282,21 @@ impl ElfFacts {
             .map(|l| off - l.offset + l.vaddr)
     }
 
+    /// The link-time extent (vaddr, size) of a defined, sized symbol named
+    /// `name` that holds `vaddr` (a debug file's table too, whose code is
+    /// not in the file).
+    pub fn extent_holding(&self, name: &str, vaddr: u64) -> Option<(u64, u64)> {
+        self.syms
+            .iter()
+            .find(|s| {
+                s.name == name
+                    && s.shndx != elf::SHN_UNDEF
+                    && s.vaddr <= vaddr
+                    && vaddr < s.vaddr.saturating_add(s.size)
+            })
+            .map(|s| (s.vaddr, s.size))
+    }
+
     /// Look up a defined symbol by (unversioned) name. Prefers `.dynsym`, the
     /// default version (`@@`) over hidden ones, and defined over undefined.
     pub fn lookup_symbol(&self, name: &str) -> Option<SymbolInfo> {

@@ -562,7 +562,7 @@ pub fn c_library(pid: u32, maps: &ProcMaps) -> Option<(String, ModuleKind)> {
     }
 }
 
-/// A row with a rule that needs no offsets (`END`, `NONE`, `GO_CGO`).
+/// A row with a rule that needs no offsets (`END`, `NONE`, `GO_CGO`, `SIGNAL`).
 pub fn marker(pc: u64, cfa: u8) -> UnwindRow {
     UnwindRow {
         pc,

@@ -489,6 +489,9 @@ impl Symbolizer {
             .map(|r| &**r)
             .collect();
         for (off, mut r) in todo.into_iter().zip(results) {
+            if r.naming == Naming::Symbol && r.sym_vaddr == 0 {
+                entry_of_ranged(&mut r, off, &tables);
+            }
             if let (Naming::Symbol, Some(name)) = (r.naming, r.function.as_deref()) {
                 if let Some(c) = canonical_name(name, r.sym_vaddr, &tables) {
                     r.function = Some(c);
@@ -544,6 +547,25 @@ fn own_dwarf(open: &Path, offs: &[u64]) -> Result<Vec<Resolved>, blazesym::Error
     Ok(syms.into_iter().map(convert).collect())
 }
 
+/// The entry of a function DWARF named without one (`convert`): its sized
+/// symbol of that name holding the address, in the module's or its debug
+/// file's table; without one the name stands with no offset.
+fn entry_of_ranged(r: &mut Resolved, off: u64, tables: &[&ElfFacts]) {
+    let Some(name) = r.function.as_deref() else {
+        return;
+    };
+    let Some(v) = tables.iter().find_map(|t| t.file_offset_to_vaddr(off)) else {
+        r.function_offset = 0;
+        return;
+    };
+    if let Some((entry, _)) = tables.iter().find_map(|t| t.extent_holding(name, v)) {
+        r.sym_vaddr = entry;
+        r.function_offset = v - entry;
+        return;
+    }
+    r.function_offset = 0;
+}
+
 /// A name a runtime's own table gave link-time address `v`.
 fn resolved_of(n: runtime::Named, v: u64) -> Resolved {
     Resolved {
@@ -573,8 +595,13 @@ fn convert(s: Symbolized<'_>) -> Resolved {
     // THE rule: no size => the symbol has no known extent; only an exact hit
     // on its start is trustworthy. Anything else would be "nearest
     // preceding name".
+    // blazesym gives a DWARF function whose code lies in several ranges
+    // (glibc's pthread_create and its `.cold` part) address 0 and no size:
+    // its name is DWARF's range lookup, exact; its entry is found in the
+    // symbol tables afterwards (`entry_of_ranged`).
+    let ranged = sym.addr == 0 && sym.size.is_none() && sym.code_info.is_some();
     match sym.size {
-        None if sym.offset != 0 => return Resolved::unnamed(),
+        None if sym.offset != 0 && !ranged => return Resolved::unnamed(),
         Some(size) if sym.offset >= size && size != 0 => {
             // blazesym's ELF path never does this; DWARF functions with
             // non-contiguous ranges could. The name is still DWARF's answer.

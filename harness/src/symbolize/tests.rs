@@ -337,3 +337,25 @@ fn a_garbage_debuglink_does_not_cost_the_binarys_own_file_and_line() {
     assert_eq!(sites[0].line, Some(1), "{:?}", sites[0]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A function whose DWARF gives its code as several ranges (glibc's
+/// pthread_create, with a `.cold` part) is named with its true entry and
+/// offset, not left unnamed: blazesym reports it with address 0 and no size.
+#[test]
+fn a_function_of_several_dwarf_ranges_is_named_at_its_offset() {
+    let (_child, maps) = spawn_sleep();
+    let libc = crate::runtime::c_library(maps.pid, &maps)
+        .map(|c| c.0)
+        .unwrap();
+    let open = maps.readable_path(&libc);
+    let sym = elf::lookup_symbol(&open, "pthread_create")
+        .unwrap()
+        .unwrap();
+    assert!(sym.size > 0x200, "{sym:?}");
+    let inside = sym.file_offset + sym.size / 2;
+    let site = symbolize_elf_with(&open, &[inside], true).remove(0);
+    assert_eq!(site.naming, Naming::Symbol, "{site:?}");
+    assert_eq!(site.function.as_deref(), Some("pthread_create"), "{site:?}");
+    assert_eq!(site.function_offset, sym.size / 2, "{site:?}");
+    assert!(site.line.is_some_and(|l| l > 0), "{site:?}");
+}

@@ -462,14 +462,16 @@ fn counts_every_thread_of_an_already_running_process() {
 /// takes stacks carries the unwinder; written so that the verifier walks
 /// it once per program (`take_ustack` and the mapping search as global
 /// functions, the mapping search a scan in place of a binary search whose
-/// bounds offset pointers), each program verifies in at most about 5,700
-/// instructions here. Inlined at each call site with a binary search,
-/// they took 121,000 per call site (up to 727,000 for one program) and
-/// windows opened in 3.39 s instead of 0.63 s (docs/guide.md, "How long
-/// opening a window takes", medians side by side). The bound leaves
-/// room for other kernels and compilers, and fails on that explosion.
+/// bounds offset pointers), the heaviest program verifies in about 21,100
+/// instructions here (`rig_alloc_free`: its own paths, and the walk's
+/// rules down to the signal frame's, 1,400 of them). Inlined at each call
+/// site with a binary search, the walk took 121,000 per call site (up to
+/// 727,000 for one program) and windows opened in 3.39 s instead of
+/// 0.63 s (docs/guide.md, "How long opening a window takes", medians side
+/// by side). The bound leaves room for other kernels and compilers, and
+/// fails on that explosion.
 #[test]
-fn every_program_rig_loads_verifies_in_fewer_than_20000_instructions() {
+fn every_program_rig_loads_verifies_in_fewer_than_30000_instructions() {
     root_or_skip!();
     let _g = probes_shared();
     let target = calib(&["--threads", "2"]);
@@ -489,7 +491,7 @@ fn every_program_rig_loads_verifies_in_fewer_than_20000_instructions() {
             "{family:?}: {verified:?}"
         );
     }
-    let heavy: Vec<_> = verified.iter().filter(|(_, _, n)| *n >= 20_000).collect();
+    let heavy: Vec<_> = verified.iter().filter(|(_, _, n)| *n >= 30_000).collect();
     assert!(heavy.is_empty(), "{heavy:?}");
 }
 
@@ -715,4 +717,46 @@ fn without_the_kernels_btf_counts_stay_exact_and_rig_says_what_it_gave_up() {
         .map(|r| r["calls"].as_u64().unwrap())
         .sum::<u64>();
     assert_eq!(small, 3 * N, "{}", d["alloc"]);
+}
+
+/// A signal handler's return (`GET /signal`: the worker raises SIGUSR1,
+/// whose handler does nothing): glibc's `__restore_rt` makes the
+/// rt_sigreturn, and its stack goes on through the kernel's signal frame
+/// into the code the signal interrupted (raise, in `calib_raise`), whole
+/// to the worker thread's start. Exactly one per request.
+#[test]
+fn a_signal_handlers_return_is_unwound_through_the_signal_frame_into_the_interrupted_code() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let target = calib(&["--threads", "2"]);
+    let a = attribute_path(&target, &[Family::Syscalls], "/signal", N, 1);
+    let rows: Vec<_> = a
+        .stacks
+        .rows
+        .iter()
+        .filter(|r| r.event == "rt_sigreturn")
+        .collect();
+    assert_eq!(rows.iter().map(|r| r.count).sum::<u64>(), N, "{rows:#?}");
+    for r in rows {
+        let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
+        let names: Vec<&str> = s
+            .frames
+            .iter()
+            .map(|f| f.function.as_deref().unwrap_or("?"))
+            .collect();
+        assert!(s.incomplete.is_empty(), "{:?}: {names:?}", s.incomplete);
+        let at = |f: &str| names.iter().position(|n| *n == f);
+        let (raise, request, serve) = (
+            at("calib_raise"),
+            at("calib_signal_request"),
+            at("calib_serve_conn"),
+        );
+        assert!(
+            raise.is_some()
+                && raise < request
+                && request < serve
+                && names.contains(&"start_thread"),
+            "{names:?}"
+        );
+    }
 }

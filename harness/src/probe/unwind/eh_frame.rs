@@ -39,6 +39,22 @@ pub(super) fn rows_of(
         {
             continue;
         }
+        // A signal trampoline ('S' in its CIE's augmentation: glibc's
+        // __restore_rt, whose hand-written rules read the registers out of
+        // the kernel's ucontext): one rule for the whole FDE.
+        if fde.cie().is_signal_trampoline() {
+            raw.push(UnwindRow {
+                pc: begin,
+                cfa: unwind_cfa::SIGNAL,
+                ..Default::default()
+            });
+            raw.push(UnwindRow {
+                pc: end,
+                cfa: unwind_cfa::NONE,
+                ..Default::default()
+            });
+            continue;
+        }
         let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
             unsupported += 1;
             continue;

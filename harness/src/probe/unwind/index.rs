@@ -105,6 +105,15 @@ pub(super) fn compact(mut raw: Vec<UnwindRow>) -> Vec<UnwindRow> {
     }
     // A merge may have left two equal neighbours.
     out.dedup_by(|b, a| same_rule(a, b));
+    // A signal trampoline ends with its rt_sigreturn `syscall` (glibc's
+    // __restore_rt): the ip a syscall event sees there is the byte past
+    // its end. Its rule reaches that byte where no other code starts.
+    for i in 0..out.len().saturating_sub(1) {
+        let free = out.get(i + 2).is_none_or(|n| n.pc > out[i + 1].pc + 1);
+        if out[i].cfa == unwind_cfa::SIGNAL && out[i + 1].cfa == unwind_cfa::NONE && free {
+            out[i + 1].pc += 1;
+        }
+    }
     out
 }
 

@@ -22,11 +22,20 @@
 //! the inlined function and the pc of its call site in the caller. Where
 //! `go:func.*` lies is said only by `runtime.firstmoduledata`, found by the
 //! pointer to `.gopclntab` it starts with (a stripped binary has no symbol
-//! for it). Without it (a PIE, whose pointers are relocated at load time)
-//! an inlined body is named by the function it was inlined into.
+//! for it). Without it an inlined body is named by the function it was
+//! inlined into.
+//!
+//! A PIE (`-buildmode=pie`): the table is `.data.rel.ro.gopclntab` up to Go
+//! 1.25 (relocated data), `.gopclntab` from 1.26; the pointers in its
+//! header and in `runtime.firstmoduledata` are relocated by the loader
+//! (`R_X86_64_RELATIVE`: the word becomes load base + addend), so the file
+//! holds their link-time values only as the relocations' addends: every
+//! pointer is read through [`Pointers`].
+
+use std::collections::HashMap;
 
 use anyhow::{anyhow, bail, Context, Result};
-use object::{Object, ObjectSection};
+use object::{Object, ObjectSection, ObjectSymbol};
 
 /// `pcHeader.magic` of the layouts read here.
 const MAGIC_118: u32 = 0xffff_fff0;
@@ -185,6 +194,7 @@ fn moduledata_gofunc_at(magic: u32) -> usize {
 /// start the section `gofunc` lies in. None when no such word is found.
 fn gofunc_bytes(
     obj: &object::File<'_>,
+    pointers: &Pointers,
     pclntab: u64,
     funcname: u64,
     magic: u32,
@@ -199,8 +209,12 @@ fn gofunc_bytes(
         }
         let Ok(d) = sec.data() else { continue };
         let word = |o: usize| {
-            d.get(o..o + 8)
-                .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            d.get(o..o + 8).map(|b| {
+                pointers.at(
+                    sec.address() + o as u64,
+                    u64::from_le_bytes(b.try_into().unwrap()),
+                )
+            })
         };
         let mut o = 0;
         while o + at + 8 <= d.len() {
@@ -225,6 +239,52 @@ fn gofunc_bytes(
         }
     }
     None
+}
+
+/// The link-time value of each word a PIE's loader relocates
+/// (`R_X86_64_RELATIVE`, by its address): the file's bytes there are not
+/// the pointer (Go's linker leaves 0). Empty for an executable that is not
+/// position-independent.
+pub(crate) struct Pointers(HashMap<u64, u64>);
+
+impl Pointers {
+    pub(crate) fn of(obj: &object::File<'_>) -> Pointers {
+        let mut relative = HashMap::new();
+        if let Some(relocs) = obj.dynamic_relocations() {
+            for (at, r) in relocs {
+                if r.flags()
+                    == (object::RelocationFlags::Elf {
+                        r_type: object::elf::R_X86_64_RELATIVE,
+                    })
+                {
+                    relative.insert(at, r.addend() as u64);
+                }
+            }
+        }
+        Pointers(relative)
+    }
+
+    /// The pointer stored at link-time address `vaddr`, whose bytes in the
+    /// file are `raw`.
+    pub(crate) fn at(&self, vaddr: u64, raw: u64) -> u64 {
+        self.0.get(&vaddr).copied().unwrap_or(raw)
+    }
+}
+
+/// The function table's section: `.gopclntab`, or `.data.rel.ro.gopclntab`
+/// in a PIE built by Go up to 1.25, or the bytes from `runtime.pclntab`
+/// where a linker merged it into another section.
+fn pclntab<'d>(obj: &object::File<'d>) -> Option<(u64, &'d [u8])> {
+    for name in [".gopclntab", ".data.rel.ro.gopclntab"] {
+        if let Some(sec) = obj.section_by_name(name) {
+            return Some((sec.address(), sec.data().ok()?));
+        }
+    }
+    let sym = obj.symbols().find(|s| s.name() == Ok("runtime.pclntab"))?;
+    let sec = obj.section_by_index(sym.section_index()?).ok()?;
+    let d = sec.data().ok()?;
+    let from = usize::try_from(sym.address().checked_sub(sec.address())?).ok()?;
+    Some((sym.address(), d.get(from..)?))
 }
 
 fn u32_at(d: &[u8], off: usize) -> Result<u32> {
@@ -262,10 +322,10 @@ impl GoTable {
     /// read (its layout is older than Go 1.18, or it is corrupt).
     pub fn parse(data: &[u8]) -> Result<Option<GoTable>> {
         let obj = object::File::parse(data)?;
-        let Some(sec) = obj.section_by_name(".gopclntab") else {
+        let Some((pclntab_at, d)) = pclntab(&obj) else {
             return Ok(None);
         };
-        let d = sec.data().map_err(|e| anyhow!("{e}"))?;
+        let pointers = Pointers::of(&obj);
         let version = build_version(data).as_deref().and_then(GoVersion::parse);
         let magic = u32_at(d, 0)?;
         if magic != MAGIC_118 && magic != MAGIC_120 {
@@ -281,10 +341,10 @@ impl GoTable {
         }
         let word = |i: usize| u64_at(d, 8 + 8 * i);
         let nfunc = word(0)? as usize;
-        // pcHeader's textStart; Go 1.26 stores 0 there (it needed a
-        // relocation) and reads moduledata.text instead, which Go's linker
-        // places at the start of `.text` (`runtime.text`).
-        let text_start = match word(2)? {
+        // pcHeader's textStart (relocated in a PIE up to Go 1.25); Go 1.26
+        // stores 0 there and reads moduledata.text instead, which Go's
+        // linker places at the start of `.text` (`runtime.text`).
+        let text_start = match pointers.at(pclntab_at + 24, word(2)?) {
             0 => obj
                 .section_by_name(".text")
                 .map(|t| t.address())
@@ -361,7 +421,8 @@ impl GoTable {
             });
         }
         funcs.sort_by_key(|f| f.entry);
-        let gofunc = gofunc_bytes(&obj, sec.address(), funcname as u64, magic).unwrap_or_default();
+        let gofunc =
+            gofunc_bytes(&obj, &pointers, pclntab_at, funcname as u64, magic).unwrap_or_default();
         Ok(Some(GoTable {
             version,
             funcs,
@@ -523,18 +584,35 @@ mod tests {
     /// The goserver fixture's newRecord, inlined into goAllocs: the pcs of
     /// its body are two frames, found through the inline tree the same way
     /// in the stripped build (whose `runtime.firstmoduledata` has no
-    /// symbol); every other pc of goAllocs is one.
+    /// symbol) and in the PIE (whose table is `.data.rel.ro.gopclntab` and
+    /// whose header and moduledata pointers are relocations' addends); every
+    /// other pc of goAllocs is one. The entry the table gives is the
+    /// function's symbol's.
     #[test]
-    fn an_inlined_go_function_is_a_frame_of_its_own_stripped_or_not() {
+    fn an_inlined_go_function_is_a_frame_of_its_own_stripped_pie_or_not() {
+        use object::ObjectSymbol;
         let line = |m| Some(rig_fixtures::go_site_line(m));
-        for stripped in [false, true] {
-            let data = std::fs::read(rig_fixtures::goserver(stripped)).unwrap();
+        let pie = std::fs::read(rig_fixtures::goserver_pie()).unwrap();
+        for (what, data) in [
+            (
+                "plain",
+                std::fs::read(rig_fixtures::goserver(false)).unwrap(),
+            ),
+            (
+                "stripped",
+                std::fs::read(rig_fixtures::goserver(true)).unwrap(),
+            ),
+            ("pie", pie.clone()),
+            ("pie, relocated words 0", relocated_words_zeroed(&pie)),
+        ] {
+            let obj = object::File::parse(&*data).unwrap();
             let t = GoTable::parse(&data).unwrap().unwrap();
-            assert!(
-                !t.gofunc.is_empty(),
-                "go:func.* found (stripped: {stripped})"
-            );
+            assert!(t.version.is_some_and(|v| v.register_abi()), "{what}");
+            assert!(!t.gofunc.is_empty(), "go:func.* found ({what})");
             let f = t.find("main.goAllocs").unwrap();
+            if let Some(sym) = obj.symbols().find(|s| s.name() == Ok("main.goAllocs")) {
+                assert_eq!(f.entry, sym.address(), "{what}");
+            }
             let mut inlined = 0;
             for pc in f.entry..f.end {
                 let frames = t.frames_at(f, pc);
@@ -551,6 +629,28 @@ mod tests {
             }
             assert!(inlined > 0, "newRecord's body is in goAllocs");
         }
+    }
+
+    /// A PIE as linkers that leave a relocated word's bytes 0 write it
+    /// (lld's default; Go's linker and GNU ld write the link-time value
+    /// there too): the pointers are then only the relocations' addends.
+    fn relocated_words_zeroed(data: &[u8]) -> Vec<u8> {
+        use object::ObjectSegment;
+        let obj = object::File::parse(data).unwrap();
+        let mut out = data.to_vec();
+        let mut zeroed = 0;
+        for (vaddr, _) in obj.dynamic_relocations().unwrap() {
+            let off = obj.segments().find_map(|s| {
+                let (a, size) = (s.address(), s.file_range().1);
+                (a <= vaddr && vaddr + 8 <= a + size).then(|| s.file_range().0 + (vaddr - a))
+            });
+            if let Some(off) = off {
+                out[off as usize..off as usize + 8].fill(0);
+                zeroed += 1;
+            }
+        }
+        assert!(zeroed > 100, "{zeroed} relocated words");
+        out
     }
 
     /// `.gopclntab` and `runtime.firstmoduledata` are untrusted input:

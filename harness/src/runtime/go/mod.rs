@@ -16,7 +16,7 @@ use rig_ebpf::abi::alloc_kind as k;
 use rig_ebpf::abi::UnwindRow;
 
 use super::alloc::{owned, AllocFamily};
-use super::{Allocator, Code, CodeNames, Module, ModuleKind, Named, Runtime};
+use super::{Allocator, Code, CodeNames, Module, ModuleKind, Named, Runtime, Uncovered};
 use crate::elf::{ElfFacts, SymbolInfo};
 use gopclntab::{GoTable, GoVersion};
 
@@ -106,6 +106,21 @@ impl Runtime for Go {
     /// named from ELF symbols and DWARF.)
     fn names(&self, open: &Path) -> Option<Arc<dyn CodeNames>> {
         table(open).ok().map(|t| t as Arc<dyn CodeNames>)
+    }
+
+    /// Code the function table does not describe is the C that cgo's
+    /// objects brought in (`_cgo_try_pthread_create`, `threadentry`,
+    /// `x_cgo_mmap`...), which Go's internal linker links without its
+    /// `.eh_frame`: C entered by calls that keeps rbp as the ABI says, read
+    /// by the stack height analysis. Its threads start in the C library's
+    /// `start_thread` and cross into Go at `runtime.mstart`, whose rows end
+    /// the walk.
+    fn uncovered(&self) -> Option<Uncovered> {
+        Some(Uncovered::HeightAnalysis {
+            tops: &[],
+            no_frame: &[],
+            returned_into: &[],
+        })
     }
 
     fn unwind_rows(&self, code: &Code<'_>) -> Result<Vec<UnwindRow>> {

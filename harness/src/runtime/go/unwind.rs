@@ -38,6 +38,17 @@ pub fn rows(go: &GoTable, module: &Code<'_>) -> Vec<UnwindRow> {
             out.push(marker(f.end, unwind_cfa::NONE));
             continue;
         }
+        // The restorer Go installs for its signal handlers (Go-only
+        // binaries; with cgo it is the C library's): at it the interrupted
+        // frame is in the kernel's ucontext (`UNWIND_CFA_SIGNAL`).
+        if matches!(
+            f.name.as_str(),
+            "runtime.sigreturn__sigaction" | "runtime.sigreturn"
+        ) {
+            out.push(marker(f.entry, unwind_cfa::SIGNAL));
+            out.push(marker(f.end, unwind_cfa::NONE));
+            continue;
+        }
         if STACK_TOPS.contains(&f.name.as_str()) {
             out.push(marker(f.entry, unwind_cfa::END));
             out.push(marker(f.end, unwind_cfa::NONE));
