@@ -357,6 +357,7 @@ static long unwind_step(__u32 i, void *ctx)
 			w->st.flags |= RIG_STACK_READ_FAIL;
 			return 1;
 		}
+		cfa += (__s64)r->cfa_off; /* 8 past a `push %rbp` prologue */
 		break;
 	case UNWIND_CFA_END:
 		return 1;
@@ -391,7 +392,7 @@ static long unwind_step(__u32 i, void *ctx)
 	if (ra == 0)
 		return 1;
 	w->sp = cfa;
-	w->ip = ra;
+	w->ip = ra + r->ra_adjust;
 	return 0;
 }
 

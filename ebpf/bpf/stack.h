@@ -34,7 +34,9 @@ enum unwind_cfa {
 	 * and rsp + 40 asmcgocall's depth below g.stack.hi (g + 8), so CFA =
 	 * g.stack.hi - depth + 8, on the goroutine's stack; a g of 0 means it
 	 * ran on the system stack already, and rsp + 40 holds rsp at its
-	 * entry: CFA = that + 8. */
+	 * entry: CFA = that + 8. Plus cfa_off: 8 where asmcgocall pushed rbp
+	 * before taking its entry rsp (Go 1.21's frame-pointer prologue),
+	 * whose saved rbp is then at CFA + rbp_off. */
 	UNWIND_CFA_GO_CGO = 5,
 	/* A signal trampoline, the restorer a handler returns into (glibc's
 	 * __restore_rt, Go's runtime.sigreturn__sigaction): rsp points at the
@@ -55,7 +57,11 @@ struct unwind_row {
 	__s32 cfa_off;
 	__s16 rbp_off; /* caller's rbp saved at CFA + rbp_off; 0: rbp unchanged */
 	__u8 cfa;      /* enum unwind_cfa */
-	__u8 _pad;
+	/* Added to the return address read: 1 where it is the exact pc of an
+	 * interrupted instruction, not the end of a call (Go's asyncPreempt,
+	 * whose call a signal handler injected), so that the next frame's
+	 * lookup and name, made one byte back, land on that instruction. */
+	__u8 ra_adjust;
 };
 _Static_assert(sizeof(struct unwind_row) == 16, "unwind_row ABI");
 

@@ -321,7 +321,8 @@ pub struct UnwindRow {
     pub cfa_off: i32,
     pub rbp_off: i16,
     pub cfa: u8,
-    pub _pad: u8,
+    /// Added to the return address read (stack.h says why).
+    pub ra_adjust: u8,
 }
 const _: () = assert!(size_of::<UnwindRow>() == 16);
 

@@ -26,6 +26,7 @@ const ON_FIRST_USE: &[&str] = &[
     "rig_alloc_arg4",
     "rig_alloc_ret",
     "rig_alloc_go",
+    "rig_alloc_go_dispatch",
     "rig_alloc_go_gc",
 ];
 

@@ -191,6 +191,7 @@ pub fn entry_names() -> Vec<String> {
         names.extend(cpython::API.iter().map(|e| format!("{domain}{}", e.0)));
     }
     names.extend(go::ALLOC_API.iter().map(|e| e.0.to_string()));
+    names.extend(go::specialized_names());
     names.sort();
     names.dedup();
     names

@@ -109,8 +109,14 @@ pub enum ModuleKind {
     /// An executable that carries its own C library (linked statically).
     StaticC { libc: Libc },
     /// Go code (an executable, or a c-shared library), with the version
-    /// its build info names (`None`: none recorded).
-    Go { version: Option<GoVersion> },
+    /// its build info names (`None`: none recorded) and the largest size
+    /// class its size-specialized allocators serve (`None`: it has none;
+    /// see `go::specialized`).
+    Go {
+        version: Option<GoVersion>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        specialized: Option<u8>,
+    },
     /// Other native code (C, C++, Rust over a dynamic C library).
     Native,
     /// Anonymous executable memory: code a JIT compiler wrote.
@@ -122,7 +128,10 @@ impl ModuleKind {
     /// module without its version: [`ModuleKind::of_file`] reads it).
     pub fn of(path: &str, facts: &ElfFacts) -> ModuleKind {
         if go::holds_go(facts) {
-            return ModuleKind::Go { version: None };
+            return ModuleKind::Go {
+                version: None,
+                specialized: None,
+            };
         }
         let libc = glibc::is_glibc(facts)
             .then_some(Libc::Glibc)
@@ -144,6 +153,7 @@ impl ModuleKind {
         Ok(match ModuleKind::of(path, &facts) {
             ModuleKind::Go { .. } => ModuleKind::Go {
                 version: go::version(open),
+                specialized: go::specialized(open),
             },
             k => k,
         })
@@ -615,7 +625,10 @@ mod tests {
             }
         }
         for kind in [
-            ModuleKind::Go { version: None },
+            ModuleKind::Go {
+                version: None,
+                specialized: None,
+            },
             ModuleKind::Jit,
             ModuleKind::Native,
         ] {

@@ -18,9 +18,14 @@ use super::{attribute_path, probes_shared};
 const N: u64 = 1000;
 
 fn goserver(stripped: bool) -> Child {
-    let mut cmd = std::process::Command::new(rig_fixtures::goserver(stripped));
+    go_binary(&rig_fixtures::goserver(stripped))
+}
+
+/// A goserver build (the fixture's, or one of the Go matrix's), started.
+fn go_binary(binary: &std::path::Path) -> Child {
+    let mut cmd = std::process::Command::new(binary);
     cmd.args(["--port", "0"]);
-    Child::spawn_ready(cmd).expect("the Go fixture starts")
+    Child::spawn_ready(cmd).unwrap_or_else(|e| panic!("{} starts: {e:#}", binary.display()))
 }
 
 fn at(marker: &str) -> String {
@@ -39,13 +44,21 @@ fn render(s: &StackFrames) -> String {
     out
 }
 
+/// Whether a stack's `event` is `want`; `runtime.mallocgc` stands for
+/// Go's allocator, also the size-specialized entries of Go 1.27 on
+/// (`runtime.mallocgcSmallScanNoHeaderSC5`), which compiled code calls
+/// directly for a small object.
+fn is_event(event: &str, want: &str) -> bool {
+    event == want || (want == "runtime.mallocgc" && event.starts_with("runtime.mallocgc"))
+}
+
 /// (count, bytes) of `event` stacks of family `family` whose user site is
 /// `function` at `line`.
 fn at_user_site(a: &Attribution, event: &str, function: &str, line: &str) -> (u64, u64) {
     a.stacks
         .rows
         .iter()
-        .filter(|r| r.family == Family::Alloc && r.event == event)
+        .filter(|r| r.family == Family::Alloc && is_event(&r.event, event))
         .filter(|r| {
             a.stacks.user_site(r).is_some_and(|s| {
                 s.function.as_deref() == Some(function) && s.file_line().as_deref() == Some(line)
@@ -54,9 +67,11 @@ fn at_user_site(a: &Attribution, event: &str, function: &str, line: &str) -> (u6
         .fold((0, 0), |(c, b), r| (c + r.count, b + r.amount))
 }
 
-fn go_server_measured_exactly(stripped: bool) {
+/// Exact allocations and bytes at goAllocs' sites, GC cycles, every stack
+/// whole, of the goserver build `binary`.
+pub(super) fn go_server_measured_exactly(binary: &std::path::Path) {
     let _g = probes_shared();
-    let target = goserver(stripped);
+    let target = go_binary(binary);
     let a = attribute_path(&target, &[Family::Alloc, Family::Syscalls], "/alloc", N, 1);
     for r in a.stacks.rows.iter().filter(|r| r.family == Family::Alloc) {
         let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
@@ -119,11 +134,12 @@ fn go_server_measured_exactly(stripped: bool) {
     );
     // One collection per 100 /alloc requests, the collector off otherwise.
     assert_eq!(a.alloc_totals.gc_cycles, N / 100, "{:#?}", a.alloc_totals);
-    assert_eq!(a.alloc_totals.frees, 0, "a garbage-collected heap");
+    // Go's heap has no frees (a build with cgo may free C memory: the
+    // runtime's C thread start frees its argument).
     let layer = a.alloc_layers.iter().find(|l| l.allocator == "go");
     assert!(
-        layer.is_some_and(|l| l.totals.allocations >= 4 * N),
-        "{:#?}",
+        layer.is_some_and(|l| l.totals.allocations >= 4 * N && l.totals.frees == 0),
+        "a garbage-collected heap: {:#?}",
         a.alloc_layers
     );
     assert!(a.alloc_unprobed.is_empty(), "{:#?}", a.alloc_unprobed);
@@ -161,7 +177,7 @@ fn go_server_measured_exactly(stripped: bool) {
 #[test]
 fn a_go_server_counts_exact_allocations_and_gc_cycles_at_the_function_that_allocates() {
     root_or_skip!();
-    go_server_measured_exactly(false);
+    go_server_measured_exactly(&rig_fixtures::goserver(false));
 }
 
 #[test]
@@ -177,7 +193,7 @@ fn a_stripped_go_server_is_named_from_its_pclntab_exactly_as_the_unstripped_one(
         !sections.contains(".symtab") && !sections.contains(".debug_info"),
         "the fixture is stripped: {sections}"
     );
-    go_server_measured_exactly(true);
+    go_server_measured_exactly(&rig_fixtures::goserver(true));
 }
 
 #[test]
@@ -265,6 +281,37 @@ fn a_thread_made_during_the_window_starts_its_stack_at_runtime_clone() {
     );
 }
 
+/// A cgo build's thread starts (`/thread`: one OS thread per request, made
+/// through cgo's C: `_cgo_try_pthread_create`, glibc's `pthread_create`
+/// and `clone3`, then `threadentry` on the new thread): every stack whole
+/// (cgo's C code, linked without its `.eh_frame`, read by the stack height
+/// analysis; the parent's half of `clone3`), the parent's `clone3` under
+/// `_cgo_try_pthread_create` once per thread made.
+pub(super) fn cgo_thread_starts_are_whole(binary: &std::path::Path) {
+    let _g = probes_shared();
+    let target = go_binary(binary);
+    let a = attribute_path(&target, &[Family::Syscalls], "/thread", 200, 1);
+    let mut made = 0;
+    for r in a.stacks.rows.iter().filter(|r| r.pid == target.pid()) {
+        let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
+        assert!(
+            s.incomplete.is_empty(),
+            "{} x{}:\n{}",
+            r.event,
+            r.count,
+            render(s)
+        );
+        let under = |f: &str| s.frames.iter().any(|x| x.function.as_deref() == Some(f));
+        if r.event == "clone3" && under("_cgo_try_pthread_create") {
+            made += r.count;
+        }
+    }
+    assert!(
+        made >= 190,
+        "threads made through cgo in the window: {made}"
+    );
+}
+
 /// One `GET /alloc` on a keep-alive connection: the request written,
 /// `answer` reads the response (Go's `ok` body, `Content-Length: 3`).
 struct KeepAlive(std::net::TcpStream);
@@ -313,10 +360,16 @@ impl KeepAlive {
 /// uprobe (see `stacks::stacks_equal_gdb` for why).
 #[test]
 fn go_stacks_equal_gdb_backtraces_at_the_same_points() {
-    use super::stacks::{addr_of, code_of, gdb_backtraces, text_maps, Code};
     root_or_skip!();
+    go_stacks_equal_gdb(&rig_fixtures::goserver(false));
+}
+
+/// [`go_stacks_equal_gdb_backtraces_at_the_same_points`] of the goserver
+/// build `binary` (one with DWARF, which gdb unwinds from).
+pub(super) fn go_stacks_equal_gdb(binary: &std::path::Path) {
+    use super::stacks::{addr_of, code_of, gdb_backtraces, text_maps, Code};
     let _g = probes_shared();
-    let measured = goserver(false);
+    let measured = go_binary(binary);
     let a = attribute_path(
         &measured,
         &[Family::Alloc, Family::Syscalls],
@@ -354,7 +407,7 @@ fn go_stacks_equal_gdb_backtraces_at_the_same_points() {
     }
     let allocs = want
         .iter()
-        .filter(|(e, _, _)| e == "runtime.mallocgc")
+        .filter(|(e, _, _)| is_event(e, "runtime.mallocgc"))
         .count();
     let writes = want.iter().filter(|(e, _, _)| e == "write").count();
     assert_eq!(
@@ -362,27 +415,37 @@ fn go_stacks_equal_gdb_backtraces_at_the_same_points() {
         (4, 1),
         "rig's stacks: four allocations in goAllocs and one response write per request"
     );
-    let probe_point = want
+    // The allocator entries' probe points (mallocgc's, and a
+    // size-specialized allocator's where compiled code calls one).
+    let mut probe_points: Vec<Code> = want
         .iter()
-        .find(|(e, _, _)| e == "runtime.mallocgc")
+        .filter(|(e, _, _)| is_event(e, "runtime.mallocgc"))
         .map(|(_, _, code)| code[0].clone())
-        .unwrap();
+        .collect();
+    probe_points.sort();
+    probe_points.dedup();
 
-    let target = goserver(false);
+    let target = go_binary(binary);
     let mut conn = KeepAlive::connect(target.port);
     for _ in 0..5 {
         conn.send();
         conn.answer();
     }
     let maps = text_maps(target.pid());
-    let stops = vec![
-        // Go preempts goroutines with SIGURG: not a stop of ours.
-        "handle SIGURG nostop noprint pass".to_string(),
-        format!("break *{:#x}", addr_of(&maps, &probe_point)),
-        "condition 1 $_rig_under(\"main.goAllocs\")".to_string(),
-        "catch syscall write".to_string(),
-        "condition 2 $_rig_under(\"net/http.(*conn).serve\")".to_string(),
-    ];
+    // Go preempts goroutines with SIGURG: not a stop of ours.
+    let mut stops = vec!["handle SIGURG nostop noprint pass".to_string()];
+    for (i, p) in probe_points.iter().enumerate() {
+        stops.push(format!("break *{:#x}", addr_of(&maps, p)));
+        stops.push(format!(
+            "condition {} $_rig_under(\"main.goAllocs\")",
+            i + 1
+        ));
+    }
+    stops.push("catch syscall write".to_string());
+    stops.push(format!(
+        "condition {} $_rig_under(\"net/http.(*conn).serve\")",
+        probe_points.len() + 1
+    ));
     let got = gdb_backtraces(target.pid(), &stops, 5, 1, || conn.send());
     conn.answer();
 

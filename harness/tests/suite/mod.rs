@@ -43,6 +43,7 @@ mod flame;
 mod foreign;
 mod fuzz;
 mod gate;
+mod go_matrix;
 mod golang;
 mod html;
 mod http3;

@@ -118,5 +118,5 @@ pub(super) fn compact(mut raw: Vec<UnwindRow>) -> Vec<UnwindRow> {
 }
 
 fn same_rule(a: &UnwindRow, b: &UnwindRow) -> bool {
-    a.cfa == b.cfa && a.cfa_off == b.cfa_off && a.rbp_off == b.rbp_off
+    a.cfa == b.cfa && a.cfa_off == b.cfa_off && a.rbp_off == b.rbp_off && a.ra_adjust == b.ra_adjust
 }

@@ -34,8 +34,14 @@ pub(super) fn analysed_rows(
         if s.kind() != SymbolKind::Text || !s.is_definition() || s.address() == 0 {
             continue;
         }
-        starts.push(s.address());
         let name = s.name().unwrap_or("");
+        // Go's linker names each C object's text section `pkg(.text)`
+        // (`runtime/cgo(.text)`, sized over all of the object's
+        // functions): a section, not a function.
+        if name.ends_with(')') && name.contains("(.text") {
+            continue;
+        }
+        starts.push(s.address());
         // `f.cold` (code GCC moved out of `f`) is entered by a jump from
         // `f`, at `f`'s height, not by a call.
         if name.contains(".cold") || no_frame.contains(&name) {

@@ -178,12 +178,17 @@ const FUNCDATA_INL_TREE: u32 = 3;
 /// The offset of `gofunc` in `runtime.moduledata`: after the pcHeader
 /// pointer, six slices, findfunctab, minpc, maxpc and ten section bounds,
 /// then (Go 1.20 on) covctrs/ecovctrs, then end, gcdata, gcbss, types,
-/// etypes and rodata (`src/runtime/symtab.go`).
-fn moduledata_gofunc_at(magic: u32) -> usize {
-    if magic == MAGIC_120 {
-        320
-    } else {
-        304
+/// (Go 1.27 on: typedesclen) etypes, (1.27 on: itaboffset, itabsize) and
+/// rodata (`src/runtime/symtab.go`). A table of the 1.20 layout whose
+/// version is unknown gets both offsets tried.
+fn moduledata_gofunc_at(magic: u32, version: Option<GoVersion>) -> &'static [usize] {
+    if magic != MAGIC_120 {
+        return &[304];
+    }
+    match version {
+        Some(v) if (v.major, v.minor) >= (1, 27) => &[344],
+        Some(_) => &[320],
+        None => &[320, 344],
     }
 }
 
@@ -198,8 +203,20 @@ fn gofunc_bytes(
     pclntab: u64,
     funcname: u64,
     magic: u32,
+    version: Option<GoVersion>,
 ) -> Option<Vec<u8>> {
-    let at = moduledata_gofunc_at(magic);
+    moduledata_gofunc_at(magic, version)
+        .iter()
+        .find_map(|&at| gofunc_bytes_at(obj, pointers, pclntab, funcname, at))
+}
+
+fn gofunc_bytes_at(
+    obj: &object::File<'_>,
+    pointers: &Pointers,
+    pclntab: u64,
+    funcname: u64,
+    at: usize,
+) -> Option<Vec<u8>> {
     for sec in obj.sections() {
         if !matches!(
             sec.name(),
@@ -227,7 +244,11 @@ fn gofunc_bytes(
                             .checked_add(s.size())
                             .is_some_and(|end| gofunc < end)
                 })?;
-                if home.address() != rodata {
+                // Up to Go 1.25 `go:func.*` is in the read-only data that
+                // `rodata` starts; from 1.26 in the function table's
+                // section (`.gopclntab`), or one of its own (`.go.func`).
+                let own = matches!(home.name(), Ok(".gopclntab" | ".go.func"));
+                if home.address() != rodata && !own {
                     return None;
                 }
                 let data = home.data().ok()?;
@@ -421,8 +442,8 @@ impl GoTable {
             });
         }
         funcs.sort_by_key(|f| f.entry);
-        let gofunc =
-            gofunc_bytes(&obj, &pointers, pclntab_at, funcname as u64, magic).unwrap_or_default();
+        let gofunc = gofunc_bytes(&obj, &pointers, pclntab_at, funcname as u64, magic, version)
+            .unwrap_or_default();
         Ok(Some(GoTable {
             version,
             funcs,

@@ -11,7 +11,7 @@ pub mod unwind;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use rig_ebpf::abi::alloc_kind as k;
 use rig_ebpf::abi::UnwindRow;
 
@@ -33,32 +33,71 @@ impl Runtime for Go {
 
     /// Go's heap, probed when its version passes the size in a register
     /// rig reads (the register ABI, Go 1.17 on), listed as unprobed, with
-    /// the version, otherwise.
+    /// the version, otherwise. With size-specialized allocators (Go 1.27 on)
+    /// they are entries of their own, and mallocgc's program leaves the
+    /// sizes it hands them to them (`rig_alloc_go_dispatch`).
     fn allocators(&self, m: &Module<'_>) -> Vec<Allocator> {
-        let ModuleKind::Go { version } = m.kind else {
+        let ModuleKind::Go {
+            version,
+            specialized,
+        } = m.kind
+        else {
             return Vec::new();
         };
-        vec![match version {
-            Some(v) if v.register_abi() => Allocator::Probe {
+        let unprobed = |why: String| Allocator::Unprobed {
+            allocator: "go".to_string(),
+            why,
+        };
+        let Some(v) = version.filter(|v| v.register_abi()) else {
+            return vec![unprobed(format!(
+                "is Go {}: rig reads runtime.mallocgc's size from the register ABI \
+                 of Go 1.17 and later, and does not guess an older one's",
+                version.map_or("of no recorded version".to_string(), |v| v.to_string())
+            ))];
+        };
+        let how = format!("Go runtime ({v}) in {{module}}: garbage-collected, no frees");
+        vec![match specialized {
+            None => Allocator::Probe {
                 family: AllocFamily::Go,
                 entries: owned(ALLOC_API, ""),
-                how: format!("Go runtime ({v}) in {{module}}: garbage-collected, no frees"),
+                how,
             },
-            _ => Allocator::Unprobed {
-                allocator: "go".to_string(),
-                why: format!(
-                    "is Go {}: rig reads runtime.mallocgc's size from the register ABI \
-                     of Go 1.17 and later, and does not guess an older one's",
-                    version.map_or("of no recorded version".to_string(), |v| v.to_string())
-                ),
-            },
+            Some(n) if n <= SPECIALIZED_CLASSES => {
+                let mut entries = owned(ALLOC_API, "");
+                entries[0].1 = "rig_alloc_go_dispatch";
+                entries.extend(
+                    specialized_names()
+                        .into_iter()
+                        .map(|s| (s, "rig_alloc_go", k::GO_MALLOCGC, false)),
+                );
+                Allocator::Probe {
+                    family: AllocFamily::Go,
+                    entries,
+                    how: format!(
+                        "{how}; small objects through its size-specialized allocators \
+                         (runtime.mallocgc*SC*, called directly by compiled code), counted \
+                         at their own entries"
+                    ),
+                }
+            }
+            Some(n) => unprobed(format!(
+                "is Go {v}, whose size-specialized allocators serve size classes up to {n}: \
+                 rig's runtime.mallocgc program leaves the sizes of classes 1 to \
+                 {SPECIALIZED_CLASSES} (below 81 bytes) to them, and does not guess where \
+                 larger ones go"
+            )),
         }]
     }
 
-    /// From the function table (there when the binary is stripped too),
-    /// past the prologue's stack check (`cmp 0x10(%r14),%rsp; jbe`): a call
-    /// that grows its goroutine's stack runs the prologue twice
-    /// (`morestack` restarts the function), the rest of the function once.
+    /// From the function table (there when the binary is stripped too), on
+    /// the prologue's stack check branch (`cmp 0x10(%r14),%rsp; jbe`): a
+    /// conditional branch, which the kernel emulates where it would
+    /// single-step the instruction after it (about 1 µs a hit against
+    /// 10). A call that grows its goroutine's stack runs the prologue
+    /// twice (`morestack` restarts the function): the BPF program counts
+    /// only the pass whose branch is not taken (`go_stack_grows`,
+    /// alloc.bpf.c). Go's allocator probes need that check; a function
+    /// without one (hand-written assembly) is probed at its entry.
     fn entry_point(&self, open: &Path, symbol: &str) -> Option<Result<Option<SymbolInfo>>> {
         Some(entry_point(open, symbol))
     }
@@ -184,6 +223,48 @@ pub fn table(open: &Path) -> Result<Arc<GoTable>> {
     })
 }
 
+/// Go 1.27's size-specialized allocators (the `sizespecializedmalloc`
+/// experiment, on by default there; `runtime/malloc_generated.go`), one per
+/// size class: compiled code calls them directly for a small object of a
+/// size known at compile time, and `runtime.mallocgc` hands them every size
+/// below 81 bytes (its dispatch tables have 81 entries). Neither path
+/// passes through mallocgc's own allocation.
+const SPECIALIZED: [&str; 3] = [
+    "runtime.mallocgcSmallScanNoHeaderSC",
+    "runtime.mallocgcSmallNoScanSC",
+    "runtime.mallocgcTinySC",
+];
+
+/// The size classes Go 1.27 specializes: 1 to 7, 8 to 80 bytes (Go's
+/// small size classes, `runtime/sizeclasses.go`, unchanged since Go 1.5).
+/// `rig_alloc_go_dispatch` (alloc.bpf.c) leaves sizes below 81 bytes to
+/// them.
+pub const SPECIALIZED_CLASSES: u8 = 7;
+
+/// Every specialized allocator name of the classes rig knows.
+pub fn specialized_names() -> Vec<String> {
+    SPECIALIZED
+        .iter()
+        .flat_map(|p| (1..=SPECIALIZED_CLASSES).map(move |n| format!("{p}{n}")))
+        .collect()
+}
+
+/// The largest size class the Go module at `open` has a size-specialized
+/// allocator for (their names in its function table; the linker keeps them
+/// only when the experiment is on, as mallocgc's dispatch and compiled
+/// code then refer to them), `None` without one.
+pub fn specialized(open: &Path) -> Option<u8> {
+    let t = table(open).ok()?;
+    t.funcs
+        .iter()
+        .filter_map(|f| {
+            SPECIALIZED
+                .iter()
+                .find_map(|p| f.name.strip_prefix(p)?.parse::<u8>().ok())
+        })
+        .max()
+}
+
 /// The Go version of the module at `open` (from its build info).
 pub fn version(open: &Path) -> Option<GoVersion> {
     table(open).ok()?.version
@@ -202,7 +283,15 @@ fn entry_point(lib: &Path, symbol: &str) -> Result<Option<SymbolInfo>> {
     let head = code
         .get(file_offset as usize..(file_offset as usize + 32).min(code.len()))
         .unwrap_or_default();
-    let skip = past_stack_check(head).unwrap_or(0) as u64;
+    let skip = match stack_check_branch(head) {
+        Some(at) => at as u64,
+        None if ALLOC_API.iter().any(|a| a.0 == symbol) => bail!(
+            "{symbol} in {} has no stack check in its prologue, whose branch rig's probe \
+             sits on (the program counts only the pass that does not grow the stack)",
+            lib.display()
+        ),
+        None => 0,
+    };
     Ok(Some(SymbolInfo {
         name: f.name.clone(),
         vaddr: f.entry + skip,
@@ -212,10 +301,10 @@ fn entry_point(lib: &Path, symbol: &str) -> Result<Option<SymbolInfo>> {
     }))
 }
 
-/// The length of a Go prologue's stack check at the start of `code`:
-/// `[lea -N(%rsp),%r12;] cmp 0x10(%r14),%rsp|%r12; jbe rel` (amd64, the
-/// register ABI: r14 holds the goroutine), `None` without one.
-fn past_stack_check(code: &[u8]) -> Option<usize> {
+/// The offset of a Go prologue's stack check branch at the start of
+/// `code`: `[lea -N(%rsp),%r12;] cmp 0x10(%r14),%rsp|%r12; jbe rel` (amd64,
+/// the register ABI: r14 holds the goroutine), `None` without one.
+fn stack_check_branch(code: &[u8]) -> Option<usize> {
     let mut i = match code {
         [0x4c, 0x8d, 0x64, 0x24, _, ..] => 5,
         [0x4c, 0x8d, 0xa4, 0x24, _, _, _, _, ..] => 8,
@@ -226,8 +315,7 @@ fn past_stack_check(code: &[u8]) -> Option<usize> {
         _ => return None,
     }
     match code.get(i..)? {
-        [0x76, _, ..] => Some(i + 2),
-        [0x0f, 0x86, _, _, _, _, ..] => Some(i + 6),
+        [0x76, _, ..] | [0x0f, 0x86, _, _, _, _, ..] => Some(i),
         _ => None,
     }
 }
@@ -236,12 +324,14 @@ fn past_stack_check(code: &[u8]) -> Option<usize> {
 /// (`runtime/traceback.go`, `topofstack`): a goroutine's first frame
 /// (`goexit`), a thread's (`mstart`, `rt0_go`), and the switches to the
 /// thread's system stack (`mcall`, `systemstack`, `morestack`), beyond
-/// which the frames are on another stack; and a signal's handler entry and
-/// return trampoline (`sigtramp`, `sigreturn`), beyond which lies the
-/// kernel's signal frame, whose interrupted frames rig does not read.
-/// (`asmcgocall`, the switch to the system stack to call C, is not one:
-/// the walk crosses it back to the goroutine's stack, see
-/// `unwind`.)
+/// which the frames are on another stack; the switch to a goroutine
+/// (`gogo`, which loads the goroutine's rsp before its pc: a signal that
+/// interrupts it finds the new stack under the old function); and a
+/// signal handler's entry (`sigtramp`), which the kernel's signal frame
+/// lies beyond. (The return trampoline, `sigreturn__sigaction`, is
+/// crossed: its rows read the interrupted frame out of the kernel's
+/// ucontext, see `unwind`; so is `asmcgocall`, the switch to the system
+/// stack to call C, back to the goroutine's stack.)
 pub const STACK_TOPS: &[&str] = &[
     "runtime.goexit",
     "runtime.mstart",
@@ -249,10 +339,10 @@ pub const STACK_TOPS: &[&str] = &[
     "runtime.mcall",
     "runtime.systemstack",
     "runtime.morestack",
+    // `gogo<>`, the body `runtime.gogo` jumps to, which its table names so.
+    "gogo",
     "runtime.sigtramp",
     "runtime.cgoSigtramp",
-    "runtime.sigreturn",
-    "runtime.sigreturn__sigaction",
 ];
 
 #[cfg(test)]
@@ -260,23 +350,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn go_prologues_stack_checks_are_measured() {
+    fn go_prologues_stack_check_branches_are_found() {
         // runtime.mallocgc, go1.19.8: cmp 0x10(%r14),%rsp; jbe; sub $0x70,%rsp
         let small = [
             0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0xbe, 0x08, 0, 0, 0x48, 0x83, 0xec, 0x70,
         ];
-        assert_eq!(past_stack_check(&small), Some(10));
+        assert_eq!(stack_check_branch(&small), Some(4));
         // runtime.gcMarkTermination: a big frame checks rsp - N in r12.
         let big = [
             0x4c, 0x8d, 0xa4, 0x24, 0xd0, 0xfe, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86,
             0x7a, 0x0c, 0, 0, 0x48,
         ];
-        assert_eq!(past_stack_check(&big), Some(18));
+        assert_eq!(stack_check_branch(&big), Some(12));
         // A short jbe, and a function without the check.
         assert_eq!(
-            past_stack_check(&[0x49, 0x3b, 0x66, 0x10, 0x76, 0x20]),
-            Some(6)
+            stack_check_branch(&[0x49, 0x3b, 0x66, 0x10, 0x76, 0x20]),
+            Some(4)
         );
-        assert_eq!(past_stack_check(&[0x48, 0x83, 0xec, 0x18]), None);
+        assert_eq!(stack_check_branch(&[0x48, 0x83, 0xec, 0x18]), None);
     }
 }

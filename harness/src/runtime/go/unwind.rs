@@ -30,9 +30,18 @@ pub fn rows(go: &GoTable, module: &Code<'_>) -> Vec<UnwindRow> {
         // ordinary frame.
         if f.name == "runtime.asmcgocall" && code.windows(2).any(|w| w == [0xff, 0xd0]) {
             out.push(marker(f.entry, unwind_cfa::END));
+            // Go 1.21's asmcgocall pushes rbp (a frame pointer) before it
+            // takes its entry rsp: the CFA is 8 further, rbp saved below.
+            let pushed = code.starts_with(&[0x55, 0x48, 0x89, 0xe5]);
             for at in go_cgo_calls(code) {
                 let pc = f.entry + at as u64;
-                out.push(marker(pc, unwind_cfa::GO_CGO));
+                out.push(UnwindRow {
+                    pc,
+                    cfa: unwind_cfa::GO_CGO,
+                    cfa_off: if pushed { 8 } else { 0 },
+                    rbp_off: if pushed { -16 } else { 0 },
+                    ..Default::default()
+                });
                 out.push(marker(pc + 2, unwind_cfa::END));
             }
             out.push(marker(f.end, unwind_cfa::NONE));
@@ -86,7 +95,14 @@ pub fn rows(go: &GoTable, module: &Code<'_>) -> Vec<UnwindRow> {
                     } else {
                         0
                     },
-                    ..Default::default()
+                    // runtime.asyncPreempt and runtime.sigpanic are
+                    // "called" by Go's signal handler, which pushed the
+                    // interrupted pc as their return address: an exact pc,
+                    // not the end of a call (Go's tracebacks read it so).
+                    ra_adjust: u8::from(matches!(
+                        f.name.as_str(),
+                        "runtime.asyncPreempt" | "runtime.sigpanic"
+                    )),
                 },
                 _ => UnwindRow {
                     pc,
@@ -105,10 +121,17 @@ pub fn rows(go: &GoTable, module: &Code<'_>) -> Vec<UnwindRow> {
         // the frame pointer its prologue set, which the Go frames above
         // saved and the walk restored. So the walk goes on into the C code
         // that called Go, as it does from C into Go above.
-        let switched = (f.name == "runtime.cgocallback")
-            .then(|| go_callback_switch(code))
-            .flatten()
-            .filter(|_| saved.is_some());
+        // Go calling C from assembly that realigns the stack for the C ABI
+        // (`runtime.callCgoMmap`, `callCgoMunmap`, `callCgoSigaction`:
+        // `MOVQ SP, BX; ANDQ $~15, SP; MOVQ BX, 0(SP); CALL AX; MOVQ
+        // 0(SP), SP`): between the two, rsp is the realigned one, which
+        // the pcsp table does not follow; the frame pointer its prologue
+        // set does: CFA = rbp + 16.
+        let switched = match f.name.as_str() {
+            "runtime.cgocallback" => go_callback_switch(code),
+            _ => realigned_sp(code),
+        }
+        .filter(|_| saved.is_some());
         if let Some((on, off)) = switched {
             let rule_at = |pc: u64| {
                 out.iter()
@@ -135,6 +158,17 @@ pub fn rows(go: &GoTable, module: &Code<'_>) -> Vec<UnwindRow> {
         out.push(marker(f.end, unwind_cfa::NONE));
     }
     out
+}
+
+/// The span of a Go assembly function where rsp is realigned for a C call
+/// (`and $-16, %rsp` until `mov (%rsp), %rsp`): from past the first to
+/// past the second.
+fn realigned_sp(code: &[u8]) -> Option<(usize, usize)> {
+    const AND: [u8; 4] = [0x48, 0x83, 0xe4, 0xf0];
+    const RESTORE: [u8; 4] = [0x48, 0x8b, 0x24, 0x24];
+    let on = code.windows(4).position(|w| w == AND)? + 4;
+    let off = on + code[on..].windows(4).position(|w| w == RESTORE)? + 4;
+    Some((on, off))
 }
 
 /// Offsets of runtime.asmcgocall's calls of the C function in its body
