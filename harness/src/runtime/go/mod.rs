@@ -285,11 +285,15 @@ fn entry_point(lib: &Path, symbol: &str) -> Result<Option<SymbolInfo>> {
         .unwrap_or_default();
     let skip = match stack_check_branch(head) {
         Some(at) => at as u64,
-        None if ALLOC_API.iter().any(|a| a.0 == symbol) => bail!(
-            "{symbol} in {} has no stack check in its prologue, whose branch rig's probe \
-             sits on (the program counts only the pass that does not grow the stack)",
-            lib.display()
-        ),
+        None if ALLOC_API.iter().any(|a| a.0 == symbol)
+            || specialized_names().iter().any(|s| s == symbol) =>
+        {
+            bail!(
+                "{symbol} in {} has no stack check in its prologue, whose branch rig's probe \
+                 sits on (the program counts only the pass that does not grow the stack)",
+                lib.display()
+            )
+        }
         None => 0,
     };
     Ok(Some(SymbolInfo {
