@@ -269,9 +269,9 @@ __attribute__((noinline)) __u64 go_cgo_cfa(__u64 sp)
 }
 
 /* The step out of a signal trampoline (UNWIND_CFA_SIGNAL in stack.h): the
- * interrupted frame's registers from the ucontext at rsp. Returns 1 to
- * stop. A global function, checked once (inlined, it took the programs
- * that carry the walk past 20,000 verified instructions). */
+ * interrupted frame's registers from the ucontext at rsp, read into the
+ * walk's own map memory. Returns 1 to stop. A global function, checked
+ * once per program. */
 __attribute__((noinline)) int signal_frame(void)
 {
 	__u32 zero = 0;
