@@ -32,6 +32,8 @@ fn the_readme_failure_tables_name_only_tests_that_exist_and_every_signal_test() 
         let candidates = [
             repo().join(format!("harness/tests/suite/{dir}.rs")),
             src.join(format!("{dir}/tests.rs")),
+            // A module's tests in a file beside it (`gopclntab_tests.rs`).
+            src.join(format!("{dir}_tests.rs")),
             src.join(format!("{dir}.rs")),
             src.join(format!("{dir}/mod.rs")),
         ];
