@@ -9,7 +9,7 @@
 
 use rig::probe::stacks::Stacks;
 use rig::probe::{Family, ProbeSet, Scope};
-use rig::report::stacks::StackFrames;
+use rig::report::stacks::{StackFrames, StackRow};
 use rig::report::Attribution;
 use rig::session::Child;
 
@@ -42,6 +42,24 @@ fn render(s: &StackFrames) -> String {
         out.push_str(&format!("  incomplete: {:?}\n", s.incomplete));
     }
     out
+}
+
+/// The rows of process `pid` with their stacks, each asserted whole.
+fn whole_stacks(a: &Attribution, pid: u32) -> Vec<(&StackRow, &StackFrames)> {
+    let rows = a.stacks.rows.iter().filter(|r| r.pid == pid);
+    rows.map(|r| {
+        let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
+        assert!(
+            s.incomplete.is_empty(),
+            "{} {} x{}:\n{}",
+            r.family,
+            r.event,
+            r.count,
+            render(s)
+        );
+        (r, s)
+    })
+    .collect()
 }
 
 /// Whether a stack's `event` is `want`; `runtime.mallocgc` stands for
@@ -146,16 +164,7 @@ pub(super) fn go_server_measured_exactly(binary: &std::path::Path) {
     // Every Go stack whole: the read and the write of each request reach
     // the connection's goroutine.
     let mut whole = 0;
-    for r in a.stacks.rows.iter().filter(|r| r.pid == target.pid()) {
-        let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
-        assert!(
-            s.incomplete.is_empty(),
-            "{} {} x{}:\n{}",
-            r.family,
-            r.event,
-            r.count,
-            render(s)
-        );
+    for (r, s) in whole_stacks(&a, target.pid()) {
         if r.family == Family::Syscalls && ["read", "write"].contains(&r.event.as_str()) {
             let names: Vec<&str> = s
                 .frames
@@ -292,15 +301,7 @@ pub(super) fn cgo_thread_starts_are_whole(binary: &std::path::Path) {
     let target = go_binary(binary);
     let a = attribute_path(&target, &[Family::Syscalls], "/thread", 200, 1);
     let mut made = 0;
-    for r in a.stacks.rows.iter().filter(|r| r.pid == target.pid()) {
-        let s = &a.stacks.stacks[r.stack.as_ref().unwrap()];
-        assert!(
-            s.incomplete.is_empty(),
-            "{} x{}:\n{}",
-            r.event,
-            r.count,
-            render(s)
-        );
+    for (r, s) in whole_stacks(&a, target.pid()) {
         let under = |f: &str| s.frames.iter().any(|x| x.function.as_deref() == Some(f));
         if r.event == "clone3" && under("_cgo_try_pthread_create") {
             made += r.count;
