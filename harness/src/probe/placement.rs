@@ -76,6 +76,20 @@ pub struct Placement {
     pub joined: Vec<u64>,
 }
 
+impl Placement {
+    /// At the entry itself, where nothing may move the probe (a routine
+    /// whose body jumps back into its first instructions).
+    pub fn entry(file_offset: u64) -> Placement {
+        Placement {
+            file_offset,
+            instruction: String::new(),
+            skipped: Vec::new(),
+            why: Why::Entry,
+            joined: Vec::new(),
+        }
+    }
+}
+
 /// A sibling entry point that ends in a direct jump into a function's
 /// first instructions, found by [`join_of`]: its calls reach the probe of
 /// that function when the probe is past the landing.

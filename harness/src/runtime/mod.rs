@@ -100,6 +100,17 @@ pub const PTHREAD_MUTEX: LockApi = LockApi {
     unlock: "pthread_mutex_unlock",
 };
 
+/// A routine of a runtime's own code that a family counts as it counts
+/// the C library's (Go's `runtime.memmove` for copies), with the BPF
+/// program that reads its arguments where that runtime passes them.
+#[derive(Debug)]
+pub struct OwnRoutine {
+    pub symbol: &'static str,
+    pub program: &'static str,
+    /// Where the program reads the length, as the notes say it.
+    pub length: &'static str,
+}
+
 /// The kind of code one mapped module holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -273,6 +284,18 @@ pub trait Runtime: Sync {
         None
     }
 
+    /// The copy routines of its own code (a runtime that copies without
+    /// the C library), each probed at its entry in a module it holds.
+    fn own_copies(&self) -> &'static [OwnRoutine] {
+        &[]
+    }
+
+    /// Why rig does not probe its own routines in the module (it does not
+    /// know where that build passes their arguments); `None`: it does.
+    fn own_code_unprobed(&self, _m: &Module<'_>) -> Option<String> {
+        None
+    }
+
     /// Allocators over or beside `malloc` that the module carries (Rust's
     /// shims, CPython's APIs, Go's heap), and those rig recognises there
     /// but does not probe.
@@ -426,8 +449,22 @@ pub fn lock_api(m: &Module<'_>) -> Option<&'static LockApi> {
     runtimes(m).find_map(|r| r.lock_api())
 }
 
-/// Every copy routine any runtime counts (counted and joining), each once:
-/// the names a copy site is reported under.
+/// The copy routines of runtimes' own code in module `m` (see
+/// [`Runtime::own_copies`]).
+pub fn own_copies(m: &Module<'_>) -> Result<Vec<&'static OwnRoutine>, String> {
+    let mut v = Vec::new();
+    for r in runtimes(m).filter(|r| !r.own_copies().is_empty()) {
+        if let Some(why) = r.own_code_unprobed(m) {
+            return Err(why);
+        }
+        v.extend(r.own_copies());
+    }
+    Ok(v)
+}
+
+/// Every copy routine any runtime counts (the C libraries' counted and
+/// joining, the runtimes' own), each once: the names a copy site is
+/// reported under.
 pub fn copy_names() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = Vec::new();
     for api in ALL.iter().filter_map(|r| r.copy_api()) {
@@ -437,6 +474,10 @@ pub fn copy_names() -> Vec<&'static str> {
             }
         }
     }
+    v.extend(
+        ALL.iter()
+            .flat_map(|r| r.own_copies().iter().map(|o| o.symbol)),
+    );
     v
 }
 
@@ -582,72 +623,4 @@ pub fn marker(pc: u64, cfa: u8) -> UnwindRow {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_c_library_and_a_plain_program_are_told_apart() {
-        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
-        let facts = ElfFacts::load(Path::new(libc)).unwrap();
-        assert_eq!(
-            ModuleKind::of(libc, &facts),
-            ModuleKind::CLibrary { libc: Libc::Glibc }
-        );
-        let exe = std::env::current_exe().unwrap();
-        let facts = ElfFacts::load(&exe).unwrap();
-        assert_eq!(
-            ModuleKind::of(&exe.display().to_string(), &facts),
-            ModuleKind::Native
-        );
-    }
-
-    #[test]
-    fn the_c_library_of_this_process_is_its_libc_so() {
-        let maps = ProcMaps::read(std::process::id()).unwrap();
-        let (path, kind) = c_library(std::process::id(), &maps).unwrap();
-        assert!(basename(&path).starts_with("libc.so"), "{path}");
-        assert_eq!(kind, ModuleKind::CLibrary { libc: Libc::Glibc });
-    }
-
-    #[test]
-    fn the_c_libraries_answer_for_copies_and_mutexes_and_nothing_else_does() {
-        let facts = ElfFacts::default();
-        let module = |kind| Module {
-            kind,
-            facts: &facts,
-        };
-        for libc in [Libc::Glibc, Libc::Musl] {
-            for kind in [ModuleKind::CLibrary { libc }, ModuleKind::StaticC { libc }] {
-                let m = module(kind);
-                let copies = copy_api(&m).unwrap_or_else(|| panic!("{kind:?}"));
-                assert_eq!(copies.counted, ["memcpy", "memmove", "memset"]);
-                assert_eq!(lock_api(&m).unwrap().lock, "pthread_mutex_lock");
-            }
-        }
-        for kind in [
-            ModuleKind::Go {
-                version: None,
-                specialized: None,
-            },
-            ModuleKind::Jit,
-            ModuleKind::Native,
-        ] {
-            assert!(copy_api(&module(kind)).is_none(), "{kind:?}");
-            assert!(lock_api(&module(kind)).is_none(), "{kind:?}");
-        }
-        // A copy site is reported under every name any runtime counts.
-        assert_eq!(copy_names(), ["memcpy", "memmove", "memset", "mempcpy"]);
-    }
-
-    #[test]
-    fn musls_shared_library_is_the_c_library_under_each_of_its_names() {
-        for p in [
-            "/lib/ld-musl-x86_64.so.1",
-            "/lib/libc.musl-x86_64.so.1",
-            "/usr/lib/x86_64-linux-musl/libc.so",
-        ] {
-            assert!(is_shared_c_library_name(p), "{p}");
-        }
-        assert!(!is_shared_c_library_name("/usr/lib/libcurl.so.4"));
-    }
-}
+mod tests;

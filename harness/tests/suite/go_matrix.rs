@@ -2,7 +2,7 @@
 //! fixtures/go/COSTS.md) built by every Go this machine can get, the ways
 //! users build it, each measured as `golang::go_server_measured_exactly`
 //! measures the fixture: exact allocations and bytes at `main.goAllocs`,
-//! GC cycles, every stack whole (the write under `net/http.(*conn).serve`
+//! GC cycles, exact copies and clears at `main.goCopies`, every stack whole (the write under `net/http.(*conn).serve`
 //! to `runtime.goexit`); the builds with cgo, threads made through cgo's C
 //! with whole stacks; and, for the default build of each version, every
 //! stack equal to gdb's backtrace at the same points.
@@ -24,7 +24,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::golang::{cgo_thread_starts_are_whole, go_server_measured_exactly, go_stacks_equal_gdb};
+use super::golang::{
+    cgo_thread_starts_are_whole, go_copies_measured_exactly, go_server_measured_exactly,
+    go_stacks_equal_gdb,
+};
 use super::repo;
 
 #[derive(Clone, Copy, Debug)]
@@ -150,6 +153,7 @@ fn matrix(version: &str) {
         );
         println!("== Go matrix: {by} {}", b.name());
         go_server_measured_exactly(&binary);
+        go_copies_measured_exactly(&binary);
         if matches!(b, Build::Default | Build::Pie) {
             cgo_thread_starts_are_whole(&binary);
         }

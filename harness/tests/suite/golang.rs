@@ -72,11 +72,17 @@ fn is_event(event: &str, want: &str) -> bool {
 
 /// (count, bytes) of `event` stacks of family `family` whose user site is
 /// `function` at `line`.
-fn at_user_site(a: &Attribution, event: &str, function: &str, line: &str) -> (u64, u64) {
+fn at_user_site(
+    a: &Attribution,
+    family: Family,
+    event: &str,
+    function: &str,
+    line: &str,
+) -> (u64, u64) {
     a.stacks
         .rows
         .iter()
-        .filter(|r| r.family == Family::Alloc && is_event(&r.event, event))
+        .filter(|r| r.family == family && is_event(&r.event, event))
         .filter(|r| {
             a.stacks.user_site(r).is_some_and(|s| {
                 s.function.as_deref() == Some(function) && s.file_line().as_deref() == Some(line)
@@ -109,7 +115,13 @@ pub(super) fn go_server_measured_exactly(binary: &std::path::Path) {
         ("go_record_call", 48),
     ] {
         assert_eq!(
-            at_user_site(&a, "runtime.mallocgc", "main.goAllocs", &at(marker)),
+            at_user_site(
+                &a,
+                Family::Alloc,
+                "runtime.mallocgc",
+                "main.goAllocs",
+                &at(marker)
+            ),
             (N, N * bytes),
             "runtime.mallocgc at main.goAllocs ({})",
             at(marker)
@@ -633,12 +645,139 @@ fn cgo_stacks_cross_between_go_and_c_both_ways() {
     }
 }
 
-/// Go copies with `runtime.memmove` and locks with `sync.Mutex`, never the
-/// C library's routines: with the copy and locks families on, a cgo
-/// server's window (its C library's copies and mutexes probed) names Go's
-/// as not counted, with its executable, and is incomplete — never
-/// `copies: 0 bytes/req` and complete. (A Go program without cgo maps no C
-/// library, and the copy family refuses it whole.)
+/// Exact copies and clears at goCopies' sites (`GET /copy`: runtime.memmove
+/// of 1000 and 300 bytes, runtime.memclrNoHeapPointers of 4096), each
+/// stack whole with goCopies its user site, of the goserver build
+/// `binary`; what Go copies inline is named as not counted.
+pub(super) fn go_copies_measured_exactly(binary: &std::path::Path) {
+    let _g = probes_shared();
+    let target = go_binary(binary);
+    let a = super::attribute_path_as_is(&target, &[Family::Copy], "/copy", N, 1);
+    for (marker, routine, bytes) in [
+        ("go_copy_a", "runtime.memmove", 1000),
+        ("go_copy_b", "runtime.memmove", 300),
+        ("go_clear", "runtime.memclrNoHeapPointers", 4096),
+    ] {
+        let sited = |r: &&rig::report::CopyRow| {
+            r.kind == routine
+                && r.site.function.as_deref() == Some("main.goCopies")
+                && r.site.file_line().as_deref() == Some(at(marker).as_str())
+        };
+        let rows = a.copy.iter().filter(sited);
+        let got = rows.fold((0, 0), |(c, b), r| (c + r.calls, b + r.bytes));
+        assert_eq!(
+            got,
+            (N, N * bytes),
+            "{routine} at {}: {:#?}",
+            at(marker),
+            a.copy
+        );
+        assert_eq!(
+            at_user_site(&a, Family::Copy, routine, "main.goCopies", &at(marker)),
+            (N, N * bytes),
+            "{routine} stacks at {}",
+            at(marker)
+        );
+    }
+    whole_stacks(&a, target.pid());
+    let lost = a.losses.get(&Family::Copy).cloned().unwrap_or_default();
+    assert!(
+        lost.iter().any(|(why, _)| why.contains("emitted inline")),
+        "{lost:#?}"
+    );
+}
+
+#[test]
+fn a_go_servers_copies_and_clears_are_exact_at_the_function_that_makes_them() {
+    root_or_skip!();
+    go_copies_measured_exactly(&rig_fixtures::goserver(false));
+}
+
+/// Go's copies against an independent count: bpftrace's uprobes on
+/// runtime.memmove and runtime.memclrNoHeapPointers (lengths from rcx and
+/// rbx), on the same process, attached before rig's window and detached
+/// after it. The server is idle outside the window (its collector off),
+/// and the window's load is one connection a client opens, uses for N
+/// requests and closes inside it: every call bpftrace sees, rig sees.
+#[test]
+fn go_copy_calls_and_bytes_equal_bpftraces_count_of_runtime_memmove_and_memclr() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let binary = rig_fixtures::goserver(false).canonicalize().unwrap();
+    let target = go_binary(&binary);
+    let pid = target.pid();
+    let exe = binary.display();
+    let script = format!(
+        "uprobe:{exe}:\"runtime.memmove\" /pid == {pid}/ {{ @m = count(); @mb = sum(reg(\"cx\")); }} \
+         uprobe:{exe}:\"runtime.memclrNoHeapPointers\" /pid == {pid}/ {{ @c = count(); @cb = sum(reg(\"bx\")); }}"
+    );
+    let mut bt = std::process::Command::new("bpftrace")
+        .args(["-e", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("bpftrace (scripts/deps.sh installs it)");
+    let mut out = std::io::BufReader::new(bt.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("Attaching"), "bpftrace: {line}");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let client = format!(
+        "import http.client, time\n\
+         c = http.client.HTTPConnection('127.0.0.1', {port})\n\
+         for _ in range({N}):\n    c.request('GET', '/copy'); c.getresponse().read()\n\
+         c.close()\n\
+         time.sleep(0.5)\n",
+        port = target.port
+    );
+    let s = rig::session::AttachSettings {
+        pid,
+        families: vec![Family::Copy],
+        duration: std::time::Duration::ZERO,
+        per: Some(N),
+        drive: None,
+        command: vec!["python3".into(), "-c".into(), client],
+        tree: Some(false),
+        wrappers: Vec::new(),
+        live_heap: false,
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let a = rig::session::run_attach(&s, &stop).expect("attribution session");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: SIGINT to the bpftrace this test started: it prints its maps.
+    unsafe { libc::kill(bt.id() as i32, libc::SIGINT) };
+    let mut counts = String::new();
+    std::io::Read::read_to_string(&mut out, &mut counts).unwrap();
+    let _ = bt.wait();
+    let truth = |name: &str| -> u64 {
+        counts
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("@{name}: ")))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("bpftrace printed no @{name}: {counts}"))
+    };
+    for (routine, calls, bytes) in [
+        ("runtime.memmove", "m", "mb"),
+        ("runtime.memclrNoHeapPointers", "c", "cb"),
+    ] {
+        let rows = a.copy.iter().filter(|r| r.kind == routine);
+        let seen = rows.fold((0, 0), |(c, b), r| (c + r.calls, b + r.bytes));
+        println!(
+            "{routine}: rig {seen:?}, bpftrace ({}, {})",
+            truth(calls),
+            truth(bytes)
+        );
+        assert_eq!(seen, (truth(calls), truth(bytes)), "{routine}: {counts}");
+        assert!(seen.0 >= 2 * N, "{routine}: {seen:?}");
+    }
+}
+
+/// Go locks with `sync.Mutex`, never the C library's mutexes: with the
+/// locks family on, a cgo server's window (its C library's mutexes
+/// probed) names Go's as not counted, with its executable, and is
+/// incomplete — never an empty mutex table and complete. Go's copies are
+/// counted beside the C library's there, and what Go copies inline is
+/// named as not counted.
 #[test]
 fn go_copies_and_locks_are_named_as_not_counted() {
     root_or_skip!();
@@ -648,7 +787,7 @@ fn go_copies_and_locks_are_named_as_not_counted() {
     assert!(!a.complete, "{:#?}", a.losses);
     let exe = rig_fixtures::cgoserver().display().to_string();
     for (family, says) in [
-        (Family::Copy, "runtime.memmove"),
+        (Family::Copy, "emitted inline"),
         (Family::Locks, "sync.Mutex"),
     ] {
         let lost = a.losses.get(&family).cloned().unwrap_or_default();
@@ -659,4 +798,6 @@ fn go_copies_and_locks_are_named_as_not_counted() {
             "{family}: {lost:#?}"
         );
     }
+    let kinds: Vec<&str> = a.copy.iter().map(|r| r.kind.as_str()).collect();
+    assert!(kinds.contains(&"runtime.memmove"), "{kinds:?}");
 }

@@ -347,11 +347,12 @@ fn copies(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         .copy_impls
         .iter()
         .map(|i| {
-            format!(
-                "{} -> {}",
-                i.apis.join("/"),
-                i.impl_name.as_deref().unwrap_or("[unnamed]")
-            )
+            let apis = i.apis.join("/");
+            match i.impl_name.as_deref() {
+                // A runtime's own routine is its own implementation.
+                Some(name) if name == apis => apis,
+                name => format!("{apis} -> {}", name.unwrap_or("[unnamed]")),
+            }
         })
         .collect::<Vec<_>>()
         .join(", ");

@@ -16,7 +16,9 @@ use rig_ebpf::abi::alloc_kind as k;
 use rig_ebpf::abi::UnwindRow;
 
 use super::alloc::{owned, AllocFamily};
-use super::{Allocator, Code, CodeNames, Module, ModuleKind, Named, Runtime, Uncovered};
+use super::{
+    Allocator, Code, CodeNames, Module, ModuleKind, Named, OwnRoutine, Runtime, Uncovered,
+};
 use crate::elf::{ElfFacts, SymbolInfo};
 use gopclntab::{GoTable, GoVersion};
 
@@ -115,21 +117,49 @@ impl Runtime for Go {
         &["runtime."]
     }
 
-    /// Go copies and locks with its own code, not the C library's: until
-    /// rig probes `runtime.memmove` and Go's mutexes, those are named as
-    /// not counted.
+    /// Go copies and clears with its own routines, not the C library's:
+    /// `runtime.memmove` and `runtime.memclrNoHeapPointers` are counted
+    /// (`own_copies`); what the compiler does without calling them is not.
+    /// Its locks are not counted yet.
     fn unseen(&self, family: &str) -> Option<&'static str> {
         match family {
             "copy" => Some(
-                "Go code copies with runtime.memmove and clears with \
-                 runtime.memclrNoHeapPointers, not the C library's routines: its copies are \
-                 not counted",
+                "Go's moves and clears of a size the compiler knows are emitted inline (and, \
+                 before Go 1.26, through runtime.duffcopy and runtime.duffzero, entered \
+                 mid-body): they are not calls to runtime.memmove or \
+                 runtime.memclrNoHeapPointers and are not counted",
             ),
             "locks" => Some(
                 "Go code locks with sync.Mutex, sync.RWMutex and the runtime's lock2, not \
                  pthread mutexes: its lock acquisitions are not counted",
             ),
             _ => None,
+        }
+    }
+
+    /// `runtime.memmove(to, from, n)` and `runtime.memclrNoHeapPointers(ptr,
+    /// n)`, every copy and clear Go code makes by call (`copy`, `append`'s
+    /// growth, `typedmemmove`, zeroing a new span...), assembly that takes
+    /// its arguments in the register ABI (Go 1.17 on), probed at their
+    /// entry: each re-enters its body's size dispatch (`tail`) for the
+    /// remainder of a long copy, so no later instruction is passed exactly
+    /// once per call.
+    fn own_copies(&self) -> &'static [OwnRoutine] {
+        COPIES
+    }
+
+    /// A Go before 1.17 passes arguments on the stack.
+    fn own_code_unprobed(&self, m: &Module<'_>) -> Option<String> {
+        let ModuleKind::Go { version, .. } = m.kind else {
+            return None;
+        };
+        match version {
+            Some(v) if v.register_abi() => None,
+            _ => Some(format!(
+                "is {}: rig reads the arguments of Go's runtime routines from the register \
+                 ABI of Go 1.17 and later, and does not guess an older one's",
+                version.map_or("Go of no recorded version".to_string(), |v| v.to_string())
+            )),
         }
     }
 
@@ -210,6 +240,21 @@ pub const ALLOC_API: &[(&str, &str, u32, bool)] = &[
         k::GO_GC,
         false,
     ),
+];
+
+/// Go's copy and clear routines (`runtime/memmove_amd64.s`,
+/// `memclr_amd64.s`): the length is in rcx and rbx.
+const COPIES: &[OwnRoutine] = &[
+    OwnRoutine {
+        symbol: "runtime.memmove",
+        program: "rig_copy_go_memmove",
+        length: "rcx (Go's register ABI)",
+    },
+    OwnRoutine {
+        symbol: "runtime.memclrNoHeapPointers",
+        program: "rig_copy_go_memclr",
+        length: "rbx (Go's register ABI)",
+    },
 ];
 
 /// A Go module's function table, parsed once per file per rig process
