@@ -339,17 +339,6 @@ int rig_alloc_free(struct pt_regs *ctx)
 	return record(ctx, 0, PT_REGS_PARM1(ctx) ? 0 : ALLOC_CLASS_NULL_FREE);
 }
 
-/* Go's probes sit on the prologue's stack check branch, `jbe` to
- * runtime.morestack (runtime/go/mod.rs): a conditional branch, which the
- * kernel emulates (about 1 µs a hit, against about 10 µs for the
- * instruction after it, which it single-steps). With CF or ZF set the branch
- * is taken: the goroutine's stack grows and the function starts again,
- * passing here once more, and that second pass is the one counted. */
-static __always_inline int go_stack_grows(struct pt_regs *ctx)
-{
-	return (ctx->eflags & (1 << 0 | 1 << 6)) != 0; /* CF, ZF */
-}
-
 /* Go's allocator, runtime.mallocgc(size, typ, needzero): Go 1.17 and later
  * pass the first integer argument in RAX on amd64 (the harness refuses older
  * versions); the stack check before the probe leaves it there. Entry only:

@@ -4,7 +4,8 @@
  * to unlock entry. uprobe + uretprobe on lock/trylock, uprobe on unlock; the
  * futex time comes from raw_syscalls tracepoints (cheap, not single-stepped).
  * call_ns and hold_ns include the probes' own trap cost; the harness measures
- * that cost and says so beside them. */
+ * that cost and says so beside them. Go's locks are the slow paths of its
+ * sync package (below). */
 #include "common.bpf.h"
 #include "locks.h"
 
@@ -143,6 +144,75 @@ int rig_mutex_unlock(struct pt_regs *ctx)
 		lv->holds++;
 		lv->hold_ns += now - h.t_acquired;
 	}
+	return 0;
+}
+
+/* Go's lock slow paths, entered only when the inlined fast path found the
+ * lock taken, and left holding it (or past the wait): each call is one
+ * contended acquisition, its time from entry to return the wait. Entry on
+ * the prologue's stack check branch (common.bpf.h), every return by a plain
+ * uprobe on each of its `ret` instructions (a uretprobe crashes Go). Keyed
+ * by goroutine (g in r14, Go's register ABI): a goroutine that blocks is
+ * parked and may resume on another thread. The receiver (the mutex, or the
+ * semaphore's address) is the first argument, in rax. The cookie is the
+ * lock_op. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); /* g */
+	__type(value, struct go_lock_pending);
+} go_pending SEC(".maps");
+
+SEC("uprobe")
+int rig_go_lock(struct pt_regs *ctx)
+{
+	if (!is_live_target(current_tgid()) || go_stack_grows(ctx))
+		return 0;
+	stat_add(RIG_STAT_EVENTS, 1);
+	__u64 g = ctx->r14;
+	struct go_lock_pending p = {
+		.caller = caller_of(ctx),
+		.mutex = ctx->rax,
+		.t_entry = bpf_ktime_get_ns(),
+		.op = (__u32)attach_cookie(ctx),
+	};
+	struct lock_val *v = lock_val_of(p.caller, p.mutex, p.op);
+	if (v)
+		v->calls++;
+	if (rig_stacks) {
+		__u32 tgid = current_tgid();
+		p.ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+		stack_add(tgid, p.ustack, -1, STACK_LOCK, p.op, 0);
+	}
+	if (bpf_map_update_elem(&go_pending, &g, &p, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+	return 0;
+}
+
+SEC("uprobe")
+int rig_go_lock_ret(struct pt_regs *ctx)
+{
+	if (!is_live_target(current_tgid()))
+		return 0;
+	__u64 g = ctx->r14;
+	struct go_lock_pending *p = bpf_map_lookup_elem(&go_pending, &g);
+	if (!p) {
+		stat_add(RIG_STAT_UNPAIRED, 1); /* entered before attach */
+		return 0;
+	}
+	struct go_lock_pending cur = *p;
+	bpf_map_delete_elem(&go_pending, &g);
+	__u64 wait = bpf_ktime_get_ns() - cur.t_entry;
+	struct lock_val *v = lock_val_of(cur.caller, cur.mutex, cur.op);
+	if (v) {
+		v->returns++;
+		v->acquired++;
+		v->contended++;
+		v->futex_wait_ns += wait;
+		v->call_ns += wait;
+	}
+	if (rig_stacks && cur.ustack)
+		stack_add(current_tgid(), cur.ustack, -1, STACK_FUTEX_WAIT, cur.op, wait);
 	return 0;
 }
 

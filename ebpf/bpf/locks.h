@@ -7,6 +7,12 @@ enum lock_op {
 	LOCK_OP_LOCK = 1,
 	LOCK_OP_TRYLOCK = 2,
 	LOCK_OP_UNLOCK = 3,
+	/* Go's slow paths, each a contended acquisition (or wait) from entry
+	 * to return: sync.Mutex's lockSlow, RWMutex's reader and writer
+	 * semaphore waits. */
+	LOCK_OP_GO_MUTEX = 4,
+	LOCK_OP_GO_RLOCK = 5,
+	LOCK_OP_GO_WLOCK = 6,
 };
 
 struct lock_key {
@@ -40,6 +46,17 @@ struct lock_pending {
 	__u32 futex_waits;
 };
 _Static_assert(sizeof(struct lock_pending) == 48, "lock_pending ABI");
+
+/* A goroutine's slow path in progress, keyed by its g (r14). */
+struct go_lock_pending {
+	__u64 caller;
+	__u64 mutex;
+	__u64 t_entry;
+	__u64 ustack;
+	__u32 op;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct go_lock_pending) == 40, "go_lock_pending ABI");
 
 struct held_key {
 	__u64 mutex;

@@ -219,6 +219,11 @@ pub mod lock_op {
     pub const LOCK: u32 = 1;
     pub const TRYLOCK: u32 = 2;
     pub const UNLOCK: u32 = 3;
+    /// Go's slow paths: sync.Mutex's lockSlow, RWMutex's reader and writer
+    /// semaphore waits (each call a contended acquisition or wait).
+    pub const GO_MUTEX: u32 = 4;
+    pub const GO_RLOCK: u32 = 5;
+    pub const GO_WLOCK: u32 = 6;
 }
 
 /// C twin: `struct lock_key` (locks.h).

@@ -517,8 +517,8 @@ pub fn top_sites(n: u64, st: &Stacks, top: usize) -> Vec<Value> {
         // more; the wait is its amount.
         let (count, amount) = if fam == "locks" {
             match r.event.as_str() {
-                "lock" | "trylock" => (count, 0.0),
-                "contended (futex wait)" => (0.0, amount),
+                e if crate::metrics::is_lock_acquisition(e) => (count, 0.0),
+                e if crate::metrics::is_lock_wait(e) => (0.0, amount),
                 _ => continue,
             }
         } else {

@@ -13,6 +13,9 @@
 mod case_key;
 pub mod names;
 
+/// Which locks stack events are acquisitions and which are waits, for
+/// the pages that read a result's stacks (`html`).
+pub use crate::report::{is_lock_acquisition, is_lock_wait};
 pub use case_key::CaseKey;
 
 use std::collections::BTreeMap;

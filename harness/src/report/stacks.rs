@@ -401,16 +401,8 @@ pub fn event_name(
                 .unwrap_or_else(|| format!("copy #{arg}")),
             None,
         ),
-        stack_what::LOCK => (
-            match arg {
-                rig_ebpf::abi::lock_op::LOCK => "lock",
-                rig_ebpf::abi::lock_op::TRYLOCK => "trylock",
-                _ => "unlock",
-            }
-            .to_string(),
-            None,
-        ),
-        stack_what::FUTEX_WAIT => ("contended (futex wait)".to_string(), None),
+        stack_what::LOCK => (super::lock_op_name(arg).to_string(), None),
+        stack_what::FUTEX_WAIT => (super::lock_wait_name(arg).to_string(), None),
         stack_what::SYSCALL => (syscall_name(arg), None),
         stack_what::FAULT => (
             if arg == rig_ebpf::abi::FAULT_MAJOR {

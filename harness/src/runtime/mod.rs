@@ -111,6 +111,18 @@ pub struct OwnRoutine {
     pub length: &'static str,
 }
 
+/// A lock slow path of a runtime's own code, counted by the locks family
+/// as contended acquisitions (or waits) with their time: the first of
+/// `symbols` its module has (a routine that moved between versions).
+#[derive(Debug)]
+pub struct OwnLock {
+    pub symbols: &'static [&'static str],
+    /// Its `lock_op` (the rows' and stacks' operation).
+    pub op: u32,
+    /// What one call is, as the notes say it.
+    pub what: &'static str,
+}
+
 /// The kind of code one mapped module holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -290,6 +302,12 @@ pub trait Runtime: Sync {
         &[]
     }
 
+    /// The lock slow paths of its own code (a runtime that locks without
+    /// the C library's mutexes), in a module it holds.
+    fn own_locks(&self) -> &'static [OwnLock] {
+        &[]
+    }
+
     /// Why rig does not probe its own routines in the module (it does not
     /// know where that build passes their arguments); `None`: it does.
     fn own_code_unprobed(&self, _m: &Module<'_>) -> Option<String> {
@@ -452,12 +470,27 @@ pub fn lock_api(m: &Module<'_>) -> Option<&'static LockApi> {
 /// The copy routines of runtimes' own code in module `m` (see
 /// [`Runtime::own_copies`]).
 pub fn own_copies(m: &Module<'_>) -> Result<Vec<&'static OwnRoutine>, String> {
+    own(m, |r| r.own_copies())
+}
+
+/// The lock slow paths of runtimes' own code in module `m` (see
+/// [`Runtime::own_locks`]).
+pub fn own_locks(m: &Module<'_>) -> Result<Vec<&'static OwnLock>, String> {
+    own(m, |r| r.own_locks())
+}
+
+/// What `list` gives of each runtime of module `m`; `Err`: why a runtime
+/// with some does not have them probed there.
+fn own<T: 'static>(
+    m: &Module<'_>,
+    list: impl Fn(&dyn Runtime) -> &'static [T],
+) -> Result<Vec<&'static T>, String> {
     let mut v = Vec::new();
-    for r in runtimes(m).filter(|r| !r.own_copies().is_empty()) {
+    for r in runtimes(m).filter(|r| !list(*r).is_empty()) {
         if let Some(why) = r.own_code_unprobed(m) {
             return Err(why);
         }
-        v.extend(r.own_copies());
+        v.extend(list(r));
     }
     Ok(v)
 }

@@ -67,6 +67,23 @@ fn the_c_libraries_answer_for_copies_and_mutexes_and_nothing_else_does() {
     assert_eq!(names(&go(1, 17)), Ok(own.to_vec()));
     assert!(names(&go(1, 16)).unwrap_err().starts_with("is go1.16: "));
     assert_eq!(names(&module(ModuleKind::Native)), Ok(vec![]));
+    // ... and locks with its own slow paths, under the names they had in
+    // each version.
+    let locks = own_locks(&go(1, 27)).unwrap();
+    let first: Vec<&str> = locks.iter().map(|l| l.symbols[0]).collect();
+    assert_eq!(
+        first,
+        [
+            "sync.(*Mutex).lockSlow",
+            "sync.runtime_SemacquireRWMutexR",
+            "sync.runtime_SemacquireRWMutex"
+        ]
+    );
+    assert!(locks[0]
+        .symbols
+        .contains(&"internal/sync.(*Mutex).lockSlow"));
+    assert!(own_locks(&go(1, 16)).is_err());
+    assert!(own_locks(&module(ModuleKind::Native)).unwrap().is_empty());
     // A copy site is reported under every name any runtime counts.
     let mut all = vec!["memcpy", "memmove", "memset", "mempcpy"];
     all.extend(own);

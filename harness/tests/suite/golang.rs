@@ -687,6 +687,57 @@ pub(super) fn go_copies_measured_exactly(binary: &std::path::Path) {
     );
 }
 
+/// Exact contended sync.Mutex acquisitions (`GET /contend`, one per request,
+/// on one connection) at the goroutine that waited, with their wait, each
+/// stack whole with that goroutine its user site, of the goserver build
+/// `binary`; Go's uncontended (inlined) acquisitions named as not counted.
+pub(super) fn go_contended_locks_measured_exactly(binary: &std::path::Path) {
+    let _g = probes_shared();
+    let target = go_binary(binary);
+    let a = super::attribute_path_as_is(&target, &[Family::Locks], "/contend", N, 1);
+    let line = at("go_contended");
+    let rows: Vec<_> = a
+        .locks
+        .iter()
+        .filter(|r| {
+            r.op == "Mutex.lockSlow"
+                && r.site.function.as_deref() == Some("main.contend.func1")
+                && r.site.file_line().as_deref() == Some(line.as_str())
+        })
+        .collect();
+    let sum = |f: fn(&&rig::report::LockRow) -> u64| rows.iter().map(f).sum::<u64>();
+    assert_eq!(
+        (sum(|r| r.calls), sum(|r| r.acquired), sum(|r| r.contended)),
+        (N, N, N),
+        "Mutex.lockSlow at main.contend.func1 ({line}): {:#?}",
+        a.locks
+    );
+    assert!(sum(|r| r.futex_wait_ns) > 0, "{rows:#?}");
+    assert_eq!(
+        at_user_site(
+            &a,
+            Family::Locks,
+            "Mutex.lockSlow",
+            "main.contend.func1",
+            &line
+        ),
+        (N, 0),
+        "Mutex.lockSlow stacks at {line}"
+    );
+    whole_stacks(&a, target.pid());
+    let lost = a.losses.get(&Family::Locks).cloned().unwrap_or_default();
+    assert!(
+        lost.iter().any(|(why, _)| why.contains("inlined")),
+        "{lost:#?}"
+    );
+}
+
+#[test]
+fn a_go_servers_contended_mutex_acquisitions_are_exact_at_the_goroutine_that_waited() {
+    root_or_skip!();
+    go_contended_locks_measured_exactly(&rig_fixtures::goserver(false));
+}
+
 #[test]
 fn a_go_servers_copies_and_clears_are_exact_at_the_function_that_makes_them() {
     root_or_skip!();
@@ -772,12 +823,11 @@ fn go_copy_calls_and_bytes_equal_bpftraces_count_of_runtime_memmove_and_memclr()
     }
 }
 
-/// Go locks with `sync.Mutex`, never the C library's mutexes: with the
-/// locks family on, a cgo server's window (its C library's mutexes
-/// probed) names Go's as not counted, with its executable, and is
-/// incomplete — never an empty mutex table and complete. Go's copies are
-/// counted beside the C library's there, and what Go copies inline is
-/// named as not counted.
+/// A cgo server's copies and locks: Go's routines (runtime.memmove, the
+/// lock slow paths) probed beside its C library's, and what Go does
+/// without calling them (inline copies, uncontended acquisitions) named
+/// as not counted, with the executable: the window is incomplete — never
+/// `copies: 0 bytes/req` or an empty mutex table and complete.
 #[test]
 fn go_copies_and_locks_are_named_as_not_counted() {
     root_or_skip!();
@@ -786,10 +836,7 @@ fn go_copies_and_locks_are_named_as_not_counted() {
     let a = super::attribute_path_as_is(&target, &[Family::Copy, Family::Locks], "/cgo", N, 1);
     assert!(!a.complete, "{:#?}", a.losses);
     let exe = rig_fixtures::cgoserver().display().to_string();
-    for (family, says) in [
-        (Family::Copy, "emitted inline"),
-        (Family::Locks, "sync.Mutex"),
-    ] {
+    for (family, says) in [(Family::Copy, "emitted inline"), (Family::Locks, "inlined")] {
         let lost = a.losses.get(&family).cloned().unwrap_or_default();
         assert!(
             lost.iter().any(|(why, processes)| why.contains(says)
@@ -800,4 +847,10 @@ fn go_copies_and_locks_are_named_as_not_counted() {
     }
     let kinds: Vec<&str> = a.copy.iter().map(|r| r.kind.as_str()).collect();
     assert!(kinds.contains(&"runtime.memmove"), "{kinds:?}");
+    let noted = |what: &str| {
+        a.notes
+            .iter()
+            .any(|n| n.family == Family::Locks && n.what == what)
+    };
+    assert!(noted("sync.(*Mutex).lockSlow"), "{:#?}", a.notes);
 }

@@ -39,6 +39,7 @@ use crate::process::maps::ProcMaps;
 use crate::runtime::alloc::AllocFamily;
 
 mod follow;
+mod own;
 mod programs;
 mod uprobes;
 

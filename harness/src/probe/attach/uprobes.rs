@@ -1,5 +1,6 @@
 //! The per-process uprobe families: the allocators a process uses, its
-//! copy routines (resolved IFUNC implementations) and pthread mutexes.
+//! copy routines (resolved IFUNC implementations) and pthread mutexes;
+//! a runtime's own copy and lock routines are `own`'s.
 
 use super::*;
 use crate::runtime::alloc::Entry;
@@ -21,7 +22,7 @@ pub(super) fn copy_joiners(
 impl Attacher<'_> {
     /// Attach `program` to this process at `placement` of `lib`, and plan
     /// it for the processes with this one's layout.
-    fn place(
+    pub(super) fn place(
         &mut self,
         ebpf: &mut Ebpf,
         family: Family,
@@ -461,90 +462,19 @@ impl Attacher<'_> {
         Ok(())
     }
 
-    /// Probe the copy routines of the runtimes' own code in every module
-    /// the process maps (`Runtime::own_copies`), each at its entry; whether
-    /// any module has such routines (probed or said to be unprobed).
-    fn attach_own_copies(&mut self, ebpf: &mut Ebpf, maps: &ProcMaps) -> Result<bool, ProbeError> {
-        let family = Family::Copy;
-        let mut any = false;
-        for o in maps.objects() {
-            let Some(kind) = crate::runtime::ModuleKind::of_path(maps, &o.path) else {
-                continue;
-            };
-            let open = maps.readable_path(&o.path);
-            let facts = crate::elf::ElfFacts::shared(&open).unwrap_or_default();
-            let m = crate::runtime::Module {
-                kind,
-                facts: &facts,
-            };
-            let routines = match crate::runtime::own_copies(&m) {
-                Ok(r) => r,
-                Err(why) => {
-                    any = true;
-                    let what = format!("copy routines of {}", basename(&o.path));
-                    self.note(family, what, format!("not counted: {} {why}", o.path));
-                    continue;
-                }
-            };
-            for r in routines {
-                any = true;
-                crate::probe::preload::interrupted()?;
-                let resolve = |source| ProbeError::Resolve {
-                    pid: self.pid,
-                    lib: o.path.clone(),
-                    api: r.symbol.to_string(),
-                    source,
-                };
-                let info = crate::runtime::entry_point(&open, kind, r.symbol).map_err(resolve)?;
-                let Some(info) = info else {
-                    self.note(
-                        family,
-                        r.symbol,
-                        format!("absent: not in {}, never called", basename(&o.path)),
-                    );
-                    continue;
-                };
-                let i = match self
-                    .copy_impls
-                    .iter()
-                    .position(|c| c.lib == o.path && c.file_offset == info.file_offset)
-                {
-                    Some(i) => i,
-                    None => {
-                        self.copy_impls.push(CopyImpl {
-                            apis: vec![r.symbol.to_string()],
-                            lib: o.path.clone(),
-                            file_offset: info.file_offset,
-                            impl_name: Some(info.name.clone()),
-                            method: "its entry in the module's own function table".into(),
-                        });
-                        self.copy_impls.len() - 1
-                    }
-                };
-                let at = Placement::entry(info.file_offset);
-                self.place(ebpf, family, r.program, &open, at, Some(i as u64))?;
-                self.note(
-                    family,
-                    r.symbol,
-                    format!(
-                        "uprobe at its entry ({}+{:#x}), length in {}",
-                        basename(&o.path),
-                        info.file_offset,
-                        r.length
-                    ),
-                );
-            }
-        }
-        Ok(any)
-    }
-
     pub(super) fn attach_locks(
         &mut self,
         ebpf: &mut Ebpf,
         maps: &ProcMaps,
     ) -> Result<(), ProbeError> {
         let family = Family::Locks;
-        let c = c_library(maps, self.pid, family)?;
+        // A runtime that locks with its own code (Go) needs no C library.
+        let own = self.attach_own_locks(ebpf, maps)?;
+        let c = match c_library(maps, self.pid, family) {
+            Ok(c) => c,
+            Err(ProbeError::NoLibc { .. }) if own => return Ok(()),
+            Err(e) => return Err(e),
+        };
         let api = c.locks.ok_or(ProbeError::NoLibc {
             pid: self.pid,
             family,

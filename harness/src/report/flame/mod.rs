@@ -153,8 +153,8 @@ fn row_values(row: &Row) -> Option<Vec<u64>> {
         }
         Family::Copy => vec![a, c],
         Family::Locks => match row.event.as_str() {
-            "lock" | "trylock" => vec![c, 0],
-            "contended (futex wait)" => vec![0, a],
+            e if crate::report::is_lock_acquisition(e) => vec![c, 0],
+            e if crate::report::is_lock_wait(e) => vec![0, a],
             _ => return None,
         },
         Family::Faults | Family::Syscalls => vec![c],

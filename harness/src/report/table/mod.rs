@@ -399,10 +399,17 @@ fn mutexes(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         ]);
     }
     // The same words as the README's "What the counters mean".
+    let go = if a.locks.iter().any(|r| crate::report::is_go_lock_op(r.op)) {
+        "; Go's slow paths (Mutex.lockSlow, RWMutex.* wait): every call is contended, and its \
+         wait (in the futex columns) is the call's time from entry to return"
+    } else {
+        ""
+    };
     let _ = writeln!(
         out,
         "\nmutexes: contended = a lock call that waited in the kernel (futex) at least once; \
-         futex wait per acquisition and per contended acquisition; * inflated by probe cost, see below\n{t}"
+         futex wait per acquisition and per contended acquisition{go}; * inflated by probe cost, \
+         see below\n{t}"
     );
 }
 

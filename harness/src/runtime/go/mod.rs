@@ -17,7 +17,7 @@ use rig_ebpf::abi::UnwindRow;
 
 use super::alloc::{owned, AllocFamily};
 use super::{
-    Allocator, Code, CodeNames, Module, ModuleKind, Named, OwnRoutine, Runtime, Uncovered,
+    Allocator, Code, CodeNames, Module, ModuleKind, Named, OwnLock, OwnRoutine, Runtime, Uncovered,
 };
 use crate::elf::{ElfFacts, SymbolInfo};
 use gopclntab::{GoTable, GoVersion};
@@ -104,11 +104,18 @@ impl Runtime for Go {
         Some(entry_point(open, symbol))
     }
 
-    /// Go's runtime and the standard library's system-call wrappers
-    /// (`runtime.newobject`, `runtime.makeslice`, `internal/poll.(*FD).Read`,
-    /// `syscall.read`): the first frame past them is the code that asked.
+    /// Go's runtime, the standard library's system-call wrappers and its
+    /// locks (`runtime.newobject`, `runtime.makeslice`,
+    /// `internal/poll.(*FD).Read`, `syscall.read`, `sync.(*Mutex).lockSlow`):
+    /// the first frame past them is the code that asked.
     fn wrapper_prefixes(&self) -> &'static [&'static str] {
-        &["runtime.", "runtime/internal/", "internal/", "syscall."]
+        &[
+            "runtime.",
+            "runtime/internal/",
+            "internal/",
+            "syscall.",
+            "sync.",
+        ]
     }
 
     /// Every Go allocation reaches `runtime.mallocgc` through the runtime
@@ -130,8 +137,10 @@ impl Runtime for Go {
                  runtime.memclrNoHeapPointers and are not counted",
             ),
             "locks" => Some(
-                "Go code locks with sync.Mutex, sync.RWMutex and the runtime's lock2, not \
-                 pthread mutexes: its lock acquisitions are not counted",
+                "Go's uncontended sync.Mutex and RWMutex acquisitions are inlined (not calls) \
+                 and not counted, nor are its runtime's own locks (runtime.lock2) nor, before \
+                 Go 1.20, RWMutex's waits: its contended Mutex acquisitions are counted at \
+                 lockSlow, and RWMutex's waits at their semaphores",
             ),
             _ => None,
         }
@@ -146,6 +155,13 @@ impl Runtime for Go {
     /// once per call.
     fn own_copies(&self) -> &'static [OwnRoutine] {
         COPIES
+    }
+
+    /// sync.Mutex's slow path (`internal/sync` from Go 1.24) and RWMutex's
+    /// semaphore waits (Go 1.20 on), each entered only when the inlined
+    /// fast path found the lock taken.
+    fn own_locks(&self) -> &'static [OwnLock] {
+        LOCKS
     }
 
     /// A Go before 1.17 passes arguments on the stack.
@@ -257,6 +273,34 @@ const COPIES: &[OwnRoutine] = &[
     },
 ];
 
+/// Go's lock slow paths (`sync/mutex.go`, `internal/sync/mutex.go`,
+/// `sync/rwmutex.go`).
+const LOCKS: &[OwnLock] = &[
+    OwnLock {
+        symbols: &["sync.(*Mutex).lockSlow", "internal/sync.(*Mutex).lockSlow"],
+        op: rig_ebpf::abi::lock_op::GO_MUTEX,
+        what: "sync.Mutex acquisition",
+    },
+    OwnLock {
+        symbols: &["sync.runtime_SemacquireRWMutexR"],
+        op: rig_ebpf::abi::lock_op::GO_RLOCK,
+        what: "RWMutex.RLock (a reader waiting for a writer)",
+    },
+    OwnLock {
+        symbols: &["sync.runtime_SemacquireRWMutex"],
+        op: rig_ebpf::abi::lock_op::GO_WLOCK,
+        what: "RWMutex.Lock (a writer waiting for readers)",
+    },
+];
+
+/// Whether the program at `symbol`'s probe reads the prologue's stack
+/// check (Go's allocators and lock slow paths): it must be there.
+fn needs_stack_check(symbol: &str) -> bool {
+    ALLOC_API.iter().any(|a| a.0 == symbol)
+        || LOCKS.iter().any(|l| l.symbols.contains(&symbol))
+        || specialized_names().iter().any(|s| s == symbol)
+}
+
 /// A Go module's function table, parsed once per file per rig process
 /// (the one module cache, `elf::cached`).
 pub fn table(open: &Path) -> Result<Arc<GoTable>> {
@@ -330,9 +374,7 @@ fn entry_point(lib: &Path, symbol: &str) -> Result<Option<SymbolInfo>> {
         .unwrap_or_default();
     let skip = match stack_check_branch(head) {
         Some(at) => at as u64,
-        None if ALLOC_API.iter().any(|a| a.0 == symbol)
-            || specialized_names().iter().any(|s| s == symbol) =>
-        {
+        None if needs_stack_check(symbol) => {
             bail!(
                 "{symbol} in {} has no stack check in its prologue, whose branch rig's probe \
                  sits on (the program counts only the pass that does not grow the stack)",
