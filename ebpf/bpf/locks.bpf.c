@@ -47,7 +47,7 @@ static __always_inline struct lock_val *lock_val_of(__u64 caller, __u64 mutex, _
 	return upsert(&locks, &k, &zero);
 }
 
-static __always_inline int on_entry(struct pt_regs *ctx, __u32 op)
+static __always_inline int on_entry(struct pt_regs *ctx, __u32 op, __u64 mutex)
 {
 	if (!is_live_target(current_tgid()))
 		return 0;
@@ -55,7 +55,7 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u32 op)
 	__u32 tid = current_tid();
 	struct lock_pending p = {
 		.caller = caller_of(ctx),
-		.mutex = PT_REGS_PARM1(ctx),
+		.mutex = mutex,
 		.t_entry = bpf_ktime_get_ns(),
 		.op = op,
 	};
@@ -75,13 +75,17 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u32 op)
 }
 
 SEC("uprobe")
-int rig_mutex_lock(struct pt_regs *ctx) { return on_entry(ctx, LOCK_OP_LOCK); }
+int rig_mutex_lock(struct pt_regs *ctx) { return on_entry(ctx, LOCK_OP_LOCK, PT_REGS_PARM1(ctx)); }
 
 SEC("uprobe")
-int rig_mutex_trylock(struct pt_regs *ctx) { return on_entry(ctx, LOCK_OP_TRYLOCK); }
+int rig_mutex_trylock(struct pt_regs *ctx)
+{
+	return on_entry(ctx, LOCK_OP_TRYLOCK, PT_REGS_PARM1(ctx));
+}
 
-SEC("uretprobe")
-int rig_mutex_lock_ret(struct pt_regs *ctx)
+/* The end of a pending lock call of this thread; `acquired`: it returned
+ * holding the mutex. */
+static __always_inline int on_return(struct pt_regs *ctx, int acquired)
 {
 	if (!is_live_target(current_tgid()))
 		return 0;
@@ -99,7 +103,7 @@ int rig_mutex_lock_ret(struct pt_regs *ctx)
 		return 0;
 	v->returns++;
 	v->call_ns += now - cur.t_entry;
-	if (PT_REGS_RC(ctx) != 0)
+	if (!acquired)
 		return 0; /* trylock busy, or an error: not acquired */
 	v->acquired++;
 	v->futex_wait_ns += cur.futex_wait_ns;
@@ -117,14 +121,15 @@ int rig_mutex_lock_ret(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uprobe")
-int rig_mutex_unlock(struct pt_regs *ctx)
+SEC("uretprobe")
+int rig_mutex_lock_ret(struct pt_regs *ctx) { return on_return(ctx, PT_REGS_RC(ctx) == 0); }
+
+static __always_inline int on_unlock(struct pt_regs *ctx, __u64 mutex)
 {
 	if (!is_live_target(current_tgid()))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	__u64 now = bpf_ktime_get_ns();
-	__u64 mutex = PT_REGS_PARM1(ctx);
 	struct lock_val *v = lock_val_of(caller_of(ctx), mutex, LOCK_OP_UNLOCK);
 	if (v)
 		v->calls++;
@@ -155,7 +160,10 @@ int rig_mutex_unlock(struct pt_regs *ctx)
  * by goroutine (g in r14, Go's register ABI): a goroutine that blocks is
  * parked and may resume on another thread. The receiver (the mutex, or the
  * semaphore's address) is the first argument, in rax. The cookie is the
- * lock_op. */
+ * lock_op, at the entry and at each return: a return of another slow path
+ * than the one pending is not its end. Before Go 1.20 RWMutex waits on the
+ * semaphore function sync.Mutex's slow path waits on: a call of it inside
+ * that slow path is the mutex's wait, already counted. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -170,11 +178,17 @@ int rig_go_lock(struct pt_regs *ctx)
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	__u64 g = ctx->r14;
+	__u32 op = (__u32)attach_cookie(ctx);
+	if (op == LOCK_OP_GO_RWSEMA) {
+		struct go_lock_pending *outer = bpf_map_lookup_elem(&go_pending, &g);
+		if (outer && outer->op == LOCK_OP_GO_MUTEX)
+			return 0;
+	}
 	struct go_lock_pending p = {
 		.caller = caller_of(ctx),
 		.mutex = ctx->rax,
 		.t_entry = bpf_ktime_get_ns(),
-		.op = (__u32)attach_cookie(ctx),
+		.op = op,
 	};
 	struct lock_val *v = lock_val_of(p.caller, p.mutex, p.op);
 	if (v)
@@ -200,6 +214,8 @@ int rig_go_lock_ret(struct pt_regs *ctx)
 		stat_add(RIG_STAT_UNPAIRED, 1); /* entered before attach */
 		return 0;
 	}
+	if (p->op != (__u32)attach_cookie(ctx))
+		return 0; /* a nested call's return: not this slow path's */
 	struct go_lock_pending cur = *p;
 	bpf_map_delete_elem(&go_pending, &g);
 	__u64 wait = bpf_ktime_get_ns() - cur.t_entry;
@@ -214,6 +230,34 @@ int rig_go_lock_ret(struct pt_regs *ctx)
 	if (rig_stacks && cur.ustack)
 		stack_add(current_tgid(), cur.ustack, -1, STACK_FUTEX_WAIT, cur.op, wait);
 	return 0;
+}
+
+SEC("uprobe")
+int rig_mutex_unlock(struct pt_regs *ctx) { return on_unlock(ctx, PT_REGS_PARM1(ctx)); }
+
+/* The Go runtime's own locks, runtime.lock2(l) and runtime.unlock2(l) (l in
+ * rax): held by a thread (the runtime forbids preemption while one is held),
+ * so counted as pthread mutexes are, by thread: every acquisition, contended
+ * when lock2 waited in futex, the hold from lock2's return to unlock2.
+ * lock2's entry and unlock2's are on their stack check branches (a pass
+ * that grows the stack is skipped), its return is a uprobe on each `ret`. */
+SEC("uprobe")
+int rig_go_runtime_lock(struct pt_regs *ctx)
+{
+	if (go_stack_grows(ctx))
+		return 0;
+	return on_entry(ctx, LOCK_OP_GO_RUNTIME, ctx->rax);
+}
+
+SEC("uprobe")
+int rig_go_runtime_lock_ret(struct pt_regs *ctx) { return on_return(ctx, 1); }
+
+SEC("uprobe")
+int rig_go_runtime_unlock(struct pt_regs *ctx)
+{
+	if (go_stack_grows(ctx))
+		return 0;
+	return on_unlock(ctx, ctx->rax);
 }
 
 /* Futex waits inside a pending lock call are that call's contended wait. */

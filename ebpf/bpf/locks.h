@@ -13,6 +13,12 @@ enum lock_op {
 	LOCK_OP_GO_MUTEX = 4,
 	LOCK_OP_GO_RLOCK = 5,
 	LOCK_OP_GO_WLOCK = 6,
+	/* The Go runtime's own locks (runtime.lock2), counted as pthread
+	 * mutexes are. */
+	LOCK_OP_GO_RUNTIME = 7,
+	/* RWMutex's waits before Go 1.20, through the semaphore sync.Mutex's
+	 * slow path waits on too (those are not counted again). */
+	LOCK_OP_GO_RWSEMA = 8,
 };
 
 struct lock_key {

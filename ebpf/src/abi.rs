@@ -224,6 +224,12 @@ pub mod lock_op {
     pub const GO_MUTEX: u32 = 4;
     pub const GO_RLOCK: u32 = 5;
     pub const GO_WLOCK: u32 = 6;
+    /// The Go runtime's own locks (runtime.lock2), counted as pthread
+    /// mutexes are.
+    pub const GO_RUNTIME: u32 = 7;
+    /// RWMutex's waits before Go 1.20 (sync.runtime_SemacquireMutex, called
+    /// outside sync.Mutex's slow path).
+    pub const GO_RWSEMA: u32 = 8;
 }
 
 /// C twin: `struct lock_key` (locks.h).

@@ -413,9 +413,10 @@ pub(super) fn distortions(w: &Window) -> Vec<String> {
     if w.families.contains(&Family::Locks) {
         distortions.push(
             "locks: call_ns and hold_ns include the probes' own trap cost (a uprobe + \
-             uretprobe around each lock, a uprobe at unlock; see `rig probe-cost`); \
-             futex_wait_ns is measured by tracepoints and is not inflated by uprobes, \
-             but slower lock holders make contention more likely"
+             uretprobe around each lock, in Go code a uprobe at its entry and at its \
+             return, a uprobe at unlock; see `rig probe-cost`); futex_wait_ns is measured \
+             by tracepoints and is not inflated by uprobes (a Go slow path's wait is its \
+             call's time, and is), but slower lock holders make contention more likely"
                 .to_string(),
         );
     }

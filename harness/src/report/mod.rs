@@ -8,13 +8,18 @@ mod build;
 pub mod coverage;
 pub mod flame;
 pub mod live;
+mod lock_ops;
 pub mod output;
 pub mod stacks;
 pub mod table;
 
 use std::collections::BTreeMap;
 
-use rig_ebpf::abi::{alloc_kind, lock_op, ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, ALLOC_KIND_MASK};
+use rig_ebpf::abi::{alloc_kind, ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, ALLOC_KIND_MASK};
+
+pub use lock_ops::{
+    is_go_lock_op, is_lock_acquisition, is_lock_wait, lock_op_name, lock_wait_name,
+};
 use serde::Serialize;
 
 use crate::load::LoadResult;
@@ -447,46 +452,6 @@ pub fn copy_bucket_name(bucket: u32) -> &'static str {
         3 => ">=16K",
         _ => "?",
     }
-}
-
-/// The name of a lock operation, as the tables, stacks and pages print it.
-pub fn lock_op_name(op: u32) -> &'static str {
-    match op {
-        lock_op::LOCK => "lock",
-        lock_op::TRYLOCK => "trylock",
-        lock_op::UNLOCK => "unlock",
-        lock_op::GO_MUTEX => "Mutex.lockSlow",
-        lock_op::GO_RLOCK => "RWMutex.RLock wait",
-        lock_op::GO_WLOCK => "RWMutex.Lock wait",
-        _ => "?",
-    }
-}
-
-/// Whether a lock row's operation (its name) is one of Go's slow paths.
-pub fn is_go_lock_op(op: &str) -> bool {
-    [lock_op::GO_MUTEX, lock_op::GO_RLOCK, lock_op::GO_WLOCK]
-        .iter()
-        .any(|&o| lock_op_name(o) == op)
-}
-
-/// The name of a contended wait's stack event of operation `op`: a pthread
-/// mutex's is its futex syscalls, a Go slow path's its whole call.
-pub fn lock_wait_name(op: u32) -> &'static str {
-    match op {
-        lock_op::GO_MUTEX | lock_op::GO_RLOCK | lock_op::GO_WLOCK => "contended (Go slow path)",
-        _ => "contended (futex wait)",
-    }
-}
-
-/// Whether a locks stack event is an acquisition (or a Go slow path's
-/// wait call): what a lock site's count is.
-pub fn is_lock_acquisition(event: &str) -> bool {
-    !["unlock", "?"].contains(&event) && !is_lock_wait(event)
-}
-
-/// Whether a locks stack event is a contended wait, whose amount is ns.
-pub fn is_lock_wait(event: &str) -> bool {
-    event.starts_with("contended (")
 }
 
 impl Attribution {

@@ -111,16 +111,22 @@ pub struct OwnRoutine {
     pub length: &'static str,
 }
 
-/// A lock slow path of a runtime's own code, counted by the locks family
-/// as contended acquisitions (or waits) with their time: the first of
-/// `symbols` its module has (a routine that moved between versions).
+/// A lock routine of a runtime's own code, counted by the locks family:
+/// the first of `symbols` its module has (a routine that moved between
+/// versions), with the programs at its entry and at each of its `ret`
+/// instructions (never a return probe), and its unlock's where the hold
+/// is timed.
 #[derive(Debug)]
 pub struct OwnLock {
     pub symbols: &'static [&'static str],
     /// Its `lock_op` (the rows' and stacks' operation).
     pub op: u32,
-    /// What one call is, as the notes say it.
-    pub what: &'static str,
+    pub entry: &'static str,
+    pub ret: &'static str,
+    /// The unlock routine and its program.
+    pub unlock: Option<(&'static str, &'static str)>,
+    /// What its calls count, as the notes say it.
+    pub counts: &'static str,
 }
 
 /// The kind of code one mapped module holds.

@@ -76,7 +76,9 @@ fn the_c_libraries_answer_for_copies_and_mutexes_and_nothing_else_does() {
         [
             "sync.(*Mutex).lockSlow",
             "sync.runtime_SemacquireRWMutexR",
-            "sync.runtime_SemacquireRWMutex"
+            "sync.runtime_SemacquireRWMutex",
+            "sync.runtime_SemacquireMutex",
+            "runtime.lock2"
         ]
     );
     assert!(locks[0]

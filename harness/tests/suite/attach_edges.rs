@@ -390,8 +390,13 @@ fn the_port_holder_proof_is_right_while_sockets_churn() {
         .map(|_| {
             let stop = stop.clone();
             std::thread::spawn(move || {
+                // Each round holds ephemeral ports in TIME_WAIT for 60 s: a
+                // slow machine's 300 proofs must not use up the range
+                // (28,232 ports) for the tests beside it (a churn thread
+                // failed so once, under load): 1000 rounds a thread, more
+                // than an unloaded run's proofs take.
                 let mut rounds = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && rounds < 1000 {
                     let a = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
                     let c = std::net::TcpStream::connect(a.local_addr().unwrap()).unwrap();
                     let (s, _) = a.accept().unwrap();

@@ -688,9 +688,11 @@ pub(super) fn go_copies_measured_exactly(binary: &std::path::Path) {
 }
 
 /// Exact contended sync.Mutex acquisitions (`GET /contend`, one per request,
-/// on one connection) at the goroutine that waited, with their wait, each
-/// stack whole with that goroutine its user site, of the goserver build
-/// `binary`; Go's uncontended (inlined) acquisitions named as not counted.
+/// on one connection) at the goroutine that waited, with their wait, and
+/// runtime lock acquisitions and releases at goChan's channel send and
+/// receive, each stack whole with the code that locked its user site, of
+/// the goserver build `binary`; Go's uncontended (inlined) sync.Mutex
+/// acquisitions named as not counted.
 pub(super) fn go_contended_locks_measured_exactly(binary: &std::path::Path) {
     let _g = probes_shared();
     let target = go_binary(binary);
@@ -724,6 +726,45 @@ pub(super) fn go_contended_locks_measured_exactly(binary: &std::path::Path) {
         (N, 0),
         "Mutex.lockSlow stacks at {line}"
     );
+    // The writer that waits for a reader: on RWMutex's writers' semaphore
+    // (Go 1.20 on), or on the semaphore function sync.Mutex's slow path
+    // waits on too (before), its call outside that slow path.
+    let old = rig::runtime::go::version(binary).is_some_and(|v| (v.major, v.minor) < (1, 20));
+    let event = if old {
+        "RWMutex wait"
+    } else {
+        "RWMutex.Lock wait"
+    };
+    let writer = at("go_rw_writer");
+    assert_eq!(
+        at_user_site(&a, Family::Locks, event, "main.contend.func2", &writer),
+        (N, 0),
+        "{event} stacks at main.contend.func2 ({writer})"
+    );
+    // The mutex's own wait on that semaphore is its slow path's, counted
+    // once.
+    assert_eq!(
+        at_user_site(
+            &a,
+            Family::Locks,
+            "RWMutex wait",
+            "main.contend.func1",
+            &line
+        ),
+        (0, 0)
+    );
+    // goChan's send and receive each lock the channel once (runtime.lock2,
+    // through the runtime's chansend and chanrecv) and unlock it once.
+    for marker in ["go_chan_send", "go_chan_recv"] {
+        for event in ["runtime.lock2", "unlock"] {
+            assert_eq!(
+                at_user_site(&a, Family::Locks, event, "main.goChan", &at(marker)),
+                (N, 0),
+                "{event} stacks at main.goChan ({})",
+                at(marker)
+            );
+        }
+    }
     whole_stacks(&a, target.pid());
     let lost = a.losses.get(&Family::Locks).cloned().unwrap_or_default();
     assert!(
@@ -733,7 +774,7 @@ pub(super) fn go_contended_locks_measured_exactly(binary: &std::path::Path) {
 }
 
 #[test]
-fn a_go_servers_contended_mutex_acquisitions_are_exact_at_the_goroutine_that_waited() {
+fn a_go_servers_contended_mutex_and_runtime_lock_acquisitions_are_exact_where_they_are_made() {
     root_or_skip!();
     go_contended_locks_measured_exactly(&rig_fixtures::goserver(false));
 }

@@ -144,10 +144,11 @@ impl Attacher<'_> {
             'locks: for l in locks {
                 any = true;
                 crate::probe::preload::interrupted()?;
+                let pid = self.pid;
                 let resolve = |symbol: &str| {
                     let r = crate::runtime::entry_point(&open, kind, symbol);
                     r.map_err(|source| ProbeError::Resolve {
-                        pid: self.pid,
+                        pid,
                         lib: path.clone(),
                         api: symbol.to_string(),
                         source,
@@ -187,23 +188,36 @@ impl Attacher<'_> {
                 let rets = returns_of(&open, info.file_offset, info.size).map_err(io)?;
                 let cookie = Some(l.op as u64);
                 let entry = Placement::entry(info.file_offset);
-                self.place(ebpf, family, "rig_go_lock", &open, entry, cookie)?;
+                self.place(ebpf, family, l.entry, &open, entry, cookie)?;
                 for &r in &rets {
                     let at = Placement::entry(r);
-                    self.place(ebpf, family, "rig_go_lock_ret", &open, at, cookie)?;
+                    self.place(ebpf, family, l.ret, &open, at, cookie)?;
                 }
                 self.note(
                     family,
                     info.name.clone(),
                     format!(
-                        "uprobe at its stack check ({}+{:#x}) and at its {} ret instructions: \
-                         every call a contended {}, its wait from entry to return",
+                        "uprobe at its stack check ({}+{:#x}) and at its {} ret instructions: {}",
                         basename(&path),
                         info.file_offset,
                         rets.len(),
-                        l.what
+                        l.counts
                     ),
                 );
+                let Some((unlock, program)) = l.unlock else {
+                    continue;
+                };
+                match resolve(unlock) {
+                    Ok(Some(u)) => {
+                        let at = Placement::entry(u.file_offset);
+                        self.place(ebpf, family, program, &open, at, cookie)?;
+                    }
+                    Ok(None) => {
+                        let why = format!("absent from {}: holds not timed", basename(&path));
+                        self.note(family, unlock, why);
+                    }
+                    Err(e) => self.note(family, unlock, format!("not probed: {e}")),
+                }
             }
         }
         Ok(any)

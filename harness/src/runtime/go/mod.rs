@@ -138,9 +138,9 @@ impl Runtime for Go {
             ),
             "locks" => Some(
                 "Go's uncontended sync.Mutex and RWMutex acquisitions are inlined (not calls) \
-                 and not counted, nor are its runtime's own locks (runtime.lock2) nor, before \
-                 Go 1.20, RWMutex's waits: its contended Mutex acquisitions are counted at \
-                 lockSlow, and RWMutex's waits at their semaphores",
+                 and not counted: its contended Mutex acquisitions are counted at lockSlow, \
+                 RWMutex's waits at their semaphores, and every acquisition of its \
+                 runtime's own locks at lock2",
             ),
             _ => None,
         }
@@ -158,8 +158,9 @@ impl Runtime for Go {
     }
 
     /// sync.Mutex's slow path (`internal/sync` from Go 1.24) and RWMutex's
-    /// semaphore waits (Go 1.20 on), each entered only when the inlined
-    /// fast path found the lock taken.
+    /// semaphore waits (before Go 1.20 through the function the slow path
+    /// waits in too), each entered only when the inlined fast path found
+    /// the lock taken; the runtime's own lock2 and unlock2.
     fn own_locks(&self) -> &'static [OwnLock] {
         LOCKS
     }
@@ -274,22 +275,52 @@ const COPIES: &[OwnRoutine] = &[
 ];
 
 /// Go's lock slow paths (`sync/mutex.go`, `internal/sync/mutex.go`,
-/// `sync/rwmutex.go`).
+/// `sync/rwmutex.go`), each call a contended acquisition or wait, keyed by
+/// goroutine; and the runtime's own locks (`runtime/lock_futex.go`,
+/// `lock_spinbit.go` from Go 1.24), counted by thread as pthread mutexes
+/// are.
 const LOCKS: &[OwnLock] = &[
     OwnLock {
         symbols: &["sync.(*Mutex).lockSlow", "internal/sync.(*Mutex).lockSlow"],
         op: rig_ebpf::abi::lock_op::GO_MUTEX,
-        what: "sync.Mutex acquisition",
+        entry: "rig_go_lock",
+        ret: "rig_go_lock_ret",
+        unlock: None,
+        counts: "every call a contended sync.Mutex acquisition, its wait from entry to return",
     },
     OwnLock {
         symbols: &["sync.runtime_SemacquireRWMutexR"],
         op: rig_ebpf::abi::lock_op::GO_RLOCK,
-        what: "RWMutex.RLock (a reader waiting for a writer)",
+        entry: "rig_go_lock",
+        ret: "rig_go_lock_ret",
+        unlock: None,
+        counts: "every call an RWMutex.RLock waiting for a writer, its wait from entry to return",
     },
     OwnLock {
         symbols: &["sync.runtime_SemacquireRWMutex"],
         op: rig_ebpf::abi::lock_op::GO_WLOCK,
-        what: "RWMutex.Lock (a writer waiting for readers)",
+        entry: "rig_go_lock",
+        ret: "rig_go_lock_ret",
+        unlock: None,
+        counts: "every call an RWMutex.Lock waiting for readers, its wait from entry to return",
+    },
+    OwnLock {
+        symbols: &["sync.runtime_SemacquireMutex"],
+        op: rig_ebpf::abi::lock_op::GO_RWSEMA,
+        entry: "rig_go_lock",
+        ret: "rig_go_lock_ret",
+        unlock: None,
+        counts: "every call outside sync.Mutex's slow path an RWMutex wait (before Go 1.20; \
+                 from Go 1.20 only that slow path calls it), its wait from entry to return",
+    },
+    OwnLock {
+        symbols: &["runtime.lock2"],
+        op: rig_ebpf::abi::lock_op::GO_RUNTIME,
+        entry: "rig_go_runtime_lock",
+        ret: "rig_go_runtime_lock_ret",
+        unlock: Some(("runtime.unlock2", "rig_go_runtime_unlock")),
+        counts: "every acquisition of a runtime lock, contended when it waited in futex, held \
+                 until runtime.unlock2",
     },
 ];
 
@@ -297,7 +328,9 @@ const LOCKS: &[OwnLock] = &[
 /// check (Go's allocators and lock slow paths): it must be there.
 fn needs_stack_check(symbol: &str) -> bool {
     ALLOC_API.iter().any(|a| a.0 == symbol)
-        || LOCKS.iter().any(|l| l.symbols.contains(&symbol))
+        || LOCKS
+            .iter()
+            .any(|l| l.symbols.contains(&symbol) || l.unlock.is_some_and(|(u, _)| u == symbol))
         || specialized_names().iter().any(|s| s == symbol)
 }
 
