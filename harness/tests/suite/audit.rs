@@ -307,7 +307,21 @@ pub(super) fn reach(phase: Phase, rig_pid: u32, tag: &str, w: &Watcher) -> bool 
                 .into_iter()
                 .any(|p| in_pass(p, "clean") && has_established_tcp(p))
         }),
-        Phase::Counted => wait_until(Duration::from_secs(60), || w.programs() > 0),
+        // rig loads its programs one after another while it attaches; a
+        // signal then ends it before any window (exit 130, no report). So
+        // the counted load is running once the set of programs has stopped
+        // growing for 1.5 s (under load, a signal after the first program
+        // once landed in the attach: no window was written).
+        Phase::Counted => {
+            let (mut seen, mut since) = (0, Instant::now());
+            wait_until(Duration::from_secs(60), || {
+                let now = w.programs();
+                if now != seen {
+                    (seen, since) = (now, Instant::now());
+                }
+                seen > 0 && since.elapsed() >= Duration::from_millis(1500)
+            })
+        }
         // Past the counted runs (a gate) and valgrind's start-up: the
         // target under callgrind holds the window's connection.
         Phase::Window => wait_until(Duration::from_secs(180), || {

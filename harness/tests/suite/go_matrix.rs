@@ -2,9 +2,11 @@
 //! fixtures/go/COSTS.md) built by every Go this machine can get, the ways
 //! users build it, each measured as `golang::go_server_measured_exactly`
 //! measures the fixture: exact allocations and bytes at `main.goAllocs`,
-//! GC cycles, exact copies and clears at `main.goCopies`, exact
-//! contended `sync.Mutex` acquisitions at `main.contend.func1`, every stack whole (the write under `net/http.(*conn).serve`
-//! to `runtime.goexit`); the builds with cgo, threads made through cgo's C
+//! GC cycles, exact copies and clears at `main.goCopies`, exact contended
+//! `sync.Mutex` and RWMutex waits and runtime locks where `GET /work`
+//! makes them, every stack whole (the write under
+//! `net/http.(*conn).serve` to `runtime.goexit`); the builds with cgo,
+//! threads made through cgo's C
 //! with whole stacks; and, for the default build of each version, every
 //! stack equal to gdb's backtrace at the same points.
 //!
@@ -26,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::golang::{
-    cgo_thread_starts_are_whole, go_contended_locks_measured_exactly, go_copies_measured_exactly,
-    go_server_measured_exactly, go_stacks_equal_gdb,
+    cgo_thread_starts_are_whole, go_copies_and_locks_measured_exactly, go_server_measured_exactly,
+    go_stacks_equal_gdb,
 };
 use super::repo;
 
@@ -154,8 +156,7 @@ fn matrix(version: &str) {
         );
         println!("== Go matrix: {by} {}", b.name());
         go_server_measured_exactly(&binary);
-        go_copies_measured_exactly(&binary);
-        go_contended_locks_measured_exactly(&binary);
+        go_copies_and_locks_measured_exactly(&binary);
         if matches!(b, Build::Default | Build::Pie) {
             cgo_thread_starts_are_whole(&binary);
         }
