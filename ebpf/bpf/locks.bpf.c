@@ -167,7 +167,7 @@ static __always_inline int on_unlock(struct pt_regs *ctx, __u64 mutex)
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
-	__type(key, __u64); /* g */
+	__type(key, struct go_lock_key);
 	__type(value, struct go_lock_pending);
 } go_pending SEC(".maps");
 
@@ -177,7 +177,7 @@ int rig_go_lock(struct pt_regs *ctx)
 	if (!is_live_target(current_tgid()) || go_stack_grows(ctx))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
-	__u64 g = ctx->r14;
+	struct go_lock_key g = { .g = ctx->r14, .tgid = current_tgid() };
 	__u32 op = (__u32)attach_cookie(ctx);
 	if (op == LOCK_OP_GO_RWSEMA) {
 		struct go_lock_pending *outer = bpf_map_lookup_elem(&go_pending, &g);
@@ -208,7 +208,7 @@ int rig_go_lock_ret(struct pt_regs *ctx)
 {
 	if (!is_live_target(current_tgid()))
 		return 0;
-	__u64 g = ctx->r14;
+	struct go_lock_key g = { .g = ctx->r14, .tgid = current_tgid() };
 	struct go_lock_pending *p = bpf_map_lookup_elem(&go_pending, &g);
 	if (!p) {
 		stat_add(RIG_STAT_UNPAIRED, 1); /* entered before attach */

@@ -53,7 +53,15 @@ struct lock_pending {
 };
 _Static_assert(sizeof(struct lock_pending) == 48, "lock_pending ABI");
 
-/* A goroutine's slow path in progress, keyed by its g (r14). */
+/* A goroutine's slow path in progress, keyed by its g (r14) in its process
+ * (two processes of one Go binary can have goroutines at one address). */
+struct go_lock_key {
+	__u64 g;
+	__u32 tgid;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct go_lock_key) == 16, "go_lock_key ABI");
+
 struct go_lock_pending {
 	__u64 caller;
 	__u64 mutex;
