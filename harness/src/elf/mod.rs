@@ -93,6 +93,10 @@ pub struct ElfFacts {
     pub(crate) sections: Vec<SectionFact>,
     pub(crate) loads: Vec<LoadSeg>,
     pub(crate) syms: Vec<ElfSym>,
+    /// Indices into `syms`, sorted by name: a lookup by name is a binary
+    /// search, not a scan (a Rust server's `.symtab` has 100,000 names, and
+    /// attaching looks up hundreds).
+    by_name: Vec<u32>,
     pub(crate) relocs: Vec<Reloc>,
     pub(crate) plt: Vec<PltStub>,
     /// The code `.eh_frame` describes: (start, end) vaddr of every FDE,
@@ -231,10 +235,13 @@ impl ElfFacts {
         }
 
         let build_id = crate::process::maps::build_id_of_data(data);
+        let mut by_name: Vec<u32> = (0..syms.len() as u32).collect();
+        by_name.sort_by(|&a, &b| syms[a as usize].name.cmp(&syms[b as usize].name));
         let mut facts = ElfFacts {
             sections,
             loads,
             syms,
+            by_name,
             relocs,
             plt: Vec::new(),
             cfi: cfi_ranges(&file),
@@ -242,6 +249,19 @@ impl ElfFacts {
         };
         facts.plt = facts.decode_plt(data);
         Ok(facts)
+    }
+
+    /// The symbols called `name`, in table order (`by_name`'s sort is
+    /// stable: a caller's tie-break by `min_by_key` still sees `.dynsym`
+    /// first).
+    fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a ElfSym> + 'a {
+        let first = self
+            .by_name
+            .partition_point(|&i| self.syms[i as usize].name.as_str() < name);
+        self.by_name[first..]
+            .iter()
+            .map(|&i| &self.syms[i as usize])
+            .take_while(move |s| s.name == name)
     }
 
     /// Whether `.eh_frame` describes the code at link-time `vaddr` (FDEs
@@ -286,11 +306,9 @@ impl ElfFacts {
     /// `name` that holds `vaddr` (a debug file's table too, whose code is
     /// not in the file).
     pub fn extent_holding(&self, name: &str, vaddr: u64) -> Option<(u64, u64)> {
-        self.syms
-            .iter()
+        self.named(name)
             .find(|s| {
-                s.name == name
-                    && s.shndx != elf::SHN_UNDEF
+                s.shndx != elf::SHN_UNDEF
                     && s.vaddr <= vaddr
                     && vaddr < s.vaddr.saturating_add(s.size)
             })
@@ -301,9 +319,8 @@ impl ElfFacts {
     /// default version (`@@`) over hidden ones, and defined over undefined.
     pub fn lookup_symbol(&self, name: &str) -> Option<SymbolInfo> {
         let best = self
-            .syms
-            .iter()
-            .filter(|s| s.name == name && s.shndx != elf::SHN_UNDEF && s.vaddr != 0)
+            .named(name)
+            .filter(|s| s.shndx != elf::SHN_UNDEF && s.vaddr != 0)
             .min_by_key(|s| (s.hidden, !s.dynamic, s.st_type != elf::STT_GNU_IFUNC))?;
         Some(SymbolInfo {
             name: best.name.clone(),

@@ -8,6 +8,9 @@ use super::{LocKind, Merged, Profile, Scale};
 /// A frame name as a folded line can hold it: `;` separates frames and a
 /// line break ends the line (Rust types such as `[u8; 8]` hold a `;`).
 pub fn frame_name(name: &str) -> String {
+    if !name.contains([';', '\n', '\r']) {
+        return name.to_string();
+    }
     name.replace(';', ",").replace(['\n', '\r'], " ")
 }
 
