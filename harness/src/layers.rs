@@ -203,10 +203,11 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // The small commands (attach and demo output, instructions,
-    // probe-cost, check-config, funcdiff, report).
+    // probe-cost, check-config, funcdiff, probes, report).
     (
         "commands",
         &[
+            "elf",
             "exit",
             "flamegraph",
             "fsutil",
@@ -216,6 +217,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "interrupt",
             "launch",
             "probe",
+            "process",
             "report",
             "scenario",
             "session",

@@ -41,6 +41,17 @@ pub enum Cmd {
     Bisect(BisectArgs),
     /// Which functions two builds of an ELF file (executables or shared objects) add, remove, change or rename.
     Funcdiff(FuncdiffArgs),
+    /// What a running process offers to probe by name: its USDT markers and, for a pattern, its functions (like `bpftrace -l`).
+    Probes(ProbesArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ProbesArgs {
+    /// The process.
+    #[arg(long)]
+    pub pid: u32,
+    /// A glob over `PROVIDER:NAME` and `FILE:PROVIDER:NAME` of markers and `NAME` and `FILE!NAME` of functions (`postgresql:query__*`, `libc.so.6!mem*`); without it, every marker.
+    pub pattern: Option<String>,
 }
 
 #[derive(Args, Debug)]

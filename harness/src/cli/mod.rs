@@ -152,6 +152,7 @@ pub fn run() -> Result<i32> {
                 html: c.html.clone(),
             })
         }
+        Cmd::Probes(p) => crate::commands::probes::command(p.pid, p.pattern.as_deref()),
         Cmd::Funcdiff(f) => {
             new_output_file("--json", &f.json)?;
             crate::commands::funcdiff::command(&f.a, &f.b, f.json.as_deref())

@@ -1,5 +1,5 @@
 //! The small commands: what `rig attach`, `rig demo`, `rig instructions`,
-//! `rig probe-cost`, `rig check-config`, `rig funcdiff` and `rig report` do once their
+//! `rig probe-cost`, `rig check-config`, `rig funcdiff`, `rig probes` and `rig report` do once their
 //! flags are settings. (`rig run`, `rig ab`, `rig gate` and `rig flame` have
 //! modules of their own, each with its `command`.)
 //!
@@ -11,6 +11,7 @@ pub mod check_config;
 pub mod funcdiff;
 pub mod instructions;
 pub mod probe_cost;
+pub mod probes;
 
 use std::path::Path;
 

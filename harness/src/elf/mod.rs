@@ -20,6 +20,8 @@ use serde::Serialize;
 
 use crate::process::maps::ProcMaps;
 
+pub mod usdt;
+
 /// A symbol found by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SymbolInfo {
@@ -489,6 +491,24 @@ impl ElfFacts {
                     && matches!(s.st_type, elf::STT_FUNC | elf::STT_GNU_IFUNC)
             })
             .map(|s| s.name.as_str())
+    }
+
+    /// The names of the functions this file defines (`.symtab` and
+    /// `.dynsym`: defined, sized FUNC or IFUNC symbols), sorted, each once.
+    pub fn function_names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self
+            .syms
+            .iter()
+            .filter(|s| {
+                s.shndx != elf::SHN_UNDEF
+                    && s.size > 0
+                    && matches!(s.st_type, elf::STT_FUNC | elf::STT_GNU_IFUNC)
+            })
+            .map(|s| s.name.as_str())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Whether this file has a section of that name.
