@@ -21,6 +21,7 @@ mod preload;
 mod read;
 pub mod stacks;
 pub mod unwind;
+pub mod usdt;
 pub mod window;
 
 use std::collections::BTreeMap;

@@ -88,3 +88,127 @@ fn rig_probes_lists_a_running_pythons_markers_as_readelf_reads_them() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Python 3.11 started by the test, stopped when dropped (SIGKILL: rig's
+/// tests never leave a process behind), once it has mapped libc.
+struct Python(std::process::Child);
+
+const PYTHON: &str = "/usr/bin/python3.11";
+
+impl Python {
+    fn start() -> Python {
+        let child = Command::new(PYTHON)
+            .args(["-c", "import sys; sys.stdin.read()"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("Debian 12's python3.11");
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap_or_default()
+            .contains("libc.so.6")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "python never mapped libc"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Python(child)
+    }
+}
+
+impl Drop for Python {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The helper [`a_usdt_semaphore_is_the_kernels_reference_count_and_falls_back_when_its_holder_is_killed`]
+/// runs as a process of its own: with `RIG_TEST_HOLD=PID:OFFSET:SEMAPHORE`
+/// it opens that uprobe in PID, says `held` and waits to be killed;
+/// without it, as in any run of the suite, it does nothing.
+#[test]
+fn hold_a_guarded_uprobe_until_killed() {
+    let Ok(spec) = std::env::var("RIG_TEST_HOLD") else {
+        return;
+    };
+    let f: Vec<u64> = spec.split(':').map(|v| v.parse().unwrap()).collect();
+    let _held = rig::probe::usdt::GuardedUprobe::open(
+        std::path::Path::new(PYTHON),
+        f[1],
+        f[2],
+        f[0] as u32,
+    )
+    .unwrap();
+    println!("held");
+    std::thread::sleep(std::time::Duration::from_secs(600));
+}
+
+/// CPython's `python:function__entry` is guarded by a semaphore. While a
+/// uprobe at the marker is open, the kernel holds it raised (one count per
+/// process the uprobe is installed in, however many consumers share it:
+/// 1 with two open); when the last closes it falls back to 0; and when the
+/// process holding one is killed with SIGKILL, it falls back too: rig
+/// never leaves a target's marker raised.
+#[test]
+fn a_usdt_semaphore_is_the_kernels_reference_count_and_falls_back_when_its_holder_is_killed() {
+    root_or_skip!();
+    use rig::probe::usdt::GuardedUprobe;
+    let py = Python::start();
+    let pid = py.0.id();
+    let markers = rig::elf::usdt::markers(std::path::Path::new(PYTHON)).unwrap();
+    let m = markers
+        .0
+        .iter()
+        .find(|m| m.provider == "python" && m.name == "function__entry")
+        .expect("python:function__entry");
+    let sema = m.semaphore.expect("a guarded marker");
+    let sema_offset = sema.file_offset.unwrap();
+    let maps = rig::process::maps::ProcMaps::read(pid).unwrap();
+    let facts = rig::elf::ElfFacts::shared(std::path::Path::new(PYTHON)).unwrap();
+    let addr = rig::elf::load_base(&maps, PYTHON, &facts).unwrap() + sema.vaddr;
+    let value = || {
+        use std::os::unix::fs::FileExt;
+        let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+        let mut b = [0u8; 2];
+        mem.read_exact_at(&mut b, addr).unwrap();
+        u16::from_le_bytes(b)
+    };
+    let file = std::path::Path::new(PYTHON);
+    assert_eq!(value(), 0, "nothing raised it yet");
+    let a = GuardedUprobe::open(file, m.file_offset, sema_offset, pid).unwrap();
+    assert_eq!(value(), 1);
+    let b = GuardedUprobe::open(file, m.file_offset, sema_offset, pid).unwrap();
+    assert_eq!(value(), 1, "one uprobe, two consumers");
+    drop(a);
+    assert_eq!(value(), 1, "b still holds it");
+    drop(b);
+    assert_eq!(value(), 0);
+
+    let mut holder = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "suite::user_probes::hold_a_guarded_uprobe_until_killed",
+            "--nocapture",
+        ])
+        .env(
+            "RIG_TEST_HOLD",
+            format!("{pid}:{}:{sema_offset}", m.file_offset),
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("held") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert!(n > 0, "the holder exited before holding the uprobe");
+    }
+    assert_eq!(value(), 1, "raised by the holder");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(value(), 0, "the kernel lowered it when the holder died");
+}

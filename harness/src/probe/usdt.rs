@@ -1,0 +1,102 @@
+//! A uprobe at a USDT marker whose semaphore the kernel raises.
+//!
+//! A marker guarded by a semaphore (PostgreSQL's, CPython's) runs its `nop`
+//! only while the 16-bit counter beside it is non-zero. Writing the counter
+//! into the target would leave it raised if rig died; the kernel instead
+//! keeps it as a reference counter of the uprobe (`ref_ctr_offset`, Linux
+//! 4.20): raised in every process the uprobe is installed in, lowered when
+//! the uprobe goes — when rig closes it, and when rig is killed and the
+//! kernel closes it. aya 0.14 opens uprobes without that offset, so this
+//! one is opened here, through the uprobe PMU as aya does, and a BPF
+//! program is attached to it by its descriptor.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use perf_event_open_sys as sys;
+
+const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe";
+
+/// An open uprobe perf event in one process, counting its marker's
+/// semaphore up while it lives.
+#[derive(Debug)]
+pub struct GuardedUprobe {
+    fd: OwnedFd,
+}
+
+/// The uprobe PMU's type and the first bit of `config` that holds the
+/// reference counter offset, from sysfs; an error naming what the kernel
+/// lacks otherwise.
+fn pmu() -> io::Result<(u32, u32)> {
+    let read = |f: &str| std::fs::read_to_string(format!("{UPROBE_PMU}/{f}"));
+    let ty: u32 = read("type")?
+        .trim()
+        .parse()
+        .map_err(|_| io::Error::other("the uprobe PMU's type is not a number"))?;
+    let format = read("format/ref_ctr_offset").map_err(|_| {
+        io::Error::other(
+            "this kernel's uprobes have no reference counter (Linux 4.20 added it): \
+             rig cannot raise a USDT semaphore",
+        )
+    })?;
+    // `config:32-63`
+    let shift = format
+        .trim()
+        .strip_prefix("config:")
+        .and_then(|r| r.split('-').next())
+        .and_then(|b| b.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("ref_ctr_offset format `{}`", format.trim())))?;
+    Ok((ty, shift))
+}
+
+impl GuardedUprobe {
+    /// A uprobe at `offset` of `file` in process `pid` (all its threads),
+    /// with the semaphore at file offset `ref_ctr_offset` of the same file.
+    /// Disabled until a program is attached ([`GuardedUprobe::attach`]),
+    /// yet the semaphore is raised from here on.
+    pub fn open(file: &Path, offset: u64, ref_ctr_offset: u64, pid: u32) -> io::Result<Self> {
+        let (ty, shift) = pmu()?;
+        let path = CString::new(file.as_os_str().as_bytes())
+            .map_err(|_| io::Error::other("a path with a NUL byte"))?;
+        // SAFETY: perf_event_attr is plain data; all zero is its default.
+        let mut attr: sys::bindings::perf_event_attr = unsafe { std::mem::zeroed() };
+        attr.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
+        attr.type_ = ty;
+        attr.config = ref_ctr_offset << shift;
+        attr.__bindgen_anon_3.config1 = path.as_ptr() as u64;
+        attr.__bindgen_anon_4.config2 = offset;
+        // SAFETY: attr is initialized and `path` outlives the call.
+        let fd = unsafe {
+            sys::perf_event_open(
+                &mut attr,
+                pid as libc::pid_t,
+                -1,
+                -1,
+                sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor perf_event_open just returned, owned by none.
+        Ok(GuardedUprobe {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Run the loaded BPF program `prog` (a uprobe program) at each hit.
+    pub fn attach(&self, prog: BorrowedFd<'_>) -> io::Result<()> {
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: ioctls on a perf event descriptor this value owns.
+        if unsafe { sys::ioctls::SET_BPF(fd, prog.as_raw_fd() as u32) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if unsafe { sys::ioctls::ENABLE(fd, 0) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
