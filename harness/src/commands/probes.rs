@@ -39,9 +39,15 @@ pub fn command(pid: u32, pattern: Option<&str>) -> Result<i32> {
         let Ok(facts) = ElfFacts::shared(&file) else {
             continue;
         };
-        let markers = crate::elf::usdt::markers(&file)
-            .map(|m| m.0.clone())
-            .unwrap_or_default();
+        let markers = match crate::elf::usdt::markers(&file) {
+            Ok(m) => m.0.clone(),
+            Err(e) => {
+                // Said, not dropped: a file whose notes rig cannot read may
+                // have markers this list would otherwise hide.
+                crate::errln!("rig: {}: {e:#}", o.path);
+                Vec::new()
+            }
+        };
         let names = facts.function_names();
         let functions = match pattern {
             Some(p) => names
