@@ -32,6 +32,9 @@ struct Module {
 pub fn command(pid: u32, pattern: Option<&str>) -> Result<i32> {
     let maps = ProcMaps::read(pid)?;
     let mut modules = Vec::new();
+    // Every spelling the pattern could have meant, for when it matches
+    // nothing.
+    let mut spellings: Vec<String> = Vec::new();
     for o in maps.objects().into_iter().filter(|o| o.executable) {
         let file = maps.readable_path(&o.path);
         // A mapped file that is not ELF (a font, a locale archive mapped
@@ -49,6 +52,18 @@ pub fn command(pid: u32, pattern: Option<&str>) -> Result<i32> {
             }
         };
         let names = facts.function_names();
+        if pattern.is_some() {
+            let base = basename(&o.path);
+            for m in &markers {
+                spellings.push(format!("{}:{}", m.provider, m.name));
+                spellings.push(format!("{base}:{}:{}", m.provider, m.name));
+            }
+            for n in &names {
+                let n = display_name(n);
+                spellings.push(format!("{base}!{n}"));
+                spellings.push(n);
+            }
+        }
         let functions = match pattern {
             Some(p) => names
                 .iter()
@@ -68,11 +83,42 @@ pub fn command(pid: u32, pattern: Option<&str>) -> Result<i32> {
             all_functions: names.len(),
         });
     }
-    crate::outln!("{}", render(pid, pattern, &modules));
+    let matched = modules
+        .iter()
+        .any(|m| !m.markers.is_empty() || !m.functions.is_empty());
+    let near = match pattern {
+        Some(p) if !matched => closest(p, &spellings),
+        _ => Vec::new(),
+    };
+    crate::outln!("{}", render(pid, pattern, &modules, &near));
     Ok(crate::exit::OK)
 }
 
-fn render(pid: u32, pattern: Option<&str>, modules: &[Module]) -> String {
+/// The spellings nearest to `pattern` (its glob characters left out), best
+/// first: at most three, at least half alike, and none much farther than
+/// the best. What to offer when it matched nothing.
+fn closest(pattern: &str, spellings: &[String]) -> Vec<String> {
+    let literal: String = pattern
+        .chars()
+        .filter(|c| !matches!(c, '*' | '?'))
+        .collect();
+    let mut scored: Vec<(f64, &String)> = spellings
+        .iter()
+        .map(|s| (strsim::normalized_levenshtein(&literal, s), s))
+        .filter(|(score, _)| *score >= 0.5)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    scored.dedup_by(|a, b| a.1 == b.1);
+    let best = scored.first().map_or(0.0, |s| s.0);
+    scored
+        .into_iter()
+        .take_while(|(score, _)| *score >= best - 0.15)
+        .take(3)
+        .map(|(_, s)| s.clone())
+        .collect()
+}
+
+fn render(pid: u32, pattern: Option<&str>, modules: &[Module], near: &[String]) -> String {
     let mut out = String::new();
     let markers: usize = modules.iter().map(|m| m.markers.len()).sum();
     for m in modules {
@@ -117,6 +163,9 @@ fn render(pid: u32, pattern: Option<&str>, modules: &[Module]) -> String {
                 out.push_str(&format!(
                     ", the first {listed} listed (narrow the pattern to see the rest)"
                 ));
+            }
+            if !near.is_empty() {
+                out.push_str(&format!("; closest: `{}`", near.join("`, `")));
             }
         }
         None => {
@@ -210,6 +259,28 @@ mod tests {
         ] {
             assert!(!glob(p, t), "{p} !~ {t}");
         }
+    }
+
+    #[test]
+    fn a_pattern_that_matches_nothing_is_offered_the_nearest_names() {
+        let names: Vec<String> = [
+            "python:function__entry",
+            "python:function__return",
+            "python:gc__start",
+            "malloc",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            closest("python:functon__entry", &names),
+            ["python:function__entry"]
+        );
+        assert_eq!(
+            closest("python:function__*", &names),
+            ["python:function__entry", "python:function__return"]
+        );
+        assert_eq!(closest("mallco*", &names), ["malloc"]);
+        assert!(closest("zzzzzzzz", &names).is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::rig_bin;
 /// markers, semaphore-guarded. `rig probes --pid P 'python:*'` lists each
 /// marker readelf lists, with its semaphore and arguments; a function
 /// pattern lists libc's functions by module; a pattern matching nothing
-/// says so.
+/// says so, offering the nearest name when one is near.
 #[test]
 fn rig_probes_lists_a_running_pythons_markers_as_readelf_reads_them() {
     let python = "/usr/bin/python3.11";
@@ -80,6 +80,11 @@ fn rig_probes_lists_a_running_pythons_markers_as_readelf_reads_them() {
         "{funcs}"
     );
     assert!(funcs.contains("1 function(s) match it"), "{funcs}");
+    let typo = probes("python:functon__entry");
+    assert!(
+        typo.contains("0 USDT marker(s)") && typo.contains("closest: `python:function__entry`"),
+        "{typo}"
+    );
     let none = probes("nosuch:marker*");
     assert!(
         none.contains("0 USDT marker(s)") && none.contains("0 function(s) match it"),
