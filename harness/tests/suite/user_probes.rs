@@ -12,25 +12,9 @@ use super::rig_bin;
 /// says so, offering the nearest name when one is near.
 #[test]
 fn rig_probes_lists_a_running_pythons_markers_as_readelf_reads_them() {
-    let python = "/usr/bin/python3.11";
-    let mut child = Command::new(python)
-        .args(["-c", "import sys; sys.stdin.read()"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("Debian 12's python3.11");
-    let pid = child.id().to_string();
-    // Until the interpreter has mapped libc: its first read of stdin.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .unwrap_or_default()
-        .contains("libc.so.6")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "python never mapped libc"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let python = PYTHON;
+    let py = Python::start();
+    let pid = py.0.id().to_string();
     let probes = |pattern: &str| {
         let out = Command::new(rig_bin())
             .args(["probes", "--pid", &pid, pattern])
@@ -90,8 +74,7 @@ fn rig_probes_lists_a_running_pythons_markers_as_readelf_reads_them() {
         none.contains("0 USDT marker(s)") && none.contains("0 function(s) match it"),
         "{none}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(py);
 }
 
 /// Python 3.11 started by the test, stopped when dropped (SIGKILL: rig's
