@@ -52,26 +52,22 @@ pub fn command(pid: u32, pattern: Option<&str>) -> Result<i32> {
             }
         };
         let names = facts.function_names();
-        if pattern.is_some() {
+        let mut functions = Vec::new();
+        if let Some(p) = pattern {
             let base = basename(&o.path);
             for m in &markers {
                 spellings.push(format!("{}:{}", m.provider, m.name));
                 spellings.push(format!("{base}:{}:{}", m.provider, m.name));
             }
-            for n in &names {
-                let n = display_name(n);
+            // Each name demangled once, for the match and the spellings.
+            for n in names.iter().map(|n| display_name(n)) {
+                if function_matches(p, &o.path, &n) {
+                    functions.push(n.clone());
+                }
                 spellings.push(format!("{base}!{n}"));
                 spellings.push(n);
             }
         }
-        let functions = match pattern {
-            Some(p) => names
-                .iter()
-                .map(|n| display_name(n))
-                .filter(|n| function_matches(p, &o.path, n))
-                .collect(),
-            None => Vec::new(),
-        };
         let markers = markers
             .into_iter()
             .filter(|m| pattern.is_none_or(|p| marker_matches(p, &o.path, m)))
