@@ -12,7 +12,7 @@ use std::process::Command;
 
 /// Every program family; one object each.
 const PROGRAMS: &[&str] = &[
-    "syscalls", "alloc", "copy", "locks", "faults", "sched", "cpu",
+    "syscalls", "alloc", "copy", "locks", "faults", "sched", "cpu", "user",
 ];
 /// Headers the programs share (rebuild when any changes).
 const HEADERS: &[&str] = &[
@@ -26,6 +26,7 @@ const HEADERS: &[&str] = &[
     "faults.h",
     "sched.h",
     "cpu.h",
+    "user.h",
     "stack.h",
     "stack.bpf.h",
     "uretprobe.bpf.h",

@@ -138,6 +138,7 @@ enum stack_what {
 	STACK_FAULT = 6,      /* arg: fault kind */
 	STACK_OFFCPU = 7,     /* arg: 1 voluntary, 0 involuntary; amount: ns */
 	STACK_CPU = 8,        /* sampled on-CPU; amount: sample period ns */
+	STACK_USER = 9,       /* a probe a user named; arg: its site; amount: the argument summed */
 };
 
 /* Key of the per-stack counts: one row per (process, event, user stack,

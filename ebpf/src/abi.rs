@@ -214,6 +214,42 @@ pub struct CopyKey {
 }
 const _: () = assert!(size_of::<CopyKey>() == 24);
 
+/// C twin: `struct user_key` (user.h). Value: `CallsBytes` (`struct
+/// user_val`: calls, and the argument summed in `bytes`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UserKey {
+    pub caller: u64,
+    pub site: u32,
+    pub tgid: u32,
+}
+const _: () = assert!(size_of::<UserKey>() == 16);
+
+/// C twin: `struct user_arg` (user.h): where a site's summed argument is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserArg {
+    /// `user_arg::*`.
+    pub kind: u8,
+    pub size: u8,
+    pub is_signed: u8,
+    pub _pad0: u8,
+    pub reg_off: u16,
+    pub _pad1: u16,
+    pub value: i64,
+}
+const _: () = assert!(size_of::<UserArg>() == 16);
+
+/// C twin: `enum user_arg_kind` and `RIG_USER_SITES` (user.h).
+pub mod user_arg {
+    pub const NONE: u8 = 0;
+    pub const CONST: u8 = 1;
+    pub const REG: u8 = 2;
+    pub const MEM: u8 = 3;
+    /// Sites (attach cookies) one probe set can hold.
+    pub const SITES: usize = 4096;
+}
+
 /// C twin: `enum lock_op` (locks.h).
 pub mod lock_op {
     pub const LOCK: u32 = 1;
@@ -296,6 +332,8 @@ unsafe impl aya::Pod for LiveKey {}
 unsafe impl aya::Pod for LiveVal {}
 unsafe impl aya::Pod for LiveCounts {}
 unsafe impl aya::Pod for CopyKey {}
+unsafe impl aya::Pod for UserKey {}
+unsafe impl aya::Pod for UserArg {}
 unsafe impl aya::Pod for LockKey {}
 unsafe impl aya::Pod for LockVal {}
 unsafe impl aya::Pod for FaultKey {}
@@ -451,6 +489,7 @@ pub mod stack_what {
     pub const FAULT: u32 = 6;
     pub const OFFCPU: u32 = 7;
     pub const CPU: u32 = 8;
+    pub const USER: u32 = 9;
 }
 
 /// C twin: `struct stack_key` (stack.h). Value: `StackVal`.

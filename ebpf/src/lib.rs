@@ -48,6 +48,11 @@ pub static SCHED: Object = Object {
     full: include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sched.bpf.o")),
     compat: include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sched.compat.bpf.o")),
 };
+/// Probes a user names: USDT markers and functions.
+pub static USER: Object = Object {
+    full: include_bytes_aligned!(concat!(env!("OUT_DIR"), "/user.bpf.o")),
+    compat: include_bytes_aligned!(concat!(env!("OUT_DIR"), "/user.compat.bpf.o")),
+};
 /// Sampled on-CPU time (software cpu-clock perf events).
 pub static CPU: Object = Object {
     full: include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cpu.bpf.o")),

@@ -76,6 +76,8 @@ pub struct AttachSettings {
     /// `--live-heap`: the alloc probes also keep every block allocated in
     /// the window until it is freed (uretprobes on the allocators).
     pub live_heap: bool,
+    /// `--usdt`, `--func`: the probes the user named.
+    pub user_probes: Vec<crate::probe::user::UserProbe>,
 }
 
 /// Run one session. `stop` ends a duration window early (Ctrl-C).
@@ -403,12 +405,13 @@ fn attach(s: &AttachSettings) -> Result<ProbeSet> {
         false => Scope::Process,
     };
     let t0 = Instant::now();
-    let probes = ProbeSet::attach_opts(
+    let probes = ProbeSet::attach_named(
         s.pid,
         &s.families,
         scope,
         crate::probe::Stacks::On,
         s.live_heap,
+        &s.user_probes,
     )?;
     let counts = probes.verified_instructions();
     let verified = if counts.is_empty() {

@@ -508,6 +508,16 @@ pub struct AttachArgs {
     /// (uretprobes on the allocators: dearer than the entry probes alone).
     #[arg(long)]
     pub live_heap: bool,
+    /// Count a USDT marker per request, by call site and whole stack:
+    /// `[BINARY:]PROVIDER:NAME` (`*` and `?` glob; `rig probes --pid P`
+    /// lists them); `@N` also sums its argument N (from 0). Repeatable.
+    #[arg(long, value_name = "[BINARY:]PROVIDER:NAME[@N]")]
+    pub usdt: Vec<String>,
+    /// Count calls of the functions a glob names, per request, by caller
+    /// and whole stack: `[MODULE!]PATTERN` over names as reports print
+    /// them (e.g. `ngx_http_core_run_phases`, `libc.so.6!mem*`). Repeatable.
+    #[arg(long, value_name = "[MODULE!]PATTERN")]
+    pub func: Vec<String>,
     #[command(flatten)]
     pub common: Common,
     /// `-- COMMAND ARGS...`: the load. The window opens before it starts and

@@ -17,6 +17,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::commands::attach::{DemoSettings, Output};
 use crate::launch::spec::TargetSpec;
 use crate::load::url::DriveChoice;
+use crate::probe::user::UserProbe;
 use crate::probe::{Family, ProbeError};
 use crate::session::{AttachSettings, Drive};
 

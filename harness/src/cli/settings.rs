@@ -107,7 +107,21 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         },
         wrappers: a.common.wrappers.clone(),
         live_heap: a.live_heap,
+        user_probes: user_probes(&a.usdt, &a.func)?,
     })
+}
+
+/// `--usdt` and `--func` as written, each checked for its form (what they
+/// match is checked against the process when the probes go in).
+pub(super) fn user_probes(usdt: &[String], func: &[String]) -> Result<Vec<UserProbe>> {
+    let mut out = Vec::new();
+    for u in usdt {
+        out.push(UserProbe::usdt(u).map_err(|e| anyhow::anyhow!("--usdt {e}"))?);
+    }
+    for f in func {
+        out.push(UserProbe::func(f).map_err(|e| anyhow::anyhow!("--func {e}"))?);
+    }
+    Ok(out)
 }
 
 /// `--pid P`: one process. Several (`--pid $(pidof apache2)`) are refused,

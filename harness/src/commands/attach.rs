@@ -65,6 +65,7 @@ pub fn demo(d: &DemoSettings, stop: &AtomicBool) -> Result<i32> {
         tree: None,
         wrappers: d.wrappers.clone(),
         live_heap: false,
+        user_probes: Vec::new(),
     };
     let attribution = session::run_attach(&s, stop)?;
     drop(target);

@@ -145,7 +145,34 @@ pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
         add(format!("faults @ {}", site(&row.site)), row.count);
     }
     stack_counters(a, &mut add);
+    user_counters(a, &mut m);
     m
+}
+
+/// The probes a user named: `PROBE calls/req` and `PROBE calls @ SITE`,
+/// and with a summed argument `PROBE argN summed/req` and `… @ SITE`
+/// (signed: a marker's argument may be negative). A probe that never
+/// fired is a counter of 0, not an absent one.
+fn user_counters(a: &Attribution, m: &mut BTreeMap<String, f64>) {
+    let Some(n) = a.window.requests.filter(|n| *n > 0) else {
+        return;
+    };
+    let per = |v: i128| v as f64 / n as f64;
+    for p in &a.user {
+        m.insert(format!("{} calls/req", p.probe), per(i128::from(p.calls)));
+        let summed = p.arg.map(|i| format!("{} arg{i} summed", p.probe));
+        if let (Some(s), Some(sum)) = (&summed, p.arg_sum) {
+            m.insert(format!("{s}/req"), per(sum));
+        }
+        for r in &p.sites {
+            let at = stack_site(&r.site);
+            *m.entry(format!("{} calls @ {at}", p.probe)).or_insert(0.0) +=
+                per(i128::from(r.calls));
+            if let (Some(s), Some(sum)) = (&summed, r.arg_sum) {
+                *m.entry(format!("{s} @ {at}")).or_insert(0.0) += per(sum);
+            }
+        }
+    }
 }
 
 /// Per-stack counters (exact families only: not off-CPU time or samples):
@@ -160,7 +187,12 @@ fn stack_counters(a: &Attribution, add: &mut impl FnMut(String, u64)) {
     for r in &st.rows {
         if !matches!(
             r.family,
-            Family::Syscalls | Family::Alloc | Family::Copy | Family::Locks | Family::Faults
+            Family::Syscalls
+                | Family::Alloc
+                | Family::Copy
+                | Family::Locks
+                | Family::Faults
+                | Family::User
         ) || r.event.contains("futex wait")
         {
             continue;
@@ -207,6 +239,25 @@ mod tests {
         assert_eq!(per_request(7, None), None);
         assert_eq!(per_request(7, Some(0)), None);
         assert_eq!(per_request(7, Some(2)), Some(3.5));
+    }
+
+    #[test]
+    fn a_user_probes_sum_is_an_amount_made_of_its_calls() {
+        let total = "usdt:postgresql:buffer__read__done arg7 summed/req";
+        assert!(!names::is_event_count(total));
+        assert_eq!(
+            names::events_of(total).as_deref(),
+            Some("usdt:postgresql:buffer__read__done calls/req")
+        );
+        let site = "usdt:python:function__entry arg2 summed @ f (x.c:3)";
+        assert!(!names::is_event_count(site));
+        assert_eq!(
+            names::events_of(site).as_deref(),
+            Some("usdt:python:function__entry calls @ f (x.c:3)")
+        );
+        assert!(names::is_event_count(
+            "func:ngx_http_core_run_phases calls/req"
+        ));
     }
 
     #[test]

@@ -112,17 +112,28 @@ pub fn family_names() -> impl Iterator<Item = &'static str> {
 /// `bytes::Bytes::copy_from_slice` is no bytes counter.
 pub fn is_event_count(name: &str) -> bool {
     let kind = name.split_once(" @ ").map_or(name, |(k, _)| k);
-    !is_instr(name) && !kind.contains("bytes")
+    !is_instr(name) && !kind.contains("bytes") && !kind.contains(" summed")
 }
 
 /// The events counter a bytes counter is made of: `alloc bytes/req` →
 /// `allocs/req`, `copy bytes/req` → `copy calls/req`, `KIND bytes @ SITE` →
-/// `KIND calls @ SITE` (case key kept).
+/// `KIND calls @ SITE`, a user probe's `PROBE argN summed/req` → `PROBE
+/// calls/req` (and `… @ SITE`) (case key kept).
 pub fn events_of(name: &str) -> Option<String> {
     let (case, n) = split_case(name);
     let ev = match n {
         "alloc bytes/req" => "allocs/req".to_string(),
         "copy bytes/req" => "copy calls/req".to_string(),
+        // A user probe's argument summed: `PROBE argN summed/req`.
+        n if n.ends_with(" summed/req") => {
+            let (probe, _) = n.rsplit_once(" arg")?;
+            format!("{probe} calls/req")
+        }
+        n if n.contains(" summed @ ") => {
+            let (kind, site) = n.split_once(" summed @ ")?;
+            let (probe, _) = kind.rsplit_once(" arg")?;
+            format!("{probe} calls @ {site}")
+        }
         _ => {
             let (kind, site) = n.split_once(" bytes @ ")?;
             format!("{kind} calls @ {site}")

@@ -22,6 +22,7 @@ mod read;
 pub mod stacks;
 pub mod unwind;
 pub mod usdt;
+pub mod user;
 pub mod window;
 
 use std::collections::BTreeMap;
@@ -30,7 +31,7 @@ use std::str::FromStr;
 
 use rig_ebpf::abi::{
     AllocKey, CallsBytes, CopyKey, CpuKey, FaultKey, LockKey, LockVal, SchedVal, StackVal, Stats,
-    SysCount, SysKey,
+    SysCount, SysKey, UserKey,
 };
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +57,9 @@ pub enum Family {
     Sched,
     /// Sampled on-CPU time (statistics, never divided into exact costs).
     Cpu,
+    /// The USDT markers and functions a user names (`--usdt`, `--func`):
+    /// loaded when some are named, never by `--probes`.
+    User,
 }
 
 impl Family {
@@ -63,10 +67,27 @@ impl Family {
     /// what a request's own code calls, where tracepoints and perf events
     /// count what the kernel does for it.
     pub fn uses_uprobes(self) -> bool {
-        matches!(self, Family::Alloc | Family::Copy | Family::Locks)
+        matches!(
+            self,
+            Family::Alloc | Family::Copy | Family::Locks | Family::User
+        )
     }
 
-    pub const ALL: [Family; 7] = [
+    /// Every family, the user's probes last.
+    pub const ALL: [Family; 8] = [
+        Family::Syscalls,
+        Family::Alloc,
+        Family::Copy,
+        Family::Locks,
+        Family::Faults,
+        Family::Sched,
+        Family::Cpu,
+        Family::User,
+    ];
+
+    /// The families `--probes` names (`all` is these): the user family is
+    /// loaded by naming probes (`--usdt`, `--func`).
+    pub const BUILT_IN: [Family; 7] = [
         Family::Syscalls,
         Family::Alloc,
         Family::Copy,
@@ -85,6 +106,7 @@ impl Family {
             Family::Faults => "faults",
             Family::Sched => "sched",
             Family::Cpu => "cpu",
+            Family::User => "user",
         }
     }
 
@@ -93,7 +115,7 @@ impl Family {
         let mut out = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             if part == "all" {
-                out.extend(Family::ALL);
+                out.extend(Family::BUILT_IN);
             } else {
                 out.push(part.parse()?);
             }
@@ -110,7 +132,7 @@ impl Family {
 impl FromStr for Family {
     type Err = ProbeError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Family::ALL
+        Family::BUILT_IN
             .into_iter()
             .find(|f| f.name() == s)
             .ok_or_else(|| ProbeError::UnknownFamily(s.to_string()))
@@ -126,7 +148,7 @@ impl fmt::Display for Family {
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error(
-        "unknown probe family `{0}`: choose from syscalls, alloc, copy, locks, faults, sched, cpu, or all"
+        "unknown probe family `{0}`: choose from syscalls, alloc, copy, locks, faults, sched, cpu, or all (probes of your own: --usdt PROVIDER:NAME, --func PATTERN)"
     )]
     UnknownFamily(String),
     #[error("no process with pid {pid}")]
@@ -212,6 +234,14 @@ pub enum ProbeError {
         what: String,
         why: String,
     },
+    #[error(transparent)]
+    User(#[from] user::UserProbeError),
+    #[error("the user probe at {what}: {source}")]
+    Guarded {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("listing online CPUs for the fault probes: {0}")]
     Cpus(std::io::Error),
     #[error("mapping the unwind table of the {family} probes: {source}")]
@@ -236,6 +266,8 @@ pub struct Snapshot {
     pub sched: BTreeMap<u32, SchedVal>,
     /// (process, mode) -> on-CPU samples.
     pub cpu: BTreeMap<CpuKey, u64>,
+    /// (caller, site, process) -> calls and the summed argument.
+    pub user: BTreeMap<UserKey, CallsBytes>,
     /// Each family's self-stats (events, losses).
     pub stats: BTreeMap<Family, Stats>,
     /// Each family's per-stack counts and the stacks they name (empty when
@@ -255,6 +287,7 @@ impl Snapshot {
             faults: delta_map(&self.faults, &start.faults),
             sched: delta_map(&self.sched, &start.sched),
             cpu: delta_map(&self.cpu, &start.cpu),
+            user: delta_map(&self.user, &start.user),
             stacks: self
                 .stacks
                 .iter()
@@ -430,7 +463,12 @@ mod tests {
 
     #[test]
     fn parses_family_lists() {
-        assert_eq!(Family::parse_list("all").unwrap(), Family::ALL.to_vec());
+        assert_eq!(
+            Family::parse_list("all").unwrap(),
+            Family::BUILT_IN.to_vec()
+        );
+        let err = Family::parse_list("user").unwrap_err();
+        assert!(err.to_string().contains("--usdt"), "{err}");
         assert_eq!(
             Family::parse_list("copy, alloc").unwrap(),
             vec![Family::Alloc, Family::Copy]

@@ -87,6 +87,36 @@ impl GuardedUprobe {
         })
     }
 
+    /// Run the loaded BPF program `prog` (a uprobe program) at each hit,
+    /// handing it `cookie` (`bpf_get_attach_cookie`) through a BPF link, as
+    /// aya attaches its uprobes (Linux 5.15). The link lives as long as the
+    /// descriptor returned.
+    pub fn attach_with_cookie(&self, prog: BorrowedFd<'_>, cookie: u64) -> io::Result<OwnedFd> {
+        // union bpf_attr's `link_create`: prog_fd, target_fd, attach_type
+        // (BPF_PERF_EVENT), flags, then perf_event.bpf_cookie at 16.
+        const BPF_LINK_CREATE: libc::c_long = 28;
+        const BPF_PERF_EVENT: u32 = 41;
+        let mut attr = [0u8; 32];
+        attr[0..4].copy_from_slice(&(prog.as_raw_fd() as u32).to_ne_bytes());
+        attr[4..8].copy_from_slice(&(self.fd.as_raw_fd() as u32).to_ne_bytes());
+        attr[8..12].copy_from_slice(&BPF_PERF_EVENT.to_ne_bytes());
+        attr[16..24].copy_from_slice(&cookie.to_ne_bytes());
+        // SAFETY: `attr` is a valid, zero-padded prefix of union bpf_attr.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_LINK_CREATE,
+                attr.as_ptr(),
+                attr.len() as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor the bpf syscall just returned, owned by none.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
+
     /// Run the loaded BPF program `prog` (a uprobe program) at each hit.
     pub fn attach(&self, prog: BorrowedFd<'_>) -> io::Result<()> {
         let fd = self.fd.as_raw_fd();

@@ -65,6 +65,8 @@ pub struct Window {
     pub joined_during: Vec<u32>,
     pub scope: super::Scope,
     pub copy_impls: Vec<CopyImpl>,
+    /// The sites of the probes a user named (`UserKey::site` indexes it).
+    pub user_sites: Vec<super::user::UserSite>,
     /// The allocator entry points probed (`AllocKey::kind >> 16` indexes it).
     pub alloc_entries: Vec<super::attach::AllocEntry>,
     /// Allocators found in a measured process that rig could not probe.
@@ -170,6 +172,7 @@ impl ProbeSet {
             joined_during,
             scope: self.scope(),
             copy_impls: self.copy_impls(),
+            user_sites: self.user_sites(),
             alloc_entries: self.alloc_entries(),
             alloc_unprobed: self.alloc_unprobed(),
             notes: self.notes(),

@@ -27,7 +27,11 @@ impl<'a> Builder<'a> {
     }
 
     /// Name addresses; each is named with its own process's map.
-    fn callers(&mut self, addrs: Vec<(u32, u64)>, kind: AddrKind) -> BTreeMap<(u32, u64), Site> {
+    pub(super) fn callers(
+        &mut self,
+        addrs: Vec<(u32, u64)>,
+        kind: AddrKind,
+    ) -> BTreeMap<(u32, u64), Site> {
         let mut by_proc: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for (tgid, a) in addrs {
             by_proc.entry(tgid).or_default().push(a);

@@ -12,6 +12,7 @@ mod lock_ops;
 pub mod output;
 pub mod stacks;
 pub mod table;
+pub mod user;
 
 use std::collections::BTreeMap;
 
@@ -53,6 +54,9 @@ pub struct Attribution {
     pub copy_impls: Vec<CopyImpl>,
     pub copy: Vec<CopyRow>,
     pub locks: Vec<LockRow>,
+    /// The probes a user named (`--usdt`, `--func`), each with its calls
+    /// by call site.
+    pub user: Vec<user::UserProbeRow>,
     pub faults: Vec<FaultRow>,
     pub sched: SchedSection,
     /// `process` (the pid alone) or `tree` (the pid and every process it
@@ -485,6 +489,7 @@ impl Attribution {
         let (alloc, alloc_totals, alloc_layers) = b.alloc();
         let alloc = build::rows_by_user_site(alloc, &stacks);
         let copy = b.copy();
+        let user = b.user();
         let locks = b.locks();
         let faults = b.faults();
         let sched = b.sched();
@@ -525,6 +530,7 @@ impl Attribution {
             copy_impls: w.copy_impls.clone(),
             copy,
             locks,
+            user,
             faults,
             sched,
             scope: w.scope,

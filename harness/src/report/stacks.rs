@@ -238,7 +238,8 @@ impl StackSection {
                         out.kernel.insert(ks.clone(), kernel_names.name(&frames));
                     }
                 }
-                let (event, size_class) = event_name(k.what, k.arg, copy_impls, &w.alloc_entries);
+                let (event, size_class) =
+                    event_name(k.what, k.arg, copy_impls, &w.alloc_entries, &w.user_sites);
                 let inner = made_inside_another_alloc(k, user);
                 // The families that watch the process from outside its code
                 // (samples, switches, faults) can land in rig's handling;
@@ -383,6 +384,7 @@ pub fn event_name(
     arg: u32,
     copy_impls: &[CopyImpl],
     alloc_entries: &[AllocEntry],
+    user_sites: &[crate::probe::user::UserSite],
 ) -> (String, Option<u32>) {
     match what {
         stack_what::ALLOC => {
@@ -423,6 +425,13 @@ pub fn event_name(
             None,
         ),
         stack_what::CPU => ("on-CPU sample".to_string(), None),
+        stack_what::USER => (
+            user_sites
+                .get(arg as usize)
+                .map(|s| s.probe.clone())
+                .unwrap_or_else(|| format!("user probe #{arg}")),
+            None,
+        ),
         other => (format!("event {other}"), None),
     }
 }

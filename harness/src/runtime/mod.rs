@@ -26,6 +26,7 @@
 
 pub mod alloc;
 pub mod cpython;
+pub mod funcs;
 pub mod glibc;
 pub mod go;
 pub mod jit;
@@ -45,6 +46,7 @@ use crate::process::maps::{basename, Mapping, ProcMaps};
 use alloc::{AllocFamily, Entry};
 use go::gopclntab::GoVersion;
 
+pub use funcs::{func_entry, function_names, FuncEntry};
 pub use jit::PerfMap;
 
 /// Which C library.
@@ -325,6 +327,19 @@ pub trait Runtime: Sync {
     /// but does not probe.
     fn allocators(&self, _m: &Module<'_>) -> Vec<Allocator> {
         Vec::new()
+    }
+
+    /// The functions of its code in the module at `open`, by their raw
+    /// names, where its runtime names them itself (Go's table, stripped or
+    /// not); `None`: the ELF symbol tables do (`funcs::function_names`).
+    fn function_names(&self, _open: &Path) -> Option<Vec<String>> {
+        None
+    }
+
+    /// Where a probe counting the calls of function `symbol` goes in the
+    /// module at `open`; `None`: at its ELF symbol (`funcs::func_entry`).
+    fn func_entry(&self, _open: &Path, _symbol: &str) -> Option<Result<Option<FuncEntry>>> {
+        None
     }
 
     /// Where to probe entry point `symbol` of this runtime's code in the

@@ -475,12 +475,14 @@ fn every_program_rig_loads_verifies_in_fewer_than_30000_instructions() {
     root_or_skip!();
     let _g = probes_shared();
     let target = calib(&["--threads", "2"]);
-    let probes = ProbeSet::attach_opts(
+    // A function of the user's own loads the user family too.
+    let probes = ProbeSet::attach_named(
         target.pid(),
         &Family::ALL,
         rig::probe::Scope::Tree,
         rig::probe::Stacks::On,
         true,
+        &[rig::probe::user::UserProbe::func("calib_*").unwrap()],
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let verified = probes.verified_instructions();

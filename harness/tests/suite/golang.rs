@@ -851,6 +851,7 @@ fn go_copy_calls_and_bytes_equal_bpftraces_count_of_runtime_memmove_and_memclr()
         tree: Some(false),
         wrappers: Vec::new(),
         live_heap: false,
+        user_probes: Vec::new(),
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let a = rig::session::run_attach(&s, &stop).expect("attribution session");

@@ -213,6 +213,7 @@ fn every_block_calib_allocates_and_frees_in_the_window_nets_to_nothing_live() {
         tree: None,
         wrappers: Vec::new(),
         live_heap: true,
+        user_probes: Vec::new(),
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let a = rig::session::run_attach(&s, &stop).expect("attribution session");
@@ -408,6 +409,7 @@ fn rust_allocations_through_the_shims_are_recorded_once_and_all_freed() {
             tree: None,
             wrappers: Vec::new(),
             live_heap: true,
+            user_probes: Vec::new(),
         };
         let stop = std::sync::atomic::AtomicBool::new(false);
         let a = rig::session::run_attach(&s, &stop).expect("attribution session");

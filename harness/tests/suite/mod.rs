@@ -234,6 +234,7 @@ pub fn attribute_path_as_is(
         tree: None,
         wrappers: Vec::new(),
         live_heap: false,
+        user_probes: Vec::new(),
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let a = session::run_attach(&s, &stop).expect("attribution session");

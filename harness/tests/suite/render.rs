@@ -77,7 +77,7 @@ fn attribution() -> Attribution {
         schema_version: rig::report::SCHEMA_VERSION,
         pid: 4242,
         command: "/usr/local/bin/server --port 8080".into(),
-        families: Family::ALL.to_vec(),
+        families: Family::BUILT_IN.to_vec(),
         window: WindowInfo {
             elapsed_ns: 250_000_000,
             end: WindowEnd::Completed,
@@ -144,6 +144,7 @@ fn attribution() -> Attribution {
             calls: 1000,
             bytes: 4_096_000,
         }],
+        user: Vec::new(),
         locks: vec![LockRow {
             site: handler,
             pid: 4242,

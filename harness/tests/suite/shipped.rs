@@ -494,6 +494,7 @@ fn a_server_in_a_private_mount_and_pid_namespace_is_measured_from_its_own_files(
         tree: None,
         wrappers: Vec::new(),
         live_heap: false,
+        user_probes: Vec::new(),
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let a = rig::session::run_attach(&s, &stop).expect("attribution session");

@@ -200,3 +200,166 @@ fn a_usdt_semaphore_is_the_kernels_reference_count_and_falls_back_when_its_holde
     holder.wait().unwrap();
     assert_eq!(value(), 0, "the kernel lowered it when the holder died");
 }
+
+/// Guarded markers of a shipped binary counted exactly per request: a
+/// python whose "request" is one line on its stdin (read as bytes: no
+/// Python-level decoding) calls `f` three times per line, so CPython's
+/// `python:function__entry` fires three times per line, and its argument
+/// 2, `f`'s first line (1), sums to 3 per line. CPython 3.11 fires
+/// function__entry only while its line tracing is on (its `python:line`
+/// semaphore raised), so both are named. rig raises the semaphores itself;
+/// the load is a command writing the lines inside the window (`--per`
+/// their count).
+#[test]
+fn a_guarded_python_marker_is_counted_per_request_with_its_argument_summed() {
+    root_or_skip!();
+    let _g = super::probes_shared();
+    const LINES: u64 = 300;
+    let mut py = Command::new(PYTHON)
+        .args([
+            "-c",
+            "def f(x):\n    return x\nimport sys\nfor line in sys.stdin.buffer:\n    list(map(f, (1, 2, 3)))\n    print('ok', flush=True)\n",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("Debian 12's python3.11");
+    let pid = py.id();
+    // Warm: one line answered means the loop runs.
+    use std::io::{BufRead, BufReader, Write};
+    let mut stdin = py.stdin.take().unwrap();
+    let mut out = BufReader::new(py.stdout.take().unwrap());
+    stdin.write_all(b"warm\n").unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ok\n");
+    // Its answers are drained meanwhile, so it never blocks on stdout.
+    let drain = std::thread::spawn(move || out.lines().count());
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("a.json");
+    let load = format!("for i in $(seq {LINES}); do echo x; done > /proc/{pid}/fd/0; sleep 0.5");
+    let o = Command::new(rig_bin())
+        .args(["attach", "--pid", &pid.to_string(), "--probes", "syscalls"])
+        .args(["--per", &LINES.to_string()])
+        .args([
+            "--usdt",
+            "python:function__entry@2",
+            "--usdt",
+            "python:line",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .args(["--", "sh", "-c", &load])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let probe = a["user"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["probe"] == "usdt:python:function__entry")
+        .unwrap_or_else(|| panic!("{}", a["user"]));
+    assert_eq!(probe["calls"], 3 * LINES, "{probe}");
+    assert_eq!(probe["arg_sum"], 3 * LINES, "{probe}");
+    assert!(
+        text.contains("usdt:python:function__entry: 3 calls/req, argument 2 summed: 3.00/req"),
+        "{text}"
+    );
+    let sites = probe["sites"].as_array().unwrap();
+    assert_eq!(
+        sites
+            .iter()
+            .map(|s| s["calls"].as_u64().unwrap())
+            .sum::<u64>(),
+        3 * LINES
+    );
+    drop(stdin);
+    let _ = py.wait();
+    assert_eq!(drain.join().unwrap() as u64, LINES);
+}
+
+/// Functions a user names, counted per request: each `calib_*` function the
+/// calibration server calls once per `/calib` request (its COSTS.md) is
+/// one call per request from `calib_request`; `calib_spin` (not called on
+/// `/calib`) is listed with 0 calls; a pattern that matches nothing is
+/// refused before any window, with the nearest name.
+#[test]
+fn named_functions_are_counted_per_request_by_caller() {
+    root_or_skip!();
+    let _g = super::probes_shared();
+    let target = super::calib(&[]);
+    let port = target.port.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("a.json");
+    let o = Command::new(rig_bin())
+        .args([
+            "attach",
+            "--pid",
+            &target.pid().to_string(),
+            "--probes",
+            "syscalls",
+        ])
+        .args([
+            "--drive",
+            &format!("http://127.0.0.1:{port}/calib"),
+            "--requests",
+            "400",
+        ])
+        .args(["--func", "calib_alloc_*", "--func", "calib_spin", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let user = a["user"].as_array().unwrap();
+    for f in [
+        "calib_alloc_small",
+        "calib_alloc_calloc",
+        "calib_alloc_realloc",
+        "calib_alloc_aligned",
+    ] {
+        let p = user
+            .iter()
+            .find(|p| p["probe"] == format!("func:{f}"))
+            .unwrap_or_else(|| panic!("{f}: {user:?}"));
+        assert_eq!(p["calls"], 400, "{p}");
+        let sites = p["sites"].as_array().unwrap();
+        assert_eq!(sites.len(), 1, "{p}");
+        assert_eq!(sites[0]["site"]["function"], "calib_request", "{p}");
+    }
+    let spin = user
+        .iter()
+        .find(|p| p["probe"] == "func:calib_spin")
+        .unwrap();
+    assert_eq!(spin["calls"], 0);
+    let o = Command::new(rig_bin())
+        .args([
+            "attach",
+            "--pid",
+            &target.pid().to_string(),
+            "--probes",
+            "syscalls",
+        ])
+        .args([
+            "--drive",
+            &format!("http://127.0.0.1:{port}/calib"),
+            "--requests",
+            "10",
+        ])
+        .args(["--func", "calib_alloc_smal"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("--func calib_alloc_smal matches nothing")
+            && err.contains("closest: `calib_alloc_small`"),
+        "{err}"
+    );
+}

@@ -84,6 +84,7 @@ impl Shared {
                     alloc_entries: &mut self.alloc_entries,
                     alloc_unprobed: &mut self.alloc_unprobed,
                     notes: &mut self.notes,
+                    user: &mut self.user,
                     planned: Vec::new(),
                 };
                 for (family, ebpf) in &mut self.objects {
@@ -91,6 +92,7 @@ impl Shared {
                         Family::Alloc => a.attach_alloc(ebpf, &maps)?,
                         Family::Copy => a.attach_copy(ebpf, &maps)?,
                         Family::Locks => a.attach_locks(ebpf, &maps)?,
+                        Family::User => a.attach_user(ebpf, &maps, joined == Joined::Root)?,
                         Family::Syscalls | Family::Faults | Family::Sched | Family::Cpu => {}
                     }
                 }
@@ -116,15 +118,28 @@ impl Shared {
                 continue;
             };
             let lib = reached_by(&p.lib, plan.owner, pid);
-            uprobe_placed(
-                ebpf,
-                p.family,
-                &p.program,
-                &lib,
-                p.placement.clone(),
-                p.cookie,
-                pid,
-            )?;
+            match p.semaphore {
+                Some(sema) => self.user.guarded.push(user::guarded_placed(
+                    ebpf,
+                    &p.program,
+                    &lib,
+                    p.placement.file_offset,
+                    sema,
+                    p.cookie.unwrap_or_default(),
+                    pid,
+                )?),
+                None => {
+                    uprobe_placed(
+                        ebpf,
+                        p.family,
+                        &p.program,
+                        &lib,
+                        p.placement.clone(),
+                        p.cookie,
+                        pid,
+                    )?;
+                }
+            }
         }
         Ok(())
     }

@@ -42,6 +42,7 @@ mod follow;
 mod own;
 mod programs;
 mod uprobes;
+mod user;
 
 use follow::follow;
 use programs::*;
@@ -176,6 +177,8 @@ struct Shared {
     alloc_entries: Vec<AllocEntry>,
     alloc_unprobed: Vec<Unprobed>,
     notes: Vec<AttachNote>,
+    /// The probes a user named, their sites and the links that hold them.
+    user: user::UserState,
     /// The uprobes each address-space layout got, to give a process with
     /// the same layout (a forked child) the same ones at once.
     plans: Vec<Plan>,
@@ -188,6 +191,7 @@ struct Attacher<'a> {
     alloc_entries: &'a mut Vec<AllocEntry>,
     alloc_unprobed: &'a mut Vec<Unprobed>,
     notes: &'a mut Vec<AttachNote>,
+    user: &'a mut user::UserState,
     /// Every uprobe attached, in order: the plan of this layout.
     planned: Vec<Planned>,
 }
@@ -203,6 +207,9 @@ struct Planned {
     lib: PathBuf,
     placement: Placement,
     cookie: Option<u64>,
+    /// A USDT semaphore's file offset: attached through
+    /// `probe::usdt::GuardedUprobe` so the kernel raises it.
+    semaphore: Option<u64>,
 }
 
 /// The uprobes of one layout: its executable file mappings (start, end,
@@ -341,15 +348,33 @@ impl ProbeSet {
         stack_mode: Stacks,
         live_heap: bool,
     ) -> Result<ProbeSet, ProbeError> {
+        ProbeSet::attach_named(pid, families, scope, stack_mode, live_heap, &[])
+    }
+
+    /// `attach_opts` with the probes a user named (`--usdt`, `--func`):
+    /// the user family is loaded when there are some. One that matches
+    /// nothing in `pid` fails the attach, with the nearest names.
+    pub fn attach_named(
+        pid: u32,
+        families: &[Family],
+        scope: Scope,
+        stack_mode: Stacks,
+        live_heap: bool,
+        user_probes: &[crate::probe::user::UserProbe],
+    ) -> Result<ProbeSet, ProbeError> {
         check_target(pid)?;
+        let mut families = families.to_vec();
+        families.retain(|f| *f != Family::User);
+        if !user_probes.is_empty() {
+            families.push(Family::User);
+        }
         // What this kernel cannot load is left out, with a note saying why;
         // the rest loads as usual.
         let k = kernel::kernel();
         let stack_mode = k.stacks(stack_mode);
         let mut refused = Vec::new();
         let families: Vec<Family> = families
-            .iter()
-            .copied()
+            .into_iter()
             .filter(|&f| match k.allows(f) {
                 Ok(()) => true,
                 Err(why) => {
@@ -403,6 +428,7 @@ impl ProbeSet {
             alloc_entries: Vec::new(),
             alloc_unprobed: Vec::new(),
             notes: refused,
+            user: user::UserState::new(user_probes),
             plans: Vec::new(),
         };
         shared.join_at_attach(pid, &pids)?;
@@ -481,6 +507,7 @@ impl ProbeSet {
                 alloc_entries: Vec::new(),
                 alloc_unprobed: Vec::new(),
                 notes: Vec::new(),
+                user: user::UserState::new(&[]),
                 plans: Vec::new(),
             })),
             stop: Arc::new(AtomicBool::new(false)),
@@ -603,6 +630,12 @@ impl ProbeSet {
         self.shared().alloc_entries.clone()
     }
 
+    /// The sites of the probes a user named; a `UserKey`'s `site` indexes
+    /// this.
+    pub fn user_sites(&self) -> Vec<crate::probe::user::UserSite> {
+        self.shared().user.sites.clone()
+    }
+
     /// Allocators found in a measured process that rig could not probe.
     pub fn alloc_unprobed(&self) -> Vec<Unprobed> {
         self.shared().alloc_unprobed.clone()
@@ -651,6 +684,7 @@ impl ProbeSet {
                 Family::Faults => s.faults = read::percpu_hash(ebpf, f, "faults")?,
                 Family::Sched => s.sched = read::hash(ebpf, f, "sched_threads")?,
                 Family::Cpu => s.cpu = read::percpu_hash(ebpf, f, "cpu_samples")?,
+                Family::User => s.user = read::percpu_hash(ebpf, f, "user_calls")?,
             }
             if shared.stacks.mode == Stacks::On {
                 s.stacks.insert(f, stacks::read_stack_counts(ebpf, f)?);

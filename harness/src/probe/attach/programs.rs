@@ -19,6 +19,7 @@ pub(super) fn load(
         Family::Faults => &rig_ebpf::FAULTS,
         Family::Sched => &rig_ebpf::SCHED,
         Family::Cpu => &rig_ebpf::CPU,
+        Family::User => &rig_ebpf::USER,
     };
     let bytes = match kernel().build() {
         Build::Full => object.full,
@@ -82,7 +83,7 @@ pub(super) fn attach_tracepoints(objects: &mut [(Family, Ebpf)]) -> Result<(), P
                 raw_tp(ebpf, *family, "rig_lock_sys_enter", "sys_enter")?;
                 raw_tp(ebpf, *family, "rig_lock_sys_exit", "sys_exit")?;
             }
-            Family::Alloc | Family::Copy => {}
+            Family::Alloc | Family::Copy | Family::User => {}
         }
     }
     Ok(())
@@ -182,15 +183,7 @@ pub(super) fn uprobe_placed(
         }
         c => c,
     };
-    let p: &mut UProbe = ebpf
-        .program_mut(program)
-        .ok_or_else(|| missing_program(family, program))?
-        .try_into()
-        .map_err(program_err(family, format!("program {program}")))?;
-    if p.fd().is_err() {
-        p.load()
-            .map_err(program_err(family, format!("loading {program}")))?;
-    }
+    let p = loaded_uprobe(ebpf, family, program)?;
     let point = UProbeAttachPoint {
         location: UProbeAttachLocation::AbsoluteOffset(placement.file_offset),
         cookie,
@@ -207,11 +200,29 @@ pub(super) fn uprobe_placed(
     Ok(placement)
 }
 
+/// Uprobe program `program` of `family`'s object, loaded into the kernel.
+pub(super) fn loaded_uprobe<'e>(
+    ebpf: &'e mut Ebpf,
+    family: Family,
+    program: &str,
+) -> Result<&'e mut UProbe, ProbeError> {
+    let p: &mut UProbe = ebpf
+        .program_mut(program)
+        .ok_or_else(|| missing_program(family, program))?
+        .try_into()
+        .map_err(program_err(family, format!("program {program}")))?;
+    if p.fd().is_err() {
+        p.load()
+            .map_err(program_err(family, format!("loading {program}")))?;
+    }
+    Ok(p)
+}
+
 /// Write `cookie` under every address at which `pid` maps `file_offset` of
 /// `lib` (the file is matched by inode: `lib` may be any path to the mapped
 /// file, /proc/PID/map_files or /proc/PID/root, whose device numbers need not
 /// be the ones the maps file prints).
-fn insert_cookie(
+pub(super) fn insert_cookie(
     ebpf: &mut Ebpf,
     family: Family,
     pid: u32,
@@ -267,6 +278,8 @@ pub(super) fn args_read(program: &str) -> usize {
     match program {
         // A forwarder's entry and a lock call's return read no argument.
         "rig_alloc_fwd" | "rig_mutex_lock_ret" | "rig_alloc_ret" | "rig_alloc_go_gc" => 0,
+        // A user probe reads no argument register at a function's entry.
+        "rig_user_func" | "rig_user_go" | "rig_user_usdt" => 0,
         "rig_alloc_arg1" | "rig_alloc_free" => 1,
         "rig_mutex_lock" | "rig_mutex_trylock" | "rig_mutex_unlock" => 1,
         "rig_alloc_calloc" | "rig_alloc_arg2" => 2,

@@ -38,6 +38,7 @@ impl Attacher<'_> {
             lib: lib.to_path_buf(),
             placement: at.clone(),
             cookie,
+            semaphore: None,
         });
         Ok(at)
     }

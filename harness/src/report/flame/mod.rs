@@ -105,6 +105,19 @@ const CPU: &[Measure] = &[
     m("cpu_samples", "samples", Count, "on-CPU samples"),
 ];
 
+/// The probes a user named: every probe's calls in one graph, each
+/// stack under the probe it fired (the event is the graph's leaf), and
+/// the arguments summed (`--usdt …@N`).
+const USER: &[Measure] = &[
+    m("user", "user_probe_calls", Count, "user probe calls"),
+    m(
+        "user_arg",
+        "user_probe_arg",
+        Count,
+        "user probe argument summed",
+    ),
+];
+
 /// The measures of a family, the family's own graph first.
 pub fn measures(f: Family) -> &'static [Measure] {
     match f {
@@ -115,6 +128,7 @@ pub fn measures(f: Family) -> &'static [Measure] {
         Family::Syscalls => SYSCALLS,
         Family::Sched => SCHED,
         Family::Cpu => CPU,
+        Family::User => USER,
     }
 }
 
@@ -159,6 +173,7 @@ fn row_values(row: &Row) -> Option<Vec<u64>> {
         },
         Family::Faults | Family::Syscalls => vec![c],
         Family::Sched | Family::Cpu => vec![a, c],
+        Family::User => vec![c, a],
     })
 }
 

@@ -10,6 +10,7 @@ use crate::probe::Family;
 use crate::stats::per_request;
 
 mod stacks;
+mod user;
 pub use stacks::{short_name, stacks};
 
 /// `v / per` with up to six decimals, or the raw count when `per` is unknown.
@@ -76,6 +77,9 @@ pub fn render(a: &Attribution, top: usize) -> String {
         if a.families.contains(&family) {
             section(&mut out, a, top, n);
         }
+    }
+    if a.families.contains(&Family::User) {
+        user::user_probes(&mut out, a, top, n);
     }
     if let Some(h) = &a.live_heap {
         live_heap(&mut out, h, top);

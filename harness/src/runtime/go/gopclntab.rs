@@ -527,6 +527,11 @@ impl GoTable {
         (vaddr < f.end).then_some(f)
     }
 
+    /// Every function, by entry.
+    pub fn funcs(&self) -> impl Iterator<Item = &GoFunc> {
+        self.funcs.iter()
+    }
+
     /// The function named `name`.
     pub fn find(&self, name: &str) -> Option<&GoFunc> {
         self.funcs.iter().find(|f| f.name == name)

@@ -17,7 +17,8 @@ use rig_ebpf::abi::UnwindRow;
 
 use super::alloc::{owned, AllocFamily};
 use super::{
-    Allocator, Code, CodeNames, Module, ModuleKind, Named, OwnLock, OwnRoutine, Runtime, Uncovered,
+    Allocator, Code, CodeNames, FuncEntry, Module, ModuleKind, Named, OwnLock, OwnRoutine, Runtime,
+    Uncovered,
 };
 use crate::elf::{ElfFacts, SymbolInfo};
 use gopclntab::{GoTable, GoVersion};
@@ -102,6 +103,25 @@ impl Runtime for Go {
     /// without one (hand-written assembly) is probed at its entry.
     fn entry_point(&self, open: &Path, symbol: &str) -> Option<Result<Option<SymbolInfo>>> {
         Some(entry_point(open, symbol))
+    }
+
+    /// Go's function table names every function, stripped or not.
+    fn function_names(&self, open: &Path) -> Option<Vec<String>> {
+        table(open)
+            .ok()
+            .map(|t| t.funcs().map(|f| f.name.clone()).collect())
+    }
+
+    /// A function's calls are counted on its stack check, as the
+    /// allocator's are; one without (hand-written assembly, `nosplit`
+    /// leaves) at its entry.
+    fn func_entry(&self, open: &Path, symbol: &str) -> Option<Result<Option<FuncEntry>>> {
+        Some(stack_check(open, symbol).map(|found| {
+            found.map(|(info, checked)| match checked {
+                true => FuncEntry::StackCheck(info),
+                false => FuncEntry::Placed(info),
+            })
+        }))
     }
 
     /// Go's runtime, the standard library's system-call wrappers and its
@@ -393,6 +413,19 @@ pub fn version(open: &Path) -> Option<GoVersion> {
 }
 
 fn entry_point(lib: &Path, symbol: &str) -> Result<Option<SymbolInfo>> {
+    match stack_check(lib, symbol)? {
+        Some((_, false)) if needs_stack_check(symbol) => bail!(
+            "{symbol} in {} has no stack check in its prologue, whose branch rig's probe \
+             sits on (the program counts only the pass that does not grow the stack)",
+            lib.display()
+        ),
+        found => Ok(found.map(|(info, _)| info)),
+    }
+}
+
+/// Function `symbol` of the Go module at `lib`, from its prologue's stack
+/// check branch on when it has one (`true`), else from its entry.
+fn stack_check(lib: &Path, symbol: &str) -> Result<Option<(SymbolInfo, bool)>> {
     let facts = ElfFacts::shared(lib)?;
     let go = table(lib)?;
     let Some(f) = go.find(symbol) else {
@@ -401,28 +434,19 @@ fn entry_point(lib: &Path, symbol: &str) -> Result<Option<SymbolInfo>> {
     let Some(file_offset) = facts.vaddr_to_file_offset(f.entry) else {
         return Ok(None);
     };
-    let code = std::fs::read(lib)?;
-    let head = code
-        .get(file_offset as usize..(file_offset as usize + 32).min(code.len()))
-        .unwrap_or_default();
-    let skip = match stack_check_branch(head) {
-        Some(at) => at as u64,
-        None if needs_stack_check(symbol) => {
-            bail!(
-                "{symbol} in {} has no stack check in its prologue, whose branch rig's probe \
-                 sits on (the program counts only the pass that does not grow the stack)",
-                lib.display()
-            )
-        }
-        None => 0,
-    };
-    Ok(Some(SymbolInfo {
+    let mut head = [0u8; 32];
+    let n =
+        std::os::unix::fs::FileExt::read_at(&std::fs::File::open(lib)?, &mut head, file_offset)?;
+    let branch = stack_check_branch(&head[..n]);
+    let skip = branch.unwrap_or(0) as u64;
+    let info = SymbolInfo {
         name: f.name.clone(),
         vaddr: f.entry + skip,
         size: f.end - f.entry - skip,
         file_offset: file_offset + skip,
         is_ifunc: false,
-    }))
+    };
+    Ok(Some((info, branch.is_some())))
 }
 
 /// The offset of a Go prologue's stack check branch at the start of

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Probes a user names: calls by (site, caller) and whole stack, and for a
+ * USDT marker one argument summed (`--usdt PROVIDER:NAME@N`). A marker's
+ * probe sits on its `nop`, which the kernel emulates; a function's on the
+ * first instruction past its entry that leaves the stack pointer and
+ * memory alone (harness/src/probe/placement.rs), so the return address is
+ * the word at the stack pointer. In Go code the probe sits on the
+ * prologue's stack check (see go_stack_grows). */
+#include "common.bpf.h"
+#include "user.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct user_key);
+	__type(value, struct user_val);
+} user_calls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RIG_USER_SITES);
+	__type(key, __u32);
+	__type(value, struct user_arg);
+} user_args SEC(".maps");
+
+/* The argument the site's spec names, as libbpf's USDT support reads it:
+ * 8 bytes from the register (or from memory at register + displacement),
+ * then cut to `size` bytes and sign-extended when signed. */
+static __always_inline __u64 user_arg_value(struct pt_regs *ctx, __u32 site)
+{
+	struct user_arg *a = bpf_map_lookup_elem(&user_args, &site);
+	if (!a || a->kind == USER_ARG_NONE)
+		return 0;
+	if (a->kind == USER_ARG_CONST)
+		return (__u64)a->value;
+	__u64 v = 0;
+	if (a->reg_off > sizeof(struct pt_regs) - sizeof(v) ||
+	    bpf_probe_read_kernel(&v, sizeof(v), (void *)ctx + a->reg_off)) {
+		stat_add(RIG_STAT_READ_FAIL, 1);
+		return 0;
+	}
+	if (a->kind == USER_ARG_MEM &&
+	    bpf_probe_read_user(&v, sizeof(v), (void *)(v + a->value))) {
+		stat_add(RIG_STAT_READ_FAIL, 1);
+		return 0;
+	}
+	__u32 shift = a->size >= 8 ? 0 : 64 - 8 * (__u32)a->size;
+	v <<= shift;
+	if (a->is_signed)
+		return (__u64)((__s64)v >> shift);
+	return v >> shift;
+}
+
+static __always_inline int count_user(struct pt_regs *ctx, __u64 caller)
+{
+	__u32 tgid = current_tgid();
+	if (!is_live_target(tgid))
+		return 0;
+	stat_add(RIG_STAT_EVENTS, 1);
+	struct user_key k = {
+		.caller = caller,
+		.site = (__u32)attach_cookie(ctx),
+		.tgid = tgid,
+	};
+	__u64 arg = user_arg_value(ctx, k.site);
+	struct user_val zero = {};
+	struct user_val *v = upsert(&user_calls, &k, &zero);
+	if (v) {
+		v->calls++;
+		v->sum += arg;
+	}
+	__u64 ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+	stack_add(tgid, ustack, -1, STACK_USER, k.site, arg);
+	return 0;
+}
+
+/* At a marker: the code that fired it is where the probe is. */
+SEC("uprobe")
+int rig_user_usdt(struct pt_regs *ctx) { return count_user(ctx, PT_REGS_IP(ctx)); }
+
+/* At a function's entry: its caller. */
+SEC("uprobe")
+int rig_user_func(struct pt_regs *ctx)
+{
+	return count_user(ctx, caller_through(caller_of(ctx), uretprobe_trampoline(), PT_REGS_SP(ctx)));
+}
+
+/* At a Go function's stack check: the pass that grows the stack starts the
+ * function again and is counted then. */
+SEC("uprobe")
+int rig_user_go(struct pt_regs *ctx)
+{
+	if (go_stack_grows(ctx))
+		return 0;
+	return count_user(ctx, caller_of(ctx));
+}

@@ -1,0 +1,45 @@
+/* Rust twin: ebpf/src/abi.rs (`UserKey`, `UserArg`, `user_arg`). */
+#ifndef RIG_USER_H
+#define RIG_USER_H
+#include <linux/types.h>
+
+/* The probes a user names (`--usdt`, `--func`): every place one is
+ * attached is a site; the attach cookie is the site's index in the
+ * harness's table of them (`ProbeSet::user_sites`). */
+#define RIG_USER_SITES 4096
+
+/* Where a USDT marker's summed argument is when it fires
+ * (`struct user_arg.kind`). */
+enum user_arg_kind {
+	USER_ARG_NONE = 0,  /* nothing summed */
+	USER_ARG_CONST = 1, /* `value` itself */
+	USER_ARG_REG = 2,   /* the register at `reg_off` of pt_regs */
+	USER_ARG_MEM = 3,   /* memory at that register + `value` */
+};
+
+/* Per site, filled by the harness before the site's probe goes in. */
+struct user_arg {
+	__u8 kind;      /* enum user_arg_kind */
+	__u8 size;      /* bytes: 1, 2, 4 or 8 */
+	__u8 is_signed; /* sign-extend from `size` bytes */
+	__u8 _pad0;
+	__u16 reg_off; /* offset in struct pt_regs */
+	__u16 _pad1;
+	__s64 value; /* the constant, or the displacement */
+};
+_Static_assert(sizeof(struct user_arg) == 16, "user_arg ABI");
+
+struct user_key {
+	__u64 caller; /* the marker's address, or the function's return address */
+	__u32 site;   /* attach cookie */
+	__u32 tgid;
+};
+_Static_assert(sizeof(struct user_key) == 16, "user_key ABI");
+
+/* Value: struct user_val { calls, sum } (the argument summed; 0 without). */
+struct user_val {
+	__u64 calls;
+	__u64 sum;
+};
+_Static_assert(sizeof(struct user_val) == 16, "user_val ABI");
+#endif

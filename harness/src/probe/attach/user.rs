@@ -1,0 +1,199 @@
+//! The user family's probes (`--usdt`, `--func`) in one process: the
+//! specs resolved against its map (`probe::user`), each site's argument
+//! location written to `user_args` under its index (the attach cookie),
+//! and the probe attached: a function's placed past the instructions that
+//! leave the stack alone (an IFUNC's on the implementation the process
+//! chose), a marker's on its `nop`, and a marker with a semaphore through
+//! a uprobe whose reference counter the kernel raises
+//! (`probe::usdt::GuardedUprobe`).
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use aya::maps::Array;
+
+use super::*;
+use crate::probe::usdt::GuardedUprobe;
+use crate::probe::user::{self as spec, SiteAt, UserProbe, UserSite};
+use rig_ebpf::abi::{user_arg, UserArg};
+
+/// The probes a user named, the sites they were found at, and the guarded
+/// uprobes (with their links) that hold the semaphored ones.
+pub(super) struct UserState {
+    pub(super) probes: Vec<UserProbe>,
+    pub(super) sites: Vec<UserSite>,
+    pub(super) guarded: Vec<(GuardedUprobe, Option<OwnedFd>)>,
+}
+
+impl UserState {
+    pub(super) fn new(probes: &[UserProbe]) -> UserState {
+        UserState {
+            probes: probes.to_vec(),
+            sites: Vec::new(),
+            guarded: Vec::new(),
+        }
+    }
+}
+
+impl Attacher<'_> {
+    /// Resolve the user's probes in this process and attach each site. In
+    /// the root process a spec that matches nothing is an error (the user
+    /// misspelt it); in another process of the tree it is a note (a helper
+    /// that runs other code).
+    pub(super) fn attach_user(
+        &mut self,
+        ebpf: &mut Ebpf,
+        maps: &ProcMaps,
+        root: bool,
+    ) -> Result<(), ProbeError> {
+        let family = Family::User;
+        let r = spec::resolve(self.pid, maps, &self.user.probes)?;
+        for (p, closest) in r.unmatched {
+            if root {
+                return Err(spec::no_match(self.pid, &p, closest).into());
+            }
+            self.note(
+                family,
+                p.spec(),
+                format!("matches nothing in pid {}", self.pid),
+            );
+        }
+        for n in r.notes {
+            self.note(family, "user probes", n);
+        }
+        for mut site in r.sites {
+            crate::probe::preload::interrupted()?;
+            let open = maps.readable_path(&site.module);
+            if site.ifunc {
+                let name = site.probe.trim_start_matches("func:");
+                match crate::probe::ifunc::resolve_ifunc(self.pid, maps, &site.module, name) {
+                    Ok(r) => {
+                        site.file_offset = r.file_offset;
+                        site.ifunc = false;
+                    }
+                    Err(e) => {
+                        self.note(
+                            family,
+                            site.probe.clone(),
+                            format!("not probed: an IFUNC whose implementation rig could not resolve: {e:#}"),
+                        );
+                        continue;
+                    }
+                }
+            }
+            let index = self.user_site(ebpf, &site)?;
+            let program = site.at.program();
+            let at = match site.at {
+                SiteAt::FuncEntry => placement(family, program, &open, site.file_offset, &[])?,
+                SiteAt::Marker | SiteAt::StackCheck => Placement::entry(site.file_offset),
+            };
+            let what = format!(
+                "{} ({}+{:#x})",
+                site.probe,
+                basename(&site.module),
+                at.file_offset
+            );
+            match site.semaphore {
+                Some(sema) => {
+                    let g = guarded_placed(
+                        ebpf,
+                        program,
+                        &open,
+                        at.file_offset,
+                        sema,
+                        index,
+                        self.pid,
+                    )?;
+                    self.user.guarded.push(g);
+                    self.planned.push(Planned {
+                        family,
+                        program: program.to_string(),
+                        lib: open.clone(),
+                        placement: at,
+                        cookie: Some(index),
+                        semaphore: Some(sema),
+                    });
+                    self.note(family, what, "uprobe on the marker; its semaphore raised by the kernel while rig is attached");
+                }
+                None => {
+                    let at = self.place(ebpf, family, program, &open, at, Some(index))?;
+                    let how = match site.at {
+                        SiteAt::Marker => "uprobe on the marker".to_string(),
+                        SiteAt::StackCheck => {
+                            "uprobe on its stack check (the pass that grows the stack not counted)"
+                                .to_string()
+                        }
+                        SiteAt::FuncEntry => {
+                            format!("uprobe at its entry{}", moved(&at, site.file_offset))
+                        }
+                    };
+                    self.note(family, what, how);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The index of `site` in the probe set's table (added, with its
+    /// argument location in `user_args`, when new).
+    fn user_site(&mut self, ebpf: &mut Ebpf, site: &UserSite) -> Result<u64, ProbeError> {
+        let family = Family::User;
+        if let Some(i) = self.user.sites.iter().position(|s| {
+            s.module == site.module && s.file_offset == site.file_offset && s.probe == site.probe
+        }) {
+            return Ok(i as u64);
+        }
+        let i = self.user.sites.len();
+        if i >= user_arg::SITES {
+            return Err(spec::UserProbeError::TooMany {
+                spec: "the user probes together".into(),
+                pid: self.pid,
+                count: i + 1,
+                what: "sites",
+            }
+            .into());
+        }
+        let m = read::map_mut(ebpf, family, "user_args")?;
+        let mut args: Array<_, UserArg> =
+            Array::try_from(m).map_err(read::map_err(family, "user_args"))?;
+        args.set(i as u32, site.arg_abi, 0)
+            .map_err(read::map_err(family, "user_args"))?;
+        self.user.sites.push(site.clone());
+        Ok(i as u64)
+    }
+}
+
+/// A program of the user family on the marker at `file_offset` of `lib` in
+/// `pid`, through a uprobe whose reference counter is the semaphore at
+/// file offset `semaphore`: raised while the uprobe lives, in every
+/// process it is installed in, lowered when rig closes it or dies.
+pub(super) fn guarded_placed(
+    ebpf: &mut Ebpf,
+    program: &str,
+    lib: &Path,
+    file_offset: u64,
+    semaphore: u64,
+    cookie: u64,
+    pid: u32,
+) -> Result<(GuardedUprobe, Option<OwnedFd>), ProbeError> {
+    let family = Family::User;
+    let what = format!("{}+{file_offset:#x}", lib.display());
+    let err = |source| ProbeError::Guarded {
+        what: what.clone(),
+        source,
+    };
+    let prog = loaded_uprobe(ebpf, family, program)?
+        .fd()
+        .map_err(program_err(family, format!("program {program}")))?
+        .try_clone()
+        .map_err(err)?;
+    let g = GuardedUprobe::open(lib, file_offset, semaphore, pid).map_err(err)?;
+    if kernel::kernel().cookies_by_address() {
+        // No BPF link with a cookie before Linux 5.15: the compat object
+        // finds the cookie by the address the probe fires at.
+        insert_cookie(ebpf, family, pid, lib, file_offset, cookie)?;
+        g.attach(prog.as_fd()).map_err(err)?;
+        return Ok((g, None));
+    }
+    let link = g.attach_with_cookie(prog.as_fd(), cookie).map_err(err)?;
+    Ok((g, Some(link)))
+}

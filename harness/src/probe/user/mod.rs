@@ -1,0 +1,438 @@
+//! Probes a user names: USDT markers (`--usdt [BINARY:]PROVIDER:NAME[@N]`)
+//! and functions (`--func [MODULE!]PATTERN`), found in the modules a
+//! process maps and counted per request like any family (`Family::User`).
+//!
+//! In: the specs as written and a process's memory map. Out: the sites a
+//! probe goes at ([`UserSite`]: a marker's `nop`, a function's entry), each
+//! with the probe it counts for, its semaphore and the argument it sums;
+//! or why a spec cannot be counted (nothing matches it, with the nearest
+//! names; more functions than [`MAX_SITES`]; an argument the marker does
+//! not have). Each marker or function a pattern matches is a probe of its
+//! own in the report: `usdt:postgresql:query__start`, `func:malloc`.
+
+pub mod names;
+
+use serde::{Deserialize, Serialize};
+
+use crate::elf::usdt::{Arg, Loc, Marker, Reg};
+use crate::elf::ElfFacts;
+use crate::process::maps::{basename, ProcMaps};
+use crate::runtime::{FuncEntry, ModuleKind};
+use names::{closest, display_name, function_matches, marker_matches};
+use rig_ebpf::abi::{user_arg, UserArg};
+
+/// One pattern may match at most this many functions or markers: more is
+/// refused with the count (each is a uprobe the kernel takes about 0.1 s
+/// to remove, and a site table of `user_arg::SITES` for all).
+pub const MAX_SITES: usize = 1000;
+
+/// A probe as the user wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserProbe {
+    /// `[BINARY:]PROVIDER:NAME`, globs in each part, and the argument to
+    /// sum (numbered from 0, as bpftrace's `arg0`).
+    Usdt { pattern: String, arg: Option<u8> },
+    /// `[MODULE!]PATTERN` over function names as reports print them.
+    Func { pattern: String },
+}
+
+impl UserProbe {
+    /// `--usdt [BINARY:]PROVIDER:NAME[@N]`.
+    pub fn usdt(spec: &str) -> Result<UserProbe, String> {
+        let (pattern, arg) = match spec.rsplit_once('@') {
+            Some((p, n)) => {
+                let n: u8 = n.parse().ok().filter(|n| *n < 12).ok_or_else(|| {
+                    format!("`{spec}`: after `@` comes the number of the argument to sum, 0 to 11")
+                })?;
+                (p, Some(n))
+            }
+            None => (spec, None),
+        };
+        if pattern.split(':').filter(|p| !p.is_empty()).count() < 2 {
+            return Err(format!(
+                "`{spec}` is not `[BINARY:]PROVIDER:NAME` (e.g. `postgresql:query__start`; \
+                 `rig probes --pid PID` lists a process's markers)"
+            ));
+        }
+        Ok(UserProbe::Usdt {
+            pattern: pattern.to_string(),
+            arg,
+        })
+    }
+
+    /// `--func [MODULE!]PATTERN`.
+    pub fn func(spec: &str) -> Result<UserProbe, String> {
+        if spec.trim().is_empty() || spec.ends_with('!') {
+            return Err(format!(
+                "`{spec}` names no function: `--func [MODULE!]PATTERN`, e.g. \
+                 `ngx_http_core_run_phases` or `libc.so.6!mem*`"
+            ));
+        }
+        Ok(UserProbe::Func {
+            pattern: spec.to_string(),
+        })
+    }
+
+    /// The spec as written on the command line.
+    pub fn spec(&self) -> String {
+        match self {
+            UserProbe::Usdt { pattern, arg: None } => format!("--usdt {pattern}"),
+            UserProbe::Usdt {
+                pattern,
+                arg: Some(n),
+            } => format!("--usdt {pattern}@{n}"),
+            UserProbe::Func { pattern } => format!("--func {pattern}"),
+        }
+    }
+}
+
+/// How a site's probe fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteAt {
+    /// On a USDT marker's `nop` (its code is the call site).
+    Marker,
+    /// At a function's entry, moved past instructions that leave the stack
+    /// alone (its caller is the call site).
+    FuncEntry,
+    /// On a Go function's stack check (its caller is the call site).
+    StackCheck,
+}
+
+impl SiteAt {
+    /// The BPF program that counts there (user.bpf.c).
+    pub fn program(self) -> &'static str {
+        match self {
+            SiteAt::Marker => "rig_user_usdt",
+            SiteAt::FuncEntry => "rig_user_func",
+            SiteAt::StackCheck => "rig_user_go",
+        }
+    }
+}
+
+/// One place a user probe is attached; its index in the probe set's table
+/// is the attach cookie.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct UserSite {
+    /// The probe it counts for: `usdt:PROVIDER:NAME` or `func:NAME`.
+    pub probe: String,
+    /// The argument summed (`--usdt …@N`), numbered from 0.
+    pub arg: Option<u8>,
+    /// The module as in maps.
+    pub module: String,
+    /// Where the probe goes (before placement moves a function's).
+    pub file_offset: u64,
+    pub at: SiteAt,
+    /// The marker's semaphore, as a file offset: the kernel raises it while
+    /// the probe is in.
+    pub semaphore: Option<u64>,
+    /// An IFUNC (glibc's `memcpy`): `file_offset` is its resolver's, and the
+    /// probe goes on the implementation the process's resolver chose.
+    pub ifunc: bool,
+    /// Where the summed argument is, for the BPF program.
+    #[serde(skip)]
+    pub arg_abi: UserArg,
+}
+
+/// What matched a process's map, and what did not.
+#[derive(Debug, Default)]
+pub struct Resolution {
+    pub sites: Vec<UserSite>,
+    /// Specs that matched nothing here, with the nearest names.
+    pub unmatched: Vec<(UserProbe, Vec<String>)>,
+    /// What could not be read (a module's notes) or was left out (an
+    /// IFUNC whose implementation the caller resolves).
+    pub notes: Vec<String>,
+}
+
+/// A spec that cannot be counted as written.
+#[derive(Debug, thiserror::Error)]
+pub enum UserProbeError {
+    #[error("{spec} matches nothing in pid {pid}{}", nearest(.closest))]
+    NoMatch {
+        spec: String,
+        pid: u32,
+        closest: Vec<String>,
+    },
+    #[error("{spec} matches {count} {what} in pid {pid}, more than {MAX_SITES}: narrow the pattern (`rig probes --pid {pid} PATTERN` lists them)")]
+    TooMany {
+        spec: String,
+        pid: u32,
+        count: usize,
+        what: &'static str,
+    },
+    #[error("{spec}: {why}")]
+    Argument { spec: String, why: String },
+}
+
+fn nearest(near: &[String]) -> String {
+    match near {
+        [] => " (`rig probes --pid PID PATTERN` lists what a process offers)".to_string(),
+        n => format!("; closest: `{}`", n.join("`, `")),
+    }
+}
+
+/// The sites of `probes` in the executable modules of `maps`.
+pub fn resolve(
+    pid: u32,
+    maps: &ProcMaps,
+    probes: &[UserProbe],
+) -> Result<Resolution, UserProbeError> {
+    let mut out = Resolution::default();
+    let mut matched = vec![0usize; probes.len()];
+    for o in maps.objects().into_iter().filter(|o| o.executable) {
+        let open = maps.readable_path(&o.path);
+        let Ok(facts) = ElfFacts::shared(&open) else {
+            continue;
+        };
+        let kind = ModuleKind::of_file(&o.path, &open).ok();
+        let mut markers: Option<Vec<Marker>> = None;
+        let mut functions: Option<Vec<(String, String)>> = None;
+        for (i, p) in probes.iter().enumerate() {
+            match p {
+                UserProbe::Usdt { pattern, arg } => {
+                    let ms =
+                        markers.get_or_insert_with(|| match crate::elf::usdt::markers(&open) {
+                            Ok(m) => m.0.clone(),
+                            Err(e) => {
+                                out.notes
+                                    .push(format!("{}: USDT notes unreadable: {e:#}", o.path));
+                                Vec::new()
+                            }
+                        });
+                    for m in ms.iter().filter(|m| marker_matches(pattern, &o.path, m)) {
+                        matched[i] += 1;
+                        out.sites.push(marker_site(p, &o.path, m, *arg)?);
+                    }
+                }
+                UserProbe::Func { pattern } => {
+                    let Some(kind) = kind else { continue };
+                    let fs = functions.get_or_insert_with(|| {
+                        crate::runtime::function_names(&open, kind, &facts)
+                            .into_iter()
+                            .map(|raw| (display_name(&raw), raw))
+                            .collect()
+                    });
+                    for (shown, raw) in fs.iter() {
+                        if !function_matches(pattern, &o.path, shown) {
+                            continue;
+                        }
+                        matched[i] += 1;
+                        if matched[i] > MAX_SITES {
+                            continue;
+                        }
+                        match crate::runtime::func_entry(&open, kind, raw) {
+                            Ok(Some(e)) => out.sites.push(func_site(shown, &o.path, e)),
+                            Ok(None) => {}
+                            Err(e) => out.notes.push(format!("{shown} in {}: {e:#}", o.path)),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (i, p) in probes.iter().enumerate() {
+        if matched[i] > MAX_SITES {
+            return Err(UserProbeError::TooMany {
+                spec: p.spec(),
+                pid,
+                count: matched[i],
+                what: match p {
+                    UserProbe::Usdt { .. } => "markers",
+                    UserProbe::Func { .. } => "functions",
+                },
+            });
+        }
+        if matched[i] == 0 {
+            out.unmatched.push((p.clone(), spellings_near(maps, p)));
+        }
+    }
+    // Aliases (`malloc`, `__libc_malloc`) are one function: one probe.
+    // One marker sums one argument: two specs asking two of the same
+    // marker are refused, not merged into one silently.
+    let mut seen: std::collections::BTreeMap<(String, u64), Option<u8>> = Default::default();
+    let mut sites = Vec::new();
+    for s in out.sites {
+        match seen.get(&(s.module.clone(), s.file_offset)) {
+            Some(arg) if *arg != s.arg && s.at == SiteAt::Marker => {
+                return Err(UserProbeError::Argument {
+                    spec: format!("--usdt {}", s.probe.trim_start_matches("usdt:")),
+                    why: "named twice with different arguments to sum; rig sums one argument \
+                          per marker"
+                        .into(),
+                })
+            }
+            Some(_) => {}
+            None => {
+                seen.insert((s.module.clone(), s.file_offset), s.arg);
+                sites.push(s);
+            }
+        }
+    }
+    out.sites = sites;
+    Ok(out)
+}
+
+/// The error for a spec that matched nothing in `pid`.
+pub fn no_match(pid: u32, probe: &UserProbe, closest: Vec<String>) -> UserProbeError {
+    UserProbeError::NoMatch {
+        spec: probe.spec(),
+        pid,
+        closest,
+    }
+}
+
+fn marker_site(
+    p: &UserProbe,
+    module: &str,
+    m: &Marker,
+    arg: Option<u8>,
+) -> Result<UserSite, UserProbeError> {
+    let bad = |why: String| UserProbeError::Argument {
+        spec: p.spec(),
+        why,
+    };
+    let semaphore = match m.semaphore {
+        None => None,
+        Some(s) => Some(s.file_offset.ok_or_else(|| {
+            bad(format!(
+                "{}:{}'s semaphore ({:#x}) is in no loaded segment of {module}: rig cannot raise \
+                 it, and the marker would never fire",
+                m.provider, m.name, s.vaddr
+            ))
+        })?),
+    };
+    let arg_abi = match arg {
+        None => UserArg::default(),
+        Some(n) => {
+            let args = m.args.as_ref().map_err(|e| {
+                bad(format!(
+                    "{}:{}'s arguments `{}` cannot be read: {e}",
+                    m.provider, m.name, m.args_text
+                ))
+            })?;
+            let a = args.get(n as usize).ok_or_else(|| {
+                bad(format!(
+                    "{}:{} in {module} has {} argument(s) (`{}`), numbered from 0: there is no \
+                     argument {n}",
+                    m.provider,
+                    m.name,
+                    args.len(),
+                    m.args_text
+                ))
+            })?;
+            arg_location(a)
+                .map_err(|why| bad(format!("{}:{} argument {n} ({why})", m.provider, m.name)))?
+        }
+    };
+    Ok(UserSite {
+        probe: format!("usdt:{}:{}", m.provider, m.name),
+        arg,
+        module: module.to_string(),
+        file_offset: m.file_offset,
+        at: SiteAt::Marker,
+        semaphore,
+        ifunc: false,
+        arg_abi,
+    })
+}
+
+/// Where the BPF program finds argument `a`.
+pub fn arg_location(a: &Arg) -> Result<UserArg, String> {
+    let mut u = UserArg {
+        size: a.size,
+        is_signed: u8::from(a.signed),
+        ..UserArg::default()
+    };
+    match &a.loc {
+        Loc::Const(v) => {
+            u.kind = user_arg::CONST;
+            u.value = *v;
+        }
+        Loc::Reg(Reg::Rip) | Loc::Mem { base: Reg::Rip, .. } => {
+            return Err(
+                "a global read relative to the instruction pointer; rig sums \
+                        arguments in registers, on the stack and constants"
+                    .into(),
+            )
+        }
+        Loc::Reg(r) => {
+            u.kind = user_arg::REG;
+            u.reg_off = r.pt_regs_offset();
+        }
+        Loc::Mem {
+            base,
+            disp,
+            symbol: None,
+        } => {
+            u.kind = user_arg::MEM;
+            u.reg_off = base.pt_regs_offset();
+            u.value = *disp;
+        }
+        Loc::Mem {
+            symbol: Some(s), ..
+        } => {
+            return Err(format!(
+                "the global `{s}`; rig sums arguments in registers, on the stack and constants"
+            ))
+        }
+    }
+    Ok(u)
+}
+
+fn func_site(shown: &str, module: &str, e: FuncEntry) -> UserSite {
+    let at = match &e {
+        FuncEntry::Placed(_) => SiteAt::FuncEntry,
+        FuncEntry::StackCheck(_) => SiteAt::StackCheck,
+    };
+    UserSite {
+        probe: format!("func:{shown}"),
+        arg: None,
+        module: module.to_string(),
+        file_offset: e.symbol().file_offset,
+        at,
+        semaphore: None,
+        ifunc: e.symbol().is_ifunc,
+        arg_abi: UserArg::default(),
+    }
+}
+
+/// The names nearest to `p` in the modules of `maps`.
+fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
+    let mut spellings = Vec::new();
+    for o in maps.objects().into_iter().filter(|o| o.executable) {
+        let open = maps.readable_path(&o.path);
+        let base = basename(&o.path);
+        match p {
+            UserProbe::Usdt { .. } => {
+                for m in crate::elf::usdt::markers(&open)
+                    .map(|m| m.0.clone())
+                    .unwrap_or_default()
+                {
+                    spellings.push(format!("{}:{}", m.provider, m.name));
+                    spellings.push(format!("{base}:{}:{}", m.provider, m.name));
+                }
+            }
+            UserProbe::Func { .. } => {
+                let (Ok(facts), Ok(kind)) =
+                    (ElfFacts::shared(&open), ModuleKind::of_file(&o.path, &open))
+                else {
+                    continue;
+                };
+                for raw in crate::runtime::function_names(&open, kind, &facts) {
+                    let n = display_name(&raw);
+                    spellings.push(format!("{base}!{n}"));
+                    spellings.push(n);
+                }
+            }
+        }
+    }
+    let pattern = match p {
+        UserProbe::Usdt { pattern, .. } | UserProbe::Func { pattern } => pattern,
+    };
+    closest(pattern, &spellings)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,49 @@
+//! The user family's lines: each probe a user named with its calls (and
+//! its argument summed), then its call sites.
+
+use std::fmt::Write as _;
+
+use super::{per, table, Attribution};
+
+/// One block per probe: its total, then its sites (at most `top`).
+pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
+    let unit = if n.is_some() { "/req" } else { "" };
+    for p in &a.user {
+        let arg = match (p.arg, p.arg_sum) {
+            (Some(i), Some(sum)) => format!(", argument {i} summed: {}{unit}", per_signed(sum, n)),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "\n{}: {} calls{unit}{arg} (probed at {})",
+            p.probe,
+            per(p.calls, n),
+            p.probed_at.join(", ")
+        );
+        if p.sites.is_empty() {
+            continue;
+        }
+        let mut header = vec!["call site".to_string(), format!("calls{unit}")];
+        if p.arg.is_some() {
+            header.push(format!("argument sum{unit}"));
+        }
+        let h: Vec<&str> = header.iter().map(String::as_str).collect();
+        let mut t = table(&h);
+        for s in p.sites.iter().take(top) {
+            let mut row = vec![s.site.label(), per(s.calls, n)];
+            if let Some(sum) = s.arg_sum {
+                row.push(per_signed(sum, n));
+            }
+            t.add_row(row);
+        }
+        let _ = writeln!(out, "{t}");
+    }
+}
+
+/// A summed argument per request (it may be negative).
+fn per_signed(sum: i128, n: Option<u64>) -> String {
+    match n {
+        Some(n) if n > 0 => format!("{:.2}", sum as f64 / n as f64),
+        _ => sum.to_string(),
+    }
+}

@@ -1,0 +1,119 @@
+//! The probes a user named (`--usdt`, `--func`): one entry per marker or
+//! function, with its calls in the window and by call site — the code that
+//! fired the marker, or the function's caller — and the argument summed
+//! where one was asked for (`--usdt …@N`).
+//!
+//! Every probe that was attached is listed, also one that never fired in
+//! the window: its zero is a count, not an absence.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::build::Builder;
+use crate::probe::user::SiteAt;
+use crate::symbolize::{AddrKind, Site};
+
+/// One probe a user named.
+#[derive(Clone, Debug, Serialize)]
+pub struct UserProbeRow {
+    /// `usdt:PROVIDER:NAME` or `func:NAME`.
+    pub probe: String,
+    /// The argument summed (numbered from 0), if one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arg: Option<u8>,
+    pub calls: u64,
+    /// The argument's sum over the window (as the marker's type: signed
+    /// arguments sum signed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arg_sum: Option<i128>,
+    /// Where it was probed: `module+0xoffset` per site.
+    pub probed_at: Vec<String>,
+    /// Calls by call site, most first.
+    pub sites: Vec<UserSiteRow>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct UserSiteRow {
+    pub site: Site,
+    pub calls: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arg_sum: Option<i128>,
+}
+
+impl Builder<'_> {
+    /// The user family's probes, each with its calls by site.
+    pub fn user(&mut self) -> Vec<UserProbeRow> {
+        let w = self.w;
+        let sites = &w.user_sites;
+        let kind_of = |site: u32| match sites.get(site as usize).map(|s| s.at) {
+            Some(SiteAt::Marker) => AddrKind::InstructionPointer,
+            _ => AddrKind::ReturnAddress,
+        };
+        // Markers are named where they fire, functions by their callers.
+        let mut named: [BTreeMap<(u32, u64), Site>; 2] = Default::default();
+        for (i, kind) in [AddrKind::InstructionPointer, AddrKind::ReturnAddress]
+            .into_iter()
+            .enumerate()
+        {
+            let addrs: Vec<(u32, u64)> = w
+                .delta
+                .user
+                .keys()
+                .filter(|k| kind_of(k.site) == kind)
+                .map(|k| (k.tgid, k.caller))
+                .collect();
+            named[i] = self.callers(addrs, kind);
+        }
+        let mut rows: Vec<UserProbeRow> = Vec::new();
+        for s in sites {
+            let at = format!("{}+{:#x}", s.module, s.file_offset);
+            match rows.iter_mut().find(|r| r.probe == s.probe) {
+                Some(r) => r.probed_at.push(at),
+                None => rows.push(UserProbeRow {
+                    probe: s.probe.clone(),
+                    arg: s.arg,
+                    calls: 0,
+                    arg_sum: s.arg.map(|_| 0),
+                    probed_at: vec![at],
+                    sites: Vec::new(),
+                }),
+            }
+        }
+        for (k, v) in &w.delta.user {
+            let Some(s) = sites.get(k.site as usize) else {
+                continue;
+            };
+            let Some(row) = rows.iter_mut().find(|r| r.probe == s.probe) else {
+                continue;
+            };
+            let sum = s.arg.map(|_| match s.arg_abi.is_signed {
+                0 => i128::from(v.bytes),
+                _ => i128::from(v.bytes as i64),
+            });
+            row.calls += v.calls;
+            row.arg_sum = row.arg_sum.zip(sum).map(|(a, b)| a + b);
+            let i = usize::from(kind_of(k.site) == AddrKind::ReturnAddress);
+            let site = named[i][&(k.tgid, k.caller)].clone();
+            match row
+                .sites
+                .iter_mut()
+                .find(|r| super::same_site(&r.site, &site))
+            {
+                Some(r) => {
+                    r.calls += v.calls;
+                    r.arg_sum = r.arg_sum.zip(sum).map(|(a, b)| a + b);
+                }
+                None => row.sites.push(UserSiteRow {
+                    site,
+                    calls: v.calls,
+                    arg_sum: sum,
+                }),
+            }
+        }
+        for r in &mut rows {
+            r.sites.sort_by_key(|s| std::cmp::Reverse(s.calls));
+        }
+        rows
+    }
+}
