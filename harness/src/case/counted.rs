@@ -56,11 +56,20 @@ pub(super) fn counted_measure(
             false => Err(anyhow::anyhow!(reasons.join("; "))),
         }
     };
+    // The probes of the server's own code its spec names.
+    let user_probes = crate::probe::user::UserProbe::of_spec(&spec.usdt, &spec.func)
+        .map_err(|e| Fail(format!("target spec {}: {e}", spec.name)))?;
     // The launched process and everything it forks (prefork servers).
     let open = || -> anyhow::Result<ProbeWindow> {
         let live_heap = live_heap && rs.families.contains(&Family::Alloc);
-        let probes =
-            ProbeSet::attach_opts(l.pid, &rs.families, Scope::Tree, Stacks::On, live_heap)?;
+        let probes = ProbeSet::attach_named(
+            l.pid,
+            &rs.families,
+            Scope::Tree,
+            Stacks::On,
+            live_heap,
+            &user_probes,
+        )?;
         Ok(ProbeWindow::new(probes, SettleEnd::IfStartSettled, || {
             !l.has_exited()
         }))

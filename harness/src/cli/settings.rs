@@ -6,6 +6,8 @@ use super::*;
 /// A target spec and its TLS variant, if it names one.
 pub(super) fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<TargetSpec>)> {
     let spec = TargetSpec::load(file).with_context(|| format!("target spec {}", file.display()))?;
+    user_probes(&spec.usdt, &spec.func)
+        .with_context(|| format!("target spec {}", file.display()))?;
     let tls = match &spec.tls_variant {
         Some(p) => Some(
             TargetSpec::load(p).with_context(|| format!("tls_variant of {}", file.display()))?,
@@ -114,14 +116,7 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
 /// `--usdt` and `--func` as written, each checked for its form (what they
 /// match is checked against the process when the probes go in).
 pub(super) fn user_probes(usdt: &[String], func: &[String]) -> Result<Vec<UserProbe>> {
-    let mut out = Vec::new();
-    for u in usdt {
-        out.push(UserProbe::usdt(u).map_err(|e| anyhow::anyhow!("--usdt {e}"))?);
-    }
-    for f in func {
-        out.push(UserProbe::func(f).map_err(|e| anyhow::anyhow!("--func {e}"))?);
-    }
-    Ok(out)
+    UserProbe::of_spec(usdt, func).map_err(|e| anyhow::anyhow!("--{e}"))
 }
 
 /// `--pid P`: one process. Several (`--pid $(pidof apache2)`) are refused,

@@ -363,3 +363,68 @@ fn named_functions_are_counted_per_request_by_caller() {
         "{err}"
     );
 }
+
+/// A target spec's `func = [...]` is counted in every counted pass of `rig
+/// run`: the calibration server's `calib_alloc_small` once per request
+/// from `calib_request`, in the case's attribution, its counters (what
+/// `rig gate`, `rig ab` and `rig compare` read) and a flamegraph of its
+/// own family.
+#[test]
+fn a_target_specs_functions_are_counted_in_rig_runs_counted_pass() {
+    root_or_skip!();
+    let _g = super::probes_shared();
+    let s = super::scratch::Scratch::new("user-run");
+    let spec = s.0.join("calib-user.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "extends = {:?}\nfunc = [\"calib_alloc_small\"]\n",
+            super::repo().join("config/targets/calib.toml")
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        s.0.join("m.toml"),
+        "[[suite]]\nname = \"calib\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\ntopologies = [\"1\"]\n",
+    )
+    .unwrap();
+    let out_dir = s.0.join("out");
+    let out = Command::new(rig_bin())
+        .arg("run")
+        .arg("--target")
+        .arg(&spec)
+        .arg("--matrix")
+        .arg(s.0.join("m.toml"))
+        .arg("--out")
+        .arg(&out_dir)
+        .args(["--probes", "syscalls", "--passes", "counted"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = std::fs::read_to_string(out_dir.join("cases.jsonl")).unwrap();
+    let case: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    let counted = &case["counted"];
+    let requests = counted["load"]["succeeded"].as_u64().unwrap();
+    let user = &counted["attribution"]["user"];
+    let p = user
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["probe"] == "func:calib_alloc_small")
+        .unwrap_or_else(|| panic!("{user}"));
+    assert_eq!(p["calls"].as_u64(), Some(requests), "{p}");
+    assert_eq!(p["sites"][0]["site"]["function"], "calib_request", "{p}");
+    let flame = std::fs::read_dir(out_dir.join("flame"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let folded = std::fs::read_to_string(flame.join("user.folded")).unwrap();
+    assert!(folded.contains("calib_alloc_small"), "{folded}");
+}

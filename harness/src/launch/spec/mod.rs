@@ -78,6 +78,11 @@
 //!   allocators and standard libraries) when rig names the *user site* of a
 //!   stack: a prefix, `*` at the end the same, `*` at the start matches
 //!   anywhere in the name.
+//! - `usdt = ["postgresql:transaction__start", "postgresql:query__*"]` and
+//!   `func = ["ngx_http_core_run_phases"]`: probes of the server's own code
+//!   (USDT markers, functions), spelt as `rig attach --usdt`/`--func` take
+//!   them, counted per request in every counted pass of `rig run`, `rig
+//!   gate` and `rig ab`.
 //! - Unknown keys are errors (a misspelt `redy` must not silently mean
 //!   "no readiness check").
 
@@ -273,6 +278,11 @@ pub struct TargetSpec {
     pub files: Vec<FileTemplate>,
     /// Extra wrapper patterns for naming user sites (`wrappers = [...]`).
     pub wrappers: Vec<String>,
+    /// Probes of the server's own code counted in every counted pass, as
+    /// `rig attach --usdt`/`--func` spell them (`usdt = [...]`, `func =
+    /// [...]`); their form is checked when a command loads the spec.
+    pub usdt: Vec<String>,
+    pub func: Vec<String>,
     /// Run the target as this user (name or uid) and group (default: the
     /// user's primary group); `None`: as rig's user (root warns).
     pub user: Option<String>,

@@ -111,6 +111,8 @@ pub(super) fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigE
         live_variant,
         files,
         wrappers: raw.wrappers.clone(),
+        usdt: raw.usdt.clone(),
+        func: raw.func.clone(),
         user: raw.user.as_ref().map(|u| u.get_ref().clone()),
         group: raw.group.as_ref().map(|g| g.get_ref().clone()),
         path: path.to_path_buf(),

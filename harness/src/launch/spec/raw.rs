@@ -27,6 +27,10 @@ pub(super) struct RawSpec {
     pub(super) files: Vec<RawFile>,
     #[serde(default)]
     pub(super) wrappers: Vec<String>,
+    #[serde(default)]
+    pub(super) usdt: Vec<String>,
+    #[serde(default)]
+    pub(super) func: Vec<String>,
     pub(super) user: Option<Spanned<String>>,
     pub(super) group: Option<Spanned<String>>,
 }

@@ -74,6 +74,19 @@ impl UserProbe {
         })
     }
 
+    /// The `usdt = [...]` and `func = [...]` lists of a target spec (or the
+    /// flags), each checked for its form.
+    pub fn of_spec(usdt: &[String], func: &[String]) -> Result<Vec<UserProbe>, String> {
+        let mut out = Vec::new();
+        for u in usdt {
+            out.push(UserProbe::usdt(u).map_err(|e| format!("usdt {e}"))?);
+        }
+        for f in func {
+            out.push(UserProbe::func(f).map_err(|e| format!("func {e}"))?);
+        }
+        Ok(out)
+    }
+
     /// The spec as written on the command line.
     pub fn spec(&self) -> String {
         match self {
