@@ -23,12 +23,25 @@ struct {
 	__type(value, struct user_arg);
 } user_args SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct user_depth_key);
+	__type(value, struct user_depth);
+} user_depths SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct user_time_key);
+	__type(value, __u64);
+} user_ns SEC(".maps");
+
 /* The argument the site's spec names, as libbpf's USDT support reads it:
  * 8 bytes from the register (or from memory at register + displacement),
  * then cut to `size` bytes and sign-extended when signed. */
-static __always_inline __u64 user_arg_value(struct pt_regs *ctx, __u32 site)
+static __always_inline __u64 user_arg_value(struct pt_regs *ctx, struct user_arg *a)
 {
-	struct user_arg *a = bpf_map_lookup_elem(&user_args, &site);
 	if (!a || a->kind == USER_ARG_NONE)
 		return 0;
 	if (a->kind == USER_ARG_CONST)
@@ -62,7 +75,19 @@ static __always_inline int count_user(struct pt_regs *ctx, __u64 caller)
 		.site = (__u32)attach_cookie(ctx),
 		.tgid = tgid,
 	};
-	__u64 arg = user_arg_value(ctx, k.site);
+	struct user_arg *a = bpf_map_lookup_elem(&user_args, &k.site);
+	__u64 arg = user_arg_value(ctx, a);
+	if (a && (a->flags & USER_TIMED)) {
+		struct user_depth_key dk = { .tid = current_tid(), .site = k.site };
+		struct user_depth *d = bpf_map_lookup_elem(&user_depths, &dk);
+		if (d) {
+			d->depth++;
+		} else {
+			struct user_depth first = { .entered = bpf_ktime_get_ns(), .depth = 1 };
+			if (bpf_map_update_elem(&user_depths, &dk, &first, BPF_ANY))
+				stat_add(RIG_STAT_MAP_FULL, 1);
+		}
+	}
 	struct user_val zero = {};
 	struct user_val *v = upsert(&user_calls, &k, &zero);
 	if (v) {
@@ -93,4 +118,33 @@ int rig_user_go(struct pt_regs *ctx)
 	if (go_stack_grows(ctx))
 		return 0;
 	return count_user(ctx, caller_of(ctx));
+}
+
+/* At a timed function's return (a uretprobe, never in Go code): the time
+ * since its outermost call on this thread entered. */
+SEC("uretprobe")
+int rig_user_ret(struct pt_regs *ctx)
+{
+	__u32 tgid = current_tgid();
+	if (!is_live_target(tgid))
+		return 0;
+	struct user_depth_key dk = { .tid = current_tid(), .site = (__u32)attach_cookie(ctx) };
+	struct user_depth *d = bpf_map_lookup_elem(&user_depths, &dk);
+	if (!d) {
+		/* Entered before the entry probe was in. */
+		stat_add(RIG_STAT_UNPAIRED, 1);
+		return 0;
+	}
+	if (d->depth > 1) {
+		d->depth--;
+		return 0;
+	}
+	__u64 ns = bpf_ktime_get_ns() - d->entered;
+	bpf_map_delete_elem(&user_depths, &dk);
+	struct user_time_key tk = { .site = dk.site, .tgid = tgid };
+	__u64 zero = 0;
+	__u64 *t = upsert(&user_ns, &tk, &zero);
+	if (t)
+		*t += ns;
+	return 0;
 }

@@ -17,12 +17,16 @@ enum user_arg_kind {
 	USER_ARG_MEM = 3,   /* memory at that register + `value` */
 };
 
+/* The site's function is timed (`--func-time`): its entry is recorded per
+ * thread and its return (rig_user_ret) adds the time inside. */
+#define USER_TIMED 1
+
 /* Per site, filled by the harness before the site's probe goes in. */
 struct user_arg {
 	__u8 kind;      /* enum user_arg_kind */
 	__u8 size;      /* bytes: 1, 2, 4 or 8 */
 	__u8 is_signed; /* sign-extend from `size` bytes */
-	__u8 _pad0;
+	__u8 flags;     /* USER_TIMED */
 	__u16 reg_off; /* offset in struct pt_regs */
 	__u16 _pad1;
 	__s64 value; /* the constant, or the displacement */
@@ -42,4 +46,25 @@ struct user_val {
 	__u64 sum;
 };
 _Static_assert(sizeof(struct user_val) == 16, "user_val ABI");
+/* A thread inside a timed function: when its outermost call entered, and
+ * how deep it has recursed (only the outermost call's time is added, so
+ * recursion is counted once). */
+struct user_depth_key {
+	__u32 tid;
+	__u32 site;
+};
+_Static_assert(sizeof(struct user_depth_key) == 8, "user_depth_key ABI");
+
+struct user_depth {
+	__u64 entered;
+	__u32 depth;
+	__u32 _pad;
+};
+
+/* Time inside a timed site's function, per process. */
+struct user_time_key {
+	__u32 site;
+	__u32 tgid;
+};
+_Static_assert(sizeof(struct user_time_key) == 8, "user_time_key ABI");
 #endif

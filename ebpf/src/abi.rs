@@ -225,6 +225,15 @@ pub struct UserKey {
 }
 const _: () = assert!(size_of::<UserKey>() == 16);
 
+/// C twin: `struct user_time_key` (user.h). Value: ns inside.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UserTimeKey {
+    pub site: u32,
+    pub tgid: u32,
+}
+const _: () = assert!(size_of::<UserTimeKey>() == 8);
+
 /// C twin: `struct user_arg` (user.h): where a site's summed argument is.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -233,7 +242,8 @@ pub struct UserArg {
     pub kind: u8,
     pub size: u8,
     pub is_signed: u8,
-    pub _pad0: u8,
+    /// `user_arg::TIMED`.
+    pub flags: u8,
     pub reg_off: u16,
     pub _pad1: u16,
     pub value: i64,
@@ -246,6 +256,8 @@ pub mod user_arg {
     pub const CONST: u8 = 1;
     pub const REG: u8 = 2;
     pub const MEM: u8 = 3;
+    /// `flags`: the site's function is timed (`--func-time`).
+    pub const TIMED: u8 = 1;
     /// Sites (attach cookies) one probe set can hold.
     pub const SITES: usize = 4096;
 }
@@ -333,6 +345,7 @@ unsafe impl aya::Pod for LiveVal {}
 unsafe impl aya::Pod for LiveCounts {}
 unsafe impl aya::Pod for CopyKey {}
 unsafe impl aya::Pod for UserKey {}
+unsafe impl aya::Pod for UserTimeKey {}
 unsafe impl aya::Pod for UserArg {}
 unsafe impl aya::Pod for LockKey {}
 unsafe impl aya::Pod for LockVal {}

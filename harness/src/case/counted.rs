@@ -57,8 +57,9 @@ pub(super) fn counted_measure(
         }
     };
     // The probes of the server's own code its spec names.
-    let user_probes = crate::probe::user::UserProbe::of_spec(&spec.usdt, &spec.func)
-        .map_err(|e| Fail(format!("target spec {}: {e}", spec.name)))?;
+    let user_probes =
+        crate::probe::user::UserProbe::of_spec(&spec.usdt, &spec.func, spec.func_time)
+            .map_err(|e| Fail(format!("target spec {}: {e}", spec.name)))?;
     // The launched process and everything it forks (prefork servers).
     let open = || -> anyhow::Result<ProbeWindow> {
         let live_heap = live_heap && rs.families.contains(&Family::Alloc);

@@ -518,6 +518,11 @@ pub struct AttachArgs {
     /// them (e.g. `ngx_http_core_run_phases`, `libc.so.6!mem*`). Repeatable.
     #[arg(long, value_name = "[MODULE!]PATTERN")]
     pub func: Vec<String>,
+    /// With --func: also the time inside each function per request, from
+    /// a return probe (the outermost call of a recursion, per thread).
+    /// Refused for Go code, where a return probe breaks the program.
+    #[arg(long)]
+    pub func_time: bool,
     #[command(flatten)]
     pub common: Common,
     /// `-- COMMAND ARGS...`: the load. The window opens before it starts and

@@ -6,7 +6,7 @@ use super::*;
 /// A target spec and its TLS variant, if it names one.
 pub(super) fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<TargetSpec>)> {
     let spec = TargetSpec::load(file).with_context(|| format!("target spec {}", file.display()))?;
-    user_probes(&spec.usdt, &spec.func)
+    user_probes(&spec.usdt, &spec.func, spec.func_time)
         .with_context(|| format!("target spec {}", file.display()))?;
     let tls = match &spec.tls_variant {
         Some(p) => Some(
@@ -109,14 +109,18 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         },
         wrappers: a.common.wrappers.clone(),
         live_heap: a.live_heap,
-        user_probes: user_probes(&a.usdt, &a.func)?,
+        user_probes: user_probes(&a.usdt, &a.func, a.func_time)?,
     })
 }
 
 /// `--usdt` and `--func` as written, each checked for its form (what they
 /// match is checked against the process when the probes go in).
-pub(super) fn user_probes(usdt: &[String], func: &[String]) -> Result<Vec<UserProbe>> {
-    UserProbe::of_spec(usdt, func).map_err(|e| anyhow::anyhow!("--{e}"))
+pub(super) fn user_probes(
+    usdt: &[String],
+    func: &[String],
+    func_time: bool,
+) -> Result<Vec<UserProbe>> {
+    UserProbe::of_spec(usdt, func, func_time).map_err(|e| anyhow::anyhow!("--{e}"))
 }
 
 /// `--pid P`: one process. Several (`--pid $(pidof apache2)`) are refused,

@@ -31,7 +31,7 @@ use std::str::FromStr;
 
 use rig_ebpf::abi::{
     AllocKey, CallsBytes, CopyKey, CpuKey, FaultKey, LockKey, LockVal, SchedVal, StackVal, Stats,
-    SysCount, SysKey, UserKey,
+    SysCount, SysKey, UserKey, UserTimeKey,
 };
 use serde::{Deserialize, Serialize};
 
@@ -268,6 +268,8 @@ pub struct Snapshot {
     pub cpu: BTreeMap<CpuKey, u64>,
     /// (caller, site, process) -> calls and the summed argument.
     pub user: BTreeMap<UserKey, CallsBytes>,
+    /// (site, process) -> ns inside a timed function.
+    pub user_ns: BTreeMap<UserTimeKey, u64>,
     /// Each family's self-stats (events, losses).
     pub stats: BTreeMap<Family, Stats>,
     /// Each family's per-stack counts and the stacks they name (empty when
@@ -288,6 +290,7 @@ impl Snapshot {
             sched: delta_map(&self.sched, &start.sched),
             cpu: delta_map(&self.cpu, &start.cpu),
             user: delta_map(&self.user, &start.user),
+            user_ns: delta_map(&self.user_ns, &start.user_ns),
             stacks: self
                 .stacks
                 .iter()

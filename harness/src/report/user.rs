@@ -27,6 +27,10 @@ pub struct UserProbeRow {
     /// arguments sum signed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arg_sum: Option<i128>,
+    /// Time inside the function over the window, its outermost calls per
+    /// thread (`--func-time`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ns_inside: Option<u64>,
     /// Where it was probed: `module+0xoffset` per site.
     pub probed_at: Vec<String>,
     /// Calls by call site, most first.
@@ -75,6 +79,7 @@ impl Builder<'_> {
                     arg: s.arg,
                     calls: 0,
                     arg_sum: s.arg.map(|_| 0),
+                    ns_inside: s.timed.then_some(0),
                     probed_at: vec![at],
                     sites: Vec::new(),
                 }),
@@ -109,6 +114,14 @@ impl Builder<'_> {
                     calls: v.calls,
                     arg_sum: sum,
                 }),
+            }
+        }
+        for (k, ns) in &w.delta.user_ns {
+            let Some(s) = sites.get(k.site as usize) else {
+                continue;
+            };
+            if let Some(r) = rows.iter_mut().find(|r| r.probe == s.probe) {
+                r.ns_inside = Some(r.ns_inside.unwrap_or(0) + ns);
             }
         }
         for r in &mut rows {

@@ -428,3 +428,107 @@ fn a_target_specs_functions_are_counted_in_rig_runs_counted_pass() {
     let folded = std::fs::read_to_string(flame.join("user.folded")).unwrap();
     assert!(folded.contains("calib_alloc_small"), "{folded}");
 }
+
+/// `--func-time` on a recursive function: hitloop's `descend` recurses
+/// four deep around its loop, and the program times that loop itself
+/// (`ns=`, CLOCK_MONOTONIC around the outermost call). rig counts 4 calls
+/// and, pairing each thread's calls by depth, adds the outermost call's
+/// time once: within the program's own measurement of the same interval
+/// (never 4 times it), and all of it but the probes' few traps.
+#[test]
+fn func_time_adds_the_outermost_calls_time_once_through_recursion() {
+    root_or_skip!();
+    let _g = super::probes_shared();
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(rig_fixtures::hitloop())
+        .args(["none", "100000000", "3"])
+        .env("HITLOOP_HOLD", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "READY\n");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("a.json");
+    let load = format!("echo go > /proc/{pid}/fd/0; sleep 0.5");
+    let o = Command::new(rig_bin())
+        .args(["attach", "--pid", &pid.to_string(), "--probes", "syscalls"])
+        .args(["--per", "1", "--func", "descend", "--func-time", "--json"])
+        .arg(&json)
+        .args(["--", "sh", "-c", &load])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let loop_ns: u64 = line.trim().strip_prefix("ns=").unwrap().parse().unwrap();
+    drop(child.stdin.take());
+    let _ = child.wait();
+    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(a["complete"], true, "{}", a["losses"]);
+    let p = &a["user"][0];
+    assert_eq!(p["probe"], "func:descend");
+    assert_eq!(p["calls"], 4, "{p}");
+    let inside = p["ns_inside"].as_u64().unwrap();
+    assert!(
+        inside <= loop_ns && inside * 10 >= loop_ns * 9,
+        "{inside} ns inside descend, {loop_ns} ns around it"
+    );
+}
+
+/// A Go function a user names is counted on its prologue's stack check
+/// (emulated by the kernel, the pass that grows the stack not counted):
+/// the goserver's `main.goAllocs` runs once per `/alloc`, called by
+/// `main.alloc`. Timing it is refused before any window, with the reason:
+/// a return probe in Go code breaks the program.
+#[test]
+fn a_go_function_is_counted_per_request_and_never_timed() {
+    root_or_skip!();
+    let _g = super::probes_shared();
+    let mut cmd = Command::new(rig_fixtures::goserver(false));
+    cmd.args(["--port", "0"]);
+    let target = rig::session::Child::spawn_ready(cmd).unwrap();
+    let pid = target.pid().to_string();
+    let url = format!("http://127.0.0.1:{}/alloc", target.port);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("a.json");
+    let o = Command::new(rig_bin())
+        .args(["attach", "--pid", &pid, "--probes", "syscalls"])
+        .args(["--drive", &url, "--requests", "300", "--connections", "1"])
+        .args(["--func", "main.goAllocs", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let p = &a["user"][0];
+    assert_eq!(p["probe"], "func:main.goAllocs");
+    assert_eq!(p["calls"], 300, "{p}");
+    assert_eq!(p["sites"][0]["site"]["function"], "main.alloc", "{p}");
+    let note = a["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["family"] == "user")
+        .unwrap();
+    assert!(
+        note["note"].as_str().unwrap().contains("stack check"),
+        "{note}"
+    );
+    let o = Command::new(rig_bin())
+        .args(["attach", "--pid", &pid, "--probes", "syscalls"])
+        .args(["--drive", &url, "--requests", "10"])
+        .args(["--func", "main.goAllocs", "--func-time"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("main.goAllocs") && err.contains("cannot be timed") && err.contains("Go"),
+        "{err}"
+    );
+}

@@ -82,7 +82,8 @@
 //!   `func = ["ngx_http_core_run_phases"]`: probes of the server's own code
 //!   (USDT markers, functions), spelt as `rig attach --usdt`/`--func` take
 //!   them, counted per request in every counted pass of `rig run`, `rig
-//!   gate` and `rig ab`.
+//!   gate` and `rig ab`; `func_time = true` adds the time inside each
+//!   function (`--func-time`).
 //! - Unknown keys are errors (a misspelt `redy` must not silently mean
 //!   "no readiness check").
 
@@ -283,6 +284,8 @@ pub struct TargetSpec {
     /// [...]`); their form is checked when a command loads the spec.
     pub usdt: Vec<String>,
     pub func: Vec<String>,
+    /// `func_time = true`: the time inside each `func` too.
+    pub func_time: bool,
     /// Run the target as this user (name or uid) and group (default: the
     /// user's primary group); `None`: as rig's user (root warns).
     pub user: Option<String>,

@@ -113,6 +113,7 @@ pub(super) fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigE
         wrappers: raw.wrappers.clone(),
         usdt: raw.usdt.clone(),
         func: raw.func.clone(),
+        func_time: raw.func_time,
         user: raw.user.as_ref().map(|u| u.get_ref().clone()),
         group: raw.group.as_ref().map(|g| g.get_ref().clone()),
         path: path.to_path_buf(),

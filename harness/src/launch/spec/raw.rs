@@ -31,6 +31,8 @@ pub(super) struct RawSpec {
     pub(super) usdt: Vec<String>,
     #[serde(default)]
     pub(super) func: Vec<String>,
+    #[serde(default)]
+    pub(super) func_time: bool,
     pub(super) user: Option<Spanned<String>>,
     pub(super) group: Option<Spanned<String>>,
 }

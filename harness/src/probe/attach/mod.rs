@@ -684,7 +684,10 @@ impl ProbeSet {
                 Family::Faults => s.faults = read::percpu_hash(ebpf, f, "faults")?,
                 Family::Sched => s.sched = read::hash(ebpf, f, "sched_threads")?,
                 Family::Cpu => s.cpu = read::percpu_hash(ebpf, f, "cpu_samples")?,
-                Family::User => s.user = read::percpu_hash(ebpf, f, "user_calls")?,
+                Family::User => {
+                    s.user = read::percpu_hash(ebpf, f, "user_calls")?;
+                    s.user_ns = read::percpu_hash(ebpf, f, "user_ns")?;
+                }
             }
             if shared.stacks.mode == Stacks::On {
                 s.stacks.insert(f, stacks::read_stack_counts(ebpf, f)?);

@@ -115,6 +115,12 @@ impl Attacher<'_> {
                     self.note(family, what, "uprobe on the marker; its semaphore raised by the kernel while rig is attached");
                 }
                 None => {
+                    // The return probe first, at the entry probe's place: a
+                    // call the entry probe sees is one whose return the
+                    // return probe sees too.
+                    if site.timed {
+                        self.place(ebpf, family, "rig_user_ret", &open, at.clone(), Some(index))?;
+                    }
                     let at = self.place(ebpf, family, program, &open, at, Some(index))?;
                     let how = match site.at {
                         SiteAt::Marker => "uprobe on the marker".to_string(),

@@ -33,8 +33,9 @@ pub enum UserProbe {
     /// `[BINARY:]PROVIDER:NAME`, globs in each part, and the argument to
     /// sum (numbered from 0, as bpftrace's `arg0`).
     Usdt { pattern: String, arg: Option<u8> },
-    /// `[MODULE!]PATTERN` over function names as reports print them.
-    Func { pattern: String },
+    /// `[MODULE!]PATTERN` over function names as reports print them;
+    /// `timed`: also the time inside each call (`--func-time`).
+    Func { pattern: String, timed: bool },
 }
 
 impl UserProbe {
@@ -71,18 +72,30 @@ impl UserProbe {
         }
         Ok(UserProbe::Func {
             pattern: spec.to_string(),
+            timed: false,
         })
     }
 
     /// The `usdt = [...]` and `func = [...]` lists of a target spec (or the
     /// flags), each checked for its form.
-    pub fn of_spec(usdt: &[String], func: &[String]) -> Result<Vec<UserProbe>, String> {
+    pub fn of_spec(
+        usdt: &[String],
+        func: &[String],
+        func_time: bool,
+    ) -> Result<Vec<UserProbe>, String> {
         let mut out = Vec::new();
         for u in usdt {
             out.push(UserProbe::usdt(u).map_err(|e| format!("usdt {e}"))?);
         }
         for f in func {
-            out.push(UserProbe::func(f).map_err(|e| format!("func {e}"))?);
+            let mut p = UserProbe::func(f).map_err(|e| format!("func {e}"))?;
+            if let UserProbe::Func { timed, .. } = &mut p {
+                *timed = func_time;
+            }
+            out.push(p);
+        }
+        if func_time && func.is_empty() {
+            return Err("func-time without a function to time: name one with func".into());
         }
         Ok(out)
     }
@@ -95,7 +108,14 @@ impl UserProbe {
                 pattern,
                 arg: Some(n),
             } => format!("--usdt {pattern}@{n}"),
-            UserProbe::Func { pattern } => format!("--func {pattern}"),
+            UserProbe::Func {
+                pattern,
+                timed: false,
+            } => format!("--func {pattern}"),
+            UserProbe::Func {
+                pattern,
+                timed: true,
+            } => format!("--func {pattern} --func-time"),
         }
     }
 }
@@ -140,6 +160,9 @@ pub struct UserSite {
     /// The marker's semaphore, as a file offset: the kernel raises it while
     /// the probe is in.
     pub semaphore: Option<u64>,
+    /// The time inside each call is added (`--func-time`): a return probe
+    /// at the same place.
+    pub timed: bool,
     /// An IFUNC (glibc's `memcpy`): `file_offset` is its resolver's, and the
     /// probe goes on the implementation the process's resolver chose.
     pub ifunc: bool,
@@ -219,7 +242,7 @@ pub fn resolve(
                         out.sites.push(marker_site(p, &o.path, m, *arg)?);
                     }
                 }
-                UserProbe::Func { pattern } => {
+                UserProbe::Func { pattern, timed } => {
                     let Some(kind) = kind else { continue };
                     let fs = functions.get_or_insert_with(|| {
                         crate::runtime::function_names(&open, kind, &facts)
@@ -235,8 +258,24 @@ pub fn resolve(
                         if matched[i] > MAX_SITES {
                             continue;
                         }
+                        if *timed {
+                            let m = crate::runtime::Module {
+                                kind,
+                                facts: &facts,
+                            };
+                            if let Some(why) = crate::runtime::no_return_probes(&m) {
+                                return Err(UserProbeError::Argument {
+                                    spec: p.spec(),
+                                    why: format!(
+                                        "{shown} in {} cannot be timed: no return probe goes in \
+                                         its code ({why}); count its calls without --func-time",
+                                        o.path
+                                    ),
+                                });
+                            }
+                        }
                         match crate::runtime::func_entry(&open, kind, raw) {
-                            Ok(Some(e)) => out.sites.push(func_site(shown, &o.path, e)),
+                            Ok(Some(e)) => out.sites.push(func_site(shown, &o.path, e, *timed)),
                             Ok(None) => {}
                             Err(e) => out.notes.push(format!("{shown} in {}: {e:#}", o.path)),
                         }
@@ -276,7 +315,15 @@ pub fn resolve(
                         .into(),
                 })
             }
-            Some(_) => {}
+            Some(_) => {
+                // A function named by a timed and an untimed spec is timed.
+                if let Some(first) = sites.iter_mut().find(|f: &&mut UserSite| {
+                    f.module == s.module && f.file_offset == s.file_offset
+                }) {
+                    first.timed |= s.timed;
+                    first.arg_abi.flags |= s.arg_abi.flags;
+                }
+            }
             None => {
                 seen.insert((s.module.clone(), s.file_offset), s.arg);
                 sites.push(s);
@@ -346,6 +393,7 @@ fn marker_site(
         file_offset: m.file_offset,
         at: SiteAt::Marker,
         semaphore,
+        timed: false,
         ifunc: false,
         arg_abi,
     })
@@ -394,7 +442,7 @@ pub fn arg_location(a: &Arg) -> Result<UserArg, String> {
     Ok(u)
 }
 
-fn func_site(shown: &str, module: &str, e: FuncEntry) -> UserSite {
+fn func_site(shown: &str, module: &str, e: FuncEntry, timed: bool) -> UserSite {
     let at = match &e {
         FuncEntry::Placed(_) => SiteAt::FuncEntry,
         FuncEntry::StackCheck(_) => SiteAt::StackCheck,
@@ -406,8 +454,12 @@ fn func_site(shown: &str, module: &str, e: FuncEntry) -> UserSite {
         file_offset: e.symbol().file_offset,
         at,
         semaphore: None,
+        timed,
         ifunc: e.symbol().is_ifunc,
-        arg_abi: UserArg::default(),
+        arg_abi: UserArg {
+            flags: if timed { user_arg::TIMED } else { 0 },
+            ..UserArg::default()
+        },
     }
 }
 
@@ -442,7 +494,7 @@ fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
         }
     }
     let pattern = match p {
-        UserProbe::Usdt { pattern, .. } | UserProbe::Func { pattern } => pattern,
+        UserProbe::Usdt { pattern, .. } | UserProbe::Func { pattern, .. } => pattern,
     };
     closest(pattern, &spellings)
 }

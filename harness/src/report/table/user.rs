@@ -13,9 +13,16 @@ pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Opti
             (Some(i), Some(sum)) => format!(", argument {i} summed: {}{unit}", per_signed(sum, n)),
             _ => String::new(),
         };
+        let inside = match p.ns_inside {
+            Some(ns) => format!(
+                ", {:.2} µs{unit} inside",
+                ns as f64 / 1000.0 / n.unwrap_or(1).max(1) as f64
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "\n{}: {} calls{unit}{arg} (probed at {})",
+            "\n{}: {} calls{unit}{arg}{inside} (probed at {})",
             p.probe,
             per(p.calls, n),
             p.probed_at.join(", ")
