@@ -393,6 +393,35 @@ fn round(c: &CaseLine) -> Round {
             row.count,
         );
     }
+    // The probes a user named: each listed (0 calls included) by the pass
+    // that attached it, as `metrics::counters` names them.
+    for p in &a.user {
+        let probe = p.probe.unwrap_or("?");
+        add(format!("{probe} calls/req"), "user", p.calls);
+        for s in &p.sites {
+            add(
+                format!("{probe} calls @ {}", function_of(&s.site)),
+                "user",
+                s.calls,
+            );
+        }
+    }
+    // A summed argument may be negative: divided here, not by `add`.
+    for p in &a.user {
+        if let (Some(i), Some(sum)) = (p.arg, p.arg_sum) {
+            r.values.insert(
+                format!("{} arg{i} summed/req", p.probe.unwrap_or("?")),
+                Metric {
+                    value: sum as f64 / requests as f64,
+                    kind: Kind::Exact,
+                    family: Some("user"),
+                },
+            );
+        }
+    }
+    if !a.user.is_empty() {
+        r.families.insert("user");
+    }
     r
 }
 
@@ -453,11 +482,21 @@ mod tests {
                         {"kind": "malloc", "calls": 10, "bytes": 240,
                          "site": {"function": "f", "line": 4}}
                     ],
-                    "syscalls": [{"name": "read", "count": 10}]
+                    "syscalls": [{"name": "read", "count": 10}],
+                    "user": [
+                        {"probe": "usdt:app:req", "arg": 1, "calls": 20, "arg_sum": -50,
+                         "sites": [{"site": {"function": "serve"}, "calls": 20}]},
+                        {"probe": "func:never", "calls": 0, "sites": []}
+                    ]
                 }
             }
         });
         let r = round(&CaseLine::of(&c).unwrap());
+        assert_eq!(r.values["usdt:app:req calls/req"].value, 2.0);
+        assert_eq!(r.values["usdt:app:req calls @ serve"].value, 2.0);
+        assert_eq!(r.values["usdt:app:req arg1 summed/req"].value, -5.0);
+        assert_eq!(r.values["func:never calls/req"].value, 0.0);
+        assert!(r.families.contains("user"));
         assert_eq!(r.values["rps"].kind, Kind::Timing);
         assert_eq!(r.values["latency p50 µs"].value, 2.0);
         assert_eq!(r.values["allocs/req"].kind, Kind::Exact);

@@ -385,6 +385,30 @@ pub struct Attribution<'a> {
     pub syscalls: Vec<SyscallRow<'a>>,
     #[serde(borrow, deserialize_with = "or_default")]
     pub faults: Vec<FaultRow<'a>>,
+    #[serde(borrow, deserialize_with = "or_default")]
+    pub user: Vec<UserProbeRow<'a>>,
+}
+
+/// `report::user::UserProbeRow`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct UserProbeRow<'a> {
+    #[serde(borrow)]
+    pub probe: Option<&'a str>,
+    pub arg: Option<u8>,
+    pub calls: Option<u64>,
+    pub arg_sum: Option<i128>,
+    #[serde(borrow, deserialize_with = "or_default")]
+    pub sites: Vec<UserSiteRow<'a>>,
+}
+
+/// `report::user::UserSiteRow`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct UserSiteRow<'a> {
+    #[serde(borrow, deserialize_with = "or_default")]
+    pub site: Site<'a>,
+    pub calls: Option<u64>,
 }
 
 /// `report::WindowInfo`.
