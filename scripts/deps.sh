@@ -11,6 +11,8 @@ set -eu
 need=""
 command -v clang >/dev/null 2>&1 || need="$need clang"
 [ -f /usr/include/bpf/bpf_helpers.h ] || need="$need libbpf-dev"
+# <sys/sdt.h>: the USDT marker of the probe-cost loop (fixtures/calib/hitloop.c).
+[ -f /usr/include/x86_64-linux-gnu/sys/sdt.h ] || need="$need systemtap-sdt-dev"
 [ -f /usr/include/linux/bpf.h ] || need="$need linux-libc-dev"
 dpkg -s libc6-dbg >/dev/null 2>&1 || need="$need libc6-dbg"
 command -v gcc >/dev/null 2>&1 || need="$need gcc"

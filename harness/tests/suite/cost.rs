@@ -44,6 +44,8 @@ fn probe_cost_measures_every_probe_kind() {
             "pthread_mutex_lock entry",
             "pthread_mutex_lock return",
             "pthread_mutex_unlock entry",
+            "USDT marker (--usdt)",
+            "function entry (--func)",
             "syscall enter + exit",
             "Go runtime.mallocgc entry",
             "Go syscall enter + exit"

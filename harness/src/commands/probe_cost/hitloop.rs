@@ -96,6 +96,22 @@ pub(super) fn run_hitloop(
                 Scope::Process,
                 stacks,
             )?),
+            (_, Attach::User(spec)) => {
+                let probe = match spec.split_once(' ') {
+                    Some(("usdt", s)) => crate::probe::user::UserProbe::usdt(s),
+                    Some((_, s)) => crate::probe::user::UserProbe::func(s),
+                    None => unreachable!("a user kind is `usdt SPEC` or `func SPEC`"),
+                }
+                .map_err(anyhow::Error::msg)?;
+                Some(ProbeSet::attach_named(
+                    pid,
+                    &[],
+                    Scope::Process,
+                    stacks,
+                    false,
+                    &[probe],
+                )?)
+            }
             (_, Attach::Single { program, symbol }) => Some(ProbeSet::attach_single(
                 pid,
                 kind.family,

@@ -66,6 +66,8 @@ pub(super) enum Attach {
     },
     /// A whole family.
     Family,
+    /// Probes a user names (`--usdt` and `--func` as written).
+    User(&'static str),
 }
 
 pub(super) struct Kind {
@@ -176,6 +178,29 @@ pub(super) const KINDS: &[Kind] = &[
             program: "rig_mutex_unlock",
             symbol: "pthread_mutex_unlock",
         },
+        hits: "uprobe",
+        hits_per_iteration: 1,
+        bpftrace: None,
+    },
+    // The probes a user names: a USDT marker's `nop` (emulated) and a
+    // function's entry (`push %rbp`, emulated), each attached as `--usdt`
+    // and `--func` attach them.
+    Kind {
+        name: "USDT marker (--usdt)",
+        fixture: Fixture::C,
+        hitloop: "usdt",
+        family: Family::User,
+        attach: Attach::User("usdt hitloop:hit@0"),
+        hits: "uprobe",
+        hits_per_iteration: 1,
+        bpftrace: None,
+    },
+    Kind {
+        name: "function entry (--func)",
+        fixture: Fixture::C,
+        hitloop: "call",
+        family: Family::User,
+        attach: Attach::User("func hit_leaf"),
         hits: "uprobe",
         hits_per_iteration: 1,
         bpftrace: None,
