@@ -425,8 +425,13 @@ fn a_target_specs_functions_are_counted_in_rig_runs_counted_pass() {
         .unwrap()
         .unwrap()
         .path();
+    // The family's graph, the probe a frame of its own, and one graph per
+    // probe.
     let folded = std::fs::read_to_string(flame.join("user.folded")).unwrap();
-    assert!(folded.contains("calib_alloc_small"), "{folded}");
+    assert!(folded.contains("func:calib_alloc_small"), "{folded}");
+    let one = std::fs::read_to_string(flame.join("user.func_calib_alloc_small.folded")).unwrap();
+    assert!(one.contains("calib_request"), "{one}");
+    assert!(flame.join("user.func_calib_alloc_small.svg").is_file());
 }
 
 /// `--func-time` on a recursive function: hitloop's `descend` recurses

@@ -285,7 +285,10 @@ pub fn profile(r: &Recorded, family: Family, label: &str) -> Option<Profile> {
 /// Whether the counted event is drawn as a frame of its own: a syscall's
 /// name (a `syscall()` wrapper makes many), a fault's or a switch's kind.
 fn event_frame(f: Family) -> bool {
-    matches!(f, Family::Syscalls | Family::Faults | Family::Sched)
+    matches!(
+        f,
+        Family::Syscalls | Family::Faults | Family::Sched | Family::User
+    )
 }
 
 /// A row's stack, innermost first: kernel frames, the event, user frames.

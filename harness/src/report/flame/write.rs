@@ -79,23 +79,13 @@ pub fn window(
     let mut written = Vec::new();
     let dir = base.join(rel);
     for p in profiles(r, label) {
-        let mut any = false;
-        for (i, m) in p.measures().iter().enumerate() {
-            if p.total(i) == 0 {
-                continue;
-            }
-            if !any {
-                crate::fsutil::make_dirs_below(base, rel)?;
-                any = true;
-            }
-            let scale = scale_of(&[&p], i);
-            let path = dir.join(format!("{}.folded", m.graph));
-            crate::fsutil::write_new(&path, folded::render(&p, i, &scale).as_bytes())?;
-            written.push(path);
-            if let Some(svg) = svg::render_if_any(&p, i, &scale)? {
-                let path = dir.join(format!("{}.svg", m.graph));
-                crate::fsutil::write_new(&path, &svg)?;
-                written.push(path);
+        let mut any = graphs(base, rel, &p, "", &mut written)?;
+        // The probes a user named: one graph of each too, beside the
+        // family's graph of them all (`user.PROBE.svg`).
+        if p.family == Family::User {
+            for one in per_event(&p) {
+                let name = format!(".{}", file_name(&one.samples[0].event));
+                any |= graphs(base, rel, &one, &name, &mut written)?;
             }
         }
         if any {
@@ -105,6 +95,65 @@ pub fn window(
         }
     }
     Ok(written)
+}
+
+/// Each measure of `p` with a value as `<graph><suffix>.folded` and `.svg`
+/// in `base/rel/`; whether any was written.
+fn graphs(
+    base: &Path,
+    rel: &Path,
+    p: &Profile,
+    suffix: &str,
+    written: &mut Vec<PathBuf>,
+) -> Result<bool, FlameError> {
+    let dir = base.join(rel);
+    let mut any = false;
+    for (i, m) in p.measures().iter().enumerate() {
+        if p.total(i) == 0 {
+            continue;
+        }
+        if !any {
+            crate::fsutil::make_dirs_below(base, rel)?;
+            any = true;
+        }
+        let scale = scale_of(&[p], i);
+        let path = dir.join(format!("{}{suffix}.folded", m.graph));
+        crate::fsutil::write_new(&path, folded::render(p, i, &scale).as_bytes())?;
+        written.push(path);
+        if let Some(svg) = svg::render_if_any(p, i, &scale)? {
+            let path = dir.join(format!("{}{suffix}.svg", m.graph));
+            crate::fsutil::write_new(&path, &svg)?;
+            written.push(path);
+        }
+    }
+    Ok(any)
+}
+
+/// `p` split by event: one profile per probe of the user family.
+fn per_event(p: &Profile) -> Vec<Profile> {
+    let mut by: std::collections::BTreeMap<&str, Vec<Sample>> = Default::default();
+    for s in &p.samples {
+        by.entry(s.event.as_str()).or_default().push(s.clone());
+    }
+    by.into_values()
+        .map(|samples| Profile {
+            samples,
+            ..p.clone()
+        })
+        .collect()
+}
+
+/// A probe's name as a file name: `usdt:python:gc__start` →
+/// `usdt_python_gc__start`.
+fn file_name(probe: &str) -> String {
+    probe
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '-' | '.' => c,
+            _ => '_',
+        })
+        .take(120)
+        .collect()
 }
 
 /// Windows of one arm summed into one profile per family (samples
