@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use crate::launch::spec::TargetSpec;
 use crate::launch::start::{Launched, ObjectFact};
 use crate::load::{Client, LoadReport};
+use crate::probe::user::UserProbe;
 use crate::probe::{Family, ProbeSet, Scope, Stacks};
 use crate::report::Attribution;
 use crate::scenario::{Case, HttpCase};
@@ -56,10 +57,16 @@ pub(super) fn counted_measure(
             false => Err(anyhow::anyhow!(reasons.join("; "))),
         }
     };
-    // The probes of the server's own code its spec names.
-    let user_probes =
-        crate::probe::user::UserProbe::of_spec(&spec.usdt, &spec.func, spec.func_time)
-            .map_err(|e| Fail(format!("target spec {}: {e}", spec.name)))?;
+    // The probes of the server's own code its spec and the matrix name.
+    let named = &rs.matrix.probes;
+    let user_probes = UserProbe::of_spec(&spec.usdt, &spec.func, spec.func_time)
+        .map_err(|e| Fail(format!("target spec {}: {e}", spec.name)))?
+        .into_iter()
+        .chain(
+            UserProbe::of_spec(&named.usdt, &named.func, named.func_time)
+                .map_err(|e| Fail(format!("the matrix's [probes]: {e}")))?,
+        )
+        .collect::<Vec<_>>();
     // The launched process and everything it forks (prefork servers).
     let open = || -> anyhow::Result<ProbeWindow> {
         let live_heap = live_heap && rs.families.contains(&Family::Alloc);

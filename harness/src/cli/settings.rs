@@ -123,6 +123,14 @@ pub(super) fn user_probes(
     UserProbe::of_spec(usdt, func, func_time).map_err(|e| anyhow::anyhow!("--{e}"))
 }
 
+/// A matrix's `[probes]`, checked for their form.
+fn matrix_probes(m: &crate::scenario::Matrix, path: &std::path::Path) -> Result<()> {
+    let p = &m.probes;
+    user_probes(&p.usdt, &p.func, p.func_time)
+        .with_context(|| format!("[probes] of {}", path.display()))?;
+    Ok(())
+}
+
 /// `--pid P`: one process. Several (`--pid $(pidof apache2)`) are refused,
 /// naming the one whose process tree holds the others when there is one.
 fn one_pid(pids: &[u32]) -> Result<u32> {
@@ -186,6 +194,7 @@ pub(super) fn run_settings(a: &RunArgs) -> Result<crate::run::RunSettings> {
         }
     }
     let mut matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    matrix_probes(&matrix, &a.matrix)?;
     time_ms("--soak-duration", a.soak_duration)?;
     if let Some(d) = a.soak_duration {
         if let Err(why) = matrix.set_soak_duration(d.as_millis() as u64) {
@@ -331,6 +340,7 @@ pub(super) fn ab_settings(a: &AbArgs) -> Result<crate::ab::AbSettings> {
         Family::parse_list(&a.probes)?
     };
     let mut matrix = crate::scenario::Matrix::load(&a.matrix)?;
+    matrix_probes(&matrix, &a.matrix)?;
     let (request_ms, case_ms) = a.budget.timeouts()?;
     matrix.set_timeouts(request_ms, case_ms);
     Ok(crate::ab::AbSettings {

@@ -216,6 +216,23 @@ impl Default for Defaults {
 pub struct Matrix {
     pub defaults: Defaults,
     pub suites: Vec<Suite>,
+    /// `[probes]`: the probes of the server's own code counted in every
+    /// counted pass, beside those its target spec names.
+    pub probes: NamedProbes,
+}
+
+/// `[probes] usdt = [...]  func = [...]  func_time = true`: USDT markers
+/// and functions, spelt as `rig attach --usdt`/`--func` take them (their
+/// form is checked by the command that loads the matrix).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedProbes {
+    #[serde(default)]
+    pub usdt: Vec<String>,
+    #[serde(default)]
+    pub func: Vec<String>,
+    #[serde(default)]
+    pub func_time: bool,
 }
 
 /// One `[[suite]]`: its name, its own times (`None` takes the matrix's

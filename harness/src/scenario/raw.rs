@@ -13,6 +13,8 @@ pub(super) struct RawMatrix {
     pub defaults: Defaults,
     #[serde(rename = "suite", default)]
     pub suites: Vec<RawSuite>,
+    #[serde(default)]
+    pub probes: super::NamedProbes,
 }
 
 #[derive(Debug, Deserialize)]

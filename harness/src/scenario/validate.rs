@@ -158,6 +158,7 @@ pub(super) fn validate(path: &str, text: &str, raw: RawMatrix) -> Result<Matrix,
     Ok(Matrix {
         defaults: raw.defaults,
         suites,
+        probes: raw.probes,
     })
 }
 

@@ -364,8 +364,10 @@ fn named_functions_are_counted_per_request_by_caller() {
     );
 }
 
-/// A target spec's `func = [...]` is counted in every counted pass of `rig
-/// run`: the calibration server's `calib_alloc_small` once per request
+/// A target spec's `func = [...]` and a matrix's `[probes]` are counted in
+/// every counted pass of `rig run`: the calibration server's
+/// `calib_alloc_small` (the spec's) and `calib_copy_small` (the matrix's)
+/// once per request
 /// from `calib_request`, in the case's attribution, its counters (what
 /// `rig gate`, `rig ab` and `rig compare` read) and a flamegraph of its
 /// own family.
@@ -385,7 +387,7 @@ fn a_target_specs_functions_are_counted_in_rig_runs_counted_pass() {
     .unwrap();
     std::fs::write(
         s.0.join("m.toml"),
-        "[[suite]]\nname = \"calib\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\ntopologies = [\"1\"]\n",
+        "[probes]\nfunc = [\"calib_copy_small\"]\n\n[[suite]]\nname = \"calib\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/calib\"]\ntopologies = [\"1\"]\n",
     )
     .unwrap();
     let out_dir = s.0.join("out");
@@ -411,14 +413,17 @@ fn a_target_specs_functions_are_counted_in_rig_runs_counted_pass() {
     let counted = &case["counted"];
     let requests = counted["load"]["succeeded"].as_u64().unwrap();
     let user = &counted["attribution"]["user"];
-    let p = user
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["probe"] == "func:calib_alloc_small")
-        .unwrap_or_else(|| panic!("{user}"));
-    assert_eq!(p["calls"].as_u64(), Some(requests), "{p}");
-    assert_eq!(p["sites"][0]["site"]["function"], "calib_request", "{p}");
+    // The spec's function and the matrix's.
+    for f in ["func:calib_alloc_small", "func:calib_copy_small"] {
+        let p = user
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["probe"] == f)
+            .unwrap_or_else(|| panic!("{f}: {user}"));
+        assert_eq!(p["calls"].as_u64(), Some(requests), "{p}");
+        assert_eq!(p["sites"][0]["site"]["function"], "calib_request", "{p}");
+    }
     let flame = std::fs::read_dir(out_dir.join("flame"))
         .unwrap()
         .next()
