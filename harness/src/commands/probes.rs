@@ -7,8 +7,8 @@
 //! each spelling a user may write: `PROVIDER:NAME` and `FILE:PROVIDER:NAME`
 //! for a marker, `NAME` and `FILE!NAME` for a function, FILE being the
 //! mapped file's path or its base name. Function names are the symbol
-//! tables' (`.symtab`, else `.dynsym`), demangled as rig's reports name
-//! them (Rust without its hash, C++).
+//! tables' (`.symtab`, else `.dynsym`; Go's function table in Go code),
+//! demangled as rig's reports name them (Rust without its hash, C++).
 
 use anyhow::Result;
 
@@ -52,7 +52,12 @@ pub fn command(pid: u32, pattern: Option<&str>) -> Result<i32> {
                 Vec::new()
             }
         };
-        let names = facts.function_names();
+        // Go's functions by its own table (a stripped Go binary has no
+        // symbol table), every other module's by its symbol tables.
+        let names = match crate::runtime::ModuleKind::of_file(&o.path, &file) {
+            Ok(kind) => crate::runtime::function_names(&file, kind, &facts),
+            Err(_) => Vec::new(),
+        };
         let mut functions = Vec::new();
         if let Some(p) = pattern {
             let base = basename(&o.path);

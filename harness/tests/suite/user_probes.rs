@@ -493,13 +493,14 @@ fn func_time_adds_the_outermost_calls_time_once_through_recursion() {
 /// A Go function a user names is counted on its prologue's stack check
 /// (emulated by the kernel, the pass that grows the stack not counted):
 /// the goserver's `main.goAllocs` runs once per `/alloc`, called by
-/// `main.alloc`. Timing it is refused before any window, with the reason:
+/// `main.alloc` — in the stripped build, found and named by Go's own
+/// function table. Timing it is refused before any window, with the reason:
 /// a return probe in Go code breaks the program.
 #[test]
 fn a_go_function_is_counted_per_request_and_never_timed() {
     root_or_skip!();
     let _g = super::probes_shared();
-    let mut cmd = Command::new(rig_fixtures::goserver(false));
+    let mut cmd = Command::new(rig_fixtures::goserver(true));
     cmd.args(["--port", "0"]);
     let target = rig::session::Child::spawn_ready(cmd).unwrap();
     let pid = target.pid().to_string();
