@@ -209,7 +209,7 @@ impl Kernel {
             }
         };
         let stacks_of = |_: Family| true;
-        let uprobes = |x: Family| matches!(x, Family::Alloc | Family::Copy);
+        let uprobes = |x: Family| matches!(x, Family::Alloc | Family::Copy | Family::User);
         if !f.btf {
             add(
                 "btf",
