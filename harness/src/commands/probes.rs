@@ -54,10 +54,7 @@ pub fn command(pid: u32, pattern: Option<&str>) -> Result<i32> {
         };
         // Go's functions by its own table (a stripped Go binary has no
         // symbol table), every other module's by its symbol tables.
-        let names = match crate::runtime::ModuleKind::of_file(&o.path, &file) {
-            Ok(kind) => crate::runtime::function_names(&file, kind, &facts),
-            Err(_) => Vec::new(),
-        };
+        let names = crate::probe::user::function_names(&o.path, &file, &facts);
         let mut functions = Vec::new();
         if let Some(p) = pattern {
             let base = basename(&o.path);

@@ -73,17 +73,16 @@ impl Family {
         )
     }
 
-    /// Every family, the user's probes last.
-    pub const ALL: [Family; 8] = [
-        Family::Syscalls,
-        Family::Alloc,
-        Family::Copy,
-        Family::Locks,
-        Family::Faults,
-        Family::Sched,
-        Family::Cpu,
-        Family::User,
-    ];
+    /// Every family: the built-in ones, then the user's probes.
+    pub const ALL: [Family; 8] = {
+        let mut all = [Family::User; 8];
+        let mut i = 0;
+        while i < Family::BUILT_IN.len() {
+            all[i] = Family::BUILT_IN[i];
+            i += 1;
+        }
+        all
+    };
 
     /// The families `--probes` names (`all` is these): the user family is
     /// loaded by naming probes (`--usdt`, `--func`).

@@ -334,6 +334,15 @@ pub fn resolve(
     Ok(out)
 }
 
+/// The raw names of the functions of the module mapped as `path` (read
+/// at `open`), as its runtime names them (`runtime::function_names`).
+pub fn function_names(path: &str, open: &std::path::Path, facts: &ElfFacts) -> Vec<String> {
+    match ModuleKind::of_file(path, open) {
+        Ok(kind) => crate::runtime::function_names(open, kind, facts),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// The error for a spec that matched nothing in `pid`.
 pub fn no_match(pid: u32, probe: &UserProbe, closest: Vec<String>) -> UserProbeError {
     UserProbeError::NoMatch {
@@ -480,12 +489,10 @@ fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
                 }
             }
             UserProbe::Func { .. } => {
-                let (Ok(facts), Ok(kind)) =
-                    (ElfFacts::shared(&open), ModuleKind::of_file(&o.path, &open))
-                else {
+                let Ok(facts) = ElfFacts::shared(&open) else {
                     continue;
                 };
-                for raw in crate::runtime::function_names(&open, kind, &facts) {
+                for raw in function_names(&o.path, &open, &facts) {
                     let n = display_name(&raw);
                     spellings.push(format!("{base}!{n}"));
                     spellings.push(n);
