@@ -509,3 +509,87 @@ fn caddy_is_tabled_at_its_own_code_and_rigs_probe_cost_is_rigs() {
     assert!(a["cpu"]["rig_probes"].as_u64().unwrap() > 0, "{text}");
     assert!(!text.contains("[uprobes]+0x"), "{text}");
 }
+
+/// PostgreSQL's own USDT markers, counted exactly per statement: a psql
+/// session's backend, forked before the window, runs N `SELECT 1;` written
+/// to psql's stdin inside it (autocommit: one transaction each; autovacuum
+/// off, so no worker runs transactions of its own meanwhile). rig raises
+/// the markers' semaphores in every process of the tree through the
+/// kernel's reference counter: exactly one `transaction__start` and one
+/// `query__start` per statement. (A backend forked inside the window, as
+/// pgbench's, is counted from the moment its probes are in, and rig says
+/// the window is incomplete: see the test above.)
+#[test]
+fn postgres_statements_are_counted_exactly_by_their_own_usdt_markers() {
+    root_or_skip!();
+    let _p = probes_shared();
+    let s = Scratch::new("postgres-usdt");
+    let pg = Postgres::start(&s);
+    let mut psql = Command::new("runuser")
+        .args(["-u", "postgres", "--", "psql", "-h", "127.0.0.1", "-p"])
+        .arg(pg.port.to_string())
+        .args(["-q", "-X", "-A", "-t", "postgres"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = psql.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(psql.stdout.take().unwrap());
+    use std::io::{BufRead, Write};
+    stdin
+        .write_all(
+            b"ALTER SYSTEM SET autovacuum = off;\nSELECT pg_reload_conf();\nSELECT 'ready';\n",
+        )
+        .unwrap();
+    let mut line = String::new();
+    while line.trim() != "ready" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "psql ended");
+    }
+    let drain = std::thread::spawn(move || out.lines().count());
+    // psql runs as the postgres user in its own process (runuser's child).
+    let psql_pid = rig::process::descendants(psql.id())
+        .into_iter()
+        .find(|p| rig::process::cmdline(*p).starts_with("psql"))
+        .unwrap_or(psql.id());
+    const N: u64 = 500;
+    let load =
+        format!("for i in $(seq {N}); do echo 'SELECT 1;'; done > /proc/{psql_pid}/fd/0; sleep 1");
+    let postmaster = pg.postmaster().to_string();
+    let per = N.to_string();
+    let args = [
+        "attach",
+        "--tree",
+        "--pid",
+        &postmaster,
+        "--probes",
+        "syscalls",
+        "--usdt",
+        "postgresql:transaction__start",
+        "--usdt",
+        "postgresql:query__start",
+        "--per",
+        &per,
+        "--",
+        "sh",
+        "-c",
+        &load,
+    ];
+    let (code, text, a) = rig(&args, &s.0.join("a.json"));
+    assert_eq!(code, 0, "{text}");
+    let calls = |probe: &str| {
+        a["user"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["probe"] == probe)
+            .unwrap_or_else(|| panic!("{probe}: {}", a["user"]))["calls"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(calls("usdt:postgresql:transaction__start"), N, "{text}");
+    assert_eq!(calls("usdt:postgresql:query__start"), N, "{text}");
+    drop(stdin);
+    let _ = psql.wait();
+    drain.join().unwrap();
+}
