@@ -47,7 +47,8 @@ KERNELS="5.10 6.1 6.12"
 # one process tree (nginx, master and worker), the same kernel with
 # its BTF hidden (as a kernel built without it), and the probes a user
 # names (a semaphore-guarded USDT marker of Debian's python, through a BPF
-# link with its cookie from 5.15 and by address before; functions).
+# link with its cookie from 5.15 and by address before; functions, and
+# their time through recursion, calls paired by thread and stack pointer).
 MATRIX_TESTS=(
 	attach_calib::counts_exact_allocations_per_request_at_each_call_site
 	attach_calib::counts_exact_copied_bytes_at_the_real_callers_of_the_real_implementation
@@ -63,6 +64,7 @@ MATRIX_TESTS=(
 	tree::nginx_one_worker_costs_exactly_its_ground_truth_per_request_twice
 	user_probes::a_guarded_python_marker_is_counted_per_request_with_its_argument_summed
 	user_probes::named_functions_are_counted_per_request_by_caller
+	user_probes::func_time_adds_the_outermost_calls_time_once_through_recursion
 )
 JOBS=1 SMP=2 MEM=3G TMO=2400 RUN=""
 while [ $# -gt 0 ]; do

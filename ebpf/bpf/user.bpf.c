@@ -31,6 +31,13 @@ struct {
 } user_depths SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct user_inflight_key);
+	__type(value, __u32); /* site */
+} user_inflight SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct user_time_key);
@@ -78,6 +85,9 @@ static __always_inline int count_user(struct pt_regs *ctx, __u64 caller)
 	struct user_arg *a = bpf_map_lookup_elem(&user_args, &k.site);
 	__u64 arg = user_arg_value(ctx, a);
 	if (a && (a->flags & USER_TIMED)) {
+		struct user_inflight_key ik = { .tid = current_tid(), .sp = PT_REGS_SP(ctx) };
+		if (bpf_map_update_elem(&user_inflight, &ik, &k.site, BPF_ANY))
+			stat_add(RIG_STAT_MAP_FULL, 1);
 		struct user_depth_key dk = { .tid = current_tid(), .site = k.site };
 		struct user_depth *d = bpf_map_lookup_elem(&user_depths, &dk);
 		if (d) {
@@ -120,15 +130,25 @@ int rig_user_go(struct pt_regs *ctx)
 	return count_user(ctx, caller_of(ctx));
 }
 
-/* At a timed function's return (a uretprobe, never in Go code): the time
- * since its outermost call on this thread entered. */
+/* At a timed function's return (a uretprobe, never in Go code): the call
+ * is found by its thread and stack pointer (the return popped one word
+ * off the entry's), and the time since the thread's outermost call of the
+ * same site entered is added when that call returns. */
 SEC("uretprobe")
 int rig_user_ret(struct pt_regs *ctx)
 {
 	__u32 tgid = current_tgid();
 	if (!is_live_target(tgid))
 		return 0;
-	struct user_depth_key dk = { .tid = current_tid(), .site = (__u32)attach_cookie(ctx) };
+	struct user_inflight_key ik = { .tid = current_tid(), .sp = PT_REGS_SP(ctx) - 8 };
+	__u32 *site = bpf_map_lookup_elem(&user_inflight, &ik);
+	if (!site) {
+		/* Entered before the entry probe was in. */
+		stat_add(RIG_STAT_UNPAIRED, 1);
+		return 0;
+	}
+	struct user_depth_key dk = { .tid = ik.tid, .site = *site };
+	bpf_map_delete_elem(&user_inflight, &ik);
 	struct user_depth *d = bpf_map_lookup_elem(&user_depths, &dk);
 	if (!d) {
 		/* Entered before the entry probe was in. */

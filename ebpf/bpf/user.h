@@ -61,6 +61,17 @@ struct user_depth {
 	__u32 _pad;
 };
 
+/* A timed call in flight: its thread and its stack pointer at entry (the
+ * return address's slot). Its return, where the stack pointer is one word
+ * above, finds its site here: no attach cookie is needed at a return, so
+ * kernels that hand uprobes none (before 5.15) pair calls the same way. */
+struct user_inflight_key {
+	__u32 tid;
+	__u32 _pad;
+	__u64 sp;
+};
+_Static_assert(sizeof(struct user_inflight_key) == 16, "user_inflight_key ABI");
+
 /* Time inside a timed site's function, per process. */
 struct user_time_key {
 	__u32 site;
