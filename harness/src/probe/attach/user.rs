@@ -80,6 +80,26 @@ impl Attacher<'_> {
                     }
                 }
             }
+            // Two IFUNCs can choose one implementation (memcpy and
+            // memmove often do): one probe there, named by both
+            // (`func:memcpy/memmove`, as the copy family names it), and
+            // said; two would count every call twice.
+            if let Some(first) = self.user.sites.iter_mut().find(|s| {
+                s.module == site.module
+                    && s.file_offset == site.file_offset
+                    && s.probe != site.probe
+            }) {
+                let name = site.probe.trim_start_matches("func:");
+                first.probe = format!("{}/{name}", first.probe);
+                let why = format!(
+                    "runs the same code as the probe now named {} ({}+{:#x}): counted there, once",
+                    first.probe,
+                    basename(&site.module),
+                    site.file_offset
+                );
+                self.note(family, site.probe.clone(), why);
+                continue;
+            }
             let index = self.user_site(ebpf, &site)?;
             let program = site.at.program();
             let at = match site.at {
@@ -122,6 +142,11 @@ impl Attacher<'_> {
                         self.place(ebpf, family, "rig_user_ret", &open, at.clone(), Some(index))?;
                     }
                     let at = self.place(ebpf, family, program, &open, at, Some(index))?;
+                    let timed = if site.timed {
+                        " and a return probe (the time inside)"
+                    } else {
+                        ""
+                    };
                     let how = match site.at {
                         SiteAt::Marker => "uprobe on the marker".to_string(),
                         SiteAt::StackCheck => {
@@ -129,7 +154,7 @@ impl Attacher<'_> {
                                 .to_string()
                         }
                         SiteAt::FuncEntry => {
-                            format!("uprobe at its entry{}", moved(&at, site.file_offset))
+                            format!("uprobe at its entry{}{timed}", moved(&at, site.file_offset))
                         }
                     };
                     self.note(family, what, how);
