@@ -60,6 +60,7 @@ impl Attacher<'_> {
         for n in r.notes {
             self.note(family, "user probes", n);
         }
+        let mut here = std::collections::BTreeSet::new();
         for mut site in r.sites {
             crate::probe::preload::interrupted()?;
             let open = maps.readable_path(&site.module);
@@ -84,20 +85,31 @@ impl Attacher<'_> {
             // memmove often do): one probe there, named by both
             // (`func:memcpy/memmove`, as the copy family names it), and
             // said; two would count every call twice.
-            if let Some(first) = self.user.sites.iter_mut().find(|s| {
-                s.module == site.module
-                    && s.file_offset == site.file_offset
-                    && s.probe != site.probe
-            }) {
-                let name = site.probe.trim_start_matches("func:");
-                first.probe = format!("{}/{name}", first.probe);
-                let why = format!(
-                    "runs the same code as the probe now named {} ({}+{:#x}): counted there, once",
-                    first.probe,
-                    basename(&site.module),
-                    site.file_offset
-                );
-                self.note(family, site.probe.clone(), why);
+            if let Some(first) = self
+                .user
+                .sites
+                .iter_mut()
+                .find(|s| s.module == site.module && s.file_offset == site.file_offset)
+            {
+                let name = site.probe.trim_start_matches("func:").to_string();
+                let names = first.probe.trim_start_matches("func:");
+                let alias = !names.split('/').any(|n| n == name);
+                if alias {
+                    first.probe = format!("{}/{name}", first.probe);
+                }
+                let both = first.probe.clone();
+                if alias {
+                    let why = format!(
+                        "runs the same code as {both} ({}+{:#x}): one probe, counted once",
+                        basename(&site.module),
+                        site.file_offset
+                    );
+                    self.note(family, site.probe.clone(), why);
+                }
+                site.probe = both;
+            }
+            // One probe per place in this process.
+            if !here.insert((site.module.clone(), site.file_offset)) {
                 continue;
             }
             let index = self.user_site(ebpf, &site)?;
