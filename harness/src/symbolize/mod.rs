@@ -511,9 +511,18 @@ impl Symbolizer {
         let mut src = BzElf::new(open);
         src.debug_syms = debug_syms;
         let src = Source::Elf(src);
-        let syms = symbolizer.symbolize(&src, Input::FileOffset(offs))?;
+        let syms = unpanicked(|| symbolizer.symbolize(&src, Input::FileOffset(offs)))?;
         Ok(syms.into_iter().map(convert).collect())
     }
+}
+
+/// blazesym's DWARF readers trust the file's indices (0.2.7 unwraps a file
+/// index of `.debug_line`): a target's corrupt debug info must not take rig
+/// down. A panic there is that module's error, as an unreadable file is.
+fn unpanicked<T>(f: impl FnOnce() -> Result<T, blazesym::Error>) -> Result<T, blazesym::Error> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(std::io::Error::other("blazesym panicked reading this module's debug info").into())
+    })
 }
 
 /// What the binary's own DWARF says, when blazesym refused the module
@@ -543,7 +552,7 @@ fn own_dwarf(open: &Path, offs: &[u64]) -> Result<Vec<Resolved>, blazesym::Error
         .set_debug_dirs(Some(Vec::<PathBuf>::new()))
         .build();
     let src = Source::Elf(BzElf::new(&by_fd));
-    let syms = symbolizer.symbolize(&src, Input::FileOffset(offs))?;
+    let syms = unpanicked(|| symbolizer.symbolize(&src, Input::FileOffset(offs)))?;
     Ok(syms.into_iter().map(convert).collect())
 }
 

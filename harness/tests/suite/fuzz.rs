@@ -215,4 +215,21 @@ proptest! {
     }
 }
 
+/// The input the property above once found (blazesym 0.2.7 unwraps a
+/// `.debug_line` file index the mutated DWARF no longer has): the module is
+/// an error of its own, never a panic out of rig.
+#[test]
+fn a_dwarf_line_table_naming_a_missing_file_never_panics_the_symbolizer() {
+    let (elf, dwarf, text) = calib_dwarf();
+    let mut b = elf.to_vec();
+    let (at, byte) = (5826088337754496867usize, 4u8);
+    let (lo, hi) = dwarf[at % dwarf.len()];
+    b[lo + (at / dwarf.len()) % (hi - lo)] = byte;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("calib_server");
+    std::fs::write(&path, &b).unwrap();
+    let sites = rig::symbolize::symbolize_elf_with(&path, text, true);
+    assert_eq!(sites.len(), text.len());
+}
+
 const GATE: &str = include_str!("../../../config/gates/calib.toml");

@@ -173,6 +173,8 @@ fn counted_pass_reports_the_calibration_costs_exactly() {
         ".clean.generator_limited",
         ".clean.launch.arm_proof",
         ".counted.attribution.processes[0].error",
+        // Only a run that names probes of its own (`--usdt`, `--func`).
+        ".counted.attribution.user[]",
         ".counted.launch.arm_proof",
         ".counted.per_request.contended",
         ".counted.per_request.involuntary_cs",
