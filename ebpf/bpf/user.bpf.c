@@ -45,8 +45,9 @@ struct {
 } user_ns SEC(".maps");
 
 /* The argument the site's spec names, as libbpf's USDT support reads it:
- * 8 bytes from the register (or from memory at register + displacement),
- * then cut to `size` bytes and sign-extended when signed. */
+ * 8 bytes from the register (or from memory at register + displacement,
+ * or at a global), then cut to `size` bytes and sign-extended when
+ * signed. */
 static __always_inline __u64 user_arg_value(struct pt_regs *ctx, struct user_arg *a)
 {
 	if (!a || a->kind == USER_ARG_NONE)
@@ -54,7 +55,14 @@ static __always_inline __u64 user_arg_value(struct pt_regs *ctx, struct user_arg
 	if (a->kind == USER_ARG_CONST)
 		return (__u64)a->value;
 	__u64 v = 0;
-	if (a->reg_off > sizeof(struct pt_regs) - sizeof(v) ||
+	if (a->kind == USER_ARG_IPREL) {
+		/* A global: the marker's address, where the probe is, plus the
+		 * distance to the global the harness worked out from the file. */
+		if (bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_IP(ctx) + a->value))) {
+			stat_add(RIG_STAT_READ_FAIL, 1);
+			return 0;
+		}
+	} else if (a->reg_off > sizeof(struct pt_regs) - sizeof(v) ||
 	    bpf_probe_read_kernel(&v, sizeof(v), (void *)ctx + a->reg_off)) {
 		stat_add(RIG_STAT_READ_FAIL, 1);
 		return 0;

@@ -15,6 +15,8 @@ enum user_arg_kind {
 	USER_ARG_CONST = 1, /* `value` itself */
 	USER_ARG_REG = 2,   /* the register at `reg_off` of pt_regs */
 	USER_ARG_MEM = 3,   /* memory at that register + `value` */
+	USER_ARG_IPREL = 4, /* memory at the marker's address + `value`: a
+			     * global the note names `sym(%rip)` */
 };
 
 /* The site's function is timed (`--func-time`): its entry is recorded per

@@ -256,6 +256,8 @@ pub mod user_arg {
     pub const CONST: u8 = 1;
     pub const REG: u8 = 2;
     pub const MEM: u8 = 3;
+    /// Memory at the marker's own address + `value` (a global `sym(%rip)`).
+    pub const IPREL: u8 = 4;
     /// `flags`: the site's function is timed (`--func-time`).
     pub const TIMED: u8 = 1;
     /// Sites (attach cookies) one probe set can hold.

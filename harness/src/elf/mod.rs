@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use crate::process::maps::ProcMaps;
 
+mod debugsyms;
 pub mod usdt;
 
 /// A symbol found by name.
@@ -105,6 +106,10 @@ pub struct ElfFacts {
     /// sorted by start.
     pub(crate) cfi: Vec<(u64, u64)>,
     pub build_id: Option<String>,
+    /// The file these facts were loaded from, and the functions it keeps
+    /// elsewhere when stripped (debugsyms.rs), read on first use.
+    origin: Option<std::path::PathBuf>,
+    kept: std::sync::OnceLock<Vec<ElfSym>>,
 }
 
 pub(crate) const R_X86_64_GLOB_DAT: u32 = elf::R_X86_64_GLOB_DAT;
@@ -123,7 +128,10 @@ impl ElfFacts {
 
     pub fn load(path: &Path) -> Result<ElfFacts> {
         let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        Self::parse(&data).with_context(|| format!("parsing ELF {}", path.display()))
+        let mut facts =
+            Self::parse(&data).with_context(|| format!("parsing ELF {}", path.display()))?;
+        facts.origin = Some(path.to_path_buf());
+        Ok(facts)
     }
 
     // Long by design: one pass over the ELF file collecting every fact
@@ -248,6 +256,8 @@ impl ElfFacts {
             plt: Vec::new(),
             cfi: cfi_ranges(&file),
             build_id,
+            origin: None,
+            kept: Default::default(),
         };
         facts.plt = facts.decode_plt(data);
         Ok(facts)
@@ -494,11 +504,13 @@ impl ElfFacts {
     }
 
     /// The names of the functions this file defines (`.symtab` and
-    /// `.dynsym`: defined, sized FUNC or IFUNC symbols), sorted, each once.
+    /// `.dynsym`, or the tables a stripped file keeps elsewhere: defined,
+    /// sized FUNC or IFUNC symbols), sorted, each once.
     pub fn function_names(&self) -> Vec<&str> {
         let mut v: Vec<&str> = self
             .syms
             .iter()
+            .chain(self.kept_functions())
             .filter(|s| {
                 s.shndx != elf::SHN_UNDEF
                     && s.size > 0

@@ -261,6 +261,30 @@ pub fn parse_args(text: &str) -> std::result::Result<Vec<Arg>, String> {
     text.split_whitespace().map(parse_arg).collect()
 }
 
+/// The link-time address of the global `name` a marker's argument reads
+/// (`sym(%rip)`), from the file's symbol tables: refused when they do not
+/// name it (a stripped file) or name two (two `static`s of one name in
+/// different source files: which one the marker reads is not written down).
+pub fn global_address(facts: &super::ElfFacts, name: &str) -> std::result::Result<u64, String> {
+    let mut at: Vec<u64> = facts
+        .named(name)
+        .filter(|s| s.shndx != elf::SHN_UNDEF && s.vaddr != 0)
+        .map(|s| s.vaddr)
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    match at[..] {
+        [one] => Ok(one),
+        [] => Err(format!(
+            "the global `{name}`, which the file's symbol tables do not name (stripped?)"
+        )),
+        _ => Err(format!(
+            "the global `{name}`, which names {} different variables in this file",
+            at.len()
+        )),
+    }
+}
+
 /// The markers of the ELF file at `path`, parsed once per file per rig
 /// process (the ELF module cache).
 pub fn markers(path: &Path) -> Result<Arc<Markers>> {

@@ -87,11 +87,13 @@ impl Baseline {
             anyhow::anyhow!("baseline {}:{line}:{col}: {}", path.display(), e.message())
         })?;
         let mut errs = Vec::new();
+        let mut unknown = false;
         for (name, l) in &b.counters {
             if let Err(e) = check_counter_name(name) {
                 errs.push(e);
+                unknown = true;
             }
-            if !l.value.is_finite() || l.value < 0.0 {
+            if !l.value.is_finite() || (l.value < 0.0 && !may_be_negative(name)) {
                 errs.push(format!("counter `{name}`: value must be a number >= 0"));
             }
             if !l.soft_pct.is_finite() || l.soft_pct < 0.0 {
@@ -154,6 +156,9 @@ impl Baseline {
         }
         if b.profile.as_deref().is_some_and(|p| p.trim().is_empty()) {
             errs.push("profile = \"\": give the cargo profile, e.g. \"debug\"".into());
+        }
+        if unknown {
+            errs.push(counter_forms());
         }
         if !errs.is_empty() {
             bail!("baseline {}: {}", path.display(), errs.join("; "));

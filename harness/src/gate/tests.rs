@@ -47,6 +47,27 @@ fn names_are_checked() {
         );
     }
     assert!(check_counter_name("__rust_aloc calls @ f").is_err());
+    // The probes a user names, as metrics::counters names them.
+    for ok in [
+        "usdt:postgresql:transaction__start calls/req",
+        "func:ngx_http_core_run_phases calls/req",
+        "usdt:rigfix:sized arg1 summed/req",
+        "usdt:rigfix:sized arg1 summed @ sized_pair (userwork.c:54)",
+        "func:userwork_step calls @ handle (userwork.c:92)",
+        "h1 /u c1: func:userwork_step calls/req",
+    ] {
+        assert!(check_counter_name(ok).is_ok(), "{ok}");
+    }
+    for bad in [
+        "usdt: calls/req",
+        "func:userwork_step cals/req",
+        "usdt:rigfix:sized argx summed/req",
+        "kprobe:f calls/req",
+    ] {
+        assert!(check_counter_name(bad).is_err(), "{bad}");
+    }
+    assert!(may_be_negative("usdt:a:b arg0 summed @ f (a.c:1)"));
+    assert!(!may_be_negative("allocs/req"));
     // Per call site and per stack.
     assert!(check_counter_name("syscall epoll_wait @ mio::poll::Poll::poll (poll.rs:439)").is_ok());
     assert!(check_counter_name("syscall recvfrom @ ngx_unix_recv").is_ok());

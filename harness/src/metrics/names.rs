@@ -198,7 +198,8 @@ pub(crate) fn is_site(name: &str) -> bool {
     name.contains(" @ ") || name.starts_with("syscall ")
 }
 
-/// Is `name` a counter rig can produce? A clear message when not. A case
+/// Is `name` a counter rig can produce? A short message when not (what
+/// counters are is [`counter_forms`], said once by the caller). A case
 /// key (`h1 /calib c1: `) in front is allowed; whether it names a case of
 /// the suite is checked once the suite is expanded.
 pub fn check_counter_name(name: &str) -> Result<(), String> {
@@ -211,8 +212,11 @@ pub fn check_counter_name(name: &str) -> Result<(), String> {
             return Ok(());
         }
     }
+    if name.strip_suffix("/req").is_some_and(is_user_kind) {
+        return Ok(());
+    }
     if let Some((head, site)) = name.split_once(" @ ") {
-        let kind_ok = if head == "faults" || head == "Ir" {
+        let kind_ok = if head == "faults" || head == "Ir" || is_user_kind(head) {
             true
         } else if let Some(sc) = head.strip_prefix("syscall ") {
             // A syscall by call site: `syscall recvfrom @ SITE`.
@@ -244,14 +248,45 @@ pub fn check_counter_name(name: &str) -> Result<(), String> {
     } else {
         format!(" (did you mean `{}`?)", near.join("` or `"))
     };
-    Err(format!(
-        "unknown counter `{name}`{hint}; counters are one of {} or a call site: \
+    Err(format!("unknown counter `{name}`{hint}"))
+}
+
+/// What counter names are, for the message about an unknown one.
+pub fn counter_forms() -> String {
+    format!(
+        "counters are one of {} or a call site: \
          `KIND calls @ FUNCTION (FILE:LINE)`, `KIND bytes @ …` (KIND: {}), `faults @ …`, `syscall NAME`, \
          `syscall NAME @ SITE`, `EVENT stack calls @ SITE < CALLER < CALLER`, `EVENT stack bytes @ …`, \
-         `Ir @ FUNCTION` (self instructions, callgrind); with several cases, `CASE: COUNTER`",
+         `Ir @ FUNCTION` (self instructions, callgrind); a probe you named (`--usdt`, `--func`): \
+         `PROBE calls/req`, `PROBE argN summed/req`, `PROBE calls @ SITE`, `PROBE argN summed @ SITE` \
+         (PROBE: `usdt:PROVIDER:NAME` or `func:NAME`); with several cases, `CASE: COUNTER`",
         totals().collect::<Vec<_>>().join(", "),
         site_kinds().join(", ")
-    ))
+    )
+}
+
+/// A named probe's counter kind: `usdt:PROVIDER:NAME calls`, `func:NAME
+/// calls`, or either's `argN summed` (the names `probe::user` gives).
+fn is_user_kind(head: &str) -> bool {
+    let probe = head.strip_suffix(" calls").or_else(|| {
+        let (probe, arg) = head.strip_suffix(" summed")?.rsplit_once(" arg")?;
+        arg.parse::<u8>().ok().map(|_| probe)
+    });
+    probe.is_some_and(|p| {
+        let name = p.strip_prefix("usdt:").or_else(|| p.strip_prefix("func:"));
+        name.is_some_and(|n| !n.is_empty() && !n.contains(' '))
+    })
+}
+
+/// Does a counter of this name sum a signed quantity (a marker's argument
+/// may be negative), so a negative value is a value, not an error?
+pub fn may_be_negative(name: &str) -> bool {
+    split_case(name)
+        .1
+        .split(" @ ")
+        .next()
+        .unwrap_or("")
+        .contains(" summed")
 }
 
 pub(crate) fn edit_distance(a: &str, b: &str) -> usize {

@@ -56,5 +56,5 @@ pub fn func_entry(open: &Path, kind: ModuleKind, symbol: &str) -> Result<Option<
     if let Some(found) = runtimes(&m).find_map(|r| r.func_entry(open, symbol)) {
         return found;
     }
-    Ok(facts.lookup_symbol(symbol).map(FuncEntry::Placed))
+    Ok(facts.lookup_function(symbol).map(FuncEntry::Placed))
 }

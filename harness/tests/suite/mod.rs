@@ -72,6 +72,7 @@ mod stall;
 mod symbols;
 mod tree;
 mod trial_server;
+mod user_fixture;
 mod user_probes;
 mod users;
 

@@ -239,7 +239,7 @@ pub fn resolve(
                         });
                     for m in ms.iter().filter(|m| marker_matches(pattern, &o.path, m)) {
                         matched[i] += 1;
-                        out.sites.push(marker_site(p, &o.path, m, *arg)?);
+                        out.sites.push(marker_site(p, &o.path, &facts, m, *arg)?);
                     }
                 }
                 UserProbe::Func { pattern, timed } => {
@@ -355,6 +355,7 @@ pub fn no_match(pid: u32, probe: &UserProbe, closest: Vec<String>) -> UserProbeE
 fn marker_site(
     p: &UserProbe,
     module: &str,
+    facts: &ElfFacts,
     m: &Marker,
     arg: Option<u8>,
 ) -> Result<UserSite, UserProbeError> {
@@ -391,8 +392,10 @@ fn marker_site(
                     m.args_text
                 ))
             })?;
-            arg_location(a)
-                .map_err(|why| bad(format!("{}:{} argument {n} ({why})", m.provider, m.name)))?
+            arg_location(a, m.vaddr, |name| {
+                crate::elf::usdt::global_address(facts, name)
+            })
+            .map_err(|why| bad(format!("{}:{} argument {n} ({why})", m.provider, m.name)))?
         }
     };
     Ok(UserSite {
@@ -408,8 +411,15 @@ fn marker_site(
     })
 }
 
-/// Where the BPF program finds argument `a`.
-pub fn arg_location(a: &Arg) -> Result<UserArg, String> {
+/// Where the BPF program finds argument `a` of a marker at link-time
+/// address `at`. A global (`sym(%rip)`, `52+sym(%rip)`) is read at its
+/// distance from the marker, which `global` gives from the module's symbol
+/// tables (the marker and the global move together in any process).
+pub fn arg_location(
+    a: &Arg,
+    at: u64,
+    global: impl Fn(&str) -> Result<u64, String>,
+) -> Result<UserArg, String> {
     let mut u = UserArg {
         size: a.size,
         is_signed: u8::from(a.signed),
@@ -420,10 +430,19 @@ pub fn arg_location(a: &Arg) -> Result<UserArg, String> {
             u.kind = user_arg::CONST;
             u.value = *v;
         }
+        Loc::Mem {
+            base: Reg::Rip,
+            disp,
+            symbol: Some(s),
+        } => {
+            let addr = global(s)?;
+            u.kind = user_arg::IPREL;
+            u.value = (addr as i64).wrapping_add(*disp).wrapping_sub(at as i64);
+        }
         Loc::Reg(Reg::Rip) | Loc::Mem { base: Reg::Rip, .. } => {
             return Err(
-                "a global read relative to the instruction pointer; rig sums \
-                        arguments in registers, on the stack and constants"
+                "an address relative to the instruction pointer that names no global; rig \
+                 sums arguments in registers, on the stack, in named globals and constants"
                     .into(),
             )
         }
@@ -444,7 +463,7 @@ pub fn arg_location(a: &Arg) -> Result<UserArg, String> {
             symbol: Some(s), ..
         } => {
             return Err(format!(
-                "the global `{s}`; rig sums arguments in registers, on the stack and constants"
+                "the global `{s}` read through a register other than the instruction pointer"
             ))
         }
     }

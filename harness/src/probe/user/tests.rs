@@ -32,7 +32,11 @@ fn specs_parse_as_written_and_bad_ones_say_the_form() {
 
 #[test]
 fn argument_locations_are_what_the_bpf_program_reads() {
-    let at = |s: &str| arg_location(&parse_arg(s).unwrap());
+    let globals = |name: &str| match name {
+        "NBuffers" => Ok(0x5000),
+        _ => Err(format!("no {name}")),
+    };
+    let at = |s: &str| arg_location(&parse_arg(s).unwrap(), 0x1000, globals);
     let r = at("-4@%eax").unwrap();
     assert_eq!(
         (r.kind, r.size, r.is_signed, r.reg_off),
@@ -45,8 +49,14 @@ fn argument_locations_are_what_the_bpf_program_reads() {
     );
     let c = at("-4@$5").unwrap();
     assert_eq!((c.kind, c.value), (user_arg::CONST, 5));
-    let g = at("8@NBuffers(%rip)").unwrap_err();
-    assert!(g.contains("global"), "{g}");
+    // A global, read at its distance from the marker.
+    let g = at("8@NBuffers(%rip)").unwrap();
+    assert_eq!((g.kind, g.value), (user_arg::IPREL, 0x4000));
+    let g = at("4@52+NBuffers(%rip)").unwrap();
+    assert_eq!((g.kind, g.size, g.value), (user_arg::IPREL, 4, 0x4000 + 52));
+    assert!(at("8@Missing(%rip)").unwrap_err().contains("no Missing"));
+    let bare = at("8@16(%rip)").unwrap_err();
+    assert!(bare.contains("names no global"), "{bare}");
 }
 
 /// Debian's python (its USDT markers as shipped) as a real process's map: its markers (in
