@@ -104,6 +104,7 @@ static __always_inline int is_free_kind(__u32 kind)
 	case ALLOC_SDALLOCX:
 	case ALLOC_DALLOCX:
 	case ALLOC_RUST_DEALLOC:
+	case ALLOC_POOL_FREE:
 		return 1;
 	}
 	return 0;
@@ -122,6 +123,8 @@ static __always_inline void live_entry(struct pt_regs *ctx, __u32 tid, __u32 tgi
 {
 	__u32 kind = cookie & ALLOC_KIND_MASK;
 	__u64 p1 = PT_REGS_PARM1(ctx);
+	if (kind == ALLOC_POOL_ALLOC || kind == ALLOC_POOL_FREE)
+		return;
 	if (is_free_kind(kind)) {
 		if (p1)
 			live_forget(tgid, p1);
@@ -251,8 +254,15 @@ static __always_inline int record(struct pt_regs *ctx, __u64 bytes, __u32 cls)
 			k.kind = f->kind;
 		bpf_map_delete_elem(&fwds, &tid);
 	}
-	k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller,
-			     k.kind | (cookie & ALLOC_COOKIE_NO_RETURN));
+	/* An application allocator is a layer beside the heap's: its calls
+	 * are never inside or around the heap's (a pool growing by malloc is
+	 * the heap's own call). */
+	__u32 kind = k.kind & ALLOC_KIND_MASK;
+	if (kind == ALLOC_POOL_ALLOC || kind == ALLOC_POOL_FREE)
+		k.flags = 0;
+	else
+		k.flags = inner_call(tid, PT_REGS_SP(ctx), k.caller,
+				     k.kind | (cookie & ALLOC_COOKIE_NO_RETURN));
 	struct alloc_val zero = {};
 	struct alloc_val *v = upsert(&allocs, &k, &zero);
 	if (v) {
@@ -330,6 +340,32 @@ int rig_alloc_arg4(struct pt_regs *ctx)
 {
 	__u64 n = PT_REGS_PARM4(ctx);
 	return record(ctx, n, size_class(n));
+}
+
+/* An application allocator's size in its fifth or sixth argument
+ * (--alloc-func NAME@4, @5). */
+SEC("uprobe")
+int rig_alloc_arg5(struct pt_regs *ctx)
+{
+	__u64 n = PT_REGS_PARM5(ctx);
+	return record(ctx, n, size_class(n));
+}
+
+SEC("uprobe")
+int rig_alloc_arg6(struct pt_regs *ctx)
+{
+	/* x86-64's sixth integer argument; Debian's libbpf 1.1 has no
+	 * PT_REGS_PARM6. */
+	__u64 n = ctx->r9;
+	return record(ctx, n, size_class(n));
+}
+
+/* An allocation whose size no argument holds (haproxy's
+ * __pool_alloc(pool, flags): the pool knows it). */
+SEC("uprobe")
+int rig_alloc_unsized(struct pt_regs *ctx)
+{
+	return record(ctx, 0, ALLOC_CLASS_UNSIZED);
 }
 
 /* free(ptr), operator delete(ptr, ...), sdallocx, __rust_dealloc... */

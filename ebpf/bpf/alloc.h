@@ -44,10 +44,20 @@ enum alloc_kind {
 	 * (runtime.gcMarkTermination, once per cycle), which allocates nothing. */
 	ALLOC_GO_MALLOCGC = 22,
 	ALLOC_GO_GC = 23,
+	/* An application's own allocator (haproxy's pools, APR's, nginx's,
+	 * PostgreSQL's memory contexts, glib's slices, or a function the user
+	 * declares with --alloc-func / --free-func): its blocks come from
+	 * memory it took from malloc or the kernel, so the live heap leaves
+	 * them out. */
+	ALLOC_POOL_ALLOC = 24,
+	ALLOC_POOL_FREE = 25,
 };
 
 /* size_class for frees of a NULL pointer (counted apart: they free nothing). */
 #define ALLOC_CLASS_NULL_FREE 0xffffffffu
+/* size_class of an allocation whose size rig cannot read (an application
+ * allocator with no size argument): counted, its bytes unknown. */
+#define ALLOC_CLASS_UNSIZED 0xfffffffeu
 
 /* alloc_key.flags */
 #define ALLOC_FLAG_INNER 1u /* made inside another allocator call (see alloc_frame) */

@@ -91,6 +91,9 @@ pub mod alloc_kind {
     pub const RUST_DEALLOC: u32 = 21;
     pub const GO_MALLOCGC: u32 = 22;
     pub const GO_GC: u32 = 23;
+    /// An application's own allocator: an allocation, a free.
+    pub const POOL_ALLOC: u32 = 24;
+    pub const POOL_FREE: u32 = 25;
 }
 /// `ALLOC_KIND_MASK`, `ALLOC_ENTRY_SHIFT`, `ALLOC_ENTRY_MASK` (alloc.h): the
 /// attach cookie is `kind | entry << ALLOC_ENTRY_SHIFT`.
@@ -134,6 +137,8 @@ impl AllocStackArg {
 pub const ALLOC_FLAG_INNER: u32 = 1;
 /// `ALLOC_CLASS_NULL_FREE` (alloc.h).
 pub const ALLOC_CLASS_NULL_FREE: u32 = 0xffff_ffff;
+/// `ALLOC_CLASS_UNSIZED` (alloc.h): an allocation whose size rig cannot read.
+pub const ALLOC_CLASS_UNSIZED: u32 = 0xffff_fffe;
 
 /// C twin: `struct alloc_key` (alloc.h).
 #[repr(C)]

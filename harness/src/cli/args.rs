@@ -523,6 +523,17 @@ pub struct AttachArgs {
     /// Refused for Go code, where a return probe breaks the program.
     #[arg(long)]
     pub func_time: bool,
+    /// Count a function of the server's own as an allocator (its pools, an
+    /// arena), with the alloc probes: its calls and bytes per request by
+    /// call site, as a layer beside the heap's. `@N`: its size is argument
+    /// N (from 0); without it, calls are counted unsized. haproxy's,
+    /// APR's, nginx's, PostgreSQL's and glib's are known without it.
+    /// Repeatable.
+    #[arg(long, value_name = "[MODULE!]NAME[@N]")]
+    pub alloc_func: Vec<String>,
+    /// The free of a declared allocator (`--alloc-func`). Repeatable.
+    #[arg(long, value_name = "[MODULE!]NAME")]
+    pub free_func: Vec<String>,
     #[command(flatten)]
     pub common: Common,
     /// `-- COMMAND ARGS...`: the load. The window opens before it starts and

@@ -95,6 +95,8 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         }
         None => None,
     };
+    let mut user_probes = user_probes(&a.usdt, &a.func, a.func_time)?;
+    user_probes.extend(declared_allocators(a, &families)?);
     Ok(AttachSettings {
         pid,
         families,
@@ -107,10 +109,38 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
             (_, true) => Some(false),
             _ => None,
         },
-        wrappers: a.common.wrappers.clone(),
+        // A declared allocator is past the user site, as malloc is.
+        wrappers: a
+            .common
+            .wrappers
+            .iter()
+            .cloned()
+            .chain(user_probes.iter().filter_map(|p| match p {
+                UserProbe::Alloc { name, .. } => name.rsplit('!').next().map(str::to_string),
+                _ => None,
+            }))
+            .collect(),
         live_heap: a.live_heap,
-        user_probes: user_probes(&a.usdt, &a.func, a.func_time)?,
+        user_probes,
     })
+}
+
+/// `--alloc-func` and `--free-func`, checked for their form; they need the
+/// alloc probes, which count them.
+fn declared_allocators(a: &AttachArgs, families: &[Family]) -> Result<Vec<UserProbe>> {
+    let mut out = Vec::new();
+    for (list, free) in [(&a.alloc_func, false), (&a.free_func, true)] {
+        for spec in list {
+            out.push(UserProbe::alloc(spec, free).map_err(|e| anyhow::anyhow!("--{e}"))?);
+        }
+    }
+    if !out.is_empty() && !families.contains(&Family::Alloc) {
+        crate::refuse!(
+            "--alloc-func/--free-func without the alloc probes, which count them: add alloc to \
+             --probes (e.g. --probes alloc --alloc-func arena_alloc@0)"
+        );
+    }
+    Ok(out)
 }
 
 /// `--usdt` and `--func` as written, each checked for its form (what they

@@ -18,12 +18,16 @@ const TREE_ONLY: &[&str] = &["rig_follow_fork"];
 const STACKS_ONLY: &[&str] = &["rig_forget_exec"];
 /// Programs loaded when first attached (`attach::programs::uprobe` loads
 /// what is not loaded yet): `rig_alloc_arg4` serves only Rust's
-/// `__rust_realloc`, absent from most targets (its BPF_PROG_LOAD took
+/// `__rust_realloc`, absent from most targets (and arg5, arg6 and unsized
+/// only application allocators) (its BPF_PROG_LOAD took
 /// 1.05–1.18 s when the unwinder was inlined; a few milliseconds now).
 /// `rig_alloc_ret` is attached only for the live heap; the Go programs
 /// only in Go processes.
 const ON_FIRST_USE: &[&str] = &[
     "rig_alloc_arg4",
+    "rig_alloc_arg5",
+    "rig_alloc_arg6",
+    "rig_alloc_unsized",
     "rig_alloc_ret",
     "rig_alloc_go",
     "rig_alloc_go_dispatch",

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use rig_ebpf::abi::{ALLOC_CLASS_NULL_FREE, ALLOC_FLAG_INNER, FAULT_MAJOR};
+use rig_ebpf::abi::{ALLOC_CLASS_NULL_FREE, ALLOC_CLASS_UNSIZED, ALLOC_FLAG_INNER, FAULT_MAJOR};
 
 use super::*;
 
@@ -90,7 +90,10 @@ impl<'a> Builder<'a> {
                 });
             let p = proc_row(&mut self.procs, k.tgid);
             let mut sums = vec![&mut layer.totals];
-            if !inner {
+            let beside = is_application(kind);
+            layer.beside_the_heap |= beside;
+            let not_sized = k.size_class == ALLOC_CLASS_UNSIZED;
+            if !inner && !beside {
                 sums.push(&mut alloc_totals);
                 sums.push(&mut p.alloc);
             }
@@ -104,6 +107,9 @@ impl<'a> Builder<'a> {
                 } else {
                     t.allocations += v.calls;
                     t.bytes += v.bytes;
+                    if not_sized {
+                        t.not_sized += v.calls;
+                    }
                 }
             }
             if inner && is_free(kind) {
@@ -115,10 +121,13 @@ impl<'a> Builder<'a> {
                 site,
                 kind: name,
                 allocator,
-                size_class: (k.size_class != ALLOC_CLASS_NULL_FREE).then_some(k.size_class),
+                size_class: (k.size_class != ALLOC_CLASS_NULL_FREE && !not_sized)
+                    .then_some(k.size_class),
                 calls: v.calls,
                 bytes: v.bytes,
                 inner,
+                not_sized,
+                free: is_free(kind),
             };
             add_alloc_row(&mut alloc, row);
         }

@@ -195,6 +195,10 @@ pub struct AllocLayer {
     pub allocator: String,
     /// Every call of this layer (inner ones included).
     pub totals: AllocTotals,
+    /// An application's own allocator (pools): a layer beside the heap's,
+    /// none of its calls in `alloc_totals`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub beside_the_heap: bool,
     /// Of those, calls made inside another allocator call.
     pub inner_allocations: u64,
     pub inner_frees: u64,
@@ -217,6 +221,13 @@ pub struct AllocRow {
     /// by pymalloc, jemalloc under a Rust shim): the outer call is counted
     /// at its caller; this one is excluded from `alloc_totals`.
     pub inner: bool,
+    /// An allocation whose size rig cannot read (an application
+    /// allocator with no size argument): `bytes` is unknown, not zero.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub not_sized: bool,
+    /// A free (of any allocator: `free`, `operator delete`, a pool's).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub free: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -229,6 +240,10 @@ pub struct AllocTotals {
     /// frees; its cycles sit beside its allocations).
     #[serde(skip_serializing_if = "is_zero")]
     pub gc_cycles: u64,
+    /// Of `allocations`, those whose size rig cannot read: `bytes` leaves
+    /// them out.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub not_sized: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -431,7 +446,14 @@ fn is_free(kind: u32) -> bool {
             | alloc_kind::SDALLOCX
             | alloc_kind::DALLOCX
             | alloc_kind::RUST_DEALLOC
+            | alloc_kind::POOL_FREE
     )
+}
+
+/// An application allocator's call (`runtime::pools`): its own layer,
+/// beside the heap's totals.
+fn is_application(kind: u32) -> bool {
+    matches!(kind, alloc_kind::POOL_ALLOC | alloc_kind::POOL_FREE)
 }
 
 /// An `AllocKey::kind` (the attach cookie) taken apart: what the call does,

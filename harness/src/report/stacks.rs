@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use rig_ebpf::abi::{
     stack_flag, stack_what, AllocStackArg, StackKey, UStack, ALLOC_CLASS_NULL_FREE,
+    ALLOC_CLASS_UNSIZED,
 };
 use serde::Serialize;
 
@@ -391,10 +392,13 @@ pub fn event_name(
             let a = AllocStackArg::decode(arg);
             let (cookie, class) = (a.cookie, a.class);
             let null = class == (ALLOC_CLASS_NULL_FREE & 0xff);
-            (
-                super::alloc_call(cookie, alloc_entries).1,
-                (!null).then_some(class),
-            )
+            let name = super::alloc_call(cookie, alloc_entries).1;
+            // An allocation no argument sizes: its bytes are unknown, and
+            // its name says so beside the 0 its bytes column holds.
+            if class == (ALLOC_CLASS_UNSIZED & 0xff) {
+                return (format!("{name} (unsized)"), None);
+            }
+            (name, (!null).then_some(class))
         }
         stack_what::COPY => (
             copy_impls

@@ -27,6 +27,9 @@ pub enum AllocFamily {
     /// The C library's malloc other than glibc's (musl's mallocng), in
     /// its libc.so or linked into a static executable.
     Musl,
+    /// An application's own allocator (pools.rs): a layer beside the
+    /// heap's, never in its totals.
+    Application,
 }
 
 impl AllocFamily {
@@ -41,6 +44,7 @@ impl AllocFamily {
             AllocFamily::Cxx => "libstdc++",
             AllocFamily::Go => "go",
             AllocFamily::Musl => "musl",
+            AllocFamily::Application => "application",
         }
     }
 }
@@ -66,6 +70,13 @@ impl AllocFamily {
     /// as inner.
     pub fn forwards(self) -> bool {
         matches!(self, AllocFamily::Glibc | AllocFamily::Cxx)
+    }
+
+    /// Whether its calls are a layer beside the heap's (an application's
+    /// pools, pools.rs): never in the heap's totals, never around its
+    /// calls, so its entry points need no return probe.
+    pub fn beside_the_heap(self) -> bool {
+        self == AllocFamily::Application
     }
 }
 
@@ -192,6 +203,7 @@ pub fn entry_names() -> Vec<String> {
     }
     names.extend(go::ALLOC_API.iter().map(|e| e.0.to_string()));
     names.extend(go::specialized_names());
+    names.extend(super::pools::entry_names().map(str::to_string));
     names.sort();
     names.dedup();
     names
@@ -239,6 +251,8 @@ pub fn kind_name(kind: u32) -> &'static str {
         k::RUST_DEALLOC => "__rust_dealloc",
         k::GO_MALLOCGC => "runtime.mallocgc",
         k::GO_GC => "GC cycle",
+        k::POOL_ALLOC => "pool alloc",
+        k::POOL_FREE => "pool free",
         _ => "?",
     }
 }

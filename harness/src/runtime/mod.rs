@@ -19,6 +19,7 @@
 //! | `go` | Go code | `runtime.mallocgc`, GC cycles; never a return probe | `.gopclntab`'s pcsp tables | `.gopclntab` |
 //! | `native` | other ELF code: jemalloc, tcmalloc, mimalloc, Rust's shims, libstdc++ | each allocator's own names | `.eh_frame` | as glibc |
 //! | `cpython` | CPython's allocation APIs | PyObject_/PyMem_ | `.eh_frame` | as glibc |
+//! | `pools` | an application's own allocator (haproxy, APR, nginx, PostgreSQL, glib; `--alloc-func`) | its pool entry points, a layer beside the heap's | `.eh_frame` | as glibc |
 //! | `v8` | V8's embedded builtins | none | frame-pointer rows after their prologue | as glibc |
 //! | `jit` | anonymous executable memory | none | none: a stack ends there, marked | `/tmp/perf-PID.map` |
 //!
@@ -32,6 +33,7 @@ pub mod go;
 pub mod jit;
 pub mod musl;
 pub mod native;
+pub mod pools;
 pub mod static_glibc;
 pub mod v8;
 
@@ -440,6 +442,7 @@ pub trait CodeNames: Send + Sync {
 pub const ALL: &[&dyn Runtime] = &[
     &go::Go,
     &native::NativeAllocators,
+    &pools::Pools,
     &musl::Musl,
     &glibc::Glibc,
     &static_glibc::StaticGlibc,

@@ -285,6 +285,7 @@ fn counts_cpython_and_glibc_layers_exactly_when_only_pycalib_allocates() {
         frees: frees * N,
         null_frees: 0,
         gc_cycles: 0,
+        not_sized: 0,
     };
     assert_eq!(
         layers,

@@ -153,6 +153,130 @@ fn haproxy_by_a_thread_id_is_its_process_and_its_clock_reads_are_whole() {
     assert_eq!(incomplete(&a), vec![], "{text}");
 }
 
+/// haproxy allocates a request's memory from its own pools, so its
+/// mallocs are near zero: rig counts `__pool_alloc` and `__pool_free` as
+/// an application allocator of their own (unsized: the pool, not an
+/// argument, holds the size), beside the heap's totals. Checked against
+/// bpftrace's count of the same uprobes on one keep-alive connection,
+/// taken twice (100 and 300 requests) so the connection's own pool calls
+/// cancel out: rig's window (1000 requests, its connection opened before
+/// the window) holds exactly that per-request count.
+#[test]
+fn haproxys_pool_allocations_are_counted_beside_the_heap_as_bpftrace_counts_them() {
+    root_or_skip!();
+    let _p = probes_shared();
+    let s = Scratch::new("haproxy-pools");
+    let port = free_port().unwrap();
+    let cfg = s.0.join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n    nbthread 1\ndefaults\n    mode http\n    timeout client 10s\n    \
+             timeout server 10s\n    timeout connect 1s\nfrontend f\n    bind 127.0.0.1:{port}\n    \
+             http-request return status 200 content-type text/plain string ok\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new("haproxy");
+    cmd.arg("-f").arg(&cfg).arg("-db");
+    let h = start(cmd, port);
+    let pid = h.child.id();
+    // bpftrace's count of each entry point around `n` requests on one
+    // connection.
+    let truth = |n: u64| -> (u64, u64) {
+        let exe = "/usr/sbin/haproxy";
+        let script = format!(
+            "uprobe:{exe}:__pool_alloc /pid == {pid}/ {{ @a = count(); }} \
+             uprobe:{exe}:__pool_free /pid == {pid}/ {{ @f = count(); }}"
+        );
+        let mut bt = Command::new("bpftrace")
+            .args(["-e", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("bpftrace (scripts/deps.sh installs it)");
+        let mut out = std::io::BufReader::new(bt.stdout.take().unwrap());
+        let mut line = String::new();
+        use std::io::{BufRead, Read, Write};
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with("Attaching"), "bpftrace: {line}");
+        std::thread::sleep(Duration::from_millis(500));
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut buf = [0u8; 4096];
+        for _ in 0..n {
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut got = Vec::new();
+            while !got.ends_with(b"ok") {
+                let k = c.read(&mut buf).unwrap();
+                assert!(k > 0, "haproxy closed the connection");
+                got.extend_from_slice(&buf[..k]);
+            }
+        }
+        drop(c);
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: SIGINT to the bpftrace this test started: it prints its maps.
+        unsafe { libc::kill(bt.id() as i32, libc::SIGINT) };
+        let mut counts = String::new();
+        out.read_to_string(&mut counts).unwrap();
+        let _ = bt.wait();
+        let get = |m: &str| -> u64 {
+            counts
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("@{m}: ")))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("bpftrace counted no {m}: {counts}"))
+        };
+        (get("a"), get("f"))
+    };
+    let (a100, f100) = truth(100);
+    let (a300, f300) = truth(300);
+    assert_eq!((a300 - a100) % 200, 0, "{a100} {a300}");
+    let (allocs, frees) = ((a300 - a100) / 200, (f300 - f100) / 200);
+    assert!(allocs > 0, "haproxy allocates from its pools per request");
+    const N: u64 = 1000;
+    let (code, text, a) = rig(
+        &[
+            "attach",
+            "--pid",
+            &pid.to_string(),
+            "--drive",
+            &format!("http://127.0.0.1:{port}/"),
+            "--requests",
+            &N.to_string(),
+            "--connections",
+            "1",
+            "--probes",
+            "alloc",
+        ],
+        &s.0.join("a.json"),
+    );
+    assert_eq!(code, exit::OK, "{text}");
+    let layer = a["alloc_layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["allocator"] == "application")
+        .unwrap_or_else(|| panic!("no application allocator: {text}"));
+    assert_eq!(layer["beside_the_heap"], true);
+    let t = &layer["totals"];
+    eprintln!(
+        "haproxy: bpftrace {allocs} __pool_alloc and {frees} __pool_free per request; rig {t}"
+    );
+    assert_eq!(t["allocations"].as_u64(), Some(allocs * N), "{text}");
+    assert_eq!(t["frees"].as_u64(), Some(frees * N), "{text}");
+    assert_eq!(t["not_sized"].as_u64(), Some(allocs * N), "{text}");
+    assert!(
+        text.contains(&format!(
+            "application allocator: {allocs} allocs/req ({allocs} of them unsized"
+        )),
+        "{text}"
+    );
+    // The user sites are haproxy's code past the pool, never the pool.
+    for r in a["alloc"].as_array().unwrap() {
+        assert_ne!(r["site"]["function"], "__pool_alloc", "{r}");
+    }
+}
+
 /// A PostgreSQL cluster of the test's own, on a port it chose, run as the
 /// `postgres` user (Debian's package makes it).
 struct Postgres {

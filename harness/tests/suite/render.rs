@@ -115,6 +115,8 @@ fn attribution() -> Attribution {
                 calls: 3000,
                 bytes: 72_000,
                 inner: false,
+                not_sized: false,
+                free: false,
             },
             AllocRow {
                 site: handler.clone(),
@@ -124,6 +126,8 @@ fn attribution() -> Attribution {
                 calls: 3000,
                 bytes: 0,
                 inner: false,
+                not_sized: false,
+                free: true,
             },
         ],
         alloc_totals: AllocTotals {
@@ -132,6 +136,7 @@ fn attribution() -> Attribution {
             frees: 3000,
             null_frees: 0,
             gc_cycles: 0,
+            not_sized: 0,
         },
         alloc_layers: Vec::new(),
         alloc_unprobed: Vec::new(),

@@ -358,3 +358,100 @@ fn ab_of_two_builds_shows_the_one_marker_more_and_nothing_else() {
         assert_eq!(diff(same), 0.0, "{same}: {text}");
     }
 }
+
+/// An arena allocator declared by `--alloc-func arena_alloc@0` (its size
+/// argument 0) and `--free-func arena_reset`: 5 allocations per request
+/// of 16, 32, 64, 128 and 256 bytes (496) and 1 free, exact, at the
+/// handler's line, as a layer beside the heap's, whose totals stay the
+/// fixture's 0; a misspelled declaration is refused with the nearest name,
+/// and a declaration without the alloc probes is refused.
+#[test]
+fn a_declared_arena_allocator_is_counted_and_sized_exactly_beside_the_heap() {
+    root_or_skip!();
+    let _g = probes_shared();
+    const N: u64 = 300;
+    let mut cmd = Command::new(rig_fixtures::userserve(""));
+    cmd.args(["--port", "0"]);
+    let target = rig::session::Child::spawn_ready(cmd).unwrap();
+    let pid = target.pid().to_string();
+    let url = format!("http://127.0.0.1:{}/u", target.port);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("a.json");
+    let run = |extra: &[&str]| {
+        Command::new(rig_bin())
+            .args([
+                "attach",
+                "--pid",
+                &pid,
+                "--drive",
+                &url,
+                "--connections",
+                "1",
+            ])
+            .args(["--requests", &N.to_string(), "--json"])
+            .arg(&json)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[
+        "--probes",
+        "alloc",
+        "--alloc-func",
+        "arena_alloc@0",
+        "--free-func",
+        "arena_reset",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let a: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(a["alloc_totals"]["allocations"], 0, "{text}");
+    let layer = &a["alloc_layers"][0];
+    assert_eq!(layer["allocator"], "application", "{layer}");
+    assert_eq!(layer["beside_the_heap"], true);
+    let t = &layer["totals"];
+    assert_eq!(
+        (
+            t["allocations"].as_u64(),
+            t["bytes"].as_u64(),
+            t["frees"].as_u64()
+        ),
+        (Some(5 * N), Some(496 * N), Some(N)),
+        "{text}"
+    );
+    let rows = a["alloc"].as_array().unwrap();
+    let at = |kind: &str, marker: &str| -> (u64, u64) {
+        rows.iter()
+            .filter(|r| r["kind"] == kind && r["site"]["line"] == line(marker))
+            .fold((0, 0), |(c, b), r| {
+                assert_eq!(r["site"]["function"], "handle", "{r}");
+                (
+                    c + r["calls"].as_u64().unwrap(),
+                    b + r["bytes"].as_u64().unwrap(),
+                )
+            })
+    };
+    assert_eq!(at("arena_alloc", "arena_calls"), (5 * N, 496 * N));
+    assert_eq!(at("arena_reset", "arena_reset"), (N, 0));
+    assert!(
+        text.contains("application allocator: 5 allocs/req, 496 bytes/req, 1 frees/req"),
+        "{text}"
+    );
+    std::fs::remove_file(&json).unwrap();
+    let o = run(&["--probes", "alloc", "--alloc-func", "arena_aloc@0"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("closest: `arena_alloc`"),
+        "{err}"
+    );
+    let o = run(&["--probes", "syscalls", "--alloc-func", "arena_alloc@0"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("without the alloc probes"),
+        "{err}"
+    );
+}

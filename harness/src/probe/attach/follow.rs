@@ -89,7 +89,7 @@ impl Shared {
                 };
                 for (family, ebpf) in &mut self.objects {
                     match family {
-                        Family::Alloc => a.attach_alloc(ebpf, &maps)?,
+                        Family::Alloc => a.attach_alloc(ebpf, &maps, joined == Joined::Root)?,
                         Family::Copy => a.attach_copy(ebpf, &maps)?,
                         Family::Locks => a.attach_locks(ebpf, &maps)?,
                         Family::User => a.attach_user(ebpf, &maps, joined == Joined::Root)?,

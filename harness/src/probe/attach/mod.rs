@@ -38,6 +38,7 @@ use crate::probe::allocators::{Layer, Unprobed};
 use crate::process::maps::ProcMaps;
 use crate::runtime::alloc::AllocFamily;
 
+mod declared;
 mod detach;
 mod follow;
 mod own;
@@ -329,7 +330,7 @@ impl ProbeSet {
         check_target(pid)?;
         let mut families = families.to_vec();
         families.retain(|f| *f != Family::User);
-        if !user_probes.is_empty() {
+        if user_probes.iter().any(|p| p.counted_by_user_family()) {
             families.push(Family::User);
         }
         // What this kernel cannot load is left out, with a note saying why;

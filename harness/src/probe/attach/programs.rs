@@ -278,6 +278,7 @@ pub(super) fn args_read(program: &str) -> usize {
     match program {
         // A forwarder's entry and a lock call's return read no argument.
         "rig_alloc_fwd" | "rig_mutex_lock_ret" | "rig_alloc_ret" | "rig_alloc_go_gc" => 0,
+        "rig_alloc_unsized" => 0,
         // A user probe reads no argument register at a function's entry.
         "rig_user_func" | "rig_user_go" | "rig_user_usdt" => 0,
         "rig_alloc_arg1" | "rig_alloc_free" => 1,
@@ -285,6 +286,7 @@ pub(super) fn args_read(program: &str) -> usize {
         "rig_alloc_calloc" | "rig_alloc_arg2" => 2,
         "rig_alloc_arg3" | "rig_copy" => 3,
         "rig_alloc_arg4" => 4,
+        "rig_alloc_arg5" => 5,
         _ => 6,
     }
 }

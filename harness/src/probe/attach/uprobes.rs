@@ -69,6 +69,7 @@ impl Attacher<'_> {
         &mut self,
         ebpf: &mut Ebpf,
         maps: &ProcMaps,
+        root: bool,
     ) -> Result<(), ProbeError> {
         let family = Family::Alloc;
         let found = crate::probe::allocators::discover(self.pid, maps);
@@ -94,7 +95,8 @@ impl Attacher<'_> {
             }
         }
         let mut done: Vec<(PathBuf, u64, String)> = Vec::new();
-        for layer in &found.layers {
+        let declared = self.declared_layers(maps, root)?;
+        for layer in found.layers.iter().chain(&declared) {
             let lib = maps.readable_path(&layer.module);
             self.note(
                 family,
@@ -250,7 +252,8 @@ impl Attacher<'_> {
             kind: layer.kind,
             facts: &facts,
         });
-        let returns = program != "rig_alloc_fwd" && no_returns.is_none();
+        let returns =
+            program != "rig_alloc_fwd" && no_returns.is_none() && !layer.family.beside_the_heap();
         let cookie =
             kind | (index << ALLOC_ENTRY_SHIFT) | if returns { 0 } else { ALLOC_COOKIE_NO_RETURN };
         let at = placement(family, program, lib, file_offset, &[])?;

@@ -36,6 +36,15 @@ pub enum UserProbe {
     /// `[MODULE!]PATTERN` over function names as reports print them;
     /// `timed`: also the time inside each call (`--func-time`).
     Func { pattern: String, timed: bool },
+    /// A function declared an application allocator (`--alloc-func
+    /// [MODULE!]NAME[@N]`, its size argument N from 0) or its free
+    /// (`--free-func [MODULE!]NAME`): counted by the alloc family as a
+    /// layer beside the heap's (`runtime::pools`), not by this one.
+    Alloc {
+        name: String,
+        size_arg: Option<u8>,
+        free: bool,
+    },
 }
 
 impl UserProbe {
@@ -74,6 +83,50 @@ impl UserProbe {
             pattern: spec.to_string(),
             timed: false,
         })
+    }
+
+    /// `--alloc-func [MODULE!]NAME[@N]` (`free`: `--free-func
+    /// [MODULE!]NAME`): one function, no glob.
+    pub fn alloc(spec: &str, free: bool) -> Result<UserProbe, String> {
+        let flag = if free { "free-func" } else { "alloc-func" };
+        let (name, size_arg) = match spec.rsplit_once('@') {
+            Some(_) if free => {
+                return Err(format!(
+                    "{flag} `{spec}`: a free takes no size argument; give the function alone"
+                ))
+            }
+            Some((name, n)) => {
+                let n = n
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|n| crate::runtime::pools::size_program(Some(*n)).is_some())
+                    .ok_or_else(|| {
+                        format!(
+                            "{flag} `{spec}`: after `@` comes the number of the argument that \
+                             holds the size, 0 to 5 (the ones passed in registers)"
+                        )
+                    })?;
+                (name, Some(n))
+            }
+            None => (spec, None),
+        };
+        let bare = name.rsplit('!').next().unwrap_or(name);
+        if bare.trim().is_empty() || bare.contains(['*', '?', ' ']) {
+            return Err(format!(
+                "{flag} `{spec}` names no one function: `[MODULE!]NAME`, e.g. `arena_alloc@1`"
+            ));
+        }
+        Ok(UserProbe::Alloc {
+            name: name.to_string(),
+            size_arg,
+            free,
+        })
+    }
+
+    /// Whether the user family counts it (markers and functions); a
+    /// declared allocator is the alloc family's.
+    pub fn counted_by_user_family(&self) -> bool {
+        !matches!(self, UserProbe::Alloc { .. })
     }
 
     /// The `usdt = [...]` and `func = [...]` lists of a target spec (or the
@@ -116,6 +169,15 @@ impl UserProbe {
                 pattern,
                 timed: true,
             } => format!("--func {pattern} --func-time"),
+            UserProbe::Alloc {
+                name, free: true, ..
+            } => format!("--free-func {name}"),
+            UserProbe::Alloc {
+                name,
+                size_arg: Some(n),
+                ..
+            } => format!("--alloc-func {name}@{n}"),
+            UserProbe::Alloc { name, .. } => format!("--alloc-func {name}"),
         }
     }
 }
@@ -242,6 +304,7 @@ pub fn resolve(
                         out.sites.push(marker_site(p, &o.path, &facts, m, *arg)?);
                     }
                 }
+                UserProbe::Alloc { .. } => {}
                 UserProbe::Func { pattern, timed } => {
                     let Some(kind) = kind else { continue };
                     let fs = functions.get_or_insert_with(|| {
@@ -285,6 +348,9 @@ pub fn resolve(
         }
     }
     for (i, p) in probes.iter().enumerate() {
+        if !p.counted_by_user_family() {
+            continue;
+        }
         if matched[i] > MAX_SITES {
             return Err(UserProbeError::TooMany {
                 spec: p.spec(),
@@ -292,7 +358,7 @@ pub fn resolve(
                 count: matched[i],
                 what: match p {
                     UserProbe::Usdt { .. } => "markers",
-                    UserProbe::Func { .. } => "functions",
+                    _ => "functions",
                 },
             });
         }
@@ -492,7 +558,7 @@ fn func_site(shown: &str, module: &str, e: FuncEntry, timed: bool) -> UserSite {
 }
 
 /// The names nearest to `p` in the modules of `maps`.
-fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
+pub fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
     let mut spellings = Vec::new();
     for o in maps.objects().into_iter().filter(|o| o.executable) {
         let open = maps.readable_path(&o.path);
@@ -507,7 +573,7 @@ fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
                     spellings.push(format!("{base}:{}:{}", m.provider, m.name));
                 }
             }
-            UserProbe::Func { .. } => {
+            UserProbe::Func { .. } | UserProbe::Alloc { .. } => {
                 let Ok(facts) = ElfFacts::shared(&open) else {
                     continue;
                 };
@@ -521,6 +587,7 @@ fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
     }
     let pattern = match p {
         UserProbe::Usdt { pattern, .. } | UserProbe::Func { pattern, .. } => pattern,
+        UserProbe::Alloc { name, .. } => name,
     };
     closest(pattern, &spellings)
 }

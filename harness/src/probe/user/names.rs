@@ -94,7 +94,7 @@ pub fn function_matches(pattern: &str, path: &str, name: &str) -> bool {
 }
 
 /// Whether a module pattern names the file mapped as `path`.
-fn in_module(pattern: &str, path: &str) -> bool {
+pub fn in_module(pattern: &str, path: &str) -> bool {
     glob(pattern, path) || glob(pattern, basename(path))
 }
 

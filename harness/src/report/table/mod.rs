@@ -291,11 +291,15 @@ fn allocations(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         let lower = r.kind.to_lowercase();
         // A free has no size; a free(NULL) frees nothing.
         let size = match (
-            lower.contains("free") || lower.contains("delete") || lower.contains("dalloc"),
+            r.free
+                || lower.contains("free")
+                || lower.contains("delete")
+                || lower.contains("dalloc"),
             r.size_class,
         ) {
             (true, None) => "NULL".to_string(),
             (true, Some(_)) => "-".to_string(),
+            (false, _) if r.not_sized => "unsized".to_string(),
             (false, c) => size_class(c),
         };
         t.add_row(vec![
@@ -303,7 +307,11 @@ fn allocations(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
             kind,
             size,
             per(r.calls, n),
-            per(r.bytes, n),
+            if r.not_sized {
+                "?".to_string()
+            } else {
+                per(r.bytes, n)
+            },
         ]);
     }
     // A garbage-collected heap (Go) frees nothing by call: its collections
@@ -324,6 +332,28 @@ fn allocations(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         per(t_.allocations, n),
         per(t_.bytes, n),
     );
+    for l in a.alloc_layers.iter().filter(|l| l.beside_the_heap) {
+        let t = &l.totals;
+        let not_sized = if t.not_sized > 0 {
+            format!(
+                " ({} of them unsized: no argument holds their size, their bytes are not in \
+                 the {} bytes)",
+                per(t.not_sized, n),
+                per(t.bytes, n)
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "{} allocator: {} allocs{unit}{not_sized}, {} bytes{unit}, {} frees{unit}: its own \
+             layer, beside the heap's totals above (a pool growing by malloc is counted there)",
+            l.allocator,
+            per(t.allocations, n),
+            per(t.bytes, n),
+            per(t.frees, n)
+        );
+    }
     alloc_layers(out, a, n, unit);
 }
 
