@@ -65,6 +65,8 @@ MATRIX_TESTS=(
 	user_probes::a_guarded_python_marker_is_counted_per_request_with_its_argument_summed
 	user_probes::named_functions_are_counted_per_request_by_caller
 	user_probes::func_time_adds_the_outermost_calls_time_once_through_recursion
+	user_fixture::the_fixtures_markers_and_functions_are_counted_exactly_per_site
+	user_fixture::a_declared_arena_allocator_is_counted_and_sized_exactly_beside_the_heap
 )
 JOBS=1 SMP=2 MEM=3G TMO=2400 RUN=""
 while [ $# -gt 0 ]; do

@@ -79,10 +79,14 @@ static __always_inline __u64 user_arg_value(struct pt_regs *ctx, struct user_arg
 	return v >> shift;
 }
 
+/* Any process of the target, from its fork on: a probe placed on a file
+ * for every process running it counts a process the tree forks from its
+ * first instruction (is_target, not is_live_target: a user probe is a
+ * count of its own, not a share of the other uprobe families'). */
 static __always_inline int count_user(struct pt_regs *ctx, __u64 caller)
 {
 	__u32 tgid = current_tgid();
-	if (!is_live_target(tgid))
+	if (!is_target(tgid))
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	struct user_key k = {
@@ -146,7 +150,7 @@ SEC("uretprobe")
 int rig_user_ret(struct pt_regs *ctx)
 {
 	__u32 tgid = current_tgid();
-	if (!is_live_target(tgid))
+	if (!is_target(tgid))
 		return 0;
 	struct user_inflight_key ik = { .tid = current_tid(), .sp = PT_REGS_SP(ctx) - 8 };
 	__u32 *site = bpf_map_lookup_elem(&user_inflight, &ik);

@@ -58,6 +58,18 @@ impl GuardedUprobe {
     /// Disabled until a program is attached ([`GuardedUprobe::attach`]),
     /// yet the semaphore is raised from here on.
     pub fn open(file: &Path, offset: u64, ref_ctr_offset: u64, pid: u32) -> io::Result<Self> {
+        Self::open_in(file, offset, ref_ctr_offset, Some(pid))
+    }
+
+    /// [`GuardedUprobe::open`] in process `pid`, or (`None`) in every
+    /// process that maps `file`, now or later (a forked child from its
+    /// first instruction); `ref_ctr_offset` 0: no semaphore.
+    pub fn open_in(
+        file: &Path,
+        offset: u64,
+        ref_ctr_offset: u64,
+        pid: Option<u32>,
+    ) -> io::Result<Self> {
         let (ty, shift) = pmu()?;
         let path = CString::new(file.as_os_str().as_bytes())
             .map_err(|_| io::Error::other("a path with a NUL byte"))?;
@@ -70,10 +82,12 @@ impl GuardedUprobe {
         attr.__bindgen_anon_4.config2 = offset;
         // SAFETY: attr is initialized and `path` outlives the call.
         let fd = unsafe {
+            // Every process: pid -1 on one CPU, as libbpf opens a
+            // system-wide uprobe (its program runs on whichever CPU hits).
             sys::perf_event_open(
                 &mut attr,
-                pid as libc::pid_t,
-                -1,
+                pid.map_or(-1, |p| p as libc::pid_t),
+                if pid.is_some() { -1 } else { 0 },
                 -1,
                 sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
             )

@@ -35,7 +35,13 @@ pub struct UprobeCoverage {
 /// families ran.
 pub(super) fn uprobe_coverage(w: &Window) -> Option<UprobeCoverage> {
     use crate::probe::Joined;
-    let uprobes = w.families.iter().any(|f| f.uses_uprobes());
+    // The user family's probes on a file for every process running it
+    // count a forked process from its first instruction: nothing missed.
+    let user_whole = !w.user_sites.is_empty() && w.user_sites.iter().all(|s| s.everywhere);
+    let uprobes = w
+        .families
+        .iter()
+        .any(|f| f.uses_uprobes() && !(*f == Family::User && user_whole));
     let late: Vec<&crate::probe::Followed> = w
         .processes
         .iter()

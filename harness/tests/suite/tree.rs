@@ -587,9 +587,25 @@ fn nginx_stacks_run_through_its_event_loop_and_name_user_sites_inside_nginx() {
     assert_eq!(count("alloc", "posix_memalign", &event_loop), 2 * n);
     assert_eq!(count("alloc", "malloc", &event_loop), 3 * n);
     assert_eq!(count("alloc", "free", &event_loop), 3 * n);
+    // nginx's pools are an allocator too: a user site lies past them, in
+    // nginx's code, which may be a static function Debian's build leaves
+    // unnamed.
     for e in events.iter().filter(|e| e.0 == "alloc") {
-        assert!(e.4.starts_with("ngx_"), "user site {} of {e:?}", e.4);
+        let past_a_pool = e.3.iter().any(|f| f.starts_with("ngx_p"));
+        assert!(
+            e.4.starts_with("ngx_") || (e.4 == "?" && past_a_pool),
+            "user site {} of {e:?}",
+            e.4
+        );
     }
+    // nginx's pools are counted as an allocator of their own, past which
+    // the user site lies.
+    assert!(
+        events
+            .iter()
+            .any(|e| e.0 == "alloc" && e.1.starts_with("ngx_p") && e.4 != e.1),
+        "no pool allocation: {events:?}"
+    );
     let sites: std::collections::BTreeSet<&str> = events
         .iter()
         .filter(|e| e.0 == "alloc" && e.1 == "posix_memalign")

@@ -126,7 +126,7 @@ impl Shared {
                     p.placement.file_offset,
                     sema,
                     p.cookie.unwrap_or_default(),
-                    pid,
+                    Some(pid),
                 )?),
                 None => {
                     uprobe_placed(

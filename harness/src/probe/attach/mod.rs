@@ -9,7 +9,9 @@
 //! generator included), so a forked process gets its uprobes from the
 //! follower thread, which polls `targets` every [`FOLLOW_POLL`]; what it did
 //! between its fork and that attach is not seen, and the process's record
-//! says how long that gap was.
+//! says how long that gap was. One exception: the probes a user names in a
+//! tree's executable (`user.rs`) are one uprobe on the file, counted for
+//! the tree's processes in the kernel, so they miss nothing of a fork.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -393,7 +395,7 @@ impl ProbeSet {
             alloc_entries: Vec::new(),
             alloc_unprobed: Vec::new(),
             notes: refused,
-            user: user::UserState::new(user_probes),
+            user: user::UserState::new(user_probes, scope == Scope::Tree),
             plans: Vec::new(),
         };
         shared.join_at_attach(pid, &pids)?;
@@ -472,7 +474,7 @@ impl ProbeSet {
                 alloc_entries: Vec::new(),
                 alloc_unprobed: Vec::new(),
                 notes: Vec::new(),
-                user: user::UserState::new(&[]),
+                user: user::UserState::new(&[], false),
                 plans: Vec::new(),
             })),
             stop: Arc::new(AtomicBool::new(false)),

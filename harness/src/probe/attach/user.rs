@@ -22,14 +22,22 @@ pub(super) struct UserState {
     pub(super) probes: Vec<UserProbe>,
     pub(super) sites: Vec<UserSite>,
     pub(super) guarded: Vec<(GuardedUprobe, Option<OwnedFd>)>,
+    /// Measuring a tree: the sites in its root's executable are probed in
+    /// every process running it (see `attach_user`).
+    tree: bool,
+    /// Those sites, (module, file offset): the tree's other processes get
+    /// no probe of their own there.
+    everywhere: std::collections::BTreeSet<(String, u64)>,
 }
 
 impl UserState {
-    pub(super) fn new(probes: &[UserProbe]) -> UserState {
+    pub(super) fn new(probes: &[UserProbe], tree: bool) -> UserState {
         UserState {
             probes: probes.to_vec(),
             sites: Vec::new(),
             guarded: Vec::new(),
+            tree,
+            everywhere: Default::default(),
         }
     }
 }
@@ -61,6 +69,18 @@ impl Attacher<'_> {
             self.note(family, "user probes", n);
         }
         let mut here = std::collections::BTreeSet::new();
+        // A tree's processes fork others (a postmaster forks a backend per
+        // connection): a probe per process would miss what each forked one
+        // does before its probes go in. The sites in the root's executable
+        // are probed once for the file, in every process running it, and
+        // the BPF program counts the tree's (its `targets`, which a fork
+        // joins before the child first runs): a forked process is counted
+        // from its first instruction. Not in shared libraries (a probe on
+        // libc for every process would trap the whole machine), not for a
+        // timed function (its return probe stays per process), and not on
+        // kernels whose cookies are found by pid and address.
+        let exe = maps.exe(self.pid);
+        let everywhere_here = self.user.tree && root && !kernel::kernel().cookies_by_address();
         for mut site in r.sites {
             crate::probe::preload::interrupted()?;
             let open = maps.readable_path(&site.module);
@@ -108,10 +128,14 @@ impl Attacher<'_> {
                 }
                 site.probe = both;
             }
-            // One probe per place in this process.
-            if !here.insert((site.module.clone(), site.file_offset)) {
+            // One probe per place in this process, and none where the
+            // root's probe on the file counts this process already.
+            let place = (site.module.clone(), site.file_offset);
+            if !here.insert(place.clone()) || self.user.everywhere.contains(&place) {
                 continue;
             }
+            site.everywhere =
+                everywhere_here && !site.timed && exe.as_deref() == Some(site.module.as_str());
             let index = self.user_site(ebpf, &site)?;
             let program = site.at.program();
             let at = match site.at {
@@ -124,6 +148,27 @@ impl Attacher<'_> {
                 basename(&site.module),
                 at.file_offset
             );
+            if site.everywhere {
+                let g = guarded_placed(
+                    ebpf,
+                    program,
+                    &open,
+                    at.file_offset,
+                    site.semaphore.unwrap_or(0),
+                    index,
+                    None,
+                )?;
+                self.user.guarded.push(g);
+                self.user.everywhere.insert(place);
+                self.note(
+                    family,
+                    what,
+                    "uprobe on the file for every process running it, counted for the tree's \
+                     (a process it forks from its first instruction); another process running \
+                     the same program takes its trap too, and its semaphore raised",
+                );
+                continue;
+            }
             match site.semaphore {
                 Some(sema) => {
                     let g = guarded_placed(
@@ -133,7 +178,7 @@ impl Attacher<'_> {
                         at.file_offset,
                         sema,
                         index,
-                        self.pid,
+                        Some(self.pid),
                     )?;
                     self.user.guarded.push(g);
                     self.planned.push(Planned {
@@ -207,8 +252,10 @@ impl Attacher<'_> {
 
 /// A program of the user family on the marker at `file_offset` of `lib` in
 /// `pid`, through a uprobe whose reference counter is the semaphore at
-/// file offset `semaphore`: raised while the uprobe lives, in every
-/// process it is installed in, lowered when rig closes it or dies.
+/// file offset `semaphore` (0: none): raised while the uprobe lives, in
+/// every process it is installed in, lowered when rig closes it or dies.
+/// `pid` `None`: in every process running `lib` (only where cookies go in
+/// BPF links).
 pub(super) fn guarded_placed(
     ebpf: &mut Ebpf,
     program: &str,
@@ -216,7 +263,7 @@ pub(super) fn guarded_placed(
     file_offset: u64,
     semaphore: u64,
     cookie: u64,
-    pid: u32,
+    pid: Option<u32>,
 ) -> Result<(GuardedUprobe, Option<OwnedFd>), ProbeError> {
     let family = Family::User;
     let what = format!("{}+{file_offset:#x}", lib.display());
@@ -229,8 +276,8 @@ pub(super) fn guarded_placed(
         .map_err(program_err(family, format!("program {program}")))?
         .try_clone()
         .map_err(err)?;
-    let g = GuardedUprobe::open(lib, file_offset, semaphore, pid).map_err(err)?;
-    if kernel::kernel().cookies_by_address() {
+    let g = GuardedUprobe::open_in(lib, file_offset, semaphore, pid).map_err(err)?;
+    if let (true, Some(pid)) = (kernel::kernel().cookies_by_address(), pid) {
         // No BPF link with a cookie before Linux 5.15: the compat object
         // finds the cookie by the address the probe fires at.
         insert_cookie(ebpf, family, pid, lib, file_offset, cookie)?;

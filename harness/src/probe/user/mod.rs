@@ -231,6 +231,11 @@ pub struct UserSite {
     /// Where the summed argument is, for the BPF program.
     #[serde(skip)]
     pub arg_abi: UserArg,
+    /// Probed in every process running its file, filtered to the tree in
+    /// the kernel (`probe::attach`'s user probes in a tree's executable):
+    /// a process the tree forks is counted from its first instruction.
+    #[serde(default)]
+    pub everywhere: bool,
 }
 
 /// What matched a process's map, and what did not.
@@ -474,6 +479,7 @@ fn marker_site(
         timed: false,
         ifunc: false,
         arg_abi,
+        everywhere: false,
     })
 }
 
@@ -554,6 +560,7 @@ fn func_site(shown: &str, module: &str, e: FuncEntry, timed: bool) -> UserSite {
             flags: if timed { user_arg::TIMED } else { 0 },
             ..UserArg::default()
         },
+        everywhere: false,
     }
 }
 
