@@ -259,6 +259,7 @@ run_kernel() {
 	# Under target/, not /tmp: each guest has a /tmp of its own.
 	w=$(mktemp -d "$SESSION/run.XXXXXX")
 	[ -z "${CI:-}" ] || echo "export CI=$CI" > "$w/env"
+	[ -z "${RUST_BACKTRACE:-}" ] || echo "export RUST_BACKTRACE=$RUST_BACKTRACE" >> "$w/env"
 	{
 		printf '%q --test-threads=1 --color=never ' "$BIN"
 		printf '%q ' "${FILTERS[@]}"

@@ -427,6 +427,7 @@ fn view(c: &CaseLine, flames: &Flames, charts: &mut Map<String, Value>) -> Value
         "complete": attribution.map(|a| &a.complete),
         "losses": attribution.map(|a| &a.losses),
         "sites": counted.map(|k| &k.top_sites),
+        "user_probes": counted.map(user_probes),
         "processes": attribution.map(|a| &a.processes),
         "flames": flames.of(&slug, false),
         "live_heap": c.memslope.as_ref().and_then(|m| m.live_heap.as_ref()).map(live_heap_view),
@@ -445,6 +446,50 @@ fn clean_facts(clean: &Clean) -> Value {
         "client_us": clean.client_us_per_request.map(fmt),
         "samples": clean.series.as_ref().map_or(0, Vec::len),
     })
+}
+
+/// The probes a user named (`--usdt`, `--func`), each with its calls per
+/// request (and its argument summed) by call site: one table per probe,
+/// as the terminal prints them.
+fn user_probes(k: &Counted<'_>) -> Vec<Value> {
+    let Some(n) = k.requests().filter(|n| *n > 0) else {
+        return Vec::new();
+    };
+    let per = |v: f64| fmt(v / n as f64);
+    k.attribution
+        .user
+        .iter()
+        .map(|p| {
+            let mut sites: Vec<_> = p.sites.iter().collect();
+            sites.sort_by_key(|s| std::cmp::Reverse(s.calls.unwrap_or(0)));
+            let rows: Vec<Value> = sites
+                .iter()
+                .take(10)
+                .map(|s| {
+                    let site = Site {
+                        addr: None,
+                        module: s.site.module.map(str::to_string),
+                        module_offset: s.site.module_offset,
+                        function: s.site.function.map(str::to_string),
+                        file: s.site.file.map(str::to_string),
+                        line: s.site.line,
+                    };
+                    json!({
+                        "site": site_label(&site),
+                        "calls": per(s.calls.unwrap_or(0) as f64),
+                        "arg_sum": s.arg_sum.map(|v| per(v as f64)),
+                    })
+                })
+                .collect();
+            json!({
+                "probe": p.probe.unwrap_or("?"),
+                "calls": per(p.calls.unwrap_or(0) as f64),
+                "arg": p.arg,
+                "arg_sum": p.arg_sum.map(|v| per(v as f64)),
+                "rows": rows,
+            })
+        })
+        .collect()
 }
 
 /// A site as one line: the function (or module+offset) and file:line.
@@ -468,7 +513,7 @@ fn site_label(s: &Site) -> String {
 
 fn amount_unit(family: &str) -> Option<&'static str> {
     match family {
-        "alloc" | "copy" => Some("bytes"),
+        "alloc" | "copy" | "application allocator" => Some("bytes"),
         "locks" => Some("wait ns"),
         "sched" => Some("off-CPU ns"),
         "cpu" => Some("sampled ns"),
@@ -486,14 +531,18 @@ pub fn top_sites(n: u64, st: &Stacks, top: usize) -> Vec<Value> {
     for r in st.rows.iter().filter(|r| !r.inner) {
         let fam = r.family.as_str();
         // Frees are events of the alloc family, but no allocations.
-        let is_free = matches!(
-            r.event.as_str(),
-            "free" | "operator delete" | "operator delete[]"
-        );
-        let fam = if fam == "alloc" && is_free {
-            "frees"
-        } else {
-            fam
+        let is_free = r.free
+            || matches!(
+                r.event.as_str(),
+                "free" | "operator delete" | "operator delete[]"
+            );
+        // An application allocator (pools) is a layer beside the heap's:
+        // its calls apart from the heap's, as in the terminal.
+        let fam = match (fam, r.beside_the_heap, is_free) {
+            ("alloc", true, true) => "application frees",
+            ("alloc", true, false) => "application allocator",
+            ("alloc", false, true) => "frees",
+            (fam, ..) => fam,
         }
         .to_string();
         let label = match (&r.stack, &r.kernel_stack) {
@@ -530,13 +579,21 @@ pub fn top_sites(n: u64, st: &Stacks, top: usize) -> Vec<Value> {
     }
     let per = n as f64;
     let mut out = Vec::new();
-    let shown = crate::metrics::names::family_names().flat_map(|f| {
-        if f == "alloc" {
-            vec!["alloc", "frees"]
-        } else {
-            vec![f]
-        }
-    });
+    // The user family is shown per probe (`user_probes`), not mixed by site.
+    let shown = crate::metrics::names::family_names()
+        .filter(|f| *f != "user")
+        .flat_map(|f| {
+            if f == "alloc" {
+                vec![
+                    "alloc",
+                    "frees",
+                    "application allocator",
+                    "application frees",
+                ]
+            } else {
+                vec![f]
+            }
+        });
     for fam in shown {
         let Some(sites) = by.get(fam) else { continue };
         let mut v: Vec<(&String, &(f64, f64))> = sites.iter().collect();

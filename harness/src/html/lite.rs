@@ -69,6 +69,9 @@ struct Attribution {
     losses: Value,
     #[serde(default)]
     processes: Value,
+    /// The probes a user named, by call site (small: one row per site).
+    #[serde(default)]
+    user: Value,
     #[serde(default)]
     stacks: Option<Stacks>,
 }
@@ -125,12 +128,18 @@ pub struct Row {
     /// An allocation made inside another counted one.
     #[serde(default)]
     pub inner: bool,
+    /// An application allocator's call, beside the heap's.
+    #[serde(default)]
+    pub beside_the_heap: bool,
+    /// A free, of any allocator.
+    #[serde(default)]
+    pub free: bool,
 }
 
 /// A line as the page reads it.
 pub struct Parsed {
     /// The line as JSON, its counted pass's attribution cut to
-    /// `complete`, `window`, `losses` and `processes`.
+    /// `complete`, `window`, `losses`, `processes` and `user`.
     pub json: Value,
     /// The counted pass's stacks, when it has them.
     pub stacks: Option<Stacks>,
@@ -150,7 +159,7 @@ pub fn parse(line: &str) -> serde_json::Result<Parsed> {
             "load": c.load, "per_request": c.per_request, "launch": c.launch,
             "attribution": {
                 "complete": a.complete, "window": a.window, "losses": a.losses,
-                "processes": a.processes,
+                "processes": a.processes, "user": a.user,
             },
         });
     }

@@ -291,6 +291,36 @@ fn a_lock_sites_events_are_its_acquisitions_and_its_amount_the_wait() {
 }
 
 #[test]
+fn an_application_allocators_calls_are_a_group_of_their_own_beside_the_heaps() {
+    // Per request: 1 malloc of 100 B and 5 pool allocations of 496 B and 1
+    // pool free at one site. The heap's group holds the malloc alone, as
+    // the terminal's totals do; the pool's calls are their own group.
+    let counted = json!({
+        "attribution": {"window": {"requests": 10}, "stacks": {
+            "stacks": {"00000000000000dd": {"frames": [site("arena_alloc", 1), site("handle", 97)], "user_site": 1, "incomplete": []}},
+            "kernel": {},
+            "rows": [
+                {"family": "alloc", "event": "malloc", "count": 10, "amount": 1000, "stack": "00000000000000dd", "kernel_stack": null, "inner": false, "pid": 1},
+                {"family": "alloc", "event": "arena_alloc", "count": 50, "amount": 4960, "stack": "00000000000000dd", "kernel_stack": null, "inner": false, "pid": 1, "beside_the_heap": true},
+                {"family": "alloc", "event": "arena_reset", "count": 10, "amount": 0, "stack": "00000000000000dd", "kernel_stack": null, "inner": false, "pid": 1, "beside_the_heap": true, "free": true},
+            ]}},
+    });
+    let st: lite::Stacks =
+        serde_json::from_value(counted["attribution"]["stacks"].clone()).unwrap();
+    let t = cases::top_sites(10, &st, 3);
+    let group = |fam: &str| {
+        t.iter()
+            .find(|g| g["family"] == fam)
+            .unwrap_or_else(|| panic!("{fam}: {t:?}"))
+    };
+    assert_eq!(group("alloc")["total_events"], "1");
+    assert_eq!(group("alloc")["total_amount"], "100");
+    assert_eq!(group("application allocator")["total_events"], "5");
+    assert_eq!(group("application allocator")["total_amount"], "496");
+    assert_eq!(group("application frees")["total_events"], "1");
+}
+
+#[test]
 fn the_run_summary_counts_the_cases_the_generator_limited() {
     let d = out_dir(
         "limited",

@@ -437,7 +437,7 @@ pub fn is_inner_alloc(kind: u32, site: &Site) -> bool {
     in_libc && (public || LIBC_ALLOC_INTERNALS.contains(&f))
 }
 
-fn is_free(kind: u32) -> bool {
+pub(crate) fn is_free(kind: u32) -> bool {
     matches!(
         kind,
         alloc_kind::FREE
@@ -452,7 +452,7 @@ fn is_free(kind: u32) -> bool {
 
 /// An application allocator's call (`runtime::pools`): its own layer,
 /// beside the heap's totals.
-fn is_application(kind: u32) -> bool {
+pub(crate) fn is_application(kind: u32) -> bool {
     matches!(kind, alloc_kind::POOL_ALLOC | alloc_kind::POOL_FREE)
 }
 

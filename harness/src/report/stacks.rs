@@ -147,6 +147,13 @@ pub struct StackRow {
     /// apart ("rig's probes"), never as a user site.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rig_probes: bool,
+    /// An application allocator's call (its pools, `--alloc-func`): a
+    /// layer beside the heap's, never in the heap's totals.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub beside_the_heap: bool,
+    /// A free, of any allocator.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub free: bool,
 }
 
 /// The pseudo path of the page the kernel single-steps probed instructions
@@ -242,6 +249,7 @@ impl StackSection {
                 let (event, size_class) =
                     event_name(k.what, k.arg, copy_impls, &w.alloc_entries, &w.user_sites);
                 let inner = made_inside_another_alloc(k, user);
+                let (beside_the_heap, free) = alloc_role(k);
                 // The families that watch the process from outside its code
                 // (samples, switches, faults) can land in rig's handling;
                 // the uprobe families' own events are taken in it.
@@ -265,6 +273,8 @@ impl StackSection {
                     kernel_stack,
                     inner,
                     rig_probes,
+                    beside_the_heap,
+                    free,
                 });
             }
         }
@@ -310,6 +320,15 @@ impl StackSection {
 /// it so; failing that, the innermost frame of its `user` stack is the
 /// allocator's entry and its caller says whether another allocator call
 /// made it.
+/// Whether an event is an application allocator's call, and a free.
+fn alloc_role(k: &StackKey) -> (bool, bool) {
+    if k.what != stack_what::ALLOC {
+        return (false, false);
+    }
+    let kind = AllocStackArg::decode(k.arg).kind();
+    (super::is_application(kind), super::is_free(kind))
+}
+
 fn made_inside_another_alloc(k: &StackKey, user: Option<&StackFrames>) -> bool {
     k.what == stack_what::ALLOC
         && (AllocStackArg::decode(k.arg).inner

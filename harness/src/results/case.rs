@@ -409,6 +409,7 @@ pub struct UserSiteRow<'a> {
     #[serde(borrow, deserialize_with = "or_default")]
     pub site: Site<'a>,
     pub calls: Option<u64>,
+    pub arg_sum: Option<i128>,
 }
 
 /// `report::WindowInfo`.
@@ -458,4 +459,7 @@ pub struct Site<'a> {
     #[serde(borrow)]
     pub module: Option<&'a str>,
     pub module_offset: Option<u64>,
+    #[serde(borrow)]
+    pub file: Option<&'a str>,
+    pub line: Option<u64>,
 }

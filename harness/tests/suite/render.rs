@@ -65,6 +65,8 @@ fn stacks(handler: &Site) -> StackSection {
         kernel_stack: None,
         inner: false,
         rig_probes: false,
+        beside_the_heap: false,
+        free: false,
     });
     frames
 }

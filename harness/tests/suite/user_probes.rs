@@ -479,6 +479,12 @@ fn a_target_specs_functions_are_counted_in_rig_runs_counted_pass() {
     let one = std::fs::read_to_string(flame.join("user.func_calib_alloc_small.folded")).unwrap();
     assert!(one.contains("calib_request"), "{one}");
     assert!(flame.join("user.func_calib_alloc_small.svg").is_file());
+    // report.html: a table per probe, its calls per request by call site.
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(
+        html.contains("func:calib_alloc_small: 1 calls/req") && html.contains("calib_request ("),
+        "report.html has no table of the probe"
+    );
 }
 
 /// `--func-time` on a recursive function: hitloop's `descend` recurses
