@@ -59,14 +59,23 @@ pub(super) fn counted_measure(
     };
     // The probes of the server's own code its spec and the matrix name.
     let named = &rs.matrix.probes;
-    let user_probes = UserProbe::of_spec(&spec.usdt, &spec.func, spec.func_time)
+    let user_probes = UserProbe::of_spec(spec.named())
         .map_err(|e| Fail(format!("target spec {}: {e}", spec.name)))?
         .into_iter()
         .chain(
-            UserProbe::of_spec(&named.usdt, &named.func, named.func_time)
+            UserProbe::of_spec(named.named())
                 .map_err(|e| Fail(format!("the matrix's [probes]: {e}")))?,
         )
         .collect::<Vec<_>>();
+    if (spec.named().declares_allocators() || named.named().declares_allocators())
+        && !rs.families.contains(&Family::Alloc)
+    {
+        return Err(Fail(
+            "alloc_func/free_func name application allocators, which the alloc probes count: \
+             add alloc to --probes"
+                .into(),
+        ));
+    }
     // The launched process and everything it forks (prefork servers).
     let open = || -> anyhow::Result<ProbeWindow> {
         let live_heap = live_heap && rs.families.contains(&Family::Alloc);

@@ -2,12 +2,12 @@
 //! when they cannot work.
 
 use super::*;
+use crate::probe::user::Named;
 
 /// A target spec and its TLS variant, if it names one.
 pub(super) fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<TargetSpec>)> {
     let spec = TargetSpec::load(file).with_context(|| format!("target spec {}", file.display()))?;
-    user_probes(&spec.usdt, &spec.func, spec.func_time)
-        .with_context(|| format!("target spec {}", file.display()))?;
+    user_probes(spec.named()).with_context(|| format!("target spec {}", file.display()))?;
     let tls = match &spec.tls_variant {
         Some(p) => Some(
             TargetSpec::load(p).with_context(|| format!("tls_variant of {}", file.display()))?,
@@ -95,8 +95,20 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         }
         None => None,
     };
-    let mut user_probes = user_probes(&a.usdt, &a.func, a.func_time)?;
-    user_probes.extend(declared_allocators(a, &families)?);
+    let named = Named {
+        usdt: &a.usdt,
+        func: &a.func,
+        func_time: a.func_time,
+        alloc_func: &a.alloc_func,
+        free_func: &a.free_func,
+    };
+    let user_probes = user_probes(named)?;
+    if named.declares_allocators() && !families.contains(&Family::Alloc) {
+        crate::refuse!(
+            "--alloc-func/--free-func without the alloc probes, which count them: add alloc to \
+             --probes (e.g. --probes alloc --alloc-func arena_alloc@0)"
+        );
+    }
     Ok(AttachSettings {
         pid,
         families,
@@ -125,39 +137,16 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
     })
 }
 
-/// `--alloc-func` and `--free-func`, checked for their form; they need the
-/// alloc probes, which count them.
-fn declared_allocators(a: &AttachArgs, families: &[Family]) -> Result<Vec<UserProbe>> {
-    let mut out = Vec::new();
-    for (list, free) in [(&a.alloc_func, false), (&a.free_func, true)] {
-        for spec in list {
-            out.push(UserProbe::alloc(spec, free).map_err(|e| anyhow::anyhow!("--{e}"))?);
-        }
-    }
-    if !out.is_empty() && !families.contains(&Family::Alloc) {
-        crate::refuse!(
-            "--alloc-func/--free-func without the alloc probes, which count them: add alloc to \
-             --probes (e.g. --probes alloc --alloc-func arena_alloc@0)"
-        );
-    }
-    Ok(out)
-}
-
 /// `--usdt` and `--func` as written, each checked for its form (what they
 /// match is checked against the process when the probes go in).
-pub(super) fn user_probes(
-    usdt: &[String],
-    func: &[String],
-    func_time: bool,
-) -> Result<Vec<UserProbe>> {
-    UserProbe::of_spec(usdt, func, func_time).map_err(|e| anyhow::anyhow!("--{e}"))
+pub(super) fn user_probes(named: Named<'_>) -> Result<Vec<UserProbe>> {
+    UserProbe::of_spec(named).map_err(|e| anyhow::anyhow!("--{e}"))
 }
 
 /// A matrix's `[probes]`, checked for their form.
 fn matrix_probes(m: &crate::scenario::Matrix, path: &std::path::Path) -> Result<()> {
     let p = &m.probes;
-    user_probes(&p.usdt, &p.func, p.func_time)
-        .with_context(|| format!("[probes] of {}", path.display()))?;
+    user_probes(p.named()).with_context(|| format!("[probes] of {}", path.display()))?;
     Ok(())
 }
 

@@ -55,6 +55,8 @@ fn names_are_checked() {
         "usdt:rigfix:sized arg1 summed @ sized_pair (userwork.c:54)",
         "func:userwork_step calls @ handle (userwork.c:92)",
         "h1 /u c1: func:userwork_step calls/req",
+        "application arena_alloc calls @ handle (userwork.c:97)",
+        "application __pool_alloc bytes @ stream_new",
     ] {
         assert!(check_counter_name(ok).is_ok(), "{ok}");
     }
@@ -63,6 +65,8 @@ fn names_are_checked() {
         "func:userwork_step cals/req",
         "usdt:rigfix:sized argx summed/req",
         "kprobe:f calls/req",
+        "application  calls @ f",
+        "arena_alloc calls @ f",
     ] {
         assert!(check_counter_name(bad).is_err(), "{bad}");
     }

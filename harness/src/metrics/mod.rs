@@ -20,6 +20,8 @@ pub use case_key::CaseKey;
 
 use std::collections::BTreeMap;
 
+use crate::runtime::alloc::AllocFamily;
+
 use serde::{Deserialize, Serialize};
 
 use crate::probe::Family;
@@ -117,15 +119,16 @@ pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
         }
     };
     for row in &a.alloc {
-        add(
-            format!("{} calls @ {}", row.kind, site(&row.site)),
-            row.calls,
-        );
+        // An application allocator's entry points are its own names
+        // (`__pool_alloc`, a declared `arena_alloc`): said as such.
+        let kind = if row.allocator == AllocFamily::Application.name() {
+            format!("application {}", row.kind)
+        } else {
+            row.kind.clone()
+        };
+        add(format!("{kind} calls @ {}", site(&row.site)), row.calls);
         if row.bytes > 0 {
-            add(
-                format!("{} bytes @ {}", row.kind, site(&row.site)),
-                row.bytes,
-            );
+            add(format!("{kind} bytes @ {}", site(&row.site)), row.bytes);
         }
     }
     for row in &a.copy {

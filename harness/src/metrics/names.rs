@@ -216,7 +216,11 @@ pub fn check_counter_name(name: &str) -> Result<(), String> {
         return Ok(());
     }
     if let Some((head, site)) = name.split_once(" @ ") {
-        let kind_ok = if head == "faults" || head == "Ir" || is_user_kind(head) {
+        let kind_ok = if head == "faults"
+            || head == "Ir"
+            || is_user_kind(head)
+            || is_application_kind(head)
+        {
             true
         } else if let Some(sc) = head.strip_prefix("syscall ") {
             // A syscall by call site: `syscall recvfrom @ SITE`.
@@ -259,7 +263,9 @@ pub fn counter_forms() -> String {
          `syscall NAME @ SITE`, `EVENT stack calls @ SITE < CALLER < CALLER`, `EVENT stack bytes @ …`, \
          `Ir @ FUNCTION` (self instructions, callgrind); a probe you named (`--usdt`, `--func`): \
          `PROBE calls/req`, `PROBE argN summed/req`, `PROBE calls @ SITE`, `PROBE argN summed @ SITE` \
-         (PROBE: `usdt:PROVIDER:NAME` or `func:NAME`); with several cases, `CASE: COUNTER`",
+         (PROBE: `usdt:PROVIDER:NAME` or `func:NAME`); an application allocator's \
+         `application NAME calls @ SITE`, `application NAME bytes @ SITE`; with several cases, \
+         `CASE: COUNTER`",
         totals().collect::<Vec<_>>().join(", "),
         site_kinds().join(", ")
     )
@@ -276,6 +282,19 @@ fn is_user_kind(head: &str) -> bool {
         let name = p.strip_prefix("usdt:").or_else(|| p.strip_prefix("func:"));
         name.is_some_and(|n| !n.is_empty() && !n.contains(' '))
     })
+}
+
+/// An application allocator's entry point (its own name, as the
+/// application wrote it): `application NAME calls`, `application NAME
+/// bytes`.
+fn is_application_kind(head: &str) -> bool {
+    let Some(rest) = head.strip_prefix("application ") else {
+        return false;
+    };
+    let name = rest
+        .strip_suffix(" calls")
+        .or_else(|| rest.strip_suffix(" bytes"));
+    name.is_some_and(|n| !n.is_empty() && !n.contains(' '))
 }
 
 /// Does a counter of this name sum a signed quantity (a marker's argument

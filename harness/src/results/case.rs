@@ -426,6 +426,9 @@ pub struct Window {
 pub struct SiteRow<'a> {
     #[serde(borrow)]
     pub kind: Option<&'a str>,
+    /// The allocator layer (alloc rows).
+    #[serde(borrow)]
+    pub allocator: Option<&'a str>,
     #[serde(borrow, deserialize_with = "or_default")]
     pub site: Site<'a>,
     pub calls: Option<u64>,

@@ -221,9 +221,11 @@ pub struct Matrix {
     pub probes: NamedProbes,
 }
 
-/// `[probes] usdt = [...]  func = [...]  func_time = true`: USDT markers
-/// and functions, spelt as `rig attach --usdt`/`--func` take them (their
-/// form is checked by the command that loads the matrix).
+/// `[probes] usdt = [...]  func = [...]  func_time = true  alloc_func =
+/// [...]  free_func = [...]`: USDT markers, functions and application
+/// allocators, spelt as `rig attach --usdt`/`--func`/`--alloc-func`/
+/// `--free-func` take them (their form is checked by the command that
+/// loads the matrix).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NamedProbes {
@@ -233,6 +235,22 @@ pub struct NamedProbes {
     pub func: Vec<String>,
     #[serde(default)]
     pub func_time: bool,
+    #[serde(default)]
+    pub alloc_func: Vec<String>,
+    #[serde(default)]
+    pub free_func: Vec<String>,
+}
+
+impl NamedProbes {
+    pub fn named(&self) -> crate::probe::user::Named<'_> {
+        crate::probe::user::Named {
+            usdt: &self.usdt,
+            func: &self.func,
+            func_time: self.func_time,
+            alloc_func: &self.alloc_func,
+            free_func: &self.free_func,
+        }
+    }
 }
 
 /// One `[[suite]]`: its name, its own times (`None` takes the matrix's

@@ -217,7 +217,8 @@ impl Scratch {
         for (file, variant) in [("a.toml", ""), ("more.toml", "more")] {
             let spec = format!(
                 "name = \"userserve{variant}\"\nargv = [{:?}, \"--port\", \"{{port}}\"]\nport = \"argv\"\n\
-                 ready = {{ stdout = \"READY\" }}\nready_timeout_ms = 10000\nusdt = [{}]\nfunc = [{}]\n\n\
+                 ready = {{ stdout = \"READY\" }}\nready_timeout_ms = 10000\nusdt = [{}]\nfunc = [{}]\n\
+                 alloc_func = [\"arena_alloc@0\"]\nfree_func = [\"arena_reset\"]\n\n\
                  [protocols]\nh1 = true\n\n[[endpoints]]\npath = \"/u\"\nstatus = 200\n\
                  content_type = \"text/plain\"\nbody = {{ literal = \"ok\" }}\n",
                 rig_fixtures::userserve(variant),
@@ -270,7 +271,7 @@ fn gate_blesses_user_probes_and_is_breached_by_one_more_marker() {
     std::fs::write(
         &baseline,
         format!(
-            "target = {:?}\nmatrix = {:?}\nsuite = \"u\"\nrepeats = 2\nrequests = 500\nprobes = \"syscalls\"\n",
+            "target = {:?}\nmatrix = {:?}\nsuite = \"u\"\nrepeats = 2\nrequests = 500\nprobes = \"syscalls,alloc\"\n",
             s.path("a.toml"),
             s.path("m.toml")
         ),
@@ -287,6 +288,21 @@ fn gate_blesses_user_probes_and_is_breached_by_one_more_marker() {
         ("usdt:rigfix:guarded calls/req", "2.0"),
         ("func:userwork_step calls/req", "4.0"),
         ("func:userlib_work calls/req", "2.0"),
+        // The spec's arena, an application allocator.
+        (
+            &format!(
+                "application arena_alloc calls @ handle (userwork.c:{})",
+                line("arena_calls")
+            ),
+            "5.0",
+        ),
+        (
+            &format!(
+                "application arena_alloc bytes @ handle (userwork.c:{})",
+                line("arena_calls")
+            ),
+            "496.0",
+        ),
     ] {
         assert!(
             blessed.contains(&format!("[counters.\"{counter}\"]\nvalue = {value}\n")),
@@ -329,7 +345,7 @@ fn ab_of_two_builds_shows_the_one_marker_more_and_nothing_else() {
         "--out",
         &out,
         "--probes",
-        "syscalls",
+        "syscalls,alloc",
         "--suite",
         "u",
         "--rounds",

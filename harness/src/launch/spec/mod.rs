@@ -83,7 +83,9 @@
 //!   (USDT markers, functions), spelt as `rig attach --usdt`/`--func` take
 //!   them, counted per request in every counted pass of `rig run`, `rig
 //!   gate` and `rig ab`; `func_time = true` adds the time inside each
-//!   function (`--func-time`).
+//!   function (`--func-time`); `alloc_func = ["arena_alloc@0"]` and
+//!   `free_func = ["arena_reset"]` declare application allocators, counted
+//!   by the alloc probes (`--alloc-func`, `--free-func`).
 //! - Unknown keys are errors (a misspelt `redy` must not silently mean
 //!   "no readiness check").
 
@@ -286,6 +288,11 @@ pub struct TargetSpec {
     pub func: Vec<String>,
     /// `func_time = true`: the time inside each `func` too.
     pub func_time: bool,
+    /// Application allocators counted by the alloc family (`alloc_func =
+    /// ["arena_alloc@0"]`, `free_func = [...]`), as `--alloc-func` and
+    /// `--free-func` spell them.
+    pub alloc_func: Vec<String>,
+    pub free_func: Vec<String>,
     /// Run the target as this user (name or uid) and group (default: the
     /// user's primary group); `None`: as rig's user (root warns).
     pub user: Option<String>,
@@ -442,6 +449,17 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> 
 }
 
 impl TargetSpec {
+    /// The probes of the server's own code it names.
+    pub fn named(&self) -> crate::probe::user::Named<'_> {
+        crate::probe::user::Named {
+            usdt: &self.usdt,
+            func: &self.func,
+            func_time: self.func_time,
+            alloc_func: &self.alloc_func,
+            free_func: &self.free_func,
+        }
+    }
+
     /// The transports whose listener on the port must be the target's:
     /// TCP unless the spec serves HTTP/3 alone, and UDP as well when it
     /// serves HTTP/3.

@@ -33,6 +33,10 @@ pub(super) struct RawSpec {
     pub(super) func: Vec<String>,
     #[serde(default)]
     pub(super) func_time: bool,
+    #[serde(default)]
+    pub(super) alloc_func: Vec<String>,
+    #[serde(default)]
+    pub(super) free_func: Vec<String>,
     pub(super) user: Option<Spanned<String>>,
     pub(super) group: Option<Spanned<String>>,
 }

@@ -129,26 +129,27 @@ impl UserProbe {
         !matches!(self, UserProbe::Alloc { .. })
     }
 
-    /// The `usdt = [...]` and `func = [...]` lists of a target spec (or the
-    /// flags), each checked for its form.
-    pub fn of_spec(
-        usdt: &[String],
-        func: &[String],
-        func_time: bool,
-    ) -> Result<Vec<UserProbe>, String> {
+    /// The lists of a target spec, a matrix's `[probes]` or the flags,
+    /// each checked for its form.
+    pub fn of_spec(n: Named<'_>) -> Result<Vec<UserProbe>, String> {
         let mut out = Vec::new();
-        for u in usdt {
+        for u in n.usdt {
             out.push(UserProbe::usdt(u).map_err(|e| format!("usdt {e}"))?);
         }
-        for f in func {
+        for f in n.func {
             let mut p = UserProbe::func(f).map_err(|e| format!("func {e}"))?;
             if let UserProbe::Func { timed, .. } = &mut p {
-                *timed = func_time;
+                *timed = n.func_time;
             }
             out.push(p);
         }
-        if func_time && func.is_empty() {
+        if n.func_time && n.func.is_empty() {
             return Err("func-time without a function to time: name one with func".into());
+        }
+        for (list, free) in [(n.alloc_func, false), (n.free_func, true)] {
+            for spec in list {
+                out.push(UserProbe::alloc(spec, free)?);
+            }
         }
         Ok(out)
     }
@@ -179,6 +180,26 @@ impl UserProbe {
             } => format!("--alloc-func {name}@{n}"),
             UserProbe::Alloc { name, .. } => format!("--alloc-func {name}"),
         }
+    }
+}
+
+/// The probes a target spec, a matrix's `[probes]` or the flags name, as
+/// written: `usdt`, `func` (`func_time`: timed) and the application
+/// allocators `alloc_func`, `free_func`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Named<'a> {
+    pub usdt: &'a [String],
+    pub func: &'a [String],
+    pub func_time: bool,
+    pub alloc_func: &'a [String],
+    pub free_func: &'a [String],
+}
+
+impl Named<'_> {
+    /// Whether it declares an application allocator (counted by the alloc
+    /// family, which must be on).
+    pub fn declares_allocators(&self) -> bool {
+        !self.alloc_func.is_empty() || !self.free_func.is_empty()
     }
 }
 
