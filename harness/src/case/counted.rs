@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::launch::spec::TargetSpec;
 use crate::launch::start::{Launched, ObjectFact};
 use crate::load::{Client, LoadReport};
-use crate::probe::user::UserProbe;
+use crate::probe::user::{Named, UserProbe};
 use crate::probe::{Family, ProbeSet, Scope, Stacks};
 use crate::report::Attribution;
 use crate::scenario::{Case, HttpCase};
@@ -58,16 +58,24 @@ pub(super) fn counted_measure(
         }
     };
     // The probes of the server's own code its spec and the matrix name.
-    let named = &rs.matrix.probes;
-    let user_probes = UserProbe::of_spec(spec.named())
+    let m = &rs.matrix.probes;
+    let in_spec = Named::new(
+        &spec.usdt,
+        &spec.func,
+        spec.func_time,
+        &spec.alloc_func,
+        &spec.free_func,
+    );
+    let in_matrix = Named::new(&m.usdt, &m.func, m.func_time, &m.alloc_func, &m.free_func);
+    let user_probes = UserProbe::of_spec(in_spec)
         .map_err(|e| Fail(format!("target spec {}: {e}", spec.name)))?
         .into_iter()
         .chain(
-            UserProbe::of_spec(named.named())
+            UserProbe::of_spec(in_matrix)
                 .map_err(|e| Fail(format!("the matrix's [probes]: {e}")))?,
         )
         .collect::<Vec<_>>();
-    if (spec.named().declares_allocators() || named.named().declares_allocators())
+    if (in_spec.declares_allocators() || in_matrix.declares_allocators())
         && !rs.families.contains(&Family::Alloc)
     {
         return Err(Fail(

@@ -7,7 +7,14 @@ use crate::probe::user::Named;
 /// A target spec and its TLS variant, if it names one.
 pub(super) fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<TargetSpec>)> {
     let spec = TargetSpec::load(file).with_context(|| format!("target spec {}", file.display()))?;
-    user_probes(spec.named()).with_context(|| format!("target spec {}", file.display()))?;
+    user_probes(Named::new(
+        &spec.usdt,
+        &spec.func,
+        spec.func_time,
+        &spec.alloc_func,
+        &spec.free_func,
+    ))
+    .with_context(|| format!("target spec {}", file.display()))?;
     let tls = match &spec.tls_variant {
         Some(p) => Some(
             TargetSpec::load(p).with_context(|| format!("tls_variant of {}", file.display()))?,
@@ -146,7 +153,14 @@ pub(super) fn user_probes(named: Named<'_>) -> Result<Vec<UserProbe>> {
 /// A matrix's `[probes]`, checked for their form.
 fn matrix_probes(m: &crate::scenario::Matrix, path: &std::path::Path) -> Result<()> {
     let p = &m.probes;
-    user_probes(p.named()).with_context(|| format!("[probes] of {}", path.display()))?;
+    user_probes(Named::new(
+        &p.usdt,
+        &p.func,
+        p.func_time,
+        &p.alloc_func,
+        &p.free_func,
+    ))
+    .with_context(|| format!("[probes] of {}", path.display()))?;
     Ok(())
 }
 

@@ -375,11 +375,8 @@ fn round(c: &CaseLine) -> Round {
         for row in rows {
             // As `metrics::counters` names them: an application
             // allocator's entry points said as such.
-            let application = crate::runtime::alloc::AllocFamily::Application.name();
-            let kind = match (row.kind.unwrap_or("?"), row.allocator) {
-                (k, Some(a)) if a == application => format!("{application} {k}"),
-                (k, _) => k.to_string(),
-            };
+            let kind =
+                crate::metrics::names::alloc_site_kind(row.kind.unwrap_or("?"), row.allocator);
             let f = function_of(&row.site);
             add(format!("{kind} calls @ {f}"), family, row.calls);
             // Frees have no bytes: no `free bytes` counter (absent is 0).

@@ -20,8 +20,6 @@ pub use case_key::CaseKey;
 
 use std::collections::BTreeMap;
 
-use crate::runtime::alloc::AllocFamily;
-
 use serde::{Deserialize, Serialize};
 
 use crate::probe::Family;
@@ -121,11 +119,7 @@ pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
     for row in &a.alloc {
         // An application allocator's entry points are its own names
         // (`__pool_alloc`, a declared `arena_alloc`): said as such.
-        let kind = if row.allocator == AllocFamily::Application.name() {
-            format!("application {}", row.kind)
-        } else {
-            row.kind.clone()
-        };
+        let kind = names::alloc_site_kind(&row.kind, Some(&row.allocator));
         add(format!("{kind} calls @ {}", site(&row.site)), row.calls);
         if row.bytes > 0 {
             add(format!("{kind} bytes @ {}", site(&row.site)), row.bytes);

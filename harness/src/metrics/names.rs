@@ -284,6 +284,17 @@ fn is_user_kind(head: &str) -> bool {
     })
 }
 
+/// The kind a per-site alloc counter names (`KIND calls @ SITE`): the
+/// entry point, said as an application allocator's when its layer is one
+/// (`application __pool_alloc`: its own names, not the C API's).
+pub fn alloc_site_kind(kind: &str, allocator: Option<&str>) -> String {
+    let application = crate::runtime::alloc::AllocFamily::Application.name();
+    match allocator {
+        Some(a) if a == application => format!("{application} {kind}"),
+        _ => kind.to_string(),
+    }
+}
+
 /// An application allocator's entry point (its own name, as the
 /// application wrote it): `application NAME calls`, `application NAME
 /// bytes`.

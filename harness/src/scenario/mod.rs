@@ -241,18 +241,6 @@ pub struct NamedProbes {
     pub free_func: Vec<String>,
 }
 
-impl NamedProbes {
-    pub fn named(&self) -> crate::probe::user::Named<'_> {
-        crate::probe::user::Named {
-            usdt: &self.usdt,
-            func: &self.func,
-            func_time: self.func_time,
-            alloc_func: &self.alloc_func,
-            free_func: &self.free_func,
-        }
-    }
-}
-
 /// One `[[suite]]`: its name, its own times (`None` takes the matrix's
 /// [`Defaults`]) and what it measures.
 #[derive(Clone, Debug, PartialEq)]

@@ -449,17 +449,6 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<String, Vec<ConfigError>> 
 }
 
 impl TargetSpec {
-    /// The probes of the server's own code it names.
-    pub fn named(&self) -> crate::probe::user::Named<'_> {
-        crate::probe::user::Named {
-            usdt: &self.usdt,
-            func: &self.func,
-            func_time: self.func_time,
-            alloc_func: &self.alloc_func,
-            free_func: &self.free_func,
-        }
-    }
-
     /// The transports whose listener on the port must be the target's:
     /// TCP unless the spec serves HTTP/3 alone, and UDP as well when it
     /// serves HTTP/3.

@@ -195,7 +195,24 @@ pub struct Named<'a> {
     pub free_func: &'a [String],
 }
 
-impl Named<'_> {
+impl<'a> Named<'a> {
+    /// The lists as a target spec or a matrix's `[probes]` holds them.
+    pub fn new(
+        usdt: &'a [String],
+        func: &'a [String],
+        func_time: bool,
+        alloc_func: &'a [String],
+        free_func: &'a [String],
+    ) -> Named<'a> {
+        Named {
+            usdt,
+            func,
+            func_time,
+            alloc_func,
+            free_func,
+        }
+    }
+
     /// Whether it declares an application allocator (counted by the alloc
     /// family, which must be on).
     pub fn declares_allocators(&self) -> bool {
