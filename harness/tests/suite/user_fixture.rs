@@ -189,6 +189,22 @@ fn the_fixtures_markers_and_functions_are_counted_exactly_per_site() {
         text.contains("usdt:rigfix:sized: 3 calls/req, argument 1 summed: 1300.00/req"),
         "{text}"
     );
+    // The build linked at a fixed address (no PIE): its markers, a global
+    // argument among them, and functions counted the same.
+    let (_, a, _) = attach("nopie", N, &args);
+    for (name, calls, sum) in [
+        ("usdt:rigfix:request", N, Some(5 * N as i64)),
+        ("usdt:rigfix:sized", 3 * N, Some(1300 * N as i64)),
+        ("usdt:rigfix:guarded", 2 * N, Some(7 * N as i64)),
+        ("func:userwork_step", 4 * N, None),
+    ] {
+        let p = probe(&a["user"], name);
+        assert_eq!(
+            (p["calls"].as_u64(), p["arg_sum"].as_i64()),
+            (Some(calls), sum),
+            "{p}"
+        );
+    }
     // The build whose functions are named only by MiniDebugInfo: found by
     // name, counted the same, its call sites named by the same table.
     let (_, a, _) = attach("minidebug", N, &["--func", "userwork_step"]);
