@@ -371,18 +371,27 @@ fn round(c: &CaseLine) -> Round {
         });
         e.value += per_request(count.unwrap_or(0), Some(requests)).unwrap_or(0.0);
     };
-    for (family, rows) in [("alloc", &a.alloc), ("copy", &a.copy)] {
-        for row in rows {
-            // As `metrics::counters` names them: an application
-            // allocator's entry points said as such.
-            let kind =
-                crate::metrics::names::alloc_site_kind(row.kind.unwrap_or("?"), row.allocator);
-            let f = function_of(&row.site);
-            add(format!("{kind} calls @ {f}"), family, row.calls);
-            // Frees have no bytes: no `free bytes` counter (absent is 0).
-            if let Some(bytes) = row.bytes.filter(|b| *b > 0) {
-                add(format!("{kind} bytes @ {f}"), family, Some(bytes));
-            }
+    // As `metrics::counters` names them: an application allocator's entry
+    // points said as such.
+    let alloc = a.alloc.iter().map(|r| {
+        let kind = crate::metrics::names::alloc_site_kind(r.kind.unwrap_or("?"), r.allocator);
+        ("alloc", kind, &r.site, r.calls, r.bytes)
+    });
+    let copy = a.copy.iter().map(|r| {
+        (
+            "copy",
+            r.kind.unwrap_or("?").to_string(),
+            &r.site,
+            r.calls,
+            r.bytes,
+        )
+    });
+    for (family, kind, site, calls, bytes) in alloc.chain(copy) {
+        let f = function_of(site);
+        add(format!("{kind} calls @ {f}"), family, calls);
+        // Frees have no bytes: no `free bytes` counter (absent is 0).
+        if let Some(bytes) = bytes.filter(|b| *b > 0) {
+            add(format!("{kind} bytes @ {f}"), family, Some(bytes));
         }
     }
     for row in &a.syscalls {

@@ -378,7 +378,7 @@ pub struct Attribution<'a> {
     pub losses: Value,
     pub processes: Value,
     #[serde(borrow, deserialize_with = "or_default")]
-    pub alloc: Vec<SiteRow<'a>>,
+    pub alloc: Vec<AllocRow<'a>>,
     #[serde(borrow, deserialize_with = "or_default")]
     pub copy: Vec<SiteRow<'a>>,
     #[serde(borrow, deserialize_with = "or_default")]
@@ -419,14 +419,24 @@ pub struct Window {
     pub requests: Option<u64>,
 }
 
-/// An alloc or copy row (`report::AllocRow`,
-/// `report::CopyRow`).
+/// A copy row (`report::CopyRow`).
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct SiteRow<'a> {
     #[serde(borrow)]
     pub kind: Option<&'a str>,
-    /// The allocator layer (alloc rows).
+    #[serde(borrow, deserialize_with = "or_default")]
+    pub site: Site<'a>,
+    pub calls: Option<u64>,
+    pub bytes: Option<u64>,
+}
+
+/// `report::AllocRow`: a site row and its allocator layer.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct AllocRow<'a> {
+    #[serde(borrow)]
+    pub kind: Option<&'a str>,
     #[serde(borrow)]
     pub allocator: Option<&'a str>,
     #[serde(borrow, deserialize_with = "or_default")]
