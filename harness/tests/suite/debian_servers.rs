@@ -81,6 +81,25 @@ fn incomplete(a: &Value) -> Vec<(Vec<String>, Value)> {
         .collect()
 }
 
+/// Debian's haproxy with `threads` threads, answering every request with
+/// 200 "ok" on a port of its own, started by the test.
+fn haproxy(s: &Scratch, threads: u32) -> (Started, u16) {
+    let port = free_port().unwrap();
+    let cfg = s.0.join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n    nbthread {threads}\ndefaults\n    mode http\n    timeout client 10s\n    \
+             timeout server 10s\n    timeout connect 1s\nfrontend f\n    bind 127.0.0.1:{port}\n    \
+             http-request return status 200 content-type text/plain string ok\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new("haproxy");
+    cmd.arg("-f").arg(&cfg).arg("-db");
+    (start(cmd, port), port)
+}
+
 /// haproxy with two threads: `--pid` of its second thread measures the
 /// process (it was a silent zero), and its
 /// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` calls, syscalls made inside the
@@ -90,20 +109,7 @@ fn haproxy_by_a_thread_id_is_its_process_and_its_clock_reads_are_whole() {
     root_or_skip!();
     let _p = probes_shared();
     let s = Scratch::new("haproxy");
-    let port = free_port().unwrap();
-    let cfg = s.0.join("haproxy.cfg");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global\n    nbthread 2\ndefaults\n    mode http\n    timeout client 10s\n    \
-             timeout server 10s\n    timeout connect 1s\nfrontend f\n    bind 127.0.0.1:{port}\n    \
-             http-request return status 200 content-type text/plain string ok\n"
-        ),
-    )
-    .unwrap();
-    let mut cmd = Command::new("haproxy");
-    cmd.arg("-f").arg(&cfg).arg("-db");
-    let h = start(cmd, port);
+    let (h, port) = haproxy(&s, 2);
     let pid = h.child.id();
     let tid: u32 = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
@@ -167,20 +173,7 @@ fn haproxys_pool_allocations_are_counted_beside_the_heap_as_bpftrace_counts_them
     root_or_skip!();
     let _p = probes_shared();
     let s = Scratch::new("haproxy-pools");
-    let port = free_port().unwrap();
-    let cfg = s.0.join("haproxy.cfg");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global\n    nbthread 1\ndefaults\n    mode http\n    timeout client 10s\n    \
-             timeout server 10s\n    timeout connect 1s\nfrontend f\n    bind 127.0.0.1:{port}\n    \
-             http-request return status 200 content-type text/plain string ok\n"
-        ),
-    )
-    .unwrap();
-    let mut cmd = Command::new("haproxy");
-    cmd.arg("-f").arg(&cfg).arg("-db");
-    let h = start(cmd, port);
+    let (h, port) = haproxy(&s, 1);
     let pid = h.child.id();
     let exe = "/usr/sbin/haproxy";
     // BEGIN runs once every probe is in.
