@@ -53,5 +53,7 @@ pub mod scenario;
 pub mod session;
 pub mod stats;
 pub mod symbolize;
+#[cfg(test)]
+mod testkit;
 pub mod usage;
 pub mod window;

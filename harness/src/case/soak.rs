@@ -214,35 +214,28 @@ impl SoakWindow {
         sites.sort_by(|x, y| y.calls_per_request.total_cmp(&x.calls_per_request));
         sites.truncate(TOP_SITES);
         let live = a.live_heap.as_ref();
+        // A live site per request: `kind` is the entry point called, empty
+        // for a user site.
+        let per_request =
+            |site: &crate::symbolize::Site, kind: &str, blocks: u64, bytes: u64| SoakLiveSite {
+                function: site.function.clone(),
+                file: site.file.clone(),
+                line: site.line,
+                kind: kind.to_string(),
+                blocks_per_request: blocks as f64 / n,
+                bytes_per_request: bytes as f64 / n,
+            };
         let live_sites = live
             .map(|h| {
-                h.sites
-                    .iter()
-                    .take(TOP_SITES)
-                    .map(|s| SoakLiveSite {
-                        function: s.site.function.clone(),
-                        file: s.site.file.clone(),
-                        line: s.site.line,
-                        kind: s.kind.clone(),
-                        blocks_per_request: s.blocks as f64 / n,
-                        bytes_per_request: s.bytes as f64 / n,
-                    })
+                let top = h.sites.iter().take(TOP_SITES);
+                top.map(|s| per_request(&s.site, &s.kind, s.blocks, s.bytes))
                     .collect()
             })
             .unwrap_or_default();
         let live_user_sites = live
             .map(|h| {
-                h.user_sites
-                    .iter()
-                    .take(TOP_SITES)
-                    .map(|s| SoakLiveSite {
-                        function: s.site.function.clone(),
-                        file: s.site.file.clone(),
-                        line: s.site.line,
-                        kind: String::new(),
-                        blocks_per_request: s.blocks as f64 / n,
-                        bytes_per_request: s.bytes as f64 / n,
-                    })
+                let top = h.user_sites.iter().take(TOP_SITES);
+                top.map(|s| per_request(&s.site, "", s.blocks, s.bytes))
                     .collect()
             })
             .unwrap_or_default();

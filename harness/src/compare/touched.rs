@@ -463,17 +463,7 @@ CALIB_FN void calib_alloc_calloc(void)
     #[test]
     fn the_commit_that_edits_the_function_is_named_and_its_neighbours_are_not() {
         let d = tempfile::tempdir().unwrap();
-        let git = |args: &[&str]| {
-            let o = std::process::Command::new("git")
-                .arg("-C")
-                .arg(d.path())
-                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "git {args:?}");
-            String::from_utf8_lossy(&o.stdout).trim().to_string()
-        };
+        let git = |args: &[&str]| crate::testkit::git(d.path(), args);
         let src = d.path().join("s.c");
         git(&["init", "-q"]);
         std::fs::write(&src, C).unwrap();
@@ -530,17 +520,7 @@ CALIB_FN void calib_alloc_calloc(void)
     #[test]
     fn a_renamed_source_file_is_followed_and_the_rename_alone_touches_nothing() {
         let d = tempfile::tempdir().unwrap();
-        let git = |args: &[&str]| {
-            let o = std::process::Command::new("git")
-                .arg("-C")
-                .arg(d.path())
-                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "git {args:?}");
-            String::from_utf8_lossy(&o.stdout).trim().to_string()
-        };
+        let git = |args: &[&str]| crate::testkit::git(d.path(), args);
         git(&["init", "-q"]);
         std::fs::write(d.path().join("s.c"), C).unwrap();
         git(&["add", "s.c"]);

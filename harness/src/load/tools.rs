@@ -355,33 +355,7 @@ mod tests {
 
     const TOOLS: [Tool; 4] = [Tool::Wrk, Tool::H2load, Tool::Oha, Tool::RedisBenchmark];
 
-    /// Inputs per property (as tests/suite/fuzz.rs).
-    const CASES: u32 = 256;
-
-    /// Run `test` on `CASES` inputs drawn from `strategy`; a panic fails
-    /// with the (shrunk) input. Says how many inputs it tried.
-    fn fuzz<S: proptest::strategy::Strategy>(name: &str, strategy: S, test: impl Fn(S::Value))
-    where
-        S::Value: std::fmt::Debug,
-    {
-        let config = proptest::test_runner::Config {
-            cases: CASES,
-            failure_persistence: None,
-            ..Default::default()
-        };
-        let tried = std::sync::atomic::AtomicU32::new(0);
-        proptest::test_runner::TestRunner::new(config)
-            .run(&strategy, |v| {
-                tried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                test(v);
-                Ok(())
-            })
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        crate::errln!(
-            "fuzz: {name}: {} inputs, 0 panics",
-            tried.load(std::sync::atomic::Ordering::Relaxed)
-        );
-    }
+    use crate::testkit::fuzz;
 
     /// Every captured output in fixtures/load-tools (whichever are there).
     fn all_captured() -> Vec<String> {

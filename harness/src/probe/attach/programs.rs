@@ -128,15 +128,7 @@ pub(super) fn raw_tp(
     program: &str,
     tp: &str,
 ) -> Result<(), ProbeError> {
-    let p: &mut RawTracePoint = ebpf
-        .program_mut(program)
-        .ok_or_else(|| missing_program(family, program))?
-        .try_into()
-        .map_err(program_err(family, format!("program {program}")))?;
-    if p.fd().is_err() {
-        p.load()
-            .map_err(program_err(family, format!("loading {program}")))?;
-    }
+    let p: &mut RawTracePoint = loaded(ebpf, family, program)?;
     p.attach(tp).map_err(program_err(
         family,
         format!("attaching {program} to raw tracepoint {tp}"),
@@ -206,16 +198,51 @@ pub(super) fn loaded_uprobe<'e>(
     family: Family,
     program: &str,
 ) -> Result<&'e mut UProbe, ProbeError> {
-    let p: &mut UProbe = ebpf
+    loaded(ebpf, family, program)
+}
+
+/// Program `program` of `family`'s object as its kind `P`, loaded into the
+/// kernel once (a program several probes share is loaded by the first).
+fn loaded<'e, P>(ebpf: &'e mut Ebpf, family: Family, program: &str) -> Result<&'e mut P, ProbeError>
+where
+    &'e mut P: TryFrom<&'e mut aya::programs::Program, Error = aya::programs::ProgramError>,
+    P: Loads + 'e,
+{
+    let p: &mut P = ebpf
         .program_mut(program)
         .ok_or_else(|| missing_program(family, program))?
         .try_into()
         .map_err(program_err(family, format!("program {program}")))?;
-    if p.fd().is_err() {
-        p.load()
+    if !p.is_loaded() {
+        p.load_it()
             .map_err(program_err(family, format!("loading {program}")))?;
     }
     Ok(p)
+}
+
+/// The two program kinds rig attaches by hand: aya gives each its own
+/// `load`, with no trait over them.
+trait Loads {
+    fn is_loaded(&self) -> bool;
+    fn load_it(&mut self) -> Result<(), aya::programs::ProgramError>;
+}
+
+impl Loads for UProbe {
+    fn is_loaded(&self) -> bool {
+        self.fd().is_ok()
+    }
+    fn load_it(&mut self) -> Result<(), aya::programs::ProgramError> {
+        self.load()
+    }
+}
+
+impl Loads for RawTracePoint {
+    fn is_loaded(&self) -> bool {
+        self.fd().is_ok()
+    }
+    fn load_it(&mut self) -> Result<(), aya::programs::ProgramError> {
+        self.load()
+    }
 }
 
 /// Write `cookie` under every address at which `pid` maps `file_offset` of

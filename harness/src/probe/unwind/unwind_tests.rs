@@ -156,33 +156,7 @@ fn compaction_prefers_real_rules_and_merges_equal_neighbours() {
 // bytes give a table or an error, never a panic, and a table keeps the
 // order the BPF walk's binary search needs.
 
-/// Inputs per property (as tests/suite/fuzz.rs).
-const CASES: u32 = 256;
-
-/// Run `test` on `CASES` inputs drawn from `strategy`; a panic fails with
-/// the (shrunk) input. Says how many inputs it tried.
-fn fuzz<S: proptest::strategy::Strategy>(name: &str, strategy: S, test: impl Fn(S::Value))
-where
-    S::Value: std::fmt::Debug,
-{
-    let config = proptest::test_runner::Config {
-        cases: CASES,
-        failure_persistence: None,
-        ..Default::default()
-    };
-    let tried = std::sync::atomic::AtomicU32::new(0);
-    proptest::test_runner::TestRunner::new(config)
-        .run(&strategy, |v| {
-            tried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            test(v);
-            Ok(())
-        })
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    eprintln!(
-        "fuzz: {name}: {} inputs, 0 panics",
-        tried.load(std::sync::atomic::Ordering::Relaxed)
-    );
-}
+use crate::testkit::fuzz;
 
 /// A table as the walk needs it: rows strictly by pc, every bucket's rows
 /// inside the table, and a lookup anywhere answers without panicking.
