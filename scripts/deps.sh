@@ -44,6 +44,9 @@ command -v websocketd >/dev/null 2>&1 || need="$need websocketd"
 # service) and node (nodejs).
 dpkg -s prometheus-node-exporter >/dev/null 2>&1 || need="$need prometheus-node-exporter"
 command -v node >/dev/null 2>&1 || need="$need nodejs"
+# Managed runtimes as Debian ships them: the JVM (OpenJDK 17, whose `java`
+# runs the Java fixture from its source) beside Debian's python3.11.
+[ -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ] || need="$need openjdk-17-jdk-headless"
 # Real servers as Debian ships them, each started by its test on a port
 # it chose (never as a service: see policy-rc.d below): haproxy (two
 # threads), PostgreSQL with pgbench (a backend forked per connection),

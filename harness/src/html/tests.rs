@@ -321,6 +321,26 @@ fn an_application_allocators_calls_are_a_group_of_their_own_beside_the_heaps() {
 }
 
 #[test]
+fn what_a_window_did_not_count_is_said_under_its_counted_pass_by_family() {
+    let heap = "the Java heap: objects Java code makes are not counted; \
+                started with -XX:+DTraceAllocProbes <...> (/x/libjvm.so)";
+    let mut c = http_case("calib/calib/h1/calib/closed/1x1/ka/#1", 1);
+    c["counted"]["attribution"]["complete"] = json!(false);
+    c["counted"]["attribution"]["losses"] = json!({"alloc": [[heap, 1]], "copy": [["x", 3]]});
+    let d = out_dir("losses", &[c]);
+    let html = std::fs::read_to_string(write(&d.0).unwrap()).unwrap();
+    assert!(html.contains("counted pass: 1000 requests <b class=\"bad\">incomplete</b>"));
+    assert!(
+        html.contains(
+            "<li><b class=\"bad\">alloc incomplete:</b> the Java heap: objects Java code makes \
+             are not counted; started with -XX:+DTraceAllocProbes &lt;...&gt; (/x/libjvm.so)</li>"
+        ),
+        "{html}"
+    );
+    assert!(html.contains("<li><b class=\"bad\">copy incomplete:</b> x [3]</li>"));
+}
+
+#[test]
 fn the_run_summary_counts_the_cases_the_generator_limited() {
     let d = out_dir(
         "limited",

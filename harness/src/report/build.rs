@@ -353,15 +353,16 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
         }
     }
     // Code a measured process runs whose events of a family rig does not
-    // count (Go's copies and locks): named, once per module, with how many
-    // processes map it (never a silent zero).
+    // count (Go's copies and locks, a managed runtime's own heap): named,
+    // once per module, with how many processes map it (never a silent
+    // zero).
     for f in w
         .families
         .iter()
-        .filter(|f| matches!(f, Family::Copy | Family::Locks))
+        .filter(|f| matches!(f, Family::Alloc | Family::Copy | Family::Locks))
     {
-        let mut unseen: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
-        for maps in w.maps.values() {
+        let mut unseen: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for (&pid, maps) in &w.maps {
             for o in maps.objects().into_iter().filter(|o| o.executable) {
                 let open = maps.readable_path(&o.path);
                 let (Ok(kind), Ok(facts)) = (
@@ -374,7 +375,8 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
                     kind,
                     facts: &facts,
                 };
-                for why in crate::runtime::unseen(&m, f.name()) {
+                let at = crate::runtime::Mapped { pid, open: &open };
+                for why in crate::runtime::unseen(&m, &at, f.name()) {
                     *unseen.entry((o.path.clone(), why)).or_default() += 1;
                 }
             }

@@ -18,9 +18,10 @@
 //! | `musl` | musl's libc.so, or a static musl executable | malloc & co | the stack height analysis of its machine code | as glibc |
 //! | `go` | Go code | `runtime.mallocgc`, GC cycles; never a return probe | `.gopclntab`'s pcsp tables | `.gopclntab` |
 //! | `native` | other ELF code: jemalloc, tcmalloc, mimalloc, Rust's shims, libstdc++ | each allocator's own names | `.eh_frame` | as glibc |
-//! | `cpython` | CPython's allocation APIs | PyObject_/PyMem_ | `.eh_frame` | as glibc |
+//! | `cpython` | CPython's allocation APIs; pymalloc inlined (named unseen) | PyObject_/PyMem_ | `.eh_frame` | as glibc |
+//! | `jvm` | HotSpot's `libjvm.so`; the Java heap (named unseen) | none yet | `.eh_frame` | as glibc |
 //! | `pools` | an application's own allocator (haproxy, APR, nginx, PostgreSQL, glib; `--alloc-func`) | its pool entry points, a layer beside the heap's | `.eh_frame` | as glibc |
-//! | `v8` | V8's embedded builtins | none | frame-pointer rows after their prologue | as glibc |
+//! | `v8` | V8's embedded builtins; the JavaScript heap (named unseen) | none | frame-pointer rows after their prologue | as glibc |
 //! | `jit` | anonymous executable memory | none | none: a stack ends there, marked | `/tmp/perf-PID.map` |
 //!
 //! Adding a runtime is one new file here and one line in [`ALL`].
@@ -31,6 +32,7 @@ pub mod funcs;
 pub mod glibc;
 pub mod go;
 pub mod jit;
+pub mod jvm;
 pub mod musl;
 pub mod native;
 pub mod pools;
@@ -224,6 +226,13 @@ pub struct Module<'a> {
     pub facts: &'a ElfFacts,
 }
 
+/// Where a module is mapped: the process, and a path that opens the file
+/// (its own /proc/PID/root or map_files path).
+pub struct Mapped<'a> {
+    pub pid: u32,
+    pub open: &'a Path,
+}
+
 /// A module's code as unwind rows are made from it: the parsed object,
 /// its bytes and its executable segments (file offset, size, virtual
 /// address), each within the bytes.
@@ -404,10 +413,12 @@ pub trait Runtime: Sync {
         &[]
     }
 
-    /// What its code does of probe family `family` (`"copy"`, `"locks"`...)
-    /// that rig does not count: the report names it and the family is
-    /// incomplete, never a silent zero. `None`: nothing, or not its say.
-    fn unseen(&self, _family: &str) -> Option<&'static str> {
+    /// What its code does of probe family `family` (`"alloc"`, `"copy"`,
+    /// `"locks"`...) that rig does not count, in process `at.pid` (a heap
+    /// of its own, work emitted inline): the report names it, with what
+    /// would make it countable, and the family is incomplete, never a
+    /// silent zero. `None`: nothing, or not its say.
+    fn unseen(&self, _m: &Module<'_>, _at: &Mapped<'_>, _family: &str) -> Option<String> {
         None
     }
 
@@ -447,6 +458,7 @@ pub const ALL: &[&dyn Runtime] = &[
     &glibc::Glibc,
     &static_glibc::StaticGlibc,
     &cpython::Cpython,
+    &jvm::Jvm,
     &v8::V8,
     &jit::Jit,
 ];
@@ -560,8 +572,10 @@ pub fn no_return_probes(m: &Module<'_>) -> Option<&'static str> {
 
 /// What module `m`'s code does of probe family `family` that rig does not
 /// count (see [`Runtime::unseen`]), one line per runtime that says so.
-pub fn unseen(m: &Module<'_>, family: &str) -> Vec<&'static str> {
-    runtimes(m).filter_map(|r| r.unseen(family)).collect()
+pub fn unseen(m: &Module<'_>, at: &Mapped<'_>, family: &str) -> Vec<String> {
+    runtimes(m)
+        .filter_map(|r| r.unseen(m, at, family))
+        .collect()
 }
 
 /// Why a stack ending with no row in module `m` ends there, when its

@@ -1,11 +1,12 @@
 //! V8's embedded builtins (`Builtins_*` in node): machine code V8
-//! generated at build time, with no `.eh_frame`, walked by frame pointer.
+//! generated at build time, with no `.eh_frame`, walked by frame pointer;
+//! and V8's own heap, named as not counted.
 
 use anyhow::Result;
 use object::{Object, ObjectSymbol};
 use rig_ebpf::abi::{unwind_cfa, UnwindRow};
 
-use super::{marker, Code, Module, ModuleKind, Runtime};
+use super::{marker, Code, Mapped, Module, ModuleKind, Runtime};
 
 pub struct V8;
 
@@ -21,7 +22,23 @@ impl Runtime for V8 {
     fn unwind_rows(&self, code: &Code<'_>) -> Result<Vec<UnwindRow>> {
         Ok(builtin_rows(code))
     }
+
+    /// V8's heap, in a module that embeds V8 (node, or its `libnode`):
+    /// JavaScript objects never reach malloc.
+    fn unseen(&self, m: &Module<'_>, _at: &Mapped<'_>, family: &str) -> Option<String> {
+        (family == "alloc" && m.facts.lookup_symbol(V8_API).is_some()).then(|| {
+            "the JavaScript heap: V8 places JavaScript objects, strings, arrays and \
+             closures in its own garbage-collected heap, not by malloc, and they are not \
+             counted (only malloc's calls are); node's --trace-gc prints each collection, \
+             and v8.getHeapStatistics() or process.memoryUsage() give the heap's size"
+                .to_string()
+        })
+    }
 }
+
+/// `v8::Isolate::GetCurrent()`, which every embedder of V8 exports (node
+/// exports V8's API for its native addons).
+const V8_API: &str = "_ZN2v87Isolate10GetCurrentEv";
 
 /// Rows for V8's embedded builtins (`Builtins_*` in node's `.text`:
 /// machine code V8 generated at build time, with no `.eh_frame`). V8 walks

@@ -52,6 +52,7 @@ mod launch;
 mod live;
 mod liveheap;
 mod load;
+mod managed;
 mod mappings;
 mod memslope;
 mod misbehaving_targets;

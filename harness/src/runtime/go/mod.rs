@@ -17,8 +17,8 @@ use rig_ebpf::abi::UnwindRow;
 
 use super::alloc::{owned, AllocFamily};
 use super::{
-    Allocator, Code, CodeNames, FuncEntry, Module, ModuleKind, Named, OwnLock, OwnRoutine, Runtime,
-    Uncovered,
+    Allocator, Code, CodeNames, FuncEntry, Mapped, Module, ModuleKind, Named, OwnLock, OwnRoutine,
+    Runtime, Uncovered,
 };
 use crate::elf::{ElfFacts, SymbolInfo};
 use gopclntab::{GoTable, GoVersion};
@@ -148,8 +148,8 @@ impl Runtime for Go {
     /// `runtime.memmove` and `runtime.memclrNoHeapPointers` are counted
     /// (`own_copies`); what the compiler does without calling them is not.
     /// Its locks are not counted yet.
-    fn unseen(&self, family: &str) -> Option<&'static str> {
-        match family {
+    fn unseen(&self, _m: &Module<'_>, _at: &Mapped<'_>, family: &str) -> Option<String> {
+        let why = match family {
             "copy" => Some(
                 "Go's moves and clears of a size the compiler knows are emitted inline (and, \
                  before Go 1.26, through runtime.duffcopy and runtime.duffzero, entered \
@@ -163,7 +163,8 @@ impl Runtime for Go {
                  runtime's own locks at lock2",
             ),
             _ => None,
-        }
+        };
+        why.map(str::to_string)
     }
 
     /// `runtime.memmove(to, from, n)` and `runtime.memclrNoHeapPointers(ptr,
