@@ -24,6 +24,20 @@ struct {
 } user_args SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RIG_USER_SITES);
+	__type(key, __u32);
+	__type(value, struct user_by_arg);
+} user_by_args SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct user_str_key);
+	__type(value, struct user_val);
+} user_by_str SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct user_depth_key);
@@ -79,6 +93,40 @@ static __always_inline __u64 user_arg_value(struct pt_regs *ctx, struct user_arg
 	return v >> shift;
 }
 
+/* A USER_BY_STR site's call, counted by the string its argument points
+ * at: `len` bytes of it when the marker passes a length (the JVM's class
+ * names are not NUL-terminated), else up to its NUL; cut to
+ * RIG_USER_STR - 1 bytes. A string that cannot be read is counted under
+ * the empty one, and the read failure in the stats. */
+static __always_inline void count_by_str(struct pt_regs *ctx, __u32 site, __u32 tgid, __u64 arg)
+{
+	struct user_by_arg *b = bpf_map_lookup_elem(&user_by_args, &site);
+	if (!b)
+		return;
+	struct user_str_key k = { .site = site, .tgid = tgid };
+	__u64 ptr = user_arg_value(ctx, &b->ptr);
+	long err = 0;
+	if (b->len.kind != USER_ARG_NONE) {
+		__u64 n = user_arg_value(ctx, &b->len);
+		if (n > RIG_USER_STR - 1)
+			n = RIG_USER_STR - 1;
+		if (n > 0)
+			err = bpf_probe_read_user(k.str, n & 63, (void *)ptr);
+	} else {
+		err = bpf_probe_read_user_str(k.str, sizeof(k.str), (void *)ptr) < 0;
+	}
+	if (err) {
+		__builtin_memset(k.str, 0, sizeof(k.str));
+		stat_add(RIG_STAT_READ_FAIL, 1);
+	}
+	struct user_val zero = {};
+	struct user_val *v = upsert(&user_by_str, &k, &zero);
+	if (v) {
+		v->calls++;
+		v->sum += arg;
+	}
+}
+
 /* Any process of the target, from its fork on: a probe placed on a file
  * for every process running it counts a process the tree forks from its
  * first instruction (is_target, not is_live_target: a user probe is a
@@ -116,6 +164,8 @@ static __always_inline int count_user(struct pt_regs *ctx, __u64 caller)
 		v->calls++;
 		v->sum += arg;
 	}
+	if (a && (a->flags & USER_BY_STR))
+		count_by_str(ctx, k.site, tgid, arg);
 	__u64 ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
 	stack_add(tgid, ustack, -1, STACK_USER, k.site, arg);
 	return 0;

@@ -22,6 +22,12 @@ enum user_arg_kind {
 /* The site's function is timed (`--func-time`): its entry is recorded per
  * thread and its return (rig_user_ret) adds the time inside. */
 #define USER_TIMED 1
+/* The site's calls are also counted by the string an argument points at
+ * (`--usdt PROVIDER:NAME#N[/L]`): `user_by_args` says where it is. */
+#define USER_BY_STR 2
+
+/* Bytes of a string argument kept (the rest of a longer one is cut). */
+#define RIG_USER_STR 56
 
 /* Per site, filled by the harness before the site's probe goes in. */
 struct user_arg {
@@ -41,6 +47,22 @@ struct user_key {
 	__u32 tgid;
 };
 _Static_assert(sizeof(struct user_key) == 16, "user_key ABI");
+
+/* Where a USER_BY_STR site's string is: the pointer, and its length when
+ * the marker passes one (`len.kind` USER_ARG_NONE: up to its NUL). */
+struct user_by_arg {
+	struct user_arg ptr;
+	struct user_arg len;
+};
+_Static_assert(sizeof(struct user_by_arg) == 32, "user_by_arg ABI");
+
+/* A USER_BY_STR site's calls by the string (NUL-padded). */
+struct user_str_key {
+	__u32 site;
+	__u32 tgid;
+	char str[RIG_USER_STR];
+};
+_Static_assert(sizeof(struct user_str_key) == 64, "user_str_key ABI");
 
 /* Value: struct user_val { calls, sum } (the argument summed; 0 without). */
 struct user_val {

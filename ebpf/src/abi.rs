@@ -255,6 +255,39 @@ pub struct UserArg {
 }
 const _: () = assert!(size_of::<UserArg>() == 16);
 
+/// C twin: `struct user_by_arg` (user.h): where a `USER_BY_STR` site's
+/// string is, and its length (`len.kind` `NONE`: up to its NUL).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserByArg {
+    pub ptr: UserArg,
+    pub len: UserArg,
+}
+const _: () = assert!(size_of::<UserByArg>() == 32);
+
+/// C twin: `struct user_str_key` (user.h). Value: `CallsBytes`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UserStrKey {
+    pub site: u32,
+    pub tgid: u32,
+    /// The string, NUL-padded (`user_arg::STR` bytes).
+    pub str: [u8; user_arg::STR],
+}
+const _: () = assert!(size_of::<UserStrKey>() == 64);
+
+impl UserStrKey {
+    /// The string up to its first NUL, bytes that are not UTF-8 replaced.
+    pub fn text(&self) -> String {
+        let end = self
+            .str
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.str.len());
+        String::from_utf8_lossy(&self.str[..end]).into_owned()
+    }
+}
+
 /// C twin: `enum user_arg_kind` and `RIG_USER_SITES` (user.h).
 pub mod user_arg {
     pub const NONE: u8 = 0;
@@ -265,6 +298,10 @@ pub mod user_arg {
     pub const IPREL: u8 = 4;
     /// `flags`: the site's function is timed (`--func-time`).
     pub const TIMED: u8 = 1;
+    /// `flags`: the site's calls are also counted by a string argument.
+    pub const BY_STR: u8 = 2;
+    /// Bytes of a string argument kept (`RIG_USER_STR`).
+    pub const STR: usize = 56;
     /// Sites (attach cookies) one probe set can hold.
     pub const SITES: usize = 4096;
 }
@@ -354,6 +391,8 @@ unsafe impl aya::Pod for CopyKey {}
 unsafe impl aya::Pod for UserKey {}
 unsafe impl aya::Pod for UserTimeKey {}
 unsafe impl aya::Pod for UserArg {}
+unsafe impl aya::Pod for UserByArg {}
+unsafe impl aya::Pod for UserStrKey {}
 unsafe impl aya::Pod for LockKey {}
 unsafe impl aya::Pod for LockVal {}
 unsafe impl aya::Pod for FaultKey {}

@@ -481,12 +481,28 @@ fn user_probes(k: &Counted<'_>) -> Vec<Value> {
                     })
                 })
                 .collect();
+            // `#S`: its calls by the string argument S, most first.
+            let by_rows: Vec<Value> = p
+                .by_value
+                .iter()
+                .take(10)
+                .map(|v| {
+                    json!({
+                        "value": v.value,
+                        "calls": per(v.calls.unwrap_or(0) as f64),
+                        "arg_sum": v.arg_sum.map(|s| per(s as f64)),
+                    })
+                })
+                .collect();
             json!({
                 "probe": p.probe.unwrap_or("?"),
                 "calls": per(p.calls.unwrap_or(0) as f64),
                 "arg": p.arg,
                 "arg_sum": p.arg_sum.map(|v| per(v as f64)),
                 "rows": rows,
+                "by_arg": p.by.as_ref().map(|b| b.arg),
+                "by_values": p.by_value.len(),
+                "by_rows": by_rows,
             })
         })
         .collect()

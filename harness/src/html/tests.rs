@@ -341,6 +341,27 @@ fn what_a_window_did_not_count_is_said_under_its_counted_pass_by_family() {
 }
 
 #[test]
+fn a_probe_counted_by_a_string_argument_gets_a_table_of_its_values() {
+    let mut c = http_case("calib/calib/h1/calib/closed/1x1/ka/#1", 1);
+    c["counted"]["attribution"]["user"] = json!([{
+        "probe": "usdt:hotspot:object__alloc", "calls": 171000, "probed_at": ["libjvm.so+0x1"],
+        "sites": [], "by": {"arg": 1, "len": 2},
+        "by_value": [{"value": "[B", "calls": 32500}, {"value": "Server$Item", "calls": 7000}],
+    }]);
+    let d = out_dir("by-value", &[c]);
+    let html = std::fs::read_to_string(write(&d.0).unwrap()).unwrap();
+    assert!(
+        html.contains("<caption>usdt:hotspot:object__alloc by argument 1: 2 values</caption>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<tr><td>[B</td><td class=\"n\">32.5</td></tr>"),
+        "{html}"
+    );
+    assert!(html.contains("<tr><td>Server$Item</td><td class=\"n\">7</td></tr>"));
+}
+
+#[test]
 fn the_run_summary_counts_the_cases_the_generator_limited() {
     let d = out_dir(
         "limited",

@@ -147,7 +147,8 @@ pub fn counters(p: &PerRequest, a: &Attribution) -> BTreeMap<String, f64> {
 }
 
 /// The probes a user named: `PROBE calls/req` and `PROBE calls @ SITE`,
-/// and with a summed argument `PROBE argN summed/req` and `… @ SITE`
+/// by a string argument `PROBE calls @ argS=VALUE` (a JVM's objects by
+/// class), and with a summed argument `PROBE argN summed/req` and `… @ SITE`
 /// (signed: a marker's argument may be negative). A probe that never
 /// fired is a counter of 0, not an absent one.
 fn user_counters(a: &Attribution, m: &mut BTreeMap<String, f64>) {
@@ -167,6 +168,18 @@ fn user_counters(a: &Attribution, m: &mut BTreeMap<String, f64>) {
                 per(i128::from(r.calls));
             if let (Some(s), Some(sum)) = (&summed, r.arg_sum) {
                 *m.entry(format!("{s} @ {at}")).or_insert(0.0) += per(sum);
+            }
+        }
+        // By the string argument S (`#S`): `PROBE calls @ argS=VALUE`.
+        let Some(by) = p.by else { continue };
+        for v in &p.by_value {
+            let at = format!("arg{}={}", by.arg, v.value);
+            m.insert(
+                format!("{} calls @ {at}", p.probe),
+                per(i128::from(v.calls)),
+            );
+            if let (Some(s), Some(sum)) = (&summed, v.arg_sum) {
+                m.insert(format!("{s} @ {at}"), per(sum));
             }
         }
     }
@@ -255,6 +268,10 @@ mod tests {
         assert!(names::is_event_count(
             "func:ngx_http_core_run_phases calls/req"
         ));
+        // Counted by a string argument: a count, and a name a baseline keeps.
+        let by = "usdt:hotspot:object__alloc calls @ arg1=Server$Item";
+        assert!(names::is_event_count(by));
+        assert_eq!(names::check_counter_name(by), Ok(()));
     }
 
     #[test]

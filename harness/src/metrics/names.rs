@@ -262,7 +262,8 @@ pub fn counter_forms() -> String {
          `KIND calls @ FUNCTION (FILE:LINE)`, `KIND bytes @ …` (KIND: {}), `faults @ …`, `syscall NAME`, \
          `syscall NAME @ SITE`, `EVENT stack calls @ SITE < CALLER < CALLER`, `EVENT stack bytes @ …`, \
          `Ir @ FUNCTION` (self instructions, callgrind); a probe you named (`--usdt`, `--func`): \
-         `PROBE calls/req`, `PROBE argN summed/req`, `PROBE calls @ SITE`, `PROBE argN summed @ SITE` \
+         `PROBE calls/req`, `PROBE argN summed/req`, `PROBE calls @ SITE`, `PROBE argN summed @ SITE`, \
+         `PROBE calls @ argS=VALUE` (counted by a string argument, `--usdt …#S`) \
          (PROBE: `usdt:PROVIDER:NAME` or `func:NAME`); an application allocator's \
          `application NAME calls @ SITE`, `application NAME bytes @ SITE`; with several cases, \
          `CASE: COUNTER`",

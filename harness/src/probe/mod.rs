@@ -31,7 +31,7 @@ use std::str::FromStr;
 
 use rig_ebpf::abi::{
     AllocKey, CallsBytes, CopyKey, CpuKey, FaultKey, LockKey, LockVal, SchedVal, StackVal, Stats,
-    SysCount, SysKey, UserKey, UserTimeKey,
+    SysCount, SysKey, UserKey, UserStrKey, UserTimeKey,
 };
 use serde::{Deserialize, Serialize};
 
@@ -269,6 +269,9 @@ pub struct Snapshot {
     pub user: BTreeMap<UserKey, CallsBytes>,
     /// (site, process) -> ns inside a timed function.
     pub user_ns: BTreeMap<UserTimeKey, u64>,
+    /// (site, process, string) -> calls and the summed argument, for the
+    /// sites counted by a string argument (`--usdt …#S`).
+    pub user_by: BTreeMap<UserStrKey, CallsBytes>,
     /// Each family's self-stats (events, losses).
     pub stats: BTreeMap<Family, Stats>,
     /// Each family's per-stack counts and the stacks they name (empty when
@@ -290,6 +293,7 @@ impl Snapshot {
             cpu: delta_map(&self.cpu, &start.cpu),
             user: delta_map(&self.user, &start.user),
             user_ns: delta_map(&self.user_ns, &start.user_ns),
+            user_by: delta_map(&self.user_by, &start.user_by),
             stacks: self
                 .stacks
                 .iter()

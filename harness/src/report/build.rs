@@ -388,6 +388,30 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
                 .push((format!("{why} ({module})"), processes));
         }
     }
+    // A marker its runtime says does not fire as named (CPython 3.11's
+    // function markers, which fire only while a profile function is set):
+    // a window where it never fired is a silent zero, said; one where it
+    // fired had what makes it fire.
+    let fired = |probe: &str| {
+        w.delta.user.iter().any(|(k, v)| {
+            v.calls > 0
+                && w.user_sites
+                    .get(k.site as usize)
+                    .is_some_and(|s| s.probe == probe)
+        })
+    };
+    let mut caveats: Vec<String> = Vec::new();
+    for s in w.user_sites.iter().filter(|s| !fired(&s.probe)) {
+        if let Some(why) = &s.caveat {
+            let line = format!("{}: {why}", s.probe);
+            if !caveats.contains(&line) {
+                caveats.push(line);
+            }
+        }
+    }
+    for line in caveats {
+        losses.entry(Family::User).or_default().push((line, 1));
+    }
     // An allocator the process uses but rig could not probe: its calls
     // are missing, so the family is incomplete (never a silent zero).
     if w.families.contains(&Family::Alloc) {

@@ -1,7 +1,9 @@
 //! The probes a user named (`--usdt`, `--func`): one entry per marker or
 //! function, with its calls in the window and by call site — the code that
 //! fired the marker, or the function's caller — and the argument summed
-//! where one was asked for (`--usdt …@N`).
+//! where one was asked for (`--usdt …@N`), and by the string an argument
+//! points at where that was asked for (`--usdt …#S[/L]`: a JVM's objects
+//! by class, a Python interpreter's calls by function).
 //!
 //! Every probe that was attached is listed, also one that never fired in
 //! the window: its zero is a count, not an absence.
@@ -11,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::build::Builder;
-use crate::probe::user::SiteAt;
+use crate::probe::user::{ByArg, SiteAt, UserSite};
 use crate::symbolize::{AddrKind, Site};
 
 /// One probe a user named.
@@ -35,6 +37,23 @@ pub struct UserProbeRow {
     pub probed_at: Vec<String>,
     /// Calls by call site, most first.
     pub sites: Vec<UserSiteRow>,
+    /// The string argument its calls are counted by (`#S[/L]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<ByArg>,
+    /// Calls by that string, most first (a string longer than
+    /// `user_arg::STR - 1` bytes is cut there; one that could not be read
+    /// is the empty string).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_value: Vec<UserValueRow>,
+}
+
+/// Calls of a probe whose string argument was `value`.
+#[derive(Clone, Debug, Serialize)]
+pub struct UserValueRow {
+    pub value: String,
+    pub calls: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arg_sum: Option<i128>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -82,6 +101,8 @@ impl Builder<'_> {
                     ns_inside: s.timed.then_some(0),
                     probed_at: vec![at],
                     sites: Vec::new(),
+                    by: s.by,
+                    by_value: Vec::new(),
                 }),
             }
         }
@@ -92,10 +113,7 @@ impl Builder<'_> {
             let Some(row) = rows.iter_mut().find(|r| r.probe == s.probe) else {
                 continue;
             };
-            let sum = s.arg.map(|_| match s.arg_abi.is_signed {
-                0 => i128::from(v.bytes),
-                _ => i128::from(v.bytes as i64),
-            });
+            let sum = arg_sum(s, v.bytes);
             row.calls += v.calls;
             row.arg_sum = row.arg_sum.zip(sum).map(|(a, b)| a + b);
             let i = usize::from(kind_of(k.site) == AddrKind::ReturnAddress);
@@ -116,6 +134,26 @@ impl Builder<'_> {
                 }),
             }
         }
+        for (k, v) in &w.delta.user_by {
+            let Some(s) = sites.get(k.site as usize) else {
+                continue;
+            };
+            let Some(row) = rows.iter_mut().find(|r| r.probe == s.probe) else {
+                continue;
+            };
+            let (value, sum) = (k.text(), arg_sum(s, v.bytes));
+            match row.by_value.iter_mut().find(|r| r.value == value) {
+                Some(r) => {
+                    r.calls += v.calls;
+                    r.arg_sum = r.arg_sum.zip(sum).map(|(a, b)| a + b);
+                }
+                None => row.by_value.push(UserValueRow {
+                    value,
+                    calls: v.calls,
+                    arg_sum: sum,
+                }),
+            }
+        }
         for (k, ns) in &w.delta.user_ns {
             let Some(s) = sites.get(k.site as usize) else {
                 continue;
@@ -126,7 +164,18 @@ impl Builder<'_> {
         }
         for r in &mut rows {
             r.sites.sort_by_key(|s| std::cmp::Reverse(s.calls));
+            r.by_value
+                .sort_by(|a, b| b.calls.cmp(&a.calls).then(a.value.cmp(&b.value)));
         }
         rows
     }
+}
+
+/// Site `s`'s summed argument as its marker types it (a signed argument
+/// sums signed), when it sums one.
+fn arg_sum(s: &UserSite, sum: u64) -> Option<i128> {
+    s.arg.map(|_| match s.arg_abi.is_signed {
+        0 => i128::from(sum),
+        _ => i128::from(sum as i64),
+    })
 }

@@ -400,6 +400,28 @@ pub struct UserProbeRow<'a> {
     pub arg_sum: Option<i128>,
     #[serde(borrow, deserialize_with = "or_default")]
     pub sites: Vec<UserSiteRow<'a>>,
+    /// `#S[/L]`: the string argument its calls are counted by.
+    #[serde(deserialize_with = "or_default")]
+    pub by: Option<UserBy>,
+    #[serde(deserialize_with = "or_default")]
+    pub by_value: Vec<UserValueRow>,
+}
+
+/// `probe::user::ByArg`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct UserBy {
+    pub arg: u8,
+    pub len: Option<u8>,
+}
+
+/// `report::user::UserValueRow` (the string may hold escapes: owned).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct UserValueRow {
+    pub value: String,
+    pub calls: Option<u64>,
+    pub arg_sum: Option<i128>,
 }
 
 /// `report::user::UserSiteRow`.

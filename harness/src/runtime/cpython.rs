@@ -54,6 +54,25 @@ impl Runtime for Cpython {
         (family == "alloc").then(|| Self::inlined_unseen(m, at))?
     }
 
+    /// CPython 3.11's function markers sit on its tracing path (the report
+    /// says so for a window where one never fired).
+    fn marker_caveat(&self, m: &Module<'_>, open: &Path, marker: (&str, &str)) -> Option<String> {
+        let ("python", "function__entry" | "function__return") = marker else {
+            return None;
+        };
+        let (major, minor) = py_version(m, open)?;
+        ((3, 11) <= (major, minor) && (major, minor) < (3, 15)).then(|| {
+            format!(
+                "CPython {major}.{minor} fires python:{} only while a trace or profile \
+                 function is set (sys.settrace, sys.setprofile): the marker sits on its \
+                 tracing path, so a server running normally never fires it and its zero \
+                 is no count (CPython issue gh-98894; 3.12 to 3.14 have no such marker, \
+                 3.15 restores it)",
+                marker.1
+            )
+        })
+    }
+
     fn allocators(&self, _m: &Module<'_>) -> Vec<Allocator> {
         let entries = DOMAINS
             .iter()
@@ -87,6 +106,20 @@ impl Cpython {
             inlined.allocs, inlined.frees
         ))
     }
+}
+
+/// The interpreter's version (major, minor), from `Py_Version` (3.11 on:
+/// `0xMMmmPPRS`, a constant in the file).
+fn py_version(m: &Module<'_>, open: &Path) -> Option<(u8, u8)> {
+    use std::os::unix::fs::FileExt;
+    let sym = m.facts.lookup_symbol("Py_Version")?;
+    let mut word = [0u8; 4];
+    std::fs::File::open(open)
+        .ok()?
+        .read_exact_at(&mut word, sym.file_offset)
+        .ok()?;
+    let v = u32::from_le_bytes(word);
+    Some(((v >> 24) as u8, (v >> 16) as u8))
 }
 
 /// Whether process `pid` was started with `PYTHONMALLOC` naming malloc:

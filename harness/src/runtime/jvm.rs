@@ -24,7 +24,7 @@ impl Runtime for Jvm {
                  by the JVM in its own garbage-collected heap, not by malloc, and are not \
                  counted (only the JVM's own mallocs are); started with \
                  -XX:+DTraceAllocProbes, the JVM fires its hotspot:object__alloc marker for \
-                 each one, and `--usdt hotspot:object__alloc` counts them per call site"
+                 each one, and `--usdt 'hotspot:object__alloc#1/2'` counts them by class"
             }
             "copy" => {
                 "Java's array and string copies run in the JIT's own arraycopy stubs and \

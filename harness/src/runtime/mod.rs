@@ -33,6 +33,7 @@ pub mod glibc;
 pub mod go;
 pub mod jit;
 pub mod jvm;
+mod module;
 pub mod musl;
 pub mod native;
 pub mod pools;
@@ -52,6 +53,7 @@ use go::gopclntab::GoVersion;
 
 pub use funcs::{func_entry, function_names, FuncEntry};
 pub use jit::PerfMap;
+pub use module::{Code, Mapped, Module};
 
 /// Which C library.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -220,42 +222,6 @@ fn is_shared_c_library_name(path: &str) -> bool {
     b.starts_with("libc.so") || b.starts_with("libc.musl") || b.starts_with("ld-musl")
 }
 
-/// One module as the runtimes read it.
-pub struct Module<'a> {
-    pub kind: ModuleKind,
-    pub facts: &'a ElfFacts,
-}
-
-/// Where a module is mapped: the process, and a path that opens the file
-/// (its own /proc/PID/root or map_files path).
-pub struct Mapped<'a> {
-    pub pid: u32,
-    pub open: &'a Path,
-}
-
-/// A module's code as unwind rows are made from it: the parsed object,
-/// its bytes and its executable segments (file offset, size, virtual
-/// address), each within the bytes.
-pub struct Code<'a> {
-    pub obj: &'a object::File<'a>,
-    pub data: &'a [u8],
-    pub segments: &'a [(u64, u64, u64)],
-}
-
-impl Code<'_> {
-    /// The bytes of the code at virtual addresses `start..end`, when one
-    /// segment holds them all.
-    pub fn bytes(&self, start: u64, end: u64) -> Option<&[u8]> {
-        let &(off, _, vaddr) = self
-            .segments
-            .iter()
-            .find(|&&(_, size, vaddr)| vaddr <= start && end <= vaddr + size)?;
-        let from = usize::try_from(off + (start - vaddr)).ok()?;
-        let to = usize::try_from(off + (end - vaddr)).ok()?;
-        self.data.get(from..to)
-    }
-}
-
 /// How the code of a module that no row covers gets rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Uncovered {
@@ -422,6 +388,19 @@ pub trait Runtime: Sync {
         None
     }
 
+    /// Why USDT marker `provider:name` in its code (the file at `open`)
+    /// does not fire as its name says (a runtime's known defect): a count
+    /// of it would be a silent zero, so the report says why and the user
+    /// family is incomplete.
+    fn marker_caveat(
+        &self,
+        _m: &Module<'_>,
+        _open: &Path,
+        _marker: (&str, &str),
+    ) -> Option<String> {
+        None
+    }
+
     /// Why a stack that reaches its code where no row is ends there.
     fn no_row_reason(&self) -> Option<&'static str> {
         None
@@ -576,6 +555,12 @@ pub fn unseen(m: &Module<'_>, at: &Mapped<'_>, family: &str) -> Vec<String> {
     runtimes(m)
         .filter_map(|r| r.unseen(m, at, family))
         .collect()
+}
+
+/// Why marker `(provider, name)` of module `m` does not fire as its name
+/// says, when a runtime of it knows (see [`Runtime::marker_caveat`]).
+pub fn marker_caveat(m: &Module<'_>, open: &Path, marker: (&str, &str)) -> Option<String> {
+    runtimes(m).find_map(|r| r.marker_caveat(m, open, marker))
 }
 
 /// Why a stack ending with no row in module `m` ends there, when its

@@ -45,6 +45,8 @@ fn probe_cost_measures_every_probe_kind() {
             "pthread_mutex_lock return",
             "pthread_mutex_unlock entry",
             "USDT marker (--usdt)",
+            "USDT marker by its string (--usdt …#1/2)",
+            "USDT marker by its NUL-ended string (--usdt …#1)",
             "function entry (--func)",
             "syscall enter + exit",
             "Go runtime.mallocgc entry",

@@ -48,7 +48,7 @@ fn a_jvm_names_the_java_heap_it_does_not_count_and_the_flag_that_would() {
     assert!(
         alloc.iter().any(|w| w.starts_with("the Java heap:")
             && w.contains("-XX:+DTraceAllocProbes")
-            && w.contains("--usdt hotspot:object__alloc")
+            && w.contains("--usdt 'hotspot:object__alloc#1/2'")
             && w.ends_with("/lib/server/libjvm.so)")),
         "{alloc:#?}\n{stdout}"
     );
@@ -66,19 +66,26 @@ fn a_jvm_names_the_java_heap_it_does_not_count_and_the_flag_that_would() {
     assert!(losses(&a, "syscalls").is_empty(), "{stdout}");
 }
 
-/// The flag and the probe the Java heap's line names count the fixture's
-/// objects: at least its 7 `Server$Item`s per request (the handler's
-/// other objects, the JDK's HTTP server's, come beside them).
+/// The fixture's objects by class: with the flag the Java heap's line
+/// names, `--usdt 'hotspot:object__alloc#1/2'` (the class name at argument
+/// 1, its length at argument 2) counts exactly `Server.items` (7) objects
+/// of class `Server$Item` per request; the JDK's HTTP server's own objects
+/// are counted beside them, under their classes.
 #[test]
-fn the_jvms_object_alloc_marker_counts_java_objects_with_the_flag_rig_names() {
+fn java_objects_of_the_fixtures_class_are_counted_exactly_per_request_by_class() {
     root_or_skip!();
     let _g = probes_shared();
     let s = java(&["-XX:+DTraceAllocProbes"]);
     let (stdout, a) = attach_driven_with(
         &s,
         "/work",
-        200,
-        &["--probes", "syscalls", "--usdt", "hotspot:object__alloc"],
+        300,
+        &[
+            "--probes",
+            "syscalls",
+            "--usdt",
+            "hotspot:object__alloc#1/2",
+        ],
         rig::exit::OK,
     );
     let probe = a["user"]
@@ -87,17 +94,177 @@ fn the_jvms_object_alloc_marker_counts_java_objects_with_the_flag_rig_names() {
         .iter()
         .find(|p| p["probe"] == "usdt:hotspot:object__alloc")
         .unwrap_or_else(|| panic!("no object__alloc probe: {stdout}"));
-    let calls: u64 = probe["sites"]
+    assert_eq!(
+        probe["by"],
+        serde_json::json!({"arg": 1, "len": 2}),
+        "{stdout}"
+    );
+    let requests = a["window"]["requests"].as_u64().unwrap();
+    assert_eq!(requests, 300, "{stdout}");
+    let by_class = |class: &str| {
+        probe["by_value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["value"] == class)
+            .map(|v| v["calls"].as_u64().unwrap())
+    };
+    assert_eq!(by_class("Server$Item"), Some(7 * requests), "{stdout}");
+    // The JDK's own: its String objects, for one.
+    assert!(
+        by_class("java/lang/String").is_some_and(|n| n >= requests),
+        "{stdout}"
+    );
+    let all: u64 = probe["by_value"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| s["calls"].as_u64().unwrap())
+        .map(|v| v["calls"].as_u64().unwrap())
         .sum();
-    let requests = a["window"]["requests"].as_u64().unwrap();
-    assert!(
-        calls >= 7 * requests,
-        "{calls} objects in {requests} requests\n{stdout}"
+    assert_eq!(
+        all,
+        probe["calls"].as_u64().unwrap(),
+        "every object has its class"
     );
+    assert!(
+        stdout.contains("usdt:hotspot:object__alloc: by argument 1,"),
+        "{stdout}"
+    );
+}
+
+/// A scratch directory with two target specs of the Java fixture (7 and 9
+/// `Server$Item`s per request), each naming the by-class probe, and a
+/// one-case matrix.
+struct JavaSpecs(std::path::PathBuf);
+
+impl JavaSpecs {
+    fn new(name: &str) -> JavaSpecs {
+        let dir = std::env::temp_dir().join(format!("rig-java-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for items in [7, 9] {
+            let spec = format!(
+                "name = \"java{items}\"\nargv = [{JAVA:?}, \"-XX:+DTraceAllocProbes\", {:?}, \"{{port}}\", \"{items}\"]\n\
+                 port = \"argv\"\nready = {{ stdout = \"READY\" }}\nready_timeout_ms = 60000\n\
+                 usdt = [\"hotspot:object__alloc#1/2\"]\n\n\
+                 [protocols]\nh1 = true\n\n[[endpoints]]\npath = \"/work\"\nstatus = 200\n\
+                 content_type = \"text/plain\"\nbody = {{ literal = \"ok\\n\" }}\n",
+                rig_fixtures::java_server().display().to_string(),
+            );
+            std::fs::write(dir.join(format!("java{items}.toml")), spec).unwrap();
+        }
+        std::fs::write(
+            dir.join("m.toml"),
+            "[defaults]\nwarmup_ms = 2000\nduration_ms = 300\ncounted_requests = 100\n\n\
+             [[suite]]\nname = \"j\"\nkind = \"http\"\nprotocols = [\"h1\"]\npaths = [\"/work\"]\n\
+             topologies = [\"1\"]\n",
+        )
+        .unwrap();
+        JavaSpecs(dir)
+    }
+
+    fn path(&self, f: &str) -> String {
+        self.0.join(f).display().to_string()
+    }
+}
+
+impl Drop for JavaSpecs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn rig(args: &[&str]) -> (i32, String) {
+    let o = std::process::Command::new(super::rig_bin())
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.code().unwrap_or(-1), text)
+}
+
+const ITEMS: &str = "usdt:hotspot:object__alloc calls @ arg1=Server$Item";
+
+/// Java objects per request by class are gateable: blessed from the 7-item
+/// build, `Server$Item` is 7.0 in the baseline, and the 9-item build
+/// breaches it by exactly 2 per request.
+#[test]
+fn rig_gate_blesses_java_objects_by_class_and_two_more_per_request_breach_it() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = JavaSpecs::new("gate");
+    let baseline = s.0.join("baseline.toml");
+    std::fs::write(
+        &baseline,
+        format!(
+            "target = {:?}\nmatrix = {:?}\nsuite = \"j\"\nrepeats = 2\nrequests = 100\nprobes = \"syscalls\"\n",
+            s.path("java7.toml"),
+            s.path("m.toml")
+        ),
+    )
+    .unwrap();
+    let b = baseline.display().to_string();
+    let (code, text) = rig(&["gate", "--baseline", &b, "--bless"]);
+    assert_eq!(code, rig::exit::OK, "{text}");
+    let blessed = std::fs::read_to_string(&baseline).unwrap();
+    assert!(
+        blessed.contains(&format!("[counters.\"{ITEMS}\"]\nvalue = 7.0\n")),
+        "{blessed}"
+    );
+    let (code, text) = rig(&["gate", "--baseline", &b, "--target", &s.path("java9.toml")]);
+    assert_eq!(code, rig::exit::GATE_BREACH, "{text}");
+    assert!(
+        text.contains(&format!("{ITEMS}: 9.000/req > 7.000")),
+        "{text}"
+    );
+}
+
+/// `rig ab` of the 7- and 9-item builds: `Server$Item` is a code
+/// difference of exactly 7.0 against 9.0 objects per request.
+#[test]
+fn rig_ab_names_the_java_class_with_two_more_objects_per_request_as_a_code_difference() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = JavaSpecs::new("ab");
+    let out = s.path("out");
+    let (code, text) = rig(&[
+        "ab",
+        "--arm",
+        &format!("A={}", s.path("java7.toml")),
+        "--arm",
+        &format!("B={}", s.path("java9.toml")),
+        "--matrix",
+        &s.path("m.toml"),
+        "--out",
+        &out,
+        "--probes",
+        "syscalls",
+        "--suite",
+        "j",
+        // Two rounds: four runs of each arm, enough to prove a site's
+        // count constant within an arm (`ab::analyse::PROOF_RUNS`).
+        "--rounds",
+        "2",
+    ]);
+    assert_eq!(code, rig::exit::OK, "{text}");
+    let ab: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.0.join("out/ab.json")).unwrap()).unwrap();
+    // A call site's counter is a code difference: its median per arm.
+    let sites: Vec<&serde_json::Value> = ab["code_differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| d["sites"].as_array().unwrap())
+        .collect();
+    let items = sites
+        .iter()
+        .find(|s| s[0] == ITEMS)
+        .unwrap_or_else(|| panic!("{ITEMS} is no code difference: {sites:?}\n{text}"));
+    assert_eq!(items[1], serde_json::json!([7.0, 9.0]), "{text}");
 }
 
 /// Debian's python3.11 with pymalloc (the default): the alloc family is
@@ -158,4 +325,52 @@ fn cpythons_inlined_pymalloc_is_named_and_pythonmalloc_malloc_makes_the_family_c
         all > 2 * seen,
         "PYTHONMALLOC=malloc counted {all} allocations, pymalloc {seen}\n{stdout}"
     );
+}
+
+/// CPython 3.11's python:function__entry, named with `#1` (the function
+/// name, NUL-terminated): on a server running normally it never fires, and
+/// rig says why (gh-98894) with the user family incomplete, never a silent
+/// zero; with a profile function set (server.py --profile) it counts the
+/// fixture's functions exactly: `work` once and `make_item` 16 times per
+/// request.
+#[test]
+fn python_calls_by_function_are_exact_where_cpython_fires_its_marker_and_named_where_not() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let server = rig_fixtures::python_server().display().to_string();
+    let usdt = ["--probes", "syscalls", "--usdt", "python:function__entry#1"];
+    let run = |profile: bool, exit: i32| {
+        let s = start("python3.11 (Debian)", |port| {
+            let mut argv = vec![PYTHON.to_string(), server.clone(), port.to_string()];
+            if profile {
+                argv.push("--profile".into());
+            }
+            argv
+        });
+        attach_driven_with(&s, "/work", 200, &usdt, exit)
+    };
+    let (stdout, a) = run(false, rig::exit::INCOMPLETE);
+    let user = losses(&a, "user");
+    assert!(
+        user.iter().any(
+            |w| w.starts_with("usdt:python:function__entry: CPython 3.11 fires")
+                && w.contains("gh-98894")
+        ),
+        "{user:#?}\n{stdout}"
+    );
+
+    let (stdout, a) = run(true, rig::exit::OK);
+    let probe = &a["user"][0];
+    assert_eq!(probe["probe"], "usdt:python:function__entry", "{stdout}");
+    let requests = a["window"]["requests"].as_u64().unwrap();
+    let by = |function: &str| {
+        probe["by_value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["value"] == function)
+            .map(|v| v["calls"].as_u64().unwrap())
+    };
+    assert_eq!(by("work"), Some(requests), "{stdout}");
+    assert_eq!(by("make_item"), Some(16 * requests), "{stdout}");
 }

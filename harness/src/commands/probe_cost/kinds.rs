@@ -195,6 +195,29 @@ pub(super) const KINDS: &[Kind] = &[
         hits_per_iteration: 1,
         bpftrace: None,
     },
+    // Counted by a string argument, as the JVM's objects by class
+    // (`#1/2`: a pointer and a length) and CPython's calls by function
+    // (`#1`: up to the NUL) are.
+    Kind {
+        name: "USDT marker by its string (--usdt …#1/2)",
+        fixture: Fixture::C,
+        hitloop: "usdt_str",
+        family: Family::User,
+        attach: Attach::User("usdt hitloop:hit_str#1/2"),
+        hits: "uprobe",
+        hits_per_iteration: 1,
+        bpftrace: None,
+    },
+    Kind {
+        name: "USDT marker by its NUL-ended string (--usdt …#1)",
+        fixture: Fixture::C,
+        hitloop: "usdt_str",
+        family: Family::User,
+        attach: Attach::User("usdt hitloop:hit_str#1"),
+        hits: "uprobe",
+        hits_per_iteration: 1,
+        bpftrace: None,
+    },
     Kind {
         name: "function entry (--func)",
         fixture: Fixture::C,

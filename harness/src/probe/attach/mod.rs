@@ -654,6 +654,7 @@ impl ProbeSet {
                 Family::User => {
                     s.user = read::percpu_hash(ebpf, f, "user_calls")?;
                     s.user_ns = read::percpu_hash(ebpf, f, "user_ns")?;
+                    s.user_by = read::percpu_hash(ebpf, f, "user_by_str")?;
                 }
             }
             if shared.stacks.mode == Stacks::On {

@@ -14,7 +14,7 @@ use aya::maps::Array;
 use super::*;
 use crate::probe::usdt::GuardedUprobe;
 use crate::probe::user::{self as spec, SiteAt, UserProbe, UserSite};
-use rig_ebpf::abi::{user_arg, UserArg};
+use rig_ebpf::abi::{user_arg, UserArg, UserByArg};
 
 /// The probes a user named, the sites they were found at, and the guarded
 /// uprobes (with their links) that hold the semaphored ones.
@@ -245,6 +245,13 @@ impl Attacher<'_> {
             Array::try_from(m).map_err(read::map_err(family, "user_args"))?;
         args.set(i as u32, site.arg_abi, 0)
             .map_err(read::map_err(family, "user_args"))?;
+        if site.by.is_some() {
+            let m = read::map_mut(ebpf, family, "user_by_args")?;
+            let mut by: Array<_, UserByArg> =
+                Array::try_from(m).map_err(read::map_err(family, "user_by_args"))?;
+            by.set(i as u32, site.by_abi, 0)
+                .map_err(read::map_err(family, "user_by_args"))?;
+        }
         self.user.sites.push(site.clone());
         Ok(i as u64)
     }

@@ -1,4 +1,4 @@
-//! Probes a user names: USDT markers (`--usdt [BINARY:]PROVIDER:NAME[@N]`)
+//! Probes a user names: USDT markers (`--usdt [BINARY:]PROVIDER:NAME[@N][#S[/L]]`)
 //! and functions (`--func [MODULE!]PATTERN`), found in the modules a
 //! process maps and counted per request like any family (`Family::User`).
 //!
@@ -10,16 +10,19 @@
 //! not have). Each marker or function a pattern matches is a probe of its
 //! own in the report: `usdt:postgresql:query__start`, `func:malloc`.
 
+mod markers;
 pub mod names;
 
 use serde::{Deserialize, Serialize};
 
-use crate::elf::usdt::{Arg, Loc, Marker, Reg};
+use crate::elf::usdt::Marker;
 use crate::elf::ElfFacts;
 use crate::process::maps::{basename, ProcMaps};
 use crate::runtime::{FuncEntry, ModuleKind};
+pub use markers::arg_location;
+use markers::marker_site;
 use names::{closest, display_name, function_matches, marker_matches};
-use rig_ebpf::abi::{user_arg, UserArg};
+use rig_ebpf::abi::{user_arg, UserArg, UserByArg};
 
 /// One pattern may match at most this many functions or markers: more is
 /// refused with the count (each is a uprobe the kernel takes about 0.1 s
@@ -30,9 +33,15 @@ pub const MAX_SITES: usize = 1000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UserProbe {
-    /// `[BINARY:]PROVIDER:NAME`, globs in each part, and the argument to
-    /// sum (numbered from 0, as bpftrace's `arg0`).
-    Usdt { pattern: String, arg: Option<u8> },
+    /// `[BINARY:]PROVIDER:NAME`, globs in each part, the argument to sum
+    /// (numbered from 0, as bpftrace's `arg0`), and the string argument its
+    /// calls are also counted by (`#S[/L]`).
+    Usdt {
+        pattern: String,
+        arg: Option<u8>,
+        #[serde(default)]
+        by: Option<ByArg>,
+    },
     /// `[MODULE!]PATTERN` over function names as reports print them;
     /// `timed`: also the time inside each call (`--func-time`).
     Func { pattern: String, timed: bool },
@@ -47,9 +56,54 @@ pub enum UserProbe {
     },
 }
 
+/// A marker's string argument its calls are counted by (`#S[/L]`): the
+/// argument that points at the string, and the one that gives its length
+/// when the string is not NUL-terminated (the JVM's class names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByArg {
+    pub arg: u8,
+    #[serde(default)]
+    pub len: Option<u8>,
+}
+
+impl std::fmt::Display for ByArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.len {
+            Some(l) => write!(f, "#{}/{l}", self.arg),
+            None => write!(f, "#{}", self.arg),
+        }
+    }
+}
+
 impl UserProbe {
-    /// `--usdt [BINARY:]PROVIDER:NAME[@N]`.
+    /// `--usdt [BINARY:]PROVIDER:NAME[@N][#S[/L]]`.
     pub fn usdt(spec: &str) -> Result<UserProbe, String> {
+        let number = |n: &str| n.parse::<u8>().ok().filter(|n| *n < 12);
+        let (spec_at, by) = match spec.rsplit_once('#') {
+            Some((p, b)) => {
+                let (arg, len) = match b.split_once('/') {
+                    Some((a, l)) => (number(a), Some(number(l))),
+                    None => (number(b), None),
+                };
+                let bad = || {
+                    format!(
+                        "`{spec}`: after `#` comes the number of the string argument to count \
+                         by, 0 to 11, and `/N` the number of its length argument when the \
+                         string has no NUL"
+                    )
+                };
+                let len = len.map(|l| l.ok_or_else(bad)).transpose()?;
+                (
+                    p,
+                    Some(ByArg {
+                        arg: arg.ok_or_else(bad)?,
+                        len,
+                    }),
+                )
+            }
+            None => (spec, None),
+        };
+        let spec = spec_at;
         let (pattern, arg) = match spec.rsplit_once('@') {
             Some((p, n)) => {
                 let n: u8 = n.parse().ok().filter(|n| *n < 12).ok_or_else(|| {
@@ -68,6 +122,7 @@ impl UserProbe {
         Ok(UserProbe::Usdt {
             pattern: pattern.to_string(),
             arg,
+            by,
         })
     }
 
@@ -157,11 +212,11 @@ impl UserProbe {
     /// The spec as written on the command line.
     pub fn spec(&self) -> String {
         match self {
-            UserProbe::Usdt { pattern, arg: None } => format!("--usdt {pattern}"),
-            UserProbe::Usdt {
-                pattern,
-                arg: Some(n),
-            } => format!("--usdt {pattern}@{n}"),
+            UserProbe::Usdt { pattern, arg, by } => format!(
+                "--usdt {pattern}{}{}",
+                arg.map(|n| format!("@{n}")).unwrap_or_default(),
+                by.map(|b| b.to_string()).unwrap_or_default()
+            ),
             UserProbe::Func {
                 pattern,
                 timed: false,
@@ -252,6 +307,9 @@ pub struct UserSite {
     pub probe: String,
     /// The argument summed (`--usdt …@N`), numbered from 0.
     pub arg: Option<u8>,
+    /// The string argument its calls are also counted by (`--usdt …#S`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<ByArg>,
     /// The module as in maps.
     pub module: String,
     /// Where the probe goes (before placement moves a function's).
@@ -269,6 +327,13 @@ pub struct UserSite {
     /// Where the summed argument is, for the BPF program.
     #[serde(skip)]
     pub arg_abi: UserArg,
+    /// Where the string counted by is, for the BPF program.
+    #[serde(skip)]
+    pub by_abi: UserByArg,
+    /// Why the marker does not fire as its name says, when its runtime
+    /// knows (`runtime::marker_caveat`): the user family is incomplete.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caveat: Option<String>,
     /// Probed in every process running its file, filtered to the tree in
     /// the kernel (`probe::attach`'s user probes in a tree's executable):
     /// a process the tree forks is counted from its first instruction.
@@ -332,7 +397,7 @@ pub fn resolve(
         let mut functions: Option<Vec<(String, String)>> = None;
         for (i, p) in probes.iter().enumerate() {
             match p {
-                UserProbe::Usdt { pattern, arg } => {
+                UserProbe::Usdt { pattern, arg, by } => {
                     let ms =
                         markers.get_or_insert_with(|| match crate::elf::usdt::markers(&open) {
                             Ok(m) => m.0.clone(),
@@ -344,7 +409,15 @@ pub fn resolve(
                         });
                     for m in ms.iter().filter(|m| marker_matches(pattern, &o.path, m)) {
                         matched[i] += 1;
-                        out.sites.push(marker_site(p, &o.path, &facts, m, *arg)?);
+                        let mut site = marker_site(p, &o.path, &facts, m, *arg, *by)?;
+                        site.caveat = kind.and_then(|kind| {
+                            let module = crate::runtime::Module {
+                                kind,
+                                facts: &facts,
+                            };
+                            crate::runtime::marker_caveat(&module, &open, (&m.provider, &m.name))
+                        });
+                        out.sites.push(site);
                     }
                 }
                 UserProbe::Alloc { .. } => {}
@@ -412,15 +485,16 @@ pub fn resolve(
     // Aliases (`malloc`, `__libc_malloc`) are one function: one probe.
     // One marker sums one argument: two specs asking two of the same
     // marker are refused, not merged into one silently.
-    let mut seen: std::collections::BTreeMap<(String, u64), Option<u8>> = Default::default();
+    type Args = (Option<u8>, Option<ByArg>);
+    let mut seen: std::collections::BTreeMap<(String, u64), Args> = Default::default();
     let mut sites = Vec::new();
     for s in out.sites {
         match seen.get(&(s.module.clone(), s.file_offset)) {
-            Some(arg) if *arg != s.arg && s.at == SiteAt::Marker => {
+            Some(args) if *args != (s.arg, s.by) && s.at == SiteAt::Marker => {
                 return Err(UserProbeError::Argument {
                     spec: format!("--usdt {}", s.probe.trim_start_matches("usdt:")),
-                    why: "named twice with different arguments to sum; rig sums one argument \
-                          per marker"
+                    why: "named twice with different arguments to sum or count by; rig sums \
+                          one argument and counts by one string per marker"
                         .into(),
                 })
             }
@@ -434,7 +508,7 @@ pub fn resolve(
                 }
             }
             None => {
-                seen.insert((s.module.clone(), s.file_offset), s.arg);
+                seen.insert((s.module.clone(), s.file_offset), (s.arg, s.by));
                 sites.push(s);
             }
         }
@@ -461,125 +535,6 @@ pub fn no_match(pid: u32, probe: &UserProbe, closest: Vec<String>) -> UserProbeE
     }
 }
 
-fn marker_site(
-    p: &UserProbe,
-    module: &str,
-    facts: &ElfFacts,
-    m: &Marker,
-    arg: Option<u8>,
-) -> Result<UserSite, UserProbeError> {
-    let bad = |why: String| UserProbeError::Argument {
-        spec: p.spec(),
-        why,
-    };
-    let semaphore = match m.semaphore {
-        None => None,
-        Some(s) => Some(s.file_offset.ok_or_else(|| {
-            bad(format!(
-                "{}:{}'s semaphore ({:#x}) is in no loaded segment of {module}: rig cannot raise \
-                 it, and the marker would never fire",
-                m.provider, m.name, s.vaddr
-            ))
-        })?),
-    };
-    let arg_abi = match arg {
-        None => UserArg::default(),
-        Some(n) => {
-            let args = m.args.as_ref().map_err(|e| {
-                bad(format!(
-                    "{}:{}'s arguments `{}` cannot be read: {e}",
-                    m.provider, m.name, m.args_text
-                ))
-            })?;
-            let a = args.get(n as usize).ok_or_else(|| {
-                bad(format!(
-                    "{}:{} in {module} has {} argument(s) (`{}`), numbered from 0: there is no \
-                     argument {n}",
-                    m.provider,
-                    m.name,
-                    args.len(),
-                    m.args_text
-                ))
-            })?;
-            arg_location(a, m.vaddr, |name| {
-                crate::elf::usdt::global_address(facts, name)
-            })
-            .map_err(|why| bad(format!("{}:{} argument {n} ({why})", m.provider, m.name)))?
-        }
-    };
-    Ok(UserSite {
-        probe: format!("usdt:{}:{}", m.provider, m.name),
-        arg,
-        module: module.to_string(),
-        file_offset: m.file_offset,
-        at: SiteAt::Marker,
-        semaphore,
-        timed: false,
-        ifunc: false,
-        arg_abi,
-        everywhere: false,
-    })
-}
-
-/// Where the BPF program finds argument `a` of a marker at link-time
-/// address `at`. A global (`sym(%rip)`, `52+sym(%rip)`) is read at its
-/// distance from the marker, which `global` gives from the module's symbol
-/// tables (the marker and the global move together in any process).
-pub fn arg_location(
-    a: &Arg,
-    at: u64,
-    global: impl Fn(&str) -> Result<u64, String>,
-) -> Result<UserArg, String> {
-    let mut u = UserArg {
-        size: a.size,
-        is_signed: u8::from(a.signed),
-        ..UserArg::default()
-    };
-    match &a.loc {
-        Loc::Const(v) => {
-            u.kind = user_arg::CONST;
-            u.value = *v;
-        }
-        Loc::Mem {
-            base: Reg::Rip,
-            disp,
-            symbol: Some(s),
-        } => {
-            let addr = global(s)?;
-            u.kind = user_arg::IPREL;
-            u.value = (addr as i64).wrapping_add(*disp).wrapping_sub(at as i64);
-        }
-        Loc::Reg(Reg::Rip) | Loc::Mem { base: Reg::Rip, .. } => {
-            return Err(
-                "an address relative to the instruction pointer that names no global; rig \
-                 sums arguments in registers, on the stack, in named globals and constants"
-                    .into(),
-            )
-        }
-        Loc::Reg(r) => {
-            u.kind = user_arg::REG;
-            u.reg_off = r.pt_regs_offset();
-        }
-        Loc::Mem {
-            base,
-            disp,
-            symbol: None,
-        } => {
-            u.kind = user_arg::MEM;
-            u.reg_off = base.pt_regs_offset();
-            u.value = *disp;
-        }
-        Loc::Mem {
-            symbol: Some(s), ..
-        } => {
-            return Err(format!(
-                "the global `{s}` read through a register other than the instruction pointer"
-            ))
-        }
-    }
-    Ok(u)
-}
-
 fn func_site(shown: &str, module: &str, e: FuncEntry, timed: bool) -> UserSite {
     let at = match &e {
         FuncEntry::Placed(_) => SiteAt::FuncEntry,
@@ -588,6 +543,7 @@ fn func_site(shown: &str, module: &str, e: FuncEntry, timed: bool) -> UserSite {
     UserSite {
         probe: format!("func:{shown}"),
         arg: None,
+        by: None,
         module: module.to_string(),
         file_offset: e.symbol().file_offset,
         at,
@@ -598,6 +554,8 @@ fn func_site(shown: &str, module: &str, e: FuncEntry, timed: bool) -> UserSite {
             flags: if timed { user_arg::TIMED } else { 0 },
             ..UserArg::default()
         },
+        by_abi: UserByArg::default(),
+        caveat: None,
         everywhere: false,
     }
 }

@@ -7,16 +7,43 @@ fn specs_parse_as_written_and_bad_ones_say_the_form() {
         UserProbe::usdt("postgresql:query__start").unwrap(),
         UserProbe::Usdt {
             pattern: "postgresql:query__start".into(),
-            arg: None
+            arg: None,
+            by: None
         }
     );
     assert_eq!(
         UserProbe::usdt("postgres:postgresql:buffer__read__done@7").unwrap(),
         UserProbe::Usdt {
             pattern: "postgres:postgresql:buffer__read__done".into(),
-            arg: Some(7)
+            arg: Some(7),
+            by: None
         }
     );
+    // Counted by a string argument: NUL-terminated, or of a length another
+    // argument gives; with a sum or without.
+    for (spec, arg, by) in [
+        ("python:function__entry#1", None, (1, None)),
+        ("hotspot:object__alloc#1/2", None, (1, Some(2))),
+        ("hotspot:object__alloc@3#1/2", Some(3), (1, Some(2))),
+    ] {
+        let p = UserProbe::usdt(spec).unwrap();
+        let by = Some(ByArg {
+            arg: by.0,
+            len: by.1,
+        });
+        let pattern = spec.split(['@', '#']).next().unwrap().to_string();
+        assert_eq!(p, UserProbe::Usdt { pattern, arg, by });
+        assert_eq!(p.spec(), format!("--usdt {spec}"));
+    }
+    for bad in [
+        "python:function__entry#",
+        "python:function__entry#x",
+        "hotspot:o#1/",
+        "hotspot:o#1/12",
+    ] {
+        let e = UserProbe::usdt(bad).unwrap_err();
+        assert!(e.contains("string argument to count by"), "{bad}: {e}");
+    }
     let e = UserProbe::usdt("query__start").unwrap_err();
     assert!(e.contains("[BINARY:]PROVIDER:NAME"), "{e}");
     let e = UserProbe::usdt("python:gc__start@x").unwrap_err();

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{per, table, Attribution};
+use crate::report::user::UserProbeRow;
 
 /// One block per probe: its total, then its sites (at most `top`).
 pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
@@ -44,7 +45,41 @@ pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Opti
             t.add_row(row);
         }
         let _ = writeln!(out, "{t}");
+        if let Some(by) = p.by {
+            by_value(out, p, by.arg, top, n);
+        }
     }
+}
+
+/// A probe's calls by the string its argument `arg` pointed at (at most
+/// `top`, and how many more there were).
+fn by_value(out: &mut String, p: &UserProbeRow, arg: u8, top: usize, n: Option<u64>) {
+    let unit = if n.is_some() { "/req" } else { "" };
+    let mut header = vec![format!("argument {arg}"), format!("calls{unit}")];
+    if p.arg.is_some() {
+        header.push(format!("argument sum{unit}"));
+    }
+    let h: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = table(&h);
+    for v in p.by_value.iter().take(top) {
+        let mut row = vec![v.value.clone(), per(v.calls, n)];
+        if let Some(sum) = v.arg_sum {
+            row.push(per_signed(sum, n));
+        }
+        t.add_row(row);
+    }
+    let more = p.by_value.len().saturating_sub(top);
+    let _ = writeln!(
+        out,
+        "{}: by argument {arg}, {} values{}\n{t}",
+        p.probe,
+        p.by_value.len(),
+        if more > 0 {
+            format!(" ({more} more not shown)")
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// A summed argument per request (it may be negative).
