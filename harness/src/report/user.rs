@@ -107,26 +107,16 @@ impl Builder<'_> {
             }
         }
         for (k, v) in &w.delta.user {
-            let Some(s) = sites.get(k.site as usize) else {
-                continue;
-            };
-            let Some(row) = rows.iter_mut().find(|r| r.probe == s.probe) else {
+            let Some((s, row)) = probe_row(&mut rows, sites, k.site) else {
                 continue;
             };
             let sum = arg_sum(s, v.bytes);
-            row.calls += v.calls;
-            row.arg_sum = row.arg_sum.zip(sum).map(|(a, b)| a + b);
+            add((&mut row.calls, &mut row.arg_sum), v.calls, sum);
             let i = usize::from(kind_of(k.site) == AddrKind::ReturnAddress);
             let site = named[i][&(k.tgid, k.caller)].clone();
-            match row
-                .sites
-                .iter_mut()
-                .find(|r| super::same_site(&r.site, &site))
-            {
-                Some(r) => {
-                    r.calls += v.calls;
-                    r.arg_sum = r.arg_sum.zip(sum).map(|(a, b)| a + b);
-                }
+            let same = |r: &&mut UserSiteRow| super::same_site(&r.site, &site);
+            match row.sites.iter_mut().find(same) {
+                Some(r) => add((&mut r.calls, &mut r.arg_sum), v.calls, sum),
                 None => row.sites.push(UserSiteRow {
                     site,
                     calls: v.calls,
@@ -135,18 +125,12 @@ impl Builder<'_> {
             }
         }
         for (k, v) in &w.delta.user_by {
-            let Some(s) = sites.get(k.site as usize) else {
-                continue;
-            };
-            let Some(row) = rows.iter_mut().find(|r| r.probe == s.probe) else {
+            let Some((s, row)) = probe_row(&mut rows, sites, k.site) else {
                 continue;
             };
             let (value, sum) = (k.text(), arg_sum(s, v.bytes));
             match row.by_value.iter_mut().find(|r| r.value == value) {
-                Some(r) => {
-                    r.calls += v.calls;
-                    r.arg_sum = r.arg_sum.zip(sum).map(|(a, b)| a + b);
-                }
+                Some(r) => add((&mut r.calls, &mut r.arg_sum), v.calls, sum),
                 None => row.by_value.push(UserValueRow {
                     value,
                     calls: v.calls,
@@ -169,6 +153,22 @@ impl Builder<'_> {
         }
         rows
     }
+}
+
+/// The site at attach cookie `site`, and the row of its probe.
+fn probe_row<'r, 's>(
+    rows: &'r mut [UserProbeRow],
+    sites: &'s [UserSite],
+    site: u32,
+) -> Option<(&'s UserSite, &'r mut UserProbeRow)> {
+    let s = sites.get(site as usize)?;
+    Some((s, rows.iter_mut().find(|r| r.probe == s.probe)?))
+}
+
+/// Adds `calls` and `sum` to a row's calls and sum.
+fn add(to: (&mut u64, &mut Option<i128>), calls: u64, sum: Option<i128>) {
+    *to.0 += calls;
+    *to.1 = to.1.zip(sum).map(|(a, b)| a + b);
 }
 
 /// Site `s`'s summed argument as its marker types it (a signed argument

@@ -205,47 +205,54 @@ fn inlined_pymalloc(path: &Path, facts: &crate::elf::ElfFacts) -> anyhow::Result
 /// `lea ADDR(%rip), %reg` followed by a `cmp` (position-independent),
 /// where `is_code(ADDR)`.
 fn hook_test_target(code: &[u8], ip: u64, is_code: impl Fn(u64) -> bool) -> Option<u64> {
-    decode(code, ip).find_map(|(_, target)| target.filter(|&a| is_code(a)))
+    hook_test_sites(code, ip)
+        .into_iter()
+        .find_map(|(_, target)| is_code(target).then_some(target))
 }
 
 /// Where in `code` (at `ip`) an instruction tests against `target`.
 fn hook_tests(code: &[u8], ip: u64, target: u64) -> Vec<u64> {
-    decode(code, ip)
-        .filter(|&(_, t)| t == Some(target))
+    hook_test_sites(code, ip)
+        .into_iter()
+        .filter(|&(_, t)| t == target)
         .map(|(at, _)| at)
         .collect()
 }
 
-/// Each instruction's address, and the address it tests a register
-/// against when it is a hook test's first instruction: a `cmp` with an
-/// immediate, or a rip-relative `lea` whose register a `cmp` within the
-/// next two instructions reads.
-fn decode(code: &[u8], ip: u64) -> impl Iterator<Item = (u64, Option<u64>)> + '_ {
+/// Every hook test's first instruction in `code` (at `ip`), with the
+/// address it tests a register against: a `cmp` with an immediate, or a
+/// rip-relative `lea` whose register a `cmp` within the next two
+/// instructions reads. Decoded as a stream (an interpreter's text is
+/// megabytes): only the tests are kept.
+fn hook_test_sites(code: &[u8], ip: u64) -> Vec<(u64, u64)> {
     use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
-    let all: Vec<Instruction> = Decoder::with_ip(64, code, ip, DecoderOptions::NONE)
-        .into_iter()
-        .collect();
-    (0..all.len()).map(move |i| {
-        let ins = &all[i];
-        let target = match ins.mnemonic() {
-            Mnemonic::Cmp if ins.op_count() == 2 && ins.op1_kind() == OpKind::Immediate32to64 => {
-                Some(ins.immediate32to64() as u64)
+    let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+    let mut ins = Instruction::default();
+    // A `lea` waiting for its `cmp`: (its address, register, target,
+    // instructions left).
+    let mut pending: Option<(u64, iced_x86::Register, u64, u8)> = None;
+    let mut out = Vec::new();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut ins);
+        let is_cmp = ins.mnemonic() == Mnemonic::Cmp;
+        if let Some((at, reg, target, left)) = pending.take() {
+            let reads = |k: u32| {
+                ins.op_kind(k) == OpKind::Register && ins.op_register(k).full_register() == reg
+            };
+            if is_cmp && (0..ins.op_count()).any(reads) {
+                out.push((at, target));
+            } else if left > 1 {
+                pending = Some((at, reg, target, left - 1));
             }
-            Mnemonic::Lea if ins.is_ip_rel_memory_operand() => {
-                let reg = ins.op0_register().full_register();
-                let tested = all[i + 1..all.len().min(i + 3)].iter().any(|n| {
-                    n.mnemonic() == Mnemonic::Cmp
-                        && (0..n.op_count()).any(|k| {
-                            n.op_kind(k) == OpKind::Register
-                                && n.op_register(k).full_register() == reg
-                        })
-                });
-                tested.then(|| ins.ip_rel_memory_address())
-            }
-            _ => None,
-        };
-        (ins.ip(), target)
-    })
+        }
+        if is_cmp && ins.op_count() == 2 && ins.op1_kind() == OpKind::Immediate32to64 {
+            out.push((ins.ip(), ins.immediate32to64() as u64));
+        } else if ins.mnemonic() == Mnemonic::Lea && ins.is_ip_rel_memory_operand() {
+            let reg = ins.op0_register().full_register();
+            pending = Some((ins.ip(), reg, ins.ip_rel_memory_address(), 2));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 use super::foreign::{attach_driven_with, start};
 use super::probes_shared;
+use super::user_fixture::rig;
 
 /// Debian's OpenJDK 17 (scripts/deps.sh installs it), by its own path:
 /// another `java` on PATH may be another JDK.
@@ -172,19 +173,6 @@ impl Drop for JavaSpecs {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn rig(args: &[&str]) -> (i32, String) {
-    let o = std::process::Command::new(super::rig_bin())
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    (o.status.code().unwrap_or(-1), text)
 }
 
 const ITEMS: &str = "usdt:hotspot:object__alloc calls @ arg1=Server$Item";

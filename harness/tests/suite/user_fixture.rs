@@ -264,7 +264,8 @@ impl Drop for Scratch {
     }
 }
 
-fn rig(args: &[&str]) -> (i32, String) {
+/// `rig ARGS...`: its exit code, and its stdout and stderr together.
+pub(super) fn rig(args: &[&str]) -> (i32, String) {
     let o = Command::new(rig_bin()).args(args).output().unwrap();
     let text = format!(
         "{}\n{}",

@@ -1,10 +1,10 @@
 //! The user family's lines: each probe a user named with its calls (and
-//! its argument summed), then its call sites.
+//! its argument summed), then its call sites, and its calls by a string
+//! argument where it is counted by one.
 
 use std::fmt::Write as _;
 
 use super::{per, table, Attribution};
-use crate::report::user::UserProbeRow;
 
 /// One block per probe: its total, then its sites (at most `top`).
 pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
@@ -31,55 +31,54 @@ pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Opti
         if p.sites.is_empty() {
             continue;
         }
-        let mut header = vec!["call site".to_string(), format!("calls{unit}")];
-        if p.arg.is_some() {
-            header.push(format!("argument sum{unit}"));
-        }
-        let h: Vec<&str> = header.iter().map(String::as_str).collect();
-        let mut t = table(&h);
-        for s in p.sites.iter().take(top) {
-            let mut row = vec![s.site.label(), per(s.calls, n)];
-            if let Some(sum) = s.arg_sum {
-                row.push(per_signed(sum, n));
-            }
-            t.add_row(row);
-        }
-        let _ = writeln!(out, "{t}");
+        let sites = p.sites.iter().take(top);
+        let sites = sites.map(|s| (s.site.label(), s.calls, s.arg_sum));
+        let _ = writeln!(out, "{}", counts("call site", sites, p.arg.is_some(), n));
         if let Some(by) = p.by {
-            by_value(out, p, by.arg, top, n);
+            let more = p.by_value.len().saturating_sub(top);
+            let values = p.by_value.iter().take(top);
+            let values = values.map(|v| (v.value.clone(), v.calls, v.arg_sum));
+            let head = format!("argument {}", by.arg);
+            let _ = writeln!(
+                out,
+                "{}: by argument {}, {} values{}\n{}",
+                p.probe,
+                by.arg,
+                p.by_value.len(),
+                if more > 0 {
+                    format!(" ({more} more not shown)")
+                } else {
+                    String::new()
+                },
+                counts(&head, values, p.arg.is_some(), n)
+            );
         }
     }
 }
 
-/// A probe's calls by the string its argument `arg` pointed at (at most
-/// `top`, and how many more there were).
-fn by_value(out: &mut String, p: &UserProbeRow, arg: u8, top: usize, n: Option<u64>) {
+/// A table of (what, calls, argument sum) rows, per request when `n` is
+/// the request count, with the sum's column when `summed`.
+fn counts(
+    what: &str,
+    rows: impl Iterator<Item = (String, u64, Option<i128>)>,
+    summed: bool,
+    n: Option<u64>,
+) -> comfy_table::Table {
     let unit = if n.is_some() { "/req" } else { "" };
-    let mut header = vec![format!("argument {arg}"), format!("calls{unit}")];
-    if p.arg.is_some() {
+    let mut header = vec![what.to_string(), format!("calls{unit}")];
+    if summed {
         header.push(format!("argument sum{unit}"));
     }
     let h: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = table(&h);
-    for v in p.by_value.iter().take(top) {
-        let mut row = vec![v.value.clone(), per(v.calls, n)];
-        if let Some(sum) = v.arg_sum {
+    for (label, calls, sum) in rows {
+        let mut row = vec![label, per(calls, n)];
+        if let Some(sum) = sum {
             row.push(per_signed(sum, n));
         }
         t.add_row(row);
     }
-    let more = p.by_value.len().saturating_sub(top);
-    let _ = writeln!(
-        out,
-        "{}: by argument {arg}, {} values{}\n{t}",
-        p.probe,
-        p.by_value.len(),
-        if more > 0 {
-            format!(" ({more} more not shown)")
-        } else {
-            String::new()
-        }
-    );
+    t
 }
 
 /// A summed argument per request (it may be negative).
