@@ -266,14 +266,18 @@ mod tests {
         0x75, 0x00, // jne
     ];
 
-    /// `lea 0x200(%rip),%rdx; cmp %rdx,%rax; jne +0` at 0x1000, and a
-    /// `lea` of the same address that no `cmp` reads.
+    /// `lea 0x200(%rip),%rdx; mov 0x10(%rip),%rax; cmp %rdx,%rax; jne +0`
+    /// at 0x1000 (the hook loaded between the two, as gcc schedules it),
+    /// then a `lea` of the same address whose `cmp` is the third
+    /// instruction after it: no hook test.
     const PIE: &[u8] = &[
         0x48, 0x8d, 0x15, 0x00, 0x02, 0x00, 0x00, // lea rdx, [rip+0x200] -> 0x1207
+        0x48, 0x8b, 0x05, 0x10, 0x00, 0x00, 0x00, // mov rax, [rip+0x10]
         0x48, 0x39, 0xd0, // cmp rax, rdx
         0x75, 0x00, // jne
-        0x48, 0x8d, 0x0d, 0xf5, 0x01, 0x00, 0x00, // lea rcx, [rip+0x1f5] -> 0x1207
-        0x90, 0x90, 0x90, // nops
+        0x48, 0x8d, 0x0d, 0xed, 0x01, 0x00, 0x00, // lea rcx, [rip+0x1ed] -> 0x1207
+        0x90, 0x90, // nops
+        0x48, 0x39, 0xc8, // cmp rax, rcx: the third instruction after it
     ];
 
     #[test]
@@ -285,7 +289,7 @@ mod tests {
         assert_eq!(
             hook_tests(PIE, 0x1000, 0x1207),
             vec![0x1000],
-            "the untested lea is not one"
+            "the far cmp is not one"
         );
         assert_eq!(hook_test_target(FIXED, 0x1000, |a| a != 0x4f_b450), None);
     }
