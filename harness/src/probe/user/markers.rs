@@ -7,6 +7,10 @@ use super::{ByArg, SiteAt, UserProbe, UserProbeError, UserSite};
 use crate::elf::usdt::{Arg, Loc, Marker, Reg};
 use crate::elf::ElfFacts;
 
+/// Marker `m` of `module` as the site probe `p` counts at: its semaphore's
+/// file offset, and where argument `arg` (summed) and the string of `by`
+/// (counted by) are when it fires; refused, with the reason, when either
+/// cannot be read.
 pub(super) fn marker_site(
     p: &UserProbe,
     module: &str,
