@@ -355,38 +355,40 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
     // Code a measured process runs whose events of a family rig does not
     // count (Go's copies and locks, a managed runtime's own heap): named,
     // once per module, with how many processes map it (never a silent
-    // zero).
-    for f in w
+    // zero). Each module is read once for all the families asked.
+    let asked: Vec<Family> = w
         .families
         .iter()
+        .copied()
         .filter(|f| matches!(f, Family::Alloc | Family::Copy | Family::Locks))
-    {
-        let mut unseen: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for (&pid, maps) in &w.maps {
-            for o in maps.objects().into_iter().filter(|o| o.executable) {
-                let open = maps.readable_path(&o.path);
-                let (Ok(kind), Ok(facts)) = (
-                    crate::runtime::ModuleKind::of_file(&o.path, &open),
-                    crate::elf::ElfFacts::shared(&open),
-                ) else {
-                    continue;
-                };
-                let m = crate::runtime::Module {
-                    kind,
-                    facts: &facts,
-                };
-                let at = crate::runtime::Mapped { pid, open: &open };
+        .collect();
+    let mut unseen: BTreeMap<(Family, String, String), u64> = BTreeMap::new();
+    for (&pid, maps) in w.maps.iter().filter(|_| !asked.is_empty()) {
+        for o in maps.objects().into_iter().filter(|o| o.executable) {
+            let open = maps.readable_path(&o.path);
+            let (Ok(kind), Ok(facts)) = (
+                crate::runtime::ModuleKind::of_file(&o.path, &open),
+                crate::elf::ElfFacts::shared(&open),
+            ) else {
+                continue;
+            };
+            let m = crate::runtime::Module {
+                kind,
+                facts: &facts,
+            };
+            let at = crate::runtime::Mapped { pid, open: &open };
+            for f in &asked {
                 for why in crate::runtime::unseen(&m, &at, f.name()) {
-                    *unseen.entry((o.path.clone(), why)).or_default() += 1;
+                    *unseen.entry((*f, o.path.clone(), why)).or_default() += 1;
                 }
             }
         }
-        for ((module, why), processes) in unseen {
-            losses
-                .entry(*f)
-                .or_default()
-                .push((format!("{why} ({module})"), processes));
-        }
+    }
+    for ((f, module, why), processes) in unseen {
+        losses
+            .entry(f)
+            .or_default()
+            .push((format!("{why} ({module})"), processes));
     }
     // A marker its runtime says does not fire as named (CPython 3.11's
     // function markers, which fire only while a profile function is set):

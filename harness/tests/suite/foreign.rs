@@ -3,7 +3,8 @@
 //! a non-PIE executable whose code takes malloc's address, and JIT code).
 //! Their per-request costs are not known by construction, so these tests
 //! assert what is certain of any such window: the families are complete,
-//! the counts are not zero, stacks are whole or say exactly why not, names
+//! or name what they do not count (node's JavaScript heap), the counts are
+//! not zero, stacks are whole or say exactly why not, names
 //! come from where they should, and no uretprobe is ever planted in Go
 //! code. The exact counts are the fixtures' tests (golang, shipped).
 

@@ -23,6 +23,15 @@ fn losses<'a>(a: &'a serde_json::Value, family: &str) -> Vec<&'a str> {
         .unwrap_or_default()
 }
 
+/// A user probe's calls whose string argument was `value` (`by_value`).
+fn calls_by(probe: &serde_json::Value, value: &str) -> Option<u64> {
+    probe["by_value"]
+        .as_array()?
+        .iter()
+        .find(|v| v["value"] == value)
+        .map(|v| v["calls"].as_u64().unwrap())
+}
+
 fn java(flags: &'static [&'static str]) -> super::foreign::Server {
     let server = rig_fixtures::java_server().display().to_string();
     start("java (Debian package openjdk-17-jdk-headless)", |port| {
@@ -102,14 +111,7 @@ fn java_objects_of_the_fixtures_class_are_counted_exactly_per_request_by_class()
     );
     let requests = a["window"]["requests"].as_u64().unwrap();
     assert_eq!(requests, 300, "{stdout}");
-    let by_class = |class: &str| {
-        probe["by_value"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["value"] == class)
-            .map(|v| v["calls"].as_u64().unwrap())
-    };
+    let by_class = |class: &str| calls_by(probe, class);
     assert_eq!(by_class("Server$Item"), Some(7 * requests), "{stdout}");
     // The JDK's own: its String objects, for one.
     assert!(
@@ -351,14 +353,7 @@ fn python_calls_by_function_are_exact_where_cpython_fires_its_marker_and_named_w
     let probe = &a["user"][0];
     assert_eq!(probe["probe"], "usdt:python:function__entry", "{stdout}");
     let requests = a["window"]["requests"].as_u64().unwrap();
-    let by = |function: &str| {
-        probe["by_value"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["value"] == function)
-            .map(|v| v["calls"].as_u64().unwrap())
-    };
+    let by = |function: &str| calls_by(probe, function);
     assert_eq!(by("work"), Some(requests), "{stdout}");
     assert_eq!(by("make_item"), Some(16 * requests), "{stdout}");
 }
