@@ -94,16 +94,17 @@ static __always_inline __u64 user_arg_value(struct pt_regs *ctx, struct user_arg
 }
 
 /* A USER_BY_STR site's call, counted by the string its argument points
- * at: `len` bytes of it when the marker passes a length (the JVM's class
- * names are not NUL-terminated), else up to its NUL; cut to
- * RIG_USER_STR - 1 bytes. A string that cannot be read is counted under
+ * at and the stack that made it: `len` bytes of the string when the
+ * marker passes a length (the JVM's class names are not NUL-terminated),
+ * else up to its NUL; cut to RIG_USER_STR - 1 bytes. A string that cannot be read is counted under
  * the empty one, and the read failure in the stats. */
-static __always_inline void count_by_str(struct pt_regs *ctx, __u32 site, __u32 tgid, __u64 arg)
+static __always_inline void count_by_str(struct pt_regs *ctx, __u32 site, __u32 tgid, __u64 arg,
+					 __u64 ustack)
 {
 	struct user_by_arg *b = bpf_map_lookup_elem(&user_by_args, &site);
 	if (!b)
 		return;
-	struct user_str_key k = { .site = site, .tgid = tgid };
+	struct user_str_key k = { .site = site, .tgid = tgid, .ustack = ustack };
 	__u64 ptr = user_arg_value(ctx, &b->ptr);
 	long err = 0;
 	if (b->len.kind != USER_ARG_NONE) {
@@ -164,10 +165,10 @@ static __always_inline int count_user(struct pt_regs *ctx, __u64 caller)
 		v->calls++;
 		v->sum += arg;
 	}
-	if (a && (a->flags & USER_BY_STR))
-		count_by_str(ctx, k.site, tgid, arg);
 	__u64 ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
 	stack_add(tgid, ustack, -1, STACK_USER, k.site, arg);
+	if (a && (a->flags & USER_BY_STR))
+		count_by_str(ctx, k.site, tgid, arg, ustack);
 	return 0;
 }
 

@@ -56,13 +56,17 @@ struct user_by_arg {
 };
 _Static_assert(sizeof(struct user_by_arg) == 32, "user_by_arg ABI");
 
-/* A USER_BY_STR site's calls by the string (NUL-padded). */
+/* A USER_BY_STR site's calls by the string (NUL-padded) and the user
+ * stack that made them (a `ustacks` id; 0 without stacks), so each value
+ * is named where it was made (a Java class at the Java method that makes
+ * it). */
 struct user_str_key {
 	__u32 site;
 	__u32 tgid;
+	__u64 ustack;
 	char str[RIG_USER_STR];
 };
-_Static_assert(sizeof(struct user_str_key) == 64, "user_str_key ABI");
+_Static_assert(sizeof(struct user_str_key) == 72, "user_str_key ABI");
 
 /* Value: struct user_val { calls, sum } (the argument summed; 0 without). */
 struct user_val {

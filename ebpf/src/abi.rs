@@ -271,10 +271,12 @@ const _: () = assert!(size_of::<UserByArg>() == 32);
 pub struct UserStrKey {
     pub site: u32,
     pub tgid: u32,
+    /// The user stack that made the calls (a `ustacks` id; 0 without).
+    pub ustack: u64,
     /// The string, NUL-padded (`user_arg::STR` bytes).
     pub str: [u8; user_arg::STR],
 }
-const _: () = assert!(size_of::<UserStrKey>() == 64);
+const _: () = assert!(size_of::<UserStrKey>() == 72);
 
 impl UserStrKey {
     /// The string up to its first NUL, bytes that are not UTF-8 replaced.

@@ -276,6 +276,12 @@ impl ElfFacts {
             .take_while(move |s| s.name == name)
     }
 
+    /// The link-time address of variable `name` (a `.bss` one has no file
+    /// offset, so [`Self::lookup_symbol`] cannot give it).
+    pub fn variable(&self, name: &str) -> Option<u64> {
+        self.named(name).find(|s| s.vaddr != 0).map(|s| s.vaddr)
+    }
+
     /// Whether `.eh_frame` describes the code at link-time `vaddr` (FDEs
     /// do not overlap: only the last one starting at or below it can).
     pub fn has_cfi(&self, vaddr: u64) -> bool {

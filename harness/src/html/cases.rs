@@ -487,10 +487,16 @@ fn user_probes(k: &Counted<'_>) -> Vec<Value> {
                 .iter()
                 .take(10)
                 .map(|v| {
+                    // Where most of them were made.
+                    let at = v.sites.first().map(|s| {
+                        let name = s.site.function.as_deref();
+                        name.or(s.site.module.as_deref()).unwrap_or("?").to_string()
+                    });
                     json!({
                         "value": v.value,
                         "calls": per(v.calls.unwrap_or(0) as f64),
                         "arg_sum": v.arg_sum.map(|s| per(s as f64)),
+                        "at": at,
                     })
                 })
                 .collect();

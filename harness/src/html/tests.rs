@@ -346,7 +346,12 @@ fn a_probe_counted_by_a_string_argument_gets_a_table_of_its_values() {
     c["counted"]["attribution"]["user"] = json!([{
         "probe": "usdt:hotspot:object__alloc", "calls": 171000, "probed_at": ["libjvm.so+0x1"],
         "sites": [], "by": {"arg": 1, "len": 2},
-        "by_value": [{"value": "[B", "calls": 32500}, {"value": "Server$Item", "calls": 7000}],
+        "by_value": [
+            {"value": "[B", "calls": 32500},
+            {"value": "Server$Item", "calls": 7000, "sites": [
+                {"site": {"function": "int Server.work()", "module": null}, "calls": 7000},
+            ]},
+        ],
     }]);
     let d = out_dir("by-value", &[c]);
     let html = std::fs::read_to_string(write(&d.0).unwrap()).unwrap();
@@ -355,10 +360,11 @@ fn a_probe_counted_by_a_string_argument_gets_a_table_of_its_values() {
         "{html}"
     );
     assert!(
-        html.contains("<tr><td>[B</td><td class=\"n\">32.5</td></tr>"),
+        html.contains("<tr><td>[B</td><td class=\"n\">32.5</td><td></td></tr>"),
         "{html}"
     );
-    assert!(html.contains("<tr><td>Server$Item</td><td class=\"n\">7</td></tr>"));
+    assert!(html
+        .contains("<tr><td>Server$Item</td><td class=\"n\">7</td><td>int Server.work()</td></tr>"));
 }
 
 #[test]

@@ -156,6 +156,24 @@ impl ProbeSet {
         if !maps.contains_key(&self.pid()) {
             return Err(ProbeError::NoSuchProcess { pid: self.pid() });
         }
+        // Runtimes that name their JIT code on request (a JVM's perf map)
+        // do it now, after the counters are read: the names are of the
+        // code as it is at the window's end.
+        let mut notes = self.notes();
+        for m in maps.values().filter(|m| m.pid_alive()) {
+            for said in crate::runtime::write_jit_names(m) {
+                let (Ok(note) | Err(note)) = said;
+                notes.push(super::AttachNote {
+                    family: [Family::User, Family::Alloc, Family::Locks]
+                        .into_iter()
+                        .find(|f| self.families.contains(f))
+                        .or_else(|| self.families.first().copied())
+                        .unwrap_or(Family::User),
+                    what: format!("JIT names of pid {}", m.pid),
+                    note,
+                });
+            }
+        }
         let joined_during = procs
             .iter()
             .map(|p| p.pid)
@@ -175,7 +193,7 @@ impl ProbeSet {
             user_sites: self.user_sites(),
             alloc_entries: self.alloc_entries(),
             alloc_unprobed: self.alloc_unprobed(),
-            notes: self.notes(),
+            notes,
             live_heap,
             stack_limits: self.stack_limits(),
         })

@@ -363,26 +363,14 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
         .filter(|f| matches!(f, Family::Alloc | Family::Copy | Family::Locks))
         .collect();
     let mut unseen: BTreeMap<(Family, String, String), u64> = BTreeMap::new();
-    for (&pid, maps) in w.maps.iter().filter(|_| !asked.is_empty()) {
-        for o in maps.objects().into_iter().filter(|o| o.executable) {
-            let open = maps.readable_path(&o.path);
-            let (Ok(kind), Ok(facts)) = (
-                crate::runtime::ModuleKind::of_file(&o.path, &open),
-                crate::elf::ElfFacts::shared(&open),
-            ) else {
-                continue;
-            };
-            let m = crate::runtime::Module {
-                kind,
-                facts: &facts,
-            };
-            let at = crate::runtime::Mapped { pid, open: &open };
+    for maps in w.maps.values().filter(|_| !asked.is_empty()) {
+        crate::runtime::each_module(maps, |m, at| {
             for f in &asked {
-                for why in crate::runtime::unseen(&m, &at, f.name()) {
-                    *unseen.entry((*f, o.path.clone(), why)).or_default() += 1;
+                for why in crate::runtime::unseen(m, at, f.name()) {
+                    *unseen.entry((*f, at.path.to_string(), why)).or_default() += 1;
                 }
             }
-        }
+        });
     }
     for ((f, module, why), processes) in unseen {
         losses

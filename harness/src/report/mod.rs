@@ -511,7 +511,7 @@ impl Attribution {
         let (alloc, alloc_totals, alloc_layers) = b.alloc();
         let alloc = build::rows_by_user_site(alloc, &stacks);
         let copy = b.copy();
-        let user = b.user();
+        let user = b.user(&stacks);
         let locks = b.locks();
         let faults = b.faults();
         let sched = b.sched();

@@ -115,7 +115,7 @@ pub struct StackFrames {
     /// Why the walk stopped before the outermost frame, if it did:
     /// `truncated` (deeper than 64 frames), `no unwind table`, `no row`,
     /// `unsupported rule`, `unreadable stack`, `process without tables`.
-    pub incomplete: Vec<&'static str>,
+    pub incomplete: Vec<String>,
 }
 
 /// Exact count (and bytes or ns) of one event at one stack.
@@ -357,16 +357,16 @@ fn name_stack(
         .position(|(i, f)| !wrappers.is_wrapper(f) && !in_c_library(maps, f, i > 0))
         .unwrap_or(0);
     let mut incomplete = Vec::new();
+    if s.flags & stack_flag::TRUNCATED != 0 {
+        incomplete.push("truncated".to_string());
+    }
+    for (bit, no_row) in [(stack_flag::NO_TABLE, false), (stack_flag::NO_ROW, true)] {
+        if s.flags & bit != 0 {
+            let last = frames.last().map(|f| f.addr);
+            incomplete.push(runtime::stack_end_reason(maps, last, no_row));
+        }
+    }
     for (bit, what) in [
-        (stack_flag::TRUNCATED, "truncated"),
-        (
-            stack_flag::NO_TABLE,
-            runtime::stack_end_reason(maps, frames.last().map(|f| f.addr), false),
-        ),
-        (
-            stack_flag::NO_ROW,
-            runtime::stack_end_reason(maps, frames.last().map(|f| f.addr), true),
-        ),
         (stack_flag::BAD_RULE, "unsupported rule"),
         (stack_flag::READ_FAIL, "unreadable stack"),
         (stack_flag::NO_PROC, "process without tables"),
@@ -377,7 +377,7 @@ fn name_stack(
         ),
     ] {
         if s.flags & bit != 0 {
-            incomplete.push(what);
+            incomplete.push(what.to_string());
         }
     }
     StackFrames {

@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::build::Builder;
+use super::stacks::{StackFrames, StackSection};
 use crate::probe::user::{ByArg, SiteAt, UserSite};
-use crate::symbolize::{AddrKind, Site};
+use crate::process::maps::ProcMaps;
+use crate::symbolize::{AddrKind, Naming, Site};
 
 /// One probe a user named.
 #[derive(Clone, Debug, Serialize)]
@@ -54,6 +56,12 @@ pub struct UserValueRow {
     pub calls: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arg_sum: Option<i128>,
+    /// Its calls by where they were made, most first (with stacks): the
+    /// innermost frame of JIT code its runtime names as the program's own
+    /// (a Java class at the Java method that makes it), else the stack's
+    /// user site.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sites: Vec<UserSiteRow>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -66,7 +74,7 @@ pub struct UserSiteRow {
 
 impl Builder<'_> {
     /// The user family's probes, each with its calls by site.
-    pub fn user(&mut self) -> Vec<UserProbeRow> {
+    pub fn user(&mut self, stacks: &StackSection) -> Vec<UserProbeRow> {
         let w = self.w;
         let sites = &w.user_sites;
         let kind_of = |site: u32| match sites.get(site as usize).map(|s| s.at) {
@@ -129,13 +137,30 @@ impl Builder<'_> {
                 continue;
             };
             let (value, sum) = (k.text(), arg_sum(s, v.bytes));
-            match row.by_value.iter_mut().find(|r| r.value == value) {
-                Some(r) => add((&mut r.calls, &mut r.arg_sum), v.calls, sum),
-                None => row.by_value.push(UserValueRow {
-                    value,
-                    calls: v.calls,
-                    arg_sum: sum,
-                }),
+            let i = match row.by_value.iter().position(|r| r.value == value) {
+                Some(i) => i,
+                None => {
+                    row.by_value.push(UserValueRow {
+                        value,
+                        calls: 0,
+                        arg_sum: sum.map(|_| 0),
+                        sites: Vec::new(),
+                    });
+                    row.by_value.len() - 1
+                }
+            };
+            let r = &mut row.by_value[i];
+            add((&mut r.calls, &mut r.arg_sum), v.calls, sum);
+            let made = stacks.stacks.get(&format!("{:016x}", k.ustack));
+            if let Some(site) = made.and_then(|m| made_at(w.maps_of(k.tgid), m)) {
+                match r.sites.iter_mut().find(|r| super::same_site(&r.site, site)) {
+                    Some(r) => add((&mut r.calls, &mut r.arg_sum), v.calls, sum),
+                    None => r.sites.push(UserSiteRow {
+                        site: site.clone(),
+                        calls: v.calls,
+                        arg_sum: sum,
+                    }),
+                }
             }
         }
         for (k, ns) in &w.delta.user_ns {
@@ -150,9 +175,28 @@ impl Builder<'_> {
             r.sites.sort_by_key(|s| std::cmp::Reverse(s.calls));
             r.by_value
                 .sort_by(|a, b| b.calls.cmp(&a.calls).then(a.value.cmp(&b.value)));
+            for v in &mut r.by_value {
+                v.sites.sort_by_key(|s| std::cmp::Reverse(s.calls));
+            }
         }
         rows
     }
+}
+
+/// Where the calls of a stack were made: its innermost frame of JIT code
+/// that its runtime does not call its own (`runtime::jit_own_code`: a
+/// JVM's stubs), so a JVM's object is named at the Java method that made
+/// it, past the JVM's allocation code; else the stack's user site.
+fn made_at<'s>(maps: &ProcMaps, s: &'s StackFrames) -> Option<&'s Site> {
+    s.frames
+        .iter()
+        .find(|f| {
+            f.naming == Naming::Jit
+                && f.function
+                    .as_deref()
+                    .is_some_and(|n| !crate::runtime::jit_own_code(maps, n))
+        })
+        .or_else(|| s.frames.get(s.user_site))
 }
 
 /// The site at attach cookie `site`, and the row of its probe.

@@ -422,6 +422,25 @@ pub struct UserValueRow {
     pub value: String,
     pub calls: Option<u64>,
     pub arg_sum: Option<i128>,
+    /// Where its calls were made, most first.
+    pub sites: Vec<UserValueSite>,
+}
+
+/// `report::user::UserSiteRow` of a value: the site's label and calls.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct UserValueSite {
+    pub site: UserValueSiteName,
+    pub calls: Option<u64>,
+}
+
+/// The parts of a `symbolize::Site` a value's site is shown by (owned: a
+/// Java method's name may hold escapes).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct UserValueSiteName {
+    pub function: Option<String>,
+    pub module: Option<String>,
 }
 
 /// `report::user::UserSiteRow`.

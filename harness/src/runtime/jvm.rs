@@ -1,9 +1,22 @@
 //! The JVM (HotSpot's `libjvm.so`, as OpenJDK ships it): Java code's
 //! objects, copies and locks are the JVM's own, not the C library's, so
 //! the families that count those say so by name, with the JVM's own
-//! markers that would count them.
+//! markers that would count them. Its JIT code (compiled methods, the
+//! template interpreter, stubs) is named from the perf map rig has it
+//! write with `jcmd PID Compiler.perfmap`, and walked by frame pointer
+//! where it keeps them (`-XX:+PreserveFramePointer`, read from the
+//! running JVM's own flag).
 
-use super::{Mapped, Module, Runtime};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{JitFrames, Mapped, Module, Runtime};
+
+/// How long `jcmd` may take (it starts a JVM of its own, and the target
+/// starts its attach listener): past it, it is killed and the names are
+/// said missing.
+const JCMD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// HotSpot's `libjvm.so` (any JVM that exports the JNI invocation API).
 pub struct Jvm;
@@ -40,5 +53,123 @@ impl Runtime for Jvm {
             _ => return None,
         };
         Some(why.to_string())
+    }
+
+    /// Compiled Java code keeps rbp as a frame pointer only when the JVM
+    /// runs with -XX:+PreserveFramePointer (the template interpreter and
+    /// the stubs always do); the flag is read from the JVM's memory, so
+    /// it holds however it was set (command line, JAVA_TOOL_OPTIONS, an
+    /// options file).
+    fn jit_frames(&self, m: &Module<'_>, at: &Mapped<'_>) -> Option<JitFrames> {
+        let flag = m
+            .facts
+            .variable("PreserveFramePointer")
+            .and_then(|v| at.read_u8(m.facts, v));
+        Some(match flag {
+            Some(0) => JitFrames::Without(
+                "the JVM runs without -XX:+PreserveFramePointer, so its compiled Java code \
+                 uses rbp as a general register and a walk cannot pass it (started with the \
+                 flag, rig walks whole Java stacks)"
+                    .into(),
+            ),
+            Some(_) => JitFrames::FramePointers,
+            None => JitFrames::Without(format!(
+                "rig could not read the JVM's PreserveFramePointer flag from {} (no .symtab, \
+                 or the process is gone)",
+                at.path
+            )),
+        })
+    }
+
+    fn write_jit_names(&self, _m: &Module<'_>, at: &Mapped<'_>) -> Option<Result<String, String>> {
+        Some(perf_map(at))
+    }
+
+    /// One blob of JIT code interprets every method not compiled yet.
+    fn jit_function(&self, name: &str) -> Option<String> {
+        (name == "Interpreter").then(|| "[interpreted Java]".to_string())
+    }
+
+    /// A compiled Java method is named `RETURN CLASS.METHOD(ARGS)` (JDK
+    /// 17's `Compiler.perfmap`); every other blob is the JVM's own: stubs
+    /// (`StubRoutines (1)`, `dtrace_object_alloc Runtime1 stub`,
+    /// `_new_instance_Java`), adapters. The interpreter is the program's:
+    /// it runs a Java method not compiled yet.
+    fn jit_own_code(&self, name: &str) -> bool {
+        name != "[interpreted Java]" && !is_java_method(name)
+    }
+}
+
+/// Whether a perf map name is a compiled Java method's: a return type, a
+/// space, then `CLASS.METHOD(ARGS)` with no space before the `(`.
+fn is_java_method(name: &str) -> bool {
+    let Some((ret, rest)) = name.split_once(' ') else {
+        return false;
+    };
+    let Some((method, args)) = rest.split_once('(') else {
+        return false;
+    };
+    !ret.is_empty() && method.contains('.') && !method.contains(' ') && args.ends_with(')')
+}
+
+/// Has the JVM at `at` write `/tmp/perf-PID.map` (every compiled method,
+/// stub and the interpreter, as the code cache holds them now) with the
+/// `jcmd` of its own JDK, run in its own filesystem (a container's).
+fn perf_map(at: &Mapped<'_>) -> Result<String, String> {
+    // JAVA_HOME/lib/server/libjvm.so -> JAVA_HOME/bin/jcmd
+    let home = Path::new(at.path.trim_end_matches(" (deleted)"))
+        .ancestors()
+        .nth(3)
+        .ok_or("libjvm.so is not under a JDK's lib/server")?;
+    let jcmd = PathBuf::from(format!("/proc/{}/root", at.pid))
+        .join(home.strip_prefix("/").unwrap_or(home))
+        .join("bin/jcmd");
+    if !jcmd.exists() {
+        return Err(format!(
+            "no jcmd in {}/bin (a JRE without the JDK's tools): Java frames are unnamed \
+             addresses unless the JVM writes /tmp/perf-{}.map itself",
+            home.display(),
+            at.pid
+        ));
+    }
+    let asked = format!("`{} {} Compiler.perfmap`", jcmd.display(), at.pid);
+    let mut child = Command::new(&jcmd)
+        .args([at.pid.to_string().as_str(), "Compiler.perfmap"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{asked} could not start: {e}"))?;
+    let t0 = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if t0.elapsed() < JCMD_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{asked} did not answer within {JCMD_TIMEOUT:?}"));
+            }
+        }
+    };
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    // jcmd exits 0 also when the command failed in the target: its
+    // answer says.
+    if status.success() && said.contains("Command executed successfully") {
+        Ok(format!(
+            "Java code named from the JVM's perf map, written at the window's end by {asked}"
+        ))
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        Err(format!(
+            "{asked} failed ({status}): {}; Java frames are unnamed addresses",
+            format!("{said} {err}")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        ))
     }
 }

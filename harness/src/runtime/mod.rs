@@ -37,6 +37,7 @@ mod module;
 pub mod musl;
 pub mod native;
 pub mod pools;
+mod process;
 pub mod static_glibc;
 pub mod v8;
 
@@ -53,7 +54,11 @@ use go::gopclntab::GoVersion;
 
 pub use funcs::{func_entry, function_names, FuncEntry};
 pub use jit::PerfMap;
-pub use module::{Code, Mapped, Module};
+pub use module::{Code, JitFrames, Mapped, Module};
+pub use process::{
+    c_library, each_module, is_wrapper_frame, jit_frames, jit_function, jit_own_code,
+    stack_end_reason, write_jit_names,
+};
 
 /// Which C library.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -405,6 +410,35 @@ pub trait Runtime: Sync {
     fn no_row_reason(&self) -> Option<&'static str> {
         None
     }
+
+    /// For a process that maps its module `m` (at `at`): whether the code
+    /// its JIT writes into anonymous memory keeps rbp as a frame pointer
+    /// in every frame, so a stack walks through it, or why not. `None`:
+    /// it writes none, or not its say.
+    fn jit_frames(&self, _m: &Module<'_>, _at: &Mapped<'_>) -> Option<JitFrames> {
+        None
+    }
+
+    /// Have the process that maps its module `m` (at `at`) write the names
+    /// of its JIT code now (the perf map the `jit` runtime reads): what it
+    /// did, to say, or why it could not. `None`: not its say.
+    fn write_jit_names(&self, _m: &Module<'_>, _at: &Mapped<'_>) -> Option<Result<String, String>> {
+        None
+    }
+
+    /// A clearer name for the JIT function its runtime's perf map calls
+    /// `name` (the JVM's template interpreter, one blob for every
+    /// interpreted method).
+    fn jit_function(&self, _name: &str) -> Option<String> {
+        None
+    }
+
+    /// Whether the JIT function its perf map names `name` is the
+    /// runtime's own code (a stub, an adapter), not the program's: the
+    /// place a call was made lies past it.
+    fn jit_own_code(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// A function as a runtime's own table names the code at one address:
@@ -569,61 +603,6 @@ pub fn no_row_reason(m: &Module<'_>) -> Option<&'static str> {
     runtimes(m).find_map(|r| r.no_row_reason())
 }
 
-/// Whether the frame at `module_offset` (a file offset) of the module
-/// mapped as `path` in `maps`, in `function`, is a runtime's wrapper code
-/// (the C library's), so a stack's user site lies past it; a return
-/// address (`returned`) is one past its call, and the call is looked up.
-pub fn is_wrapper_frame(
-    maps: &ProcMaps,
-    path: &str,
-    module_offset: u64,
-    function: Option<&str>,
-    returned: bool,
-) -> bool {
-    let open = maps.readable_path(path);
-    let (Ok(kind), Ok(facts)) = (ModuleKind::of_file(path, &open), ElfFacts::shared(&open)) else {
-        return false;
-    };
-    let m = Module {
-        kind,
-        facts: &facts,
-    };
-    let at = module_offset.saturating_sub(u64::from(returned));
-    facts
-        .file_offset_to_vaddr(at)
-        .is_some_and(|v| is_wrapper_code(&m, v, function))
-}
-
-/// Why a stack walk ended at the frame at `addr` of `maps`: its module's
-/// table has no row there (`no_row`), or it has no table. Each runtime
-/// says why for its code (JIT code has no tables; musl's has rows only
-/// where its stack height is known).
-pub fn stack_end_reason(maps: &ProcMaps, addr: Option<u64>, no_row: bool) -> &'static str {
-    let fallback = if no_row { "no row" } else { "no unwind table" };
-    let Some(mapping) = addr.and_then(|a| maps.find(a)) else {
-        return fallback;
-    };
-    let Some(kind) = ModuleKind::of_mapping(maps, mapping) else {
-        return fallback;
-    };
-    let facts = match mapping.path.as_deref() {
-        Some(_) if kind != ModuleKind::Jit => {
-            ElfFacts::shared(&maps.mapped_file(mapping)).unwrap_or_default()
-        }
-        _ => std::sync::Arc::new(ElfFacts::default()),
-    };
-    let m = Module {
-        kind,
-        facts: &facts,
-    };
-    match no_row_reason(&m) {
-        // A module with no table at all: only code without any (JIT) says
-        // why.
-        Some(why) if no_row || kind == ModuleKind::Jit => why,
-        _ => fallback,
-    }
-}
-
 /// The runtime's own names for module `m` at `open`, where its runtime
 /// names its code itself.
 pub fn names(m: &Module<'_>, open: &Path) -> Option<std::sync::Arc<dyn CodeNames>> {
@@ -642,31 +621,6 @@ pub fn entry_point(open: &Path, kind: ModuleKind, symbol: &str) -> Result<Option
         return found;
     }
     Ok(facts.lookup_symbol(symbol))
-}
-
-/// The module that holds the process's C library, as in maps, with its
-/// kind: the one rule for "which mapping is the C library". The shared
-/// C library when one is mapped (glibc's libc.so, musl's libc.so under any
-/// of its names), else the executable when it carries its C library
-/// linked in (`ModuleKind::StaticC`).
-pub fn c_library(pid: u32, maps: &ProcMaps) -> Option<(String, ModuleKind)> {
-    let shared = maps.objects().into_iter().find_map(|o| {
-        if !is_shared_c_library_name(&o.path) {
-            return None;
-        }
-        match ModuleKind::of_path(maps, &o.path)? {
-            k @ ModuleKind::CLibrary { .. } => Some((o.path, k)),
-            _ => None,
-        }
-    });
-    if shared.is_some() {
-        return shared;
-    }
-    let exe = maps.exe(pid)?;
-    match ModuleKind::of_path(maps, &exe)? {
-        k @ ModuleKind::StaticC { .. } => Some((exe, k)),
-        _ => None,
-    }
 }
 
 /// A row with a rule that needs no offsets (`END`, `NONE`, `GO_CGO`, `SIGNAL`).

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::ModuleKind;
 use crate::elf::ElfFacts;
+use crate::process::maps::ProcMaps;
 
 /// One module as the runtimes read it.
 pub struct Module<'a> {
@@ -12,11 +13,36 @@ pub struct Module<'a> {
     pub facts: &'a ElfFacts,
 }
 
-/// Where a module is mapped: the process, and a path that opens the file
-/// (its own /proc/PID/root or map_files path).
+/// Where a module is mapped: the process, its map, the module's path as in
+/// that map, and a path that opens the file (its own /proc/PID/root or
+/// map_files path).
 pub struct Mapped<'a> {
     pub pid: u32,
+    pub maps: &'a ProcMaps,
+    pub path: &'a str,
     pub open: &'a Path,
+}
+
+impl Mapped<'_> {
+    /// The byte at link-time address `vaddr` of the module, read from the
+    /// live process (a runtime's flag, as it runs).
+    pub fn read_u8(&self, facts: &ElfFacts, vaddr: u64) -> Option<u8> {
+        use std::os::unix::fs::FileExt;
+        let base = crate::elf::load_base(self.maps, self.path, facts)?;
+        let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).ok()?;
+        let mut b = [0u8; 1];
+        mem.read_exact_at(&mut b, base.wrapping_add(vaddr)).ok()?;
+        Some(b[0])
+    }
+}
+
+/// How the code a runtime's JIT writes keeps its frames, in one process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JitFrames {
+    /// Every frame keeps rbp as its frame pointer: a stack walks through.
+    FramePointers,
+    /// Not: a stack ends at the first such frame, for this reason.
+    Without(String),
 }
 
 /// A module's code as unwind rows are made from it: the parsed object,

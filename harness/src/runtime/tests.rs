@@ -103,3 +103,31 @@ fn musls_shared_library_is_the_c_library_under_each_of_its_names() {
     }
     assert!(!is_shared_c_library_name("/usr/lib/libcurl.so.4"));
 }
+
+#[test]
+fn a_jvm_names_its_interpreter_and_calls_only_its_compiled_methods_the_programs() {
+    use super::jvm::Jvm;
+    let own = |n: &str| Jvm.jit_own_code(n);
+    // JDK 17's `Compiler.perfmap` names, as it wrote them for the fixture.
+    assert!(!own("int Server.work()"));
+    assert!(!own("void Server$Item.<init>(int)"));
+    assert!(!own(
+        "java.lang.String com.sun.net.httpserver.Headers.normalize(java.lang.String)"
+    ));
+    assert!(!own("[interpreted Java]"));
+    for stub in [
+        "dtrace_object_alloc Runtime1 stub",
+        "StubRoutines (1)",
+        "_new_instance_Java",
+        "I2C/C2I adapters(0xbbbbbbbb)",
+        "SafepointBlob",
+        "Interpreter",
+    ] {
+        assert!(own(stub), "{stub}");
+    }
+    assert_eq!(
+        Jvm.jit_function("Interpreter").as_deref(),
+        Some("[interpreted Java]")
+    );
+    assert_eq!(Jvm.jit_function("int Server.work()"), None);
+}

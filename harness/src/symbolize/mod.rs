@@ -285,7 +285,8 @@ impl Symbolizer {
                         .entry(maps.pid)
                         .or_insert_with(|| runtime::PerfMap::of_process(maps.pid).map(Rc::new));
                     if let Some((name, off)) = map.as_ref().and_then(|p| p.lookup(lookup)) {
-                        site.function = Some(name.to_string());
+                        let shown = runtime::jit_function(maps, name);
+                        site.function = Some(shown.unwrap_or_else(|| name.to_string()));
                         site.function_offset = off + delta;
                         site.naming = Naming::Jit;
                     }

@@ -82,8 +82,8 @@ fn attach_driven(s: &Server, path: &str, requests: u64) -> (String, serde_json::
     )
 }
 
-/// `rig attach --pid P --drive URL ARGS...`, which exits `exit`: its
-/// stdout and JSON.
+/// `rig attach --pid P --drive URL ARGS...` (50 warm-up requests unless
+/// ARGS say how many), which exits `exit`: its stdout and JSON.
 pub(super) fn attach_driven_with(
     s: &Server,
     path: &str,
@@ -95,7 +95,12 @@ pub(super) fn attach_driven_with(
     let out = Command::new(rig_bin())
         .args(["attach", "--pid", &s.child.id().to_string()])
         .args(["--drive", &format!("http://127.0.0.1:{}{path}", s.port)])
-        .args(["--requests", &requests.to_string(), "--warmup", "50"])
+        .args(["--requests", &requests.to_string()])
+        .args(
+            ["--warmup", "50"]
+                .iter()
+                .filter(|_| !args.contains(&"--warmup")),
+        )
         .args(["--connections", "1"])
         .args(args)
         .arg("--json")

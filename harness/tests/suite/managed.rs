@@ -74,6 +74,45 @@ fn a_jvm_names_the_java_heap_it_does_not_count_and_the_flag_that_would() {
         "{locks:#?}"
     );
     assert!(losses(&a, "syscalls").is_empty(), "{stdout}");
+    // Its compiled Java code keeps no frame pointers: a stack that reaches
+    // it ends there, and says why, with the flag that would walk through.
+    let reasons: Vec<&str> = a["stacks"]["stacks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|s| s["incomplete"].as_array().unwrap())
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("JIT code: ") && r.contains("-XX:+PreserveFramePointer")),
+        "{reasons:#?}"
+    );
+}
+
+/// The stacks of a user probe's calls (`--usdt`) whose frames include one
+/// whose function starts with `function`: (count, incomplete reasons).
+fn user_stacks_through<'a>(
+    a: &'a serde_json::Value,
+    function: &str,
+) -> Vec<(u64, &'a serde_json::Value)> {
+    let st = &a["stacks"];
+    st["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["family"] == "user")
+        .filter_map(|r| {
+            let s = &st["stacks"][r["stack"].as_str()?];
+            let through = s["frames"].as_array()?.iter().any(|f| {
+                f["function"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(function))
+            });
+            through.then(|| (r["count"].as_u64().unwrap(), &s["incomplete"]))
+        })
+        .collect()
 }
 
 /// The fixture's objects by class: with the flag the Java heap's line
@@ -85,7 +124,7 @@ fn a_jvm_names_the_java_heap_it_does_not_count_and_the_flag_that_would() {
 fn java_objects_of_the_fixtures_class_are_counted_exactly_per_request_by_class() {
     root_or_skip!();
     let _g = probes_shared();
-    let s = java(&["-XX:+DTraceAllocProbes"]);
+    let s = java(&["-XX:+DTraceAllocProbes", "-XX:+PreserveFramePointer"]);
     let (stdout, a) = attach_driven_with(
         &s,
         "/work",
@@ -95,6 +134,11 @@ fn java_objects_of_the_fixtures_class_are_counted_exactly_per_request_by_class()
             "syscalls",
             "--usdt",
             "hotspot:object__alloc#1/2",
+            // Requests before the window, so the JIT has compiled the
+            // handler: its frames are then named by their Java methods
+            // (an interpreted one is `[interpreted Java]`).
+            "--warmup",
+            "400",
         ],
         rig::exit::OK,
     );
@@ -133,6 +177,42 @@ fn java_objects_of_the_fixtures_class_are_counted_exactly_per_request_by_class()
         stdout.contains("usdt:hotspot:object__alloc: by argument 1,"),
         "{stdout}"
     );
+    // Made where the fixture makes them: every one at Server.work, the
+    // Java method (compiled: named from the perf map rig had the JVM write
+    // with jcmd), past the JVM's own allocation code and stubs.
+    let item = probe["by_value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["value"] == "Server$Item")
+        .unwrap();
+    let at_work: u64 = item["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["site"]["function"] == "int Server.work()")
+        .map(|s| s["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(at_work, 7 * requests, "{:#}", item["sites"]);
+    assert!(
+        a["notes"].as_array().unwrap().iter().any(|n| n["note"]
+            .as_str()
+            .is_some_and(|t| t.contains("Compiler.perfmap`"))),
+        "{:#}",
+        a["notes"]
+    );
+    // With -XX:+PreserveFramePointer the stacks through Server.work are
+    // whole: through the Java frames and the interpreter to the thread's
+    // start.
+    let through = user_stacks_through(&a, "int Server.work()");
+    assert_eq!(
+        through.iter().map(|(n, _)| n).sum::<u64>(),
+        7 * requests,
+        "{stdout}"
+    );
+    for (_, incomplete) in &through {
+        assert_eq!(incomplete.as_array().map(Vec::len), Some(0), "{incomplete}");
+    }
 }
 
 /// A scratch directory with two target specs of the Java fixture (7 and 9

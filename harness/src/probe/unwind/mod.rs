@@ -29,11 +29,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use object::{Object, ObjectSegment};
-use rig_ebpf::abi::{UnwindBucket, UnwindMap, UnwindProc, UnwindRow, UNWIND_MAX_MAPS};
+use rig_ebpf::abi::{unwind_cfa, UnwindBucket, UnwindMap, UnwindProc, UnwindRow, UNWIND_MAX_MAPS};
 
 use crate::elf::FileKey;
 use crate::process::maps::{Mapping, ProcMaps};
 use crate::process::vdso;
+use crate::runtime::{self, jit::is_jit_code, JitFrames};
 
 pub use build::{build_module, module_of};
 pub use eh_frame::plt_threshold;
@@ -75,6 +76,8 @@ pub struct Tables {
     /// Address spaces past a limit of the BPF tables: their stacks end
     /// early wherever a frame is in what did not fit (one line each).
     pub limits: Vec<String>,
+    /// Where the one frame-pointer row JIT code shares was placed.
+    frame_pointer_row: Option<u32>,
 }
 
 impl Tables {
@@ -147,6 +150,7 @@ impl Tables {
                 buckets: table.index.len() as u32,
             });
         }
+        entries.extend(self.jit_entries(maps, limit));
         entries.sort_by_key(|e| e.start);
         if entries.len() > UNWIND_MAX_MAPS {
             let over = entries.len() - UNWIND_MAX_MAPS;
@@ -162,6 +166,43 @@ impl Tables {
         UnwindProc::new(&entries)
     }
 
+    /// The JIT code of one address space, where its runtime says every
+    /// frame there keeps rbp as a frame pointer (a JVM started with
+    /// -XX:+PreserveFramePointer): one frame-pointer row over each of its
+    /// mappings, so a walk passes through compiled code, the interpreter
+    /// and stubs to the native code that called them. Elsewhere JIT code
+    /// gets no entry and a stack ends there, with its runtime's reason.
+    fn jit_entries(&mut self, maps: &ProcMaps, limit: Sizes) -> Vec<UnwindMap> {
+        let jit: Vec<&Mapping> = maps.mappings.iter().filter(|m| is_jit_code(m)).collect();
+        if jit.is_empty() || runtime::jit_frames(maps) != Some(JitFrames::FramePointers) {
+            return Vec::new();
+        }
+        if self.frame_pointer_row.is_none() {
+            if self.rows.len() >= limit.rows {
+                self.note_missing("[JIT code]", "the unwind table arrays are full".into());
+                return Vec::new();
+            }
+            self.frame_pointer_row = Some(self.rows.len() as u32);
+            self.rows.push(frame_pointer_row());
+        }
+        let first = self.frame_pointer_row.unwrap_or_default();
+        jit.iter()
+            .map(|m| UnwindMap {
+                start: m.start,
+                end: reserved_end(maps, m),
+                // Module addresses are offsets in the mapping: the one row
+                // at 0 covers all of it (no buckets: the walk takes the
+                // last row).
+                bias: m.start,
+                pc_base: 0,
+                row_first: first,
+                row_count: 1,
+                index_first: 0,
+                buckets: 0,
+            })
+            .collect()
+    }
+
     /// Record an address space past a table limit (once per text).
     pub fn note_limit(&mut self, what: String) {
         if !self.limits.contains(&what) {
@@ -173,7 +214,8 @@ impl Tables {
     /// to size the arrays.
     pub fn needed(&mut self, maps: &[&ProcMaps]) -> Sizes {
         let mut seen = std::collections::HashSet::new();
-        let mut n = Sizes::default();
+        // The frame-pointer row JIT code may share.
+        let mut n = Sizes { rows: 1, index: 0 };
         for pm in maps {
             for m in pm.mappings.iter().filter(|m| has_code_table(m)) {
                 let Some(path) = m.path.as_deref() else {
@@ -194,6 +236,35 @@ impl Tables {
         if !self.missing.iter().any(|(p, _)| p == path) {
             self.missing.push((path.to_string(), why));
         }
+    }
+}
+
+/// Where JIT code mapping `m` can grow to: through the inaccessible
+/// anonymous memory right after it, the rest of its reservation (a JVM
+/// reserves its code cache at start and makes it executable as it
+/// compiles, so code compiled during a window lies past the end of the
+/// mapping the tables were made from).
+fn reserved_end(maps: &ProcMaps, m: &Mapping) -> u64 {
+    let mut end = m.end;
+    for next in maps.mappings.iter().filter(|n| n.start >= m.end) {
+        if next.start != end || next.path.is_some() || next.perms != "---p" {
+            break;
+        }
+        end = next.end;
+    }
+    end
+}
+
+/// The rule of a frame that keeps rbp as its frame pointer, at any
+/// instruction past its prologue: the caller's rbp saved at rbp, the return
+/// address above it.
+fn frame_pointer_row() -> UnwindRow {
+    UnwindRow {
+        pc: 0,
+        cfa_off: 16,
+        rbp_off: -16,
+        cfa: unwind_cfa::RBP,
+        ra_adjust: 0,
     }
 }
 

@@ -907,3 +907,34 @@ fn the_entry_point_of_an_executable_ends_the_walk() {
     let obj = object::File::parse(&*libc).unwrap();
     assert_eq!(entry_point_rows(&obj, &libc, &exec_segments(&obj)), None);
 }
+
+#[test]
+fn jit_code_reaches_through_the_inaccessible_reservation_right_after_it() {
+    // A JVM's code cache: committed executable parts, each followed by
+    // the rest of its reservation.
+    let maps = ProcMaps::parse(
+        7,
+        "7f0000000000-7f0000100000 rwxp 00000000 00:00 0 \n\
+         7f0000100000-7f0000400000 ---p 00000000 00:00 0 \n\
+         7f0000400000-7f0000500000 rwxp 00000000 00:00 0 \n\
+         7f0000500000-7f0000600000 ---p 00000000 00:00 0 \n\
+         7f0000600000-7f0000601000 rw-p 00000000 00:00 0 \n\
+         7f0000700000-7f0000800000 rwxp 00000000 00:00 0 \n\
+         7f0000800000-7f0000900000 ---p 00000000 00:00 0 /memfd:x\n",
+    )
+    .unwrap();
+    let ends: Vec<u64> = maps
+        .mappings
+        .iter()
+        .filter(|m| m.is_exec())
+        .map(|m| reserved_end(&maps, m))
+        .collect();
+    // The reservation after it, up to the next mapping that is not one; a
+    // named mapping is not a reservation.
+    assert_eq!(ends, [0x7f00_0040_0000, 0x7f00_0060_0000, 0x7f00_0080_0000]);
+    let row = frame_pointer_row();
+    assert_eq!(
+        (row.cfa, row.cfa_off, row.rbp_off),
+        (unwind_cfa::RBP, 16, -16)
+    );
+}

@@ -32,12 +32,18 @@ pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Opti
             continue;
         }
         let sites = p.sites.iter().take(top);
-        let sites = sites.map(|s| (s.site.label(), s.calls, s.arg_sum));
+        let sites = sites.map(|s| (s.site.label(), s.calls, s.arg_sum, None));
         let _ = writeln!(out, "{}", counts("call site", sites, p.arg.is_some(), n));
         if let Some(by) = p.by {
             let more = p.by_value.len().saturating_sub(top);
-            let values = p.by_value.iter().take(top);
-            let values = values.map(|v| (v.value.clone(), v.calls, v.arg_sum));
+            let values = p.by_value.iter().take(top).map(|v| {
+                // Where most of them were made, and how many other places.
+                let at = v.sites.first().map(|s| match v.sites.len() {
+                    1 => s.site.label(),
+                    k => format!("{} (+{} more)", s.site.label(), k - 1),
+                });
+                (v.value.clone(), v.calls, v.arg_sum, at)
+            });
             let head = format!("argument {}", by.arg);
             let _ = writeln!(
                 out,
@@ -58,23 +64,32 @@ pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Opti
 
 /// A table of (what, calls, argument sum) rows, per request when `n` is
 /// the request count, with the sum's column when `summed`.
+/// A row's last column, where given, is where its calls were made.
 fn counts(
     what: &str,
-    rows: impl Iterator<Item = (String, u64, Option<i128>)>,
+    rows: impl Iterator<Item = (String, u64, Option<i128>, Option<String>)>,
     summed: bool,
     n: Option<u64>,
 ) -> comfy_table::Table {
     let unit = if n.is_some() { "/req" } else { "" };
+    let rows: Vec<_> = rows.collect();
     let mut header = vec![what.to_string(), format!("calls{unit}")];
     if summed {
         header.push(format!("argument sum{unit}"));
     }
+    let made = rows.iter().any(|r| r.3.is_some());
+    if made {
+        header.push("made at".to_string());
+    }
     let h: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = table(&h);
-    for (label, calls, sum) in rows {
+    for (label, calls, sum, at) in rows {
         let mut row = vec![label, per(calls, n)];
         if let Some(sum) = sum {
             row.push(per_signed(sum, n));
+        }
+        if made {
+            row.push(at.unwrap_or_default());
         }
         t.add_row(row);
     }
