@@ -389,8 +389,32 @@ macro_rules! counter_fields {
     };
 }
 counter_fields!(SysCount, count, exits, ns);
-counter_fields!(CallsBytes, calls, bytes);
-counter_fields!(StackVal, count, amount);
+
+/// A count and its amount: bytes or ns, or a user probe's argument
+/// summed, which may be signed (`--usdt …@N` of a negative argument adds
+/// it as a two's-complement u64), so the amount adds and subtracts modulo
+/// 2^64; a count that went backwards (an entry made anew) is no window's.
+macro_rules! counted_amount {
+    ($t:ty, $count:ident, $amount:ident) => {
+        impl Counter for $t {
+            fn minus(&self, s: &Self) -> Self {
+                match self.$count.checked_sub(s.$count) {
+                    Some($count) => Self {
+                        $count,
+                        $amount: self.$amount.wrapping_sub(s.$amount),
+                    },
+                    None => Self::default(),
+                }
+            }
+            fn plus(&mut self, o: &Self) {
+                self.$count += o.$count;
+                self.$amount = self.$amount.wrapping_add(o.$amount);
+            }
+        }
+    };
+}
+counted_amount!(CallsBytes, calls, bytes);
+counted_amount!(StackVal, count, amount);
 counter_fields!(
     LockVal,
     calls,
@@ -466,6 +490,30 @@ pub fn syscall_name(nr: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signed_sum_adds_over_cpus_and_subtracts_modulo_two_to_the_64() {
+        // A user probe summing a signed argument: -8 and -16 on two CPUs at
+        // the start, and 5 more calls adding -40 by the end.
+        let neg = |v: i64| v as u64;
+        let mut start = CallsBytes {
+            calls: 1,
+            bytes: neg(-8),
+        };
+        start.plus(&CallsBytes {
+            calls: 1,
+            bytes: neg(-16),
+        });
+        assert_eq!(start.bytes as i64, -24);
+        let end = CallsBytes {
+            calls: 7,
+            bytes: neg(-64),
+        };
+        let d = end.minus(&start);
+        assert_eq!((d.calls, d.bytes as i64), (5, -40));
+        // An entry made anew since the start is no window's.
+        assert_eq!(start.minus(&end), CallsBytes::default());
+    }
 
     #[test]
     fn parses_family_lists() {

@@ -512,6 +512,10 @@ impl Attribution {
         let alloc = build::rows_by_user_site(alloc, &stacks);
         let copy = b.copy();
         let user = b.user(&stacks);
+        let mut alloc_layers = alloc_layers;
+        if w.families.contains(&Family::Alloc) {
+            user::marker_layers(&mut alloc_layers, &user);
+        }
         let locks = b.locks();
         let faults = b.faults();
         let sched = b.sched();

@@ -183,6 +183,43 @@ impl Builder<'_> {
     }
 }
 
+/// The alloc layers the user probes' calls are (a runtime's markers for
+/// its heap's objects and collections: the JVM's `java` layer, CPython's
+/// collections), added to `layers`: beside the heap's, never in its
+/// totals; objects unsized (their marker's size is not theirs).
+pub(super) fn marker_layers(layers: &mut Vec<super::AllocLayer>, user: &[UserProbeRow]) {
+    use crate::runtime::MarkerCounts;
+    for p in user {
+        let mut parts = p.probe.splitn(3, ':');
+        let (Some("usdt"), Some(provider), Some(name)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Some((layer, counts)) = crate::runtime::marker_layer((provider, name)) else {
+            continue;
+        };
+        let i = match layers.iter().position(|l| l.allocator == layer) {
+            Some(i) => i,
+            None => {
+                layers.push(super::AllocLayer {
+                    allocator: layer.to_string(),
+                    beside_the_heap: true,
+                    ..Default::default()
+                });
+                layers.len() - 1
+            }
+        };
+        let t = &mut layers[i].totals;
+        match counts {
+            MarkerCounts::Objects => {
+                t.allocations += p.calls;
+                t.not_sized += p.calls;
+            }
+            MarkerCounts::Collections => t.gc_cycles += p.calls,
+        }
+    }
+}
+
 /// Where the calls of a stack were made: its innermost frame of JIT code
 /// that its runtime does not call its own (`runtime::jit_own_code`: a
 /// JVM's stubs), so a JVM's object is named at the Java method that made

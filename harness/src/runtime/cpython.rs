@@ -8,7 +8,7 @@ use std::path::Path;
 use rig_ebpf::abi::alloc_kind as k;
 
 use super::alloc::AllocFamily;
-use super::{Allocator, Mapped, Module, Runtime};
+use super::{Allocator, Mapped, MarkerCounts, Module, Runtime};
 
 pub const DOMAINS: &[&str] = &["PyObject_", "PyMem_", "PyMem_Raw"];
 
@@ -71,6 +71,26 @@ impl Runtime for Cpython {
                 marker.1
             )
         })
+    }
+
+    /// Its collections, where the build has the marker (rig raises its
+    /// semaphore).
+    fn implied_markers(&self, _m: &Module<'_>, at: &Mapped<'_>, family: &str) -> Vec<&'static str> {
+        let has = |name: &str| {
+            crate::elf::usdt::markers(at.open).is_ok_and(|ms| {
+                ms.0.iter()
+                    .any(|m| m.provider == "python" && m.name == name)
+            })
+        };
+        match family {
+            "alloc" if has("gc__start") => vec!["python:gc__start"],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Its collections are the `cpython` layer's.
+    fn marker_layer(&self, marker: (&str, &str)) -> Option<(&'static str, MarkerCounts)> {
+        (marker == ("python", "gc__start")).then_some(("cpython", MarkerCounts::Collections))
     }
 
     fn allocators(&self, _m: &Module<'_>) -> Vec<Allocator> {

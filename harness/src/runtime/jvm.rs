@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{JitFrames, Mapped, Module, Runtime};
+use super::{JitFrames, Mapped, MarkerCounts, Module, Runtime};
 
 /// How long `jcmd` may take (it starts a JVM of its own, and the target
 /// starts its attach listener): past it, it is killed and the names are
@@ -30,8 +30,21 @@ impl Runtime for Jvm {
         m.facts.lookup_symbol("JNI_CreateJavaVM").is_some()
     }
 
-    fn unseen(&self, _m: &Module<'_>, _at: &Mapped<'_>, family: &str) -> Option<String> {
+    fn unseen(&self, m: &Module<'_>, at: &Mapped<'_>, family: &str) -> Option<String> {
         let why = match family {
+            "alloc" if flag(m, at, "DTraceAllocProbes") == Some(true) => {
+                "the Java heap's bytes: its objects are counted, by class, from the JVM's \
+                 hotspot:object__alloc marker (the `java` layer; usdt:hotspot:object__alloc \
+                 in the user family), but the size that marker passes is not the object's \
+                 for objects C1-compiled code makes (OpenJDK 17's Runtime1 stub passes none: \
+                 a 24-byte object read as 2624), so bytes are not counted"
+            }
+            "locks" if flag(m, at, "DTraceMonitorProbes") == Some(true) => {
+                "Java's uncontended monitor enters and java.util.concurrent locks: an \
+                 atomic instruction in Java code, not counted; contended monitor enters are \
+                 counted from the JVM's hotspot:monitor__contended__enter marker (the user \
+                 family)"
+            }
             "alloc" => {
                 "the Java heap: objects Java code makes (`new`, arrays, strings) are placed \
                  by the JVM in its own garbage-collected heap, not by malloc, and are not \
@@ -61,18 +74,14 @@ impl Runtime for Jvm {
     /// it holds however it was set (command line, JAVA_TOOL_OPTIONS, an
     /// options file).
     fn jit_frames(&self, m: &Module<'_>, at: &Mapped<'_>) -> Option<JitFrames> {
-        let flag = m
-            .facts
-            .variable("PreserveFramePointer")
-            .and_then(|v| at.read_u8(m.facts, v));
-        Some(match flag {
-            Some(0) => JitFrames::Without(
+        Some(match flag(m, at, "PreserveFramePointer") {
+            Some(false) => JitFrames::Without(
                 "the JVM runs without -XX:+PreserveFramePointer, so its compiled Java code \
                  uses rbp as a general register and a walk cannot pass it (started with the \
                  flag, rig walks whole Java stacks)"
                     .into(),
             ),
-            Some(_) => JitFrames::FramePointers,
+            Some(true) => JitFrames::FramePointers,
             None => JitFrames::Without(format!(
                 "rig could not read the JVM's PreserveFramePointer flag from {} (no .symtab, \
                  or the process is gone)",
@@ -83,6 +92,42 @@ impl Runtime for Jvm {
 
     fn write_jit_names(&self, _m: &Module<'_>, at: &Mapped<'_>) -> Option<Result<String, String>> {
         Some(perf_map(at))
+    }
+
+    /// With -XX:+DTraceAllocProbes the JVM fires a marker for every
+    /// object, with -XX:+DTraceMonitorProbes for every contended monitor
+    /// enter (flags read from the running JVM); it fires its collection
+    /// marker always.
+    fn implied_markers(&self, m: &Module<'_>, at: &Mapped<'_>, family: &str) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if family == "alloc" {
+            if flag(m, at, "DTraceAllocProbes") == Some(true) {
+                out.push("hotspot:object__alloc#1/2");
+            }
+            out.push("hotspot:gc__begin");
+        }
+        if family == "locks" && flag(m, at, "DTraceMonitorProbes") == Some(true) {
+            out.push("hotspot:monitor__contended__enter");
+        }
+        let markers = crate::elf::usdt::markers(at.open);
+        out.retain(|spec| {
+            let (pn, _) = spec.split_once('#').unwrap_or((spec, ""));
+            markers.as_ref().is_ok_and(|ms| {
+                ms.0.iter()
+                    .any(|mk| pn == format!("{}:{}", mk.provider, mk.name))
+            })
+        });
+        out
+    }
+
+    /// Java objects and collections are the `java` layer of the alloc
+    /// family, beside the JVM's own mallocs.
+    fn marker_layer(&self, marker: (&str, &str)) -> Option<(&'static str, MarkerCounts)> {
+        match marker {
+            ("hotspot", "object__alloc") => Some(("java", MarkerCounts::Objects)),
+            ("hotspot", "gc__begin") => Some(("java", MarkerCounts::Collections)),
+            _ => None,
+        }
     }
 
     /// One blob of JIT code interprets every method not compiled yet.
@@ -110,6 +155,15 @@ fn is_java_method(name: &str) -> bool {
         return false;
     };
     !ret.is_empty() && method.contains('.') && !method.contains(' ') && args.ends_with(')')
+}
+
+/// The value of the running JVM's boolean flag `name` (a `.symtab`
+/// variable of libjvm.so, read from its memory: it holds however the flag
+/// was set, command line, JAVA_TOOL_OPTIONS or an options file); `None`
+/// when it cannot be read.
+fn flag(m: &Module<'_>, at: &Mapped<'_>, name: &str) -> Option<bool> {
+    let v = m.facts.variable(name)?;
+    at.read_u8(m.facts, v).map(|b| b != 0)
 }
 
 /// Has the JVM at `at` write `/tmp/perf-PID.map` (every compiled method,

@@ -54,10 +54,10 @@ use go::gopclntab::GoVersion;
 
 pub use funcs::{func_entry, function_names, FuncEntry};
 pub use jit::PerfMap;
-pub use module::{Code, JitFrames, Mapped, Module};
+pub use module::{Code, JitFrames, Mapped, MarkerCounts, Module};
 pub use process::{
-    c_library, each_module, is_wrapper_frame, jit_frames, jit_function, jit_own_code,
-    stack_end_reason, write_jit_names,
+    c_library, each_module, implied_markers, is_wrapper_frame, jit_frames, jit_function,
+    jit_own_code, marker_layer, stack_end_reason, write_jit_names,
 };
 
 /// Which C library.
@@ -430,6 +430,28 @@ pub trait Runtime: Sync {
     /// `name` (the JVM's template interpreter, one blob for every
     /// interpreted method).
     fn jit_function(&self, _name: &str) -> Option<String> {
+        None
+    }
+
+    /// The USDT markers of its module `m` that family `family` (`"alloc"`,
+    /// `"locks"`) counts without the user naming them, in the process at
+    /// `at`, each as `--usdt` writes it without the module
+    /// (`PROVIDER:NAME[#S[/L]]`): a runtime's heap, collections or
+    /// monitors, where it fires a marker for them (the JVM's object marker
+    /// when it runs with -XX:+DTraceAllocProbes).
+    fn implied_markers(
+        &self,
+        _m: &Module<'_>,
+        _at: &Mapped<'_>,
+        _family: &str,
+    ) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// The alloc layer the calls of USDT marker `(provider, name)` are, and
+    /// what each call is (an object of a managed heap, a collection), when
+    /// it is one of its runtime's.
+    fn marker_layer(&self, _marker: (&str, &str)) -> Option<(&'static str, MarkerCounts)> {
         None
     }
 

@@ -67,3 +67,13 @@ impl Code<'_> {
         self.data.get(from..to)
     }
 }
+
+/// What each call of a runtime's marker counts in its alloc layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerCounts {
+    /// An object of its heap, whose size the marker does not give
+    /// reliably: an allocation, not sized.
+    Objects,
+    /// A garbage collection.
+    Collections,
+}

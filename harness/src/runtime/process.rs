@@ -1,13 +1,14 @@
 //! What the runtimes say of one process as a whole: which of its mappings
 //! is the C library, which frames are wrapper code, why a stack ends where
-//! it ends, and how the code its JIT wrote keeps frames and is named.
+//! it ends, how the code its JIT wrote keeps frames and is named, and the
+//! markers its runtimes fire for what the families count.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::{
-    is_shared_c_library_name, is_wrapper_code, no_row_reason, runtimes, JitFrames, Mapped, Module,
-    ModuleKind, Runtime,
+    is_shared_c_library_name, is_wrapper_code, no_row_reason, runtimes, JitFrames, Mapped,
+    MarkerCounts, Module, ModuleKind, Runtime, ALL,
 };
 use crate::elf::ElfFacts;
 use crate::process::maps::ProcMaps;
@@ -95,6 +96,33 @@ pub fn write_jit_names(maps: &ProcMaps) -> Vec<Result<String, String>> {
         out.extend(runtimes(m).filter_map(|r| r.write_jit_names(m, at)));
     });
     out
+}
+
+/// The markers the families `families` count without the user naming
+/// them in the process whose map is `maps` (see
+/// [`super::Runtime::implied_markers`]), each as a `--usdt` spec on its
+/// module's path, with the family that implies it.
+pub fn implied_markers(maps: &ProcMaps, families: &[&'static str]) -> Vec<(String, &'static str)> {
+    let mut out: Vec<(String, &'static str)> = Vec::new();
+    each_module(maps, |m, at| {
+        for &f in families {
+            for r in runtimes(m) {
+                for spec in r.implied_markers(m, at, f) {
+                    let spec = format!("{}:{spec}", at.path);
+                    if !out.iter().any(|(s, _)| *s == spec) {
+                        out.push((spec, f));
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
+/// The alloc layer of marker `(provider, name)`'s calls, where a runtime
+/// says (see [`super::Runtime::marker_layer`]).
+pub fn marker_layer(marker: (&str, &str)) -> Option<(&'static str, MarkerCounts)> {
+    ALL.iter().find_map(|r| r.marker_layer(marker))
 }
 
 /// The name to show for a function the perf map of the process whose map

@@ -33,13 +33,108 @@ fn calls_by(probe: &serde_json::Value, value: &str) -> Option<u64> {
 }
 
 fn java(flags: &'static [&'static str]) -> super::foreign::Server {
+    java_with(flags, &[])
+}
+
+/// The Java fixture with JVM `flags` and its own arguments after the port
+/// (ITEMS, GCS).
+fn java_with(flags: &[&str], args: &[&str]) -> super::foreign::Server {
     let server = rig_fixtures::java_server().display().to_string();
     start("java (Debian package openjdk-17-jdk-headless)", |port| {
         let mut argv = vec![JAVA.to_string()];
         argv.extend(flags.iter().map(|f| f.to_string()));
         argv.extend([server.clone(), port.to_string()]);
+        argv.extend(args.iter().map(|a| a.to_string()));
         argv
     })
+}
+
+/// The fixture's own count of its runtime's garbage collections so far
+/// (`GET /gcs`: the JVM's collector beans, Python's `gc.get_stats()`).
+fn collections(s: &super::foreign::Server) -> u64 {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.write_all(b"GET /gcs HTTP/1.0\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    body.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("GET /gcs: {text}"))
+}
+
+/// The row of list `list` (`alloc_layers`, `user`) whose `field` is `value`.
+fn row<'a>(
+    a: &'a serde_json::Value,
+    list: &str,
+    field: &str,
+    value: &str,
+) -> &'a serde_json::Value {
+    a[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[field] == value)
+        .unwrap_or_else(|| panic!("no {value} in {list}: {:#}", a[list]))
+}
+
+/// The alloc layer `name` of an attribution.
+fn layer<'a>(a: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    row(a, "alloc_layers", "allocator", name)
+}
+
+/// A user probe's row.
+fn user_probe<'a>(a: &'a serde_json::Value, probe: &str) -> &'a serde_json::Value {
+    row(a, "user", "probe", probe)
+}
+
+/// `--probes alloc` on a JVM with -XX:+DTraceAllocProbes counts its
+/// objects, by class, and its collections as the alloc family's `java`
+/// layer, without a probe named: the fixture's 7 `Server$Item`s per
+/// request exactly, and its one System.gc() per request exactly, as the
+/// JVM's own collector beans count them. The objects' bytes are named as
+/// not counted.
+#[test]
+fn a_jvms_objects_and_collections_are_its_java_layer_without_naming_a_probe() {
+    root_or_skip!();
+    let _g = probes_shared();
+    // The serial collector runs nothing on its own in a window this small:
+    // every collection is the fixture's.
+    let s = java_with(&["-XX:+UseSerialGC", "-XX:+DTraceAllocProbes"], &["7", "1"]);
+    let before = collections(&s);
+    let probes = ["--probes", "alloc", "--warmup", "0"];
+    let (stdout, a) = attach_driven_with(&s, "/work", 200, &probes, rig::exit::INCOMPLETE);
+    let by_jvm = collections(&s) - before;
+    let requests = a["window"]["requests"].as_u64().unwrap();
+    assert_eq!(requests, 200, "{stdout}");
+    let java = layer(&a, "java");
+    assert_eq!(java["totals"]["gc_cycles"], requests, "{stdout}");
+    // The fixture's /gcs request collects nothing itself.
+    assert_eq!(by_jvm, requests);
+    let objects = user_probe(&a, "usdt:hotspot:object__alloc");
+    assert_eq!(
+        calls_by(objects, "Server$Item"),
+        Some(7 * requests),
+        "{stdout}"
+    );
+    assert_eq!(java["totals"]["allocations"], objects["calls"]);
+    assert_eq!(java["totals"]["not_sized"], objects["calls"]);
+    assert_eq!(java["beside_the_heap"], true);
+    assert!(stdout.contains("java allocator: "), "{stdout}");
+    let alloc = losses(&a, "alloc");
+    assert!(
+        alloc
+            .iter()
+            .any(|w| w.starts_with("the Java heap's bytes:")),
+        "{alloc:#?}"
+    );
+    let notes = a["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n["what"] == "usdt:hotspot:gc__begin"
+            && n["note"].as_str().unwrap().contains("alloc family")),
+        "{notes:#?}"
+    );
 }
 
 /// A JVM started without `-XX:+DTraceAllocProbes`: the alloc family counts
@@ -436,4 +531,38 @@ fn python_calls_by_function_are_exact_where_cpython_fires_its_marker_and_named_w
     let by = |function: &str| calls_by(probe, function);
     assert_eq!(by("work"), Some(requests), "{stdout}");
     assert_eq!(by("make_item"), Some(16 * requests), "{stdout}");
+}
+
+/// `--probes alloc` on Debian's python3.11 counts its collections from its
+/// python:gc__start marker without a probe named: the fixture's 2
+/// gc.collect() per request (its automatic collector off) exactly, as
+/// `gc.get_stats()` counts them.
+#[test]
+fn cpython_collections_are_counted_exactly_per_request_without_naming_a_probe() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let server = rig_fixtures::python_server().display().to_string();
+    let s = start("python3.11 (Debian)", |port| {
+        let port = port.to_string();
+        [PYTHON, &server, &port, "--collect", "2"]
+            .map(String::from)
+            .to_vec()
+    });
+    let before = collections(&s);
+    let probes = ["--probes", "alloc", "--warmup", "0"];
+    let (stdout, a) = attach_driven_with(&s, "/work", 300, &probes, rig::exit::INCOMPLETE);
+    let by_python = collections(&s) - before;
+    let requests = a["window"]["requests"].as_u64().unwrap();
+    assert_eq!(requests, 300, "{stdout}");
+    assert_eq!(
+        layer(&a, "cpython")["totals"]["gc_cycles"],
+        2 * requests,
+        "{stdout}"
+    );
+    assert_eq!(by_python, 2 * requests);
+    assert_eq!(
+        user_probe(&a, "usdt:python:gc__start")["calls"],
+        2 * requests
+    );
+    assert!(stdout.contains("GC cycles/req"), "{stdout}");
 }

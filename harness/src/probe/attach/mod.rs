@@ -332,6 +332,8 @@ impl ProbeSet {
         check_target(pid)?;
         let mut families = families.to_vec();
         families.retain(|f| *f != Family::User);
+        let (user_probes, implied) = user::with_implied(pid, &families, user_probes);
+        let user_probes = &user_probes[..];
         if user_probes.iter().any(|p| p.counted_by_user_family()) {
             families.push(Family::User);
         }
@@ -394,7 +396,7 @@ impl ProbeSet {
             copy_impls: Vec::new(),
             alloc_entries: Vec::new(),
             alloc_unprobed: Vec::new(),
-            notes: refused,
+            notes: refused.into_iter().chain(implied).collect(),
             user: user::UserState::new(user_probes, scope == Scope::Tree),
             plans: Vec::new(),
         };

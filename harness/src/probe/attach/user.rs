@@ -294,3 +294,45 @@ pub(super) fn guarded_placed(
     let link = g.attach_with_cookie(prog.as_fd(), cookie).map_err(err)?;
     Ok((g, Some(link)))
 }
+
+/// The user's probes and the markers the families count without the
+/// user naming them, where the process's runtimes fire one (the JVM's
+/// objects and collections, CPython's collections: `runtime::implied_markers`),
+/// each said in a note; a marker the user named already is not added.
+pub(super) fn with_implied(
+    pid: u32,
+    families: &[Family],
+    named: &[crate::probe::user::UserProbe],
+) -> (Vec<crate::probe::user::UserProbe>, Vec<AttachNote>) {
+    use crate::probe::user::UserProbe;
+    let mut probes = named.to_vec();
+    let mut notes = Vec::new();
+    let Ok(maps) = ProcMaps::read(pid) else {
+        return (probes, notes);
+    };
+    let names: Vec<&'static str> = families.iter().map(|f| f.name()).collect();
+    for (spec, family) in crate::runtime::implied_markers(&maps, &names) {
+        let marker = spec.rsplitn(3, ':').take(2).collect::<Vec<_>>();
+        let [name, provider] = marker[..] else {
+            continue;
+        };
+        let name = name.split('#').next().unwrap_or(name);
+        let named_already = named.iter().any(|p| match p {
+            UserProbe::Usdt { pattern, .. } => pattern.ends_with(&format!("{provider}:{name}")),
+            _ => false,
+        });
+        let Ok(p) = UserProbe::usdt(&spec) else {
+            continue;
+        };
+        if named_already {
+            continue;
+        }
+        notes.push(AttachNote {
+            family: Family::User,
+            what: format!("usdt:{provider}:{name}"),
+            note: format!("counted for the {family} family: the process's runtime fires it"),
+        });
+        probes.push(p);
+    }
+    (probes, notes)
+}

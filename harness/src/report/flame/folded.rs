@@ -33,7 +33,9 @@ pub fn stacks(p: &Profile, i: usize) -> Merged {
                 frames.push(f);
             }
         }
-        *out.entry(frames.join(";")).or_default() += v;
+        let at = out.entry(frames.join(";")).or_default();
+        // A user probe's signed argument sums modulo 2^64.
+        *at = at.wrapping_add(v);
     }
     out
 }

@@ -243,7 +243,10 @@ impl Profile {
 
     /// Window totals of measure `i`.
     pub fn total(&self, i: usize) -> u64 {
-        self.samples.iter().map(|s| s.values[i]).sum()
+        // A user probe's signed argument sums modulo 2^64.
+        self.samples
+            .iter()
+            .fold(0u64, |t, s| t.wrapping_add(s.values[i]))
     }
 }
 

@@ -58,7 +58,9 @@ pub fn top(r: &Recorded, top: usize) -> Vec<FamilySites> {
                     .and_then(|s| s.frames.get(s.user_site))
                     .map_or_else(|| "[no user stack]".to_string(), site_name),
             };
-            *by.entry(site).or_default() += v;
+            let at = by.entry(site).or_default();
+            // A user probe's signed argument sums modulo 2^64.
+            *at = at.wrapping_add(v);
         }
         let mut sites: Vec<(String, u64)> = by.into_iter().collect();
         sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));

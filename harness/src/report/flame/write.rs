@@ -112,6 +112,15 @@ fn graphs(
         if p.total(i) == 0 {
             continue;
         }
+        // A user probe's argument summed may be signed and negative at a
+        // stack (a width no graph can draw): its graph is left out, said.
+        if p.family == Family::User && p.samples.iter().any(|s| (s.values[i] as i64) < 0) {
+            eprintln!(
+                "rig: {}{suffix}: no graph of the argument summed: it is negative at some stacks",
+                p.family.name()
+            );
+            continue;
+        }
         if !any {
             crate::fsutil::make_dirs_below(base, rel)?;
             any = true;

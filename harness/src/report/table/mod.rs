@@ -9,6 +9,7 @@ use super::Attribution;
 use crate::probe::Family;
 use crate::stats::per_request;
 
+mod layers;
 mod stacks;
 mod user;
 pub use stacks::{short_name, stacks};
@@ -332,28 +333,7 @@ fn allocations(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         per(t_.allocations, n),
         per(t_.bytes, n),
     );
-    for l in a.alloc_layers.iter().filter(|l| l.beside_the_heap) {
-        let t = &l.totals;
-        let not_sized = if t.not_sized > 0 {
-            format!(
-                " ({} of them unsized: no argument holds their size, their bytes are not in \
-                 the {} bytes)",
-                per(t.not_sized, n),
-                per(t.bytes, n)
-            )
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            out,
-            "{} allocator: {} allocs{unit}{not_sized}, {} bytes{unit}, {} frees{unit}: its own \
-             layer, beside the heap's totals above (a pool growing by malloc is counted there)",
-            l.allocator,
-            per(t.allocations, n),
-            per(t.bytes, n),
-            per(t.frees, n)
-        );
-    }
+    layers::beside_the_heap(out, a, n, unit);
     alloc_layers(out, a, n, unit);
 }
 
@@ -542,23 +522,27 @@ fn alloc_layers(out: &mut String, a: &Attribution, n: Option<u64>, unit: &str) {
     if a.alloc_layers.len() < 2 {
         return;
     }
-    let mut t = table(&[
-        "allocator",
-        &format!("allocs{unit}"),
-        &format!("bytes{unit}"),
-        &format!("frees{unit}"),
-        &format!("inner allocs{unit}"),
-        &format!("inner frees{unit}"),
-    ]);
+    // Collections, where a layer is a garbage-collected heap's.
+    let gc = a.alloc_layers.iter().any(|l| l.totals.gc_cycles > 0);
+    let mut head = [
+        "allocs",
+        "bytes",
+        "frees",
+        "inner allocs",
+        "inner frees",
+        "GC cycles",
+    ]
+    .map(|h| format!("{h}{unit}"))
+    .to_vec();
+    head.truncate(if gc { 6 } else { 5 });
+    head.insert(0, "allocator".to_string());
+    let mut t = table(&head.iter().map(String::as_str).collect::<Vec<_>>());
     for l in &a.alloc_layers {
-        t.add_row(vec![
-            l.allocator.clone(),
-            per(l.totals.allocations, n),
-            per(l.totals.bytes, n),
-            per(l.totals.frees, n),
-            per(l.inner_allocations, n),
-            per(l.inner_frees, n),
-        ]);
+        let (s, i) = (&l.totals, [l.inner_allocations, l.inner_frees]);
+        let mut row = vec![l.allocator.clone()];
+        row.extend([s.allocations, s.bytes, s.frees, i[0], i[1], s.gc_cycles].map(|v| per(v, n)));
+        row.truncate(head.len());
+        t.add_row(row);
     }
     let _ = writeln!(
         out,

@@ -121,7 +121,7 @@ fn merged_rows(st: &StackSection, family: Family) -> Vec<(String, Shown, u64, u6
         match at.get(&key) {
             Some(&i) => {
                 merged[i].2 += r.count;
-                merged[i].3 += r.amount;
+                merged[i].3 = merged[i].3.wrapping_add(r.amount);
             }
             None => {
                 at.insert(key, merged.len());
