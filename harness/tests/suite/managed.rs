@@ -137,6 +137,31 @@ fn a_jvms_objects_and_collections_are_its_java_layer_without_naming_a_probe() {
     );
 }
 
+/// `--probes locks` on a JVM with -XX:+DTraceMonitorProbes counts its
+/// contended monitor enters from the JVM's marker without a probe named:
+/// the fixture's one per request (another thread holds the monitor when
+/// the handler enters it) exactly; the uncontended ones are named as not
+/// counted.
+#[test]
+fn a_jvms_contended_monitor_enters_are_counted_for_the_locks_family() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let s = java_with(&["-XX:+DTraceMonitorProbes"], &["7", "0", "1"]);
+    let probes = ["--probes", "locks"];
+    let (stdout, a) = attach_driven_with(&s, "/work", 100, &probes, rig::exit::INCOMPLETE);
+    let requests = a["window"]["requests"].as_u64().unwrap();
+    assert_eq!(requests, 100, "{stdout}");
+    let enters = user_probe(&a, "usdt:hotspot:monitor__contended__enter");
+    assert_eq!(enters["calls"], requests, "{stdout}");
+    let locks = losses(&a, "locks");
+    assert!(
+        locks
+            .iter()
+            .any(|w| w.starts_with("Java's uncontended monitor enters")),
+        "{locks:#?}"
+    );
+}
+
 /// A JVM started without `-XX:+DTraceAllocProbes`: the alloc family counts
 /// the JVM's own mallocs and is incomplete, naming the Java heap and the
 /// flag that would make its objects countable; Java's copies and locks are
