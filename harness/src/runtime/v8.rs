@@ -6,7 +6,7 @@ use anyhow::Result;
 use object::{Object, ObjectSymbol};
 use rig_ebpf::abi::{unwind_cfa, UnwindRow};
 
-use super::{marker, Code, Mapped, Module, ModuleKind, Runtime};
+use super::{marker, Code, JitFrames, Mapped, Module, ModuleKind, Runtime};
 
 pub struct V8;
 
@@ -21,6 +21,16 @@ impl Runtime for V8 {
 
     fn unwind_rows(&self, code: &Code<'_>) -> Result<Vec<UnwindRow>> {
         Ok(builtin_rows(code))
+    }
+
+    /// V8 keeps rbp as a frame pointer in every frame of the code it
+    /// generates (its own stack walker reads frames by it), so a walk
+    /// passes through JavaScript frames to the builtins that entered them.
+    fn jit_frames(&self, m: &Module<'_>, _at: &Mapped<'_>) -> Option<JitFrames> {
+        m.facts
+            .lookup_symbol(V8_API)
+            .is_some()
+            .then_some(JitFrames::FramePointers)
     }
 
     /// V8's heap, in a module that embeds V8 (node, or its `libnode`):

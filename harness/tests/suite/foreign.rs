@@ -329,17 +329,27 @@ fn node_allocates_through_glibc_by_its_malloc_plt_and_jit_frames_are_named_from_
         "{notes:?}"
     );
     // JIT frames: named from the perf map (V8 writes `JS:<tier><function>
-    // <script>:<line>:<column>`), server.js's own functions among them;
-    // a stack that ends in JIT code says so, and no other reason.
-    let mut in_server_js = 0;
+    // <script>:<line>:<column>`), server.js's own functions among them,
+    // and walked through by their frame pointers (V8 keeps them in every
+    // frame) to node's own code and its start: whole stacks; a stack that
+    // ends in JIT code says so, and no other reason.
+    let (mut in_server_js, mut whole) = (0, 0);
     for (r, st) in rows(&a, "alloc").chain(rows(&a, "syscalls")) {
         let fr = frames(st);
+        let mut here = false;
         for f in fr.iter().filter(|f| f["naming"] == "jit") {
             let name = f["function"].as_str().unwrap();
             assert!(!name.is_empty(), "{}", label(st));
             if name.starts_with("JS:") && name.contains("fixtures/node/server.js:") {
                 in_server_js += r["count"].as_u64().unwrap();
+                here = true;
             }
+        }
+        if here
+            && st["incomplete"] == serde_json::json!([])
+            && fr.last().unwrap()["function"] == "_start"
+        {
+            whole += r["count"].as_u64().unwrap();
         }
         if fr.last().unwrap()["naming"] == "jit" {
             assert_eq!(
@@ -353,5 +363,9 @@ fn node_allocates_through_glibc_by_its_malloc_plt_and_jit_frames_are_named_from_
     assert!(
         in_server_js > 0,
         "no JIT frame of server.js named from the perf map\n{stdout}"
+    );
+    assert!(
+        whole > 0,
+        "no whole stack through server.js's frames to node's _start\n{stdout}"
     );
 }
