@@ -335,26 +335,25 @@ fn java_objects_of_the_fixtures_class_are_counted_exactly_per_request_by_class()
     }
 }
 
-/// A scratch directory with two target specs of the Java fixture (7 and 9
-/// `Server$Item`s per request), each naming the by-class probe, and a
-/// one-case matrix.
-struct JavaSpecs(std::path::PathBuf);
+/// A scratch directory with target specs of one fixture, each naming the
+/// probe its counter is of, and a one-case matrix.
+struct Specs(std::path::PathBuf);
 
-impl JavaSpecs {
-    fn new(name: &str) -> JavaSpecs {
-        let dir = std::env::temp_dir().join(format!("rig-java-{name}-{}", std::process::id()));
+impl Specs {
+    /// `targets`: (name, argv with `{port}`), each with `usdt`.
+    fn new(name: &str, targets: &[(String, Vec<String>)], usdt: &str) -> Specs {
+        let dir = std::env::temp_dir().join(format!("rig-managed-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        for items in [7, 9] {
+        for (target, argv) in targets {
             let spec = format!(
-                "name = \"java{items}\"\nargv = [{JAVA:?}, \"-XX:+DTraceAllocProbes\", {:?}, \"{{port}}\", \"{items}\"]\n\
+                "name = {target:?}\nargv = {argv:?}\n\
                  port = \"argv\"\nready = {{ stdout = \"READY\" }}\nready_timeout_ms = 60000\n\
-                 usdt = [\"hotspot:object__alloc#1/2\"]\n\n\
+                 usdt = [{usdt:?}]\n\n\
                  [protocols]\nh1 = true\n\n[[endpoints]]\npath = \"/work\"\nstatus = 200\n\
                  content_type = \"text/plain\"\nbody = {{ literal = \"ok\\n\" }}\n",
-                rig_fixtures::java_server().display().to_string(),
             );
-            std::fs::write(dir.join(format!("java{items}.toml")), spec).unwrap();
+            std::fs::write(dir.join(format!("{target}.toml")), spec).unwrap();
         }
         std::fs::write(
             dir.join("m.toml"),
@@ -363,15 +362,94 @@ impl JavaSpecs {
              topologies = [\"1\"]\n",
         )
         .unwrap();
-        JavaSpecs(dir)
+        Specs(dir)
+    }
+
+    /// The Java fixture with 7 and 9 `Server$Item`s per request (`java7`,
+    /// `java9`), counted by class.
+    fn java(name: &str) -> Specs {
+        let server = rig_fixtures::java_server().display().to_string();
+        let targets: Vec<(String, Vec<String>)> = [7, 9]
+            .map(|items| {
+                let argv = [
+                    JAVA,
+                    "-XX:+DTraceAllocProbes",
+                    &server,
+                    "{port}",
+                    &items.to_string(),
+                ];
+                (format!("java{items}"), argv.map(String::from).to_vec())
+            })
+            .to_vec();
+        Specs::new(name, &targets, "hotspot:object__alloc#1/2")
     }
 
     fn path(&self, f: &str) -> String {
         self.0.join(f).display().to_string()
     }
+
+    /// `rig gate`: bless from target `a` (the counter `counter` is
+    /// `blessed` per request in the baseline), then target `b` breaches it
+    /// with `breach` in its text.
+    fn gate(&self, a: &str, b: &str, counter: &str, blessed: f64, breach: &str) {
+        let baseline = self.0.join("baseline.toml");
+        std::fs::write(
+            &baseline,
+            format!(
+                "target = {:?}\nmatrix = {:?}\nsuite = \"j\"\nrepeats = 2\nrequests = 100\nprobes = \"syscalls\"\n",
+                self.path(&format!("{a}.toml")),
+                self.path("m.toml")
+            ),
+        )
+        .unwrap();
+        let base = baseline.display().to_string();
+        let (code, text) = rig(&["gate", "--baseline", &base, "--bless"]);
+        assert_eq!(code, rig::exit::OK, "{text}");
+        let written = std::fs::read_to_string(&baseline).unwrap();
+        assert!(
+            written.contains(&format!("[counters.\"{counter}\"]\nvalue = {blessed:?}\n")),
+            "{written}"
+        );
+        let target = self.path(&format!("{b}.toml"));
+        let (code, text) = rig(&["gate", "--baseline", &base, "--target", &target]);
+        assert_eq!(code, rig::exit::GATE_BREACH, "{text}");
+        assert!(text.contains(&format!("{counter}: {breach}")), "{text}");
+    }
 }
 
-impl Drop for JavaSpecs {
+impl Specs {
+    /// `rig ab` of targets `a` and `b`: `counter` is a code difference,
+    /// its median per arm `medians`.
+    fn ab(&self, a: &str, b: &str, counter: &str, medians: [f64; 2]) {
+        let out = self.path("out");
+        let arm = |n: &str, t: &str| format!("{n}={}", self.path(&format!("{t}.toml")));
+        let (arm_a, arm_b, matrix) = (arm("A", a), arm("B", b), self.path("m.toml"));
+        let (code, text) = rig(&[
+            "ab", "--arm", &arm_a, "--arm", &arm_b, "--matrix", &matrix, "--out", &out, "--probes",
+            "syscalls", "--suite", "j",
+            // Two rounds: four runs of each arm, enough to prove a site's
+            // count constant within an arm (`ab::analyse::PROOF_RUNS`).
+            "--rounds", "2",
+        ]);
+        assert_eq!(code, rig::exit::OK, "{text}");
+        let ab: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.0.join("out/ab.json")).unwrap()).unwrap();
+        // A call site's counter is a code difference: its median per arm.
+        let sites: Vec<&serde_json::Value> = ab["code_differences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|d| d["sites"].as_array().unwrap())
+            .collect();
+        let found = sites
+            .iter()
+            .find(|s| s[0] == counter)
+            .unwrap_or_else(|| panic!("{counter} is no code difference: {sites:?}\n{text}"));
+        assert_eq!(found[1], serde_json::json!(medians), "{text}");
+    }
+}
+
+impl Drop for Specs {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
@@ -386,31 +464,34 @@ const ITEMS: &str = "usdt:hotspot:object__alloc calls @ arg1=Server$Item";
 fn rig_gate_blesses_java_objects_by_class_and_two_more_per_request_breach_it() {
     root_or_skip!();
     let _g = probes_shared();
-    let s = JavaSpecs::new("gate");
-    let baseline = s.0.join("baseline.toml");
-    std::fs::write(
-        &baseline,
-        format!(
-            "target = {:?}\nmatrix = {:?}\nsuite = \"j\"\nrepeats = 2\nrequests = 100\nprobes = \"syscalls\"\n",
-            s.path("java7.toml"),
-            s.path("m.toml")
-        ),
-    )
-    .unwrap();
-    let b = baseline.display().to_string();
-    let (code, text) = rig(&["gate", "--baseline", &b, "--bless"]);
-    assert_eq!(code, rig::exit::OK, "{text}");
-    let blessed = std::fs::read_to_string(&baseline).unwrap();
-    assert!(
-        blessed.contains(&format!("[counters.\"{ITEMS}\"]\nvalue = 7.0\n")),
-        "{blessed}"
-    );
-    let (code, text) = rig(&["gate", "--baseline", &b, "--target", &s.path("java9.toml")]);
-    assert_eq!(code, rig::exit::GATE_BREACH, "{text}");
-    assert!(
-        text.contains(&format!("{ITEMS}: 9.000/req > 7.000")),
-        "{text}"
-    );
+    Specs::java("gate").gate("java7", "java9", ITEMS, 7.0, "9.000/req > 7.000");
+}
+
+/// Python calls per request by function are gateable: blessed from the
+/// fixture calling make_item 16 times per request (its profile function
+/// set, so CPython 3.11 fires the marker), a build calling it 17 times
+/// breaches it by exactly 1.
+#[test]
+fn rig_gate_blesses_python_calls_by_function_and_one_more_per_request_breaches_it() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let counter = "usdt:python:function__entry calls @ arg1=make_item";
+    python_specs("pygate").gate("py16", "py17", counter, 16.0, "17.000/req > 16.000");
+}
+
+/// The Python fixture calling make_item 16 and 17 times per request
+/// (`py16`, `py17`), its profile function set so CPython 3.11 fires its
+/// function marker, counted by function.
+fn python_specs(name: &str) -> Specs {
+    let server = rig_fixtures::python_server().display().to_string();
+    let targets: Vec<(String, Vec<String>)> = [16, 17]
+        .map(|items| {
+            let n = items.to_string();
+            let argv = [PYTHON, &server, "{port}", "--profile", "--items", &n];
+            (format!("py{items}"), argv.map(String::from).to_vec())
+        })
+        .to_vec();
+    Specs::new(name, &targets, "python:function__entry#1")
 }
 
 /// `rig ab` of the 7- and 9-item builds: `Server$Item` is a code
@@ -419,42 +500,18 @@ fn rig_gate_blesses_java_objects_by_class_and_two_more_per_request_breach_it() {
 fn rig_ab_names_the_java_class_with_two_more_objects_per_request_as_a_code_difference() {
     root_or_skip!();
     let _g = probes_shared();
-    let s = JavaSpecs::new("ab");
-    let out = s.path("out");
-    let (code, text) = rig(&[
-        "ab",
-        "--arm",
-        &format!("A={}", s.path("java7.toml")),
-        "--arm",
-        &format!("B={}", s.path("java9.toml")),
-        "--matrix",
-        &s.path("m.toml"),
-        "--out",
-        &out,
-        "--probes",
-        "syscalls",
-        "--suite",
-        "j",
-        // Two rounds: four runs of each arm, enough to prove a site's
-        // count constant within an arm (`ab::analyse::PROOF_RUNS`).
-        "--rounds",
-        "2",
-    ]);
-    assert_eq!(code, rig::exit::OK, "{text}");
-    let ab: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(s.0.join("out/ab.json")).unwrap()).unwrap();
-    // A call site's counter is a code difference: its median per arm.
-    let sites: Vec<&serde_json::Value> = ab["code_differences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|d| d["sites"].as_array().unwrap())
-        .collect();
-    let items = sites
-        .iter()
-        .find(|s| s[0] == ITEMS)
-        .unwrap_or_else(|| panic!("{ITEMS} is no code difference: {sites:?}\n{text}"));
-    assert_eq!(items[1], serde_json::json!([7.0, 9.0]), "{text}");
+    Specs::java("ab").ab("java7", "java9", ITEMS, [7.0, 9.0]);
+}
+
+/// `rig ab` of the fixture calling make_item 16 and 17 times per request:
+/// the Python function's calls are a code difference of exactly 16.0
+/// against 17.0.
+#[test]
+fn rig_ab_names_the_python_function_called_once_more_per_request_as_a_code_difference() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let counter = "usdt:python:function__entry calls @ arg1=make_item";
+    python_specs("pyab").ab("py16", "py17", counter, [16.0, 17.0]);
 }
 
 /// Debian's python3.11 with pymalloc (the default): the alloc family is
