@@ -168,7 +168,7 @@ fn flag(m: &Module<'_>, at: &Mapped<'_>, name: &str) -> Option<bool> {
 
 /// Has the JVM at `at` write `/tmp/perf-PID.map` (every compiled method,
 /// stub and the interpreter, as the code cache holds them now) with the
-/// `jcmd` of its own JDK, run in its own filesystem (a container's).
+/// `jcmd` of its own JDK, found through its root (a container's files).
 fn perf_map(at: &Mapped<'_>) -> Result<String, String> {
     // JAVA_HOME/lib/server/libjvm.so -> JAVA_HOME/bin/jcmd
     let home = Path::new(at.path.trim_end_matches(" (deleted)"))
