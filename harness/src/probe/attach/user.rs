@@ -317,14 +317,10 @@ pub(super) fn with_implied(
             continue;
         };
         let name = name.split('#').next().unwrap_or(name);
-        let named_already = named.iter().any(|p| match p {
-            UserProbe::Usdt { pattern, .. } => pattern.ends_with(&format!("{provider}:{name}")),
-            _ => false,
-        });
         let Ok(p) = UserProbe::usdt(&spec) else {
             continue;
         };
-        if named_already {
+        if names_marker(named, provider, name) {
             continue;
         }
         notes.push(AttachNote {
@@ -335,4 +331,51 @@ pub(super) fn with_implied(
         probes.push(p);
     }
     (probes, notes)
+}
+
+/// Whether one of the user's probes names marker `provider:name`, by its
+/// PROVIDER:NAME part, globs and all (`hotspot:*` names it): a marker
+/// probed twice would count each call twice.
+fn names_marker(named: &[crate::probe::user::UserProbe], provider: &str, name: &str) -> bool {
+    let pn = format!("{provider}:{name}");
+    named.iter().any(|p| match p {
+        crate::probe::user::UserProbe::Usdt { pattern, .. } => {
+            let parts: Vec<&str> = pattern.rsplitn(3, ':').collect();
+            let rest = match parts[..] {
+                [_, _, binary] => &pattern[binary.len() + 1..],
+                _ => pattern.as_str(),
+            };
+            crate::probe::user::names::glob(rest, &pn)
+        }
+        _ => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_marker;
+    use crate::probe::user::UserProbe;
+
+    #[test]
+    fn a_marker_the_user_named_by_any_pattern_is_not_implied_again() {
+        let named = |spec: &str| vec![UserProbe::usdt(spec).unwrap()];
+        for spec in [
+            "hotspot:object__alloc#1/2",
+            "hotspot:*",
+            "libjvm.so:hotspot:object__alloc",
+            "*:object__*",
+        ] {
+            assert!(
+                names_marker(&named(spec), "hotspot", "object__alloc"),
+                "{spec}"
+            );
+        }
+        for spec in ["hotspot:gc__begin", "python:*", "libjvm.so:hotspot:gc*"] {
+            assert!(
+                !names_marker(&named(spec), "hotspot", "object__alloc"),
+                "{spec}"
+            );
+        }
+        assert!(!names_marker(&[], "hotspot", "object__alloc"));
+    }
 }
