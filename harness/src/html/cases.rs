@@ -451,6 +451,18 @@ fn clean_facts(clean: &Clean) -> Value {
 /// The probes a user named (`--usdt`, `--func`), each with its calls per
 /// request (and its argument summed) by call site: one table per probe,
 /// as the terminal prints them.
+/// A user probe's call site as the report's tables label a site.
+fn user_site_label(s: &crate::results::case::UserSiteRow<'_>) -> String {
+    site_label(&Site {
+        addr: None,
+        module: s.site.module.map(str::to_string),
+        module_offset: s.site.module_offset,
+        function: s.site.function.map(str::to_string),
+        file: s.site.file.map(str::to_string),
+        line: s.site.line,
+    })
+}
+
 fn user_probes(k: &Counted<'_>) -> Vec<Value> {
     let Some(n) = k.requests().filter(|n| *n > 0) else {
         return Vec::new();
@@ -466,16 +478,8 @@ fn user_probes(k: &Counted<'_>) -> Vec<Value> {
                 .iter()
                 .take(10)
                 .map(|s| {
-                    let site = Site {
-                        addr: None,
-                        module: s.site.module.map(str::to_string),
-                        module_offset: s.site.module_offset,
-                        function: s.site.function.map(str::to_string),
-                        file: s.site.file.map(str::to_string),
-                        line: s.site.line,
-                    };
                     json!({
-                        "site": site_label(&site),
+                        "site": user_site_label(s),
                         "calls": per(s.calls.unwrap_or(0) as f64),
                         "arg_sum": s.arg_sum.map(|v| per(v as f64)),
                     })
@@ -488,10 +492,7 @@ fn user_probes(k: &Counted<'_>) -> Vec<Value> {
                 .take(10)
                 .map(|v| {
                     // Where most of them were made.
-                    let at = v.sites.first().map(|s| {
-                        let name = s.site.function.as_deref();
-                        name.or(s.site.module.as_deref()).unwrap_or("?").to_string()
-                    });
+                    let at = v.sites.first().map(user_site_label);
                     json!({
                         "value": v.value,
                         "calls": per(v.calls.unwrap_or(0) as f64),

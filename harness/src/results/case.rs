@@ -403,8 +403,8 @@ pub struct UserProbeRow<'a> {
     /// `#S[/L]`: the string argument its calls are counted by.
     #[serde(deserialize_with = "or_default")]
     pub by: Option<UserBy>,
-    #[serde(deserialize_with = "or_default")]
-    pub by_value: Vec<UserValueRow>,
+    #[serde(borrow, deserialize_with = "or_default")]
+    pub by_value: Vec<UserValueRow<'a>>,
 }
 
 /// `probe::user::ByArg`.
@@ -418,29 +418,13 @@ pub struct UserBy {
 /// `report::user::UserValueRow` (the string may hold escapes: owned).
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
-pub struct UserValueRow {
+pub struct UserValueRow<'a> {
     pub value: String,
     pub calls: Option<u64>,
     pub arg_sum: Option<i128>,
     /// Where its calls were made, most first.
-    pub sites: Vec<UserValueSite>,
-}
-
-/// `report::user::UserSiteRow` of a value: the site's label and calls.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(default)]
-pub struct UserValueSite {
-    pub site: UserValueSiteName,
-    pub calls: Option<u64>,
-}
-
-/// The parts of a `symbolize::Site` a value's site is shown by (owned: a
-/// Java method's name may hold escapes).
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(default)]
-pub struct UserValueSiteName {
-    pub function: Option<String>,
-    pub module: Option<String>,
+    #[serde(borrow, deserialize_with = "or_default")]
+    pub sites: Vec<UserSiteRow<'a>>,
 }
 
 /// `report::user::UserSiteRow`.

@@ -18,11 +18,11 @@
 //! | `musl` | musl's libc.so, or a static musl executable | malloc & co | the stack height analysis of its machine code | as glibc |
 //! | `go` | Go code | `runtime.mallocgc`, GC cycles; never a return probe | `.gopclntab`'s pcsp tables | `.gopclntab` |
 //! | `native` | other ELF code: jemalloc, tcmalloc, mimalloc, Rust's shims, libstdc++ | each allocator's own names | `.eh_frame` | as glibc |
-//! | `cpython` | CPython's allocation APIs; pymalloc inlined (named unseen) | PyObject_/PyMem_ | `.eh_frame` | as glibc |
-//! | `jvm` | HotSpot's `libjvm.so`; the Java heap (named unseen) | none yet | `.eh_frame` | as glibc |
+//! | `cpython` | CPython's allocation APIs; pymalloc inlined (named unseen) | PyObject_/PyMem_; its collection marker | `.eh_frame` | as glibc |
+//! | `jvm` | HotSpot's `libjvm.so`; the Java heap's bytes (named unseen) | its markers: objects, collections, contended monitors (`implied_markers`) | `.eh_frame`; its JIT code by frame pointer with `-XX:+PreserveFramePointer` | as glibc; its JIT code from the perf map `jcmd` writes |
 //! | `pools` | an application's own allocator (haproxy, APR, nginx, PostgreSQL, glib; `--alloc-func`) | its pool entry points, a layer beside the heap's | `.eh_frame` | as glibc |
-//! | `v8` | V8's embedded builtins; the JavaScript heap (named unseen) | none | frame-pointer rows after their prologue | as glibc |
-//! | `jit` | anonymous executable memory | none | none: a stack ends there, marked | `/tmp/perf-PID.map` |
+//! | `v8` | V8's embedded builtins; the JavaScript heap (named unseen) | none | frame-pointer rows after their prologue; its JIT code by frame pointer | as glibc |
+//! | `jit` | anonymous executable memory | none | a frame-pointer row where its runtime keeps them (`jit_frames`), else none: a stack ends there, marked | `/tmp/perf-PID.map` |
 //!
 //! Adding a runtime is one new file here and one line in [`ALL`].
 
