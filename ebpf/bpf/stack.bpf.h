@@ -119,6 +119,22 @@ struct task_struct___stack {
 	void *stack;
 } __attribute__((preserve_access_index));
 
+/* tgid -> where its interpreter keeps each thread's frames. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RIG_MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, struct interp_proc);
+} interp_procs SEC(".maps");
+
+/* The thread's TLS base, which its pthread_t is (x86_64, CO-RE). */
+struct thread_struct___interp {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+struct task_struct___interp {
+	struct thread_struct___interp thread;
+} __attribute__((preserve_access_index));
+
 /* No mapping: find_map's answer when there is none. */
 #define RIG_NONE 0xffffffffu
 
@@ -417,7 +433,125 @@ static __always_inline __u64 stack_hash(struct ustack *st)
 		h *= 0x100000001b3ull;
 		h ^= h >> 29;
 	}
+	h ^= (__u64)st->ilen << 48;
+	for (int i = 0; i < RIG_STACK_MAX_IFRAMES; i++) {
+		if (i >= st->ilen)
+			break;
+		h ^= st->iframe[i];
+		h *= 0x100000001b3ull;
+		h ^= h >> 29;
+	}
 	return h ? h : 1;
+}
+
+/* The thread state of this thread in the interpreter `ip` describes, 0
+ * when none is (a thread the interpreter never ran), INTERP_FAIL on a read
+ * failure. The one holding the interpreter's lock is tried first: most
+ * events come from it. */
+#define INTERP_FAIL (~0ull)
+static __always_inline __u64 interp_thread(struct interp_proc *ip, __u64 self)
+{
+	__u64 ts = 0, tid = 0;
+	if (bpf_probe_read_user(&ts, 8, (void *)(ip->runtime + ip->current)))
+		return INTERP_FAIL;
+	if (ts && !bpf_probe_read_user(&tid, 8, (void *)(ts + ip->ts_thread)) && tid == self)
+		return ts;
+	__u64 interp = 0;
+	if (bpf_probe_read_user(&interp, 8, (void *)(ip->runtime + ip->interp_head)) || !interp ||
+	    bpf_probe_read_user(&ts, 8, (void *)(interp + ip->threads_head)))
+		return INTERP_FAIL;
+	/* Threads of the main interpreter (a subinterpreter's are not walked). */
+	for (int i = 0; i < 64 && ts; i++) {
+		if (bpf_probe_read_user(&tid, 8, (void *)(ts + ip->ts_thread)))
+			return INTERP_FAIL;
+		if (tid == self)
+			return ts;
+		if (bpf_probe_read_user(&ts, 8, (void *)(ts + ip->ts_next)))
+			return INTERP_FAIL;
+	}
+	return 0;
+}
+
+/* The interpreted frames of this thread into the walk's stack (see struct
+ * ustack). A global function: verified once per program. */
+__attribute__((noinline)) int take_iframes(__u32 tgid)
+{
+	__u32 zero = 0;
+	struct walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!w)
+		return 0;
+	w->st.ilen = 0;
+	struct interp_proc *ip = bpf_map_lookup_elem(&interp_procs, &tgid);
+	if (!ip)
+		return 0;
+	struct task_struct___interp *t = (void *)bpf_get_current_task();
+	__u64 self = BPF_CORE_READ(t, thread.fsbase);
+	__u64 ts = interp_thread(ip, self);
+	if (ts == INTERP_FAIL) {
+		w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
+		return 0;
+	}
+	if (!ts) {
+		w->st.flags |= RIG_STACK_INTERP_NO_THREAD;
+		return 0;
+	}
+	__u64 cf = 0, f = 0;
+	if (bpf_probe_read_user(&cf, 8, (void *)(ts + ip->ts_cframe)) || !cf ||
+	    bpf_probe_read_user(&f, 8, (void *)(cf + ip->cframe_frame))) {
+		w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
+		return 0;
+	}
+	/* Frames are read in chunks into the walk's buffer (the native walk
+	 * is done with it): a thread's frames sit one after another in its
+	 * frame stack, each caller below its callee, so one read ending at a
+	 * frame usually holds its callers too. A chunk reaches down at most to
+	 * the start of the frame's page, never into memory that may not be
+	 * mapped. Measured with `rig probe-cost` (20 Python frames): 3.6 us
+	 * per event with three reads per frame, 2.2 with one. */
+	__u32 span = ip->frame_span;
+	__u32 code_at = ip->frame_code, prev_at = ip->frame_previous, entry_at = ip->frame_entry;
+	if (span > 128 || code_at + 8 > span || prev_at + 8 > span || entry_at + 1 > span) {
+		w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
+		return 0;
+	}
+	__u64 base = 0, len = 0;
+	__u32 n = 0;
+	for (int i = 0; i < RIG_STACK_MAX_IFRAMES + 1 && f; i++) {
+		if (n >= RIG_STACK_MAX_IFRAMES) {
+			w->st.flags |= RIG_STACK_INTERP_TRUNCATED;
+			break;
+		}
+		if (f < base || f + span > base + len) {
+			__u64 end = f + span, floor = f & ~4095ull;
+			__u64 start = end - floor > STACK_CHUNK ? end - STACK_CHUNK : floor;
+			__u64 l = end - start;
+			if (l > STACK_CHUNK)
+				l = STACK_CHUNK;
+			if (bpf_probe_read_user(w->buf, l, (void *)start)) {
+				w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
+				break;
+			}
+			base = start;
+			len = l;
+		}
+		__u64 off = f - base;
+		__u64 c = (off + code_at) & (STACK_CHUNK - 1);
+		__u64 p = (off + prev_at) & (STACK_CHUNK - 1);
+		__u64 e = (off + entry_at) & (STACK_CHUNK - 1);
+		if (c > STACK_CHUNK - 8 || p > STACK_CHUNK - 8) {
+			w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
+			break;
+		}
+		__u64 code = 0;
+		__builtin_memcpy(&code, &w->buf[c], 8);
+		__builtin_memcpy(&f, &w->buf[p], 8);
+		__u8 entry = w->buf[e];
+		w->st.iframe[n & (RIG_STACK_MAX_IFRAMES - 1)] = code | (entry ? 1 : 0);
+		n++;
+	}
+	w->buf_len = 0;
+	w->st.ilen = n;
+	return 0;
 }
 
 /* Walk the user stack from (ip, sp, bp) and store it; returns its id, or 0
@@ -440,6 +574,7 @@ __attribute__((noinline)) __u64 take_ustack(__u32 tgid, __u64 ip, __u64 sp, __u6
 	w->bp = bp;
 	w->st.len = 0;
 	w->st.flags = 0;
+	w->st.ilen = 0;
 	w->buf_len = 0;
 	w->buf_base = 0;
 	w->last_map = 0;
@@ -460,6 +595,7 @@ __attribute__((noinline)) __u64 take_ustack(__u32 tgid, __u64 ip, __u64 sp, __u6
 		w->st.len = 1;
 		w->st.flags = RIG_STACK_NO_PROC;
 	}
+	take_iframes(tgid);
 	__u64 id = stack_hash(&w->st);
 	if (!bpf_map_lookup_elem(&ustacks, &id)) {
 		long err = bpf_map_update_elem(&ustacks, &id, &w->st, BPF_NOEXIST);
@@ -537,6 +673,11 @@ static __always_inline void stack_follow_fork(__u32 parent, __u32 child)
 	if (slot) {
 		__u32 s = *slot;
 		bpf_map_update_elem(&unwind_slots, &child, &s, BPF_ANY);
+	}
+	struct interp_proc *ip = bpf_map_lookup_elem(&interp_procs, &parent);
+	if (ip) {
+		struct interp_proc copy = *ip;
+		bpf_map_update_elem(&interp_procs, &child, &copy, BPF_ANY);
 	}
 }
 

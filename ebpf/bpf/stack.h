@@ -119,14 +119,62 @@ _Static_assert(sizeof(struct unwind_proc) == 8 + 8 * RIG_UNWIND_GROUPS + 48 * RI
 /* a return address a uretprobe replaced, with no return instance for its slot */
 #define RIG_STACK_LOST_RETURN (1u << 7)
 
+/* more interpreted frames than RIG_STACK_MAX_IFRAMES */
+#define RIG_STACK_INTERP_TRUNCATED (1u << 8)
+/* the interpreter's thread state or a frame could not be read */
+#define RIG_STACK_INTERP_READ_FAIL (1u << 9)
+/* the process runs an interpreter, but no thread state is this thread's */
+#define RIG_STACK_INTERP_NO_THREAD (1u << 10)
+
+/* Interpreted frames kept per stack (innermost first). */
+#define RIG_STACK_MAX_IFRAMES 32
+
 /* A user stack, innermost frame first. ip[0] is the exact instruction;
- * ip[1..] are return addresses. */
+ * ip[1..] are return addresses. iframe[] are the interpreter's own frames
+ * of the same thread at the same instant (struct interp_proc), innermost
+ * first: each is the frame's code object address, with bit 0 set on a
+ * frame the interpreter entered from C (the outermost frame one native
+ * call of its evaluation function runs): the harness splices them in
+ * where those native calls are. */
 struct ustack {
 	__u32 len;
 	__u32 flags;
 	__u64 ip[RIG_STACK_MAX_FRAMES];
+	__u32 ilen;
+	__u32 _pad;
+	__u64 iframe[RIG_STACK_MAX_IFRAMES];
 };
-_Static_assert(sizeof(struct ustack) == 8 + 8 * RIG_STACK_MAX_FRAMES, "ustack ABI");
+_Static_assert(sizeof(struct ustack) == 16 + 8 * RIG_STACK_MAX_FRAMES + 8 * RIG_STACK_MAX_IFRAMES,
+	       "ustack ABI");
+
+/* Where an interpreter keeps each thread's frames, for one process (key:
+ * tgid), found by the harness in the interpreter's own symbols and layout
+ * (runtime/cpython.rs). Offsets are bytes from the structure named. The
+ * walk: the thread state at `current` (the one holding the interpreter's
+ * lock), else the interpreter at `interp_head` and its list of thread
+ * states (`threads_head`, each `ts_next`); the thread's own is the one whose
+ * `ts_thread` (its pthread_t) is the thread's TLS base (fsbase: the same
+ * in every PID namespace). Its frame chain: `ts_cframe`, then
+ * `cframe_frame`, then each frame's `frame_code`, `frame_entry` (a byte)
+ * and `frame_previous`, read together (`frame_span`). */
+struct interp_proc {
+	__u64 runtime; /* the interpreter's global state (_PyRuntime) */
+	__u16 current;
+	__u16 interp_head;
+	__u16 threads_head;
+	__u16 ts_next;
+	__u16 ts_thread;
+	__u16 ts_cframe;
+	__u16 cframe_frame;
+	__u16 frame_code;
+	__u16 frame_previous;
+	__u16 frame_entry;
+	/* Bytes of a frame read at once (up to 128), covering the three
+	 * fields above: one read per frame, not three. */
+	__u16 frame_span;
+	__u16 _pad;
+};
+_Static_assert(sizeof(struct interp_proc) == 32, "interp_proc ABI");
 
 /* What a per-stack count is of: the family's event and its qualifier. */
 enum stack_what {

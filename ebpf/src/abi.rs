@@ -513,7 +513,13 @@ pub mod stack_flag {
     pub const NO_PROC: u32 = 1 << 5;
     pub const NO_REGS: u32 = 1 << 6;
     pub const LOST_RETURN: u32 = 1 << 7;
+    pub const INTERP_TRUNCATED: u32 = 1 << 8;
+    pub const INTERP_READ_FAIL: u32 = 1 << 9;
+    pub const INTERP_NO_THREAD: u32 = 1 << 10;
 }
+
+/// `RIG_STACK_MAX_IFRAMES` (stack.h): interpreted frames kept per stack.
+pub const STACK_MAX_IFRAMES: usize = 32;
 
 /// C twin: `struct ustack` (stack.h). Key: u64 stack id.
 #[repr(C)]
@@ -522,14 +528,22 @@ pub struct UStack {
     pub len: u32,
     pub flags: u32,
     pub ip: [u64; STACK_MAX_FRAMES],
+    pub ilen: u32,
+    pub _pad: u32,
+    /// The interpreter's frames (code object address, bit 0: entered
+    /// from C), innermost first.
+    pub iframe: [u64; STACK_MAX_IFRAMES],
 }
-const _: () = assert!(size_of::<UStack>() == 8 + 8 * STACK_MAX_FRAMES);
+const _: () = assert!(size_of::<UStack>() == 16 + 8 * STACK_MAX_FRAMES + 8 * STACK_MAX_IFRAMES);
 impl Default for UStack {
     fn default() -> Self {
         UStack {
             len: 0,
             flags: 0,
             ip: [0; STACK_MAX_FRAMES],
+            ilen: 0,
+            _pad: 0,
+            iframe: [0; STACK_MAX_IFRAMES],
         }
     }
 }
@@ -538,7 +552,32 @@ impl UStack {
     pub fn frames(&self) -> &[u64] {
         &self.ip[..(self.len as usize).min(STACK_MAX_FRAMES)]
     }
+
+    /// The interpreted frames, innermost first.
+    pub fn iframes(&self) -> &[u64] {
+        &self.iframe[..(self.ilen as usize).min(STACK_MAX_IFRAMES)]
+    }
 }
+
+/// C twin: `struct interp_proc` (stack.h). Key: tgid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InterpProc {
+    pub runtime: u64,
+    pub current: u16,
+    pub interp_head: u16,
+    pub threads_head: u16,
+    pub ts_next: u16,
+    pub ts_thread: u16,
+    pub ts_cframe: u16,
+    pub cframe_frame: u16,
+    pub frame_code: u16,
+    pub frame_previous: u16,
+    pub frame_entry: u16,
+    pub frame_span: u16,
+    pub _pad: u16,
+}
+const _: () = assert!(size_of::<InterpProc>() == 32);
 
 /// C twin: `enum stack_what` (stack.h).
 pub mod stack_what {
@@ -580,6 +619,7 @@ unsafe impl aya::Pod for UnwindRow {}
 unsafe impl aya::Pod for UnwindMap {}
 unsafe impl aya::Pod for UnwindProc {}
 unsafe impl aya::Pod for UStack {}
+unsafe impl aya::Pod for InterpProc {}
 unsafe impl aya::Pod for StackKey {}
 unsafe impl aya::Pod for StackVal {}
 

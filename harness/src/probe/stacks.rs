@@ -18,7 +18,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use aya::maps::{Array, HashMap, Map, MapData, StackTraceMap};
 use aya::{Ebpf, EbpfLoader};
-use rig_ebpf::abi::{StackKey, StackVal, UStack, UnwindProc, UNWIND_MAX_PROCS};
+use rig_ebpf::abi::{InterpProc, StackKey, StackVal, UStack, UnwindProc, UNWIND_MAX_PROCS};
 
 use super::unwind::{Sizes, Tables};
 use super::{read, Family, ProbeError};
@@ -180,6 +180,34 @@ impl StackTables {
             slots
                 .insert(pid, slot, 0)
                 .map_err(read::map_err(*family, "unwind_slots"))?;
+        }
+        self.install_interp(objects, pid, maps)
+    }
+
+    /// Where `pid`'s interpreter keeps its threads' frames, in every
+    /// object, when it runs one rig can walk; why not, said once, when it
+    /// runs one rig cannot.
+    fn install_interp(
+        &mut self,
+        objects: &mut [(Family, Ebpf)],
+        pid: u32,
+        maps: &ProcMaps,
+    ) -> Result<(), ProbeError> {
+        let interp = match crate::runtime::interp_frames(maps) {
+            None => return Ok(()),
+            Some(Err(why)) => {
+                self.tables.note_limit(format!("pid {pid}: {why}"));
+                return Ok(());
+            }
+            Some(Ok(interp)) => interp,
+        };
+        for (family, ebpf) in objects.iter_mut() {
+            let m = read::map_mut(ebpf, *family, "interp_procs")?;
+            let mut procs: HashMap<_, u32, InterpProc> =
+                HashMap::try_from(m).map_err(read::map_err(*family, "interp_procs"))?;
+            procs
+                .insert(pid, interp.layout, 0)
+                .map_err(read::map_err(*family, "interp_procs"))?;
         }
         Ok(())
     }

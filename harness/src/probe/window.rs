@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::{AttachNote, CopyImpl, Family, Followed, ProbeError, ProbeSet, Snapshot};
 use crate::process::maps::ProcMaps;
 use crate::process::ProcessId;
+use crate::runtime::{Interp, InterpName};
 
 /// Counters at the start of a window.
 pub struct WindowStart {
@@ -78,6 +79,9 @@ pub struct Window {
     /// Processes past a limit of the unwind tables: their stacks end early
     /// (one line each, for the report to say).
     pub stack_limits: Vec<String>,
+    /// tgid -> its interpreter and the names of the interpreted frames its
+    /// stacks hold (code object address -> name), read at the window's end.
+    pub interp: BTreeMap<u32, (Interp, BTreeMap<u64, InterpName>)>,
 }
 
 impl Window {
@@ -174,6 +178,8 @@ impl ProbeSet {
                 });
             }
         }
+        let delta = snap.delta(&start.snapshot);
+        let interp = interp_names(&delta, &maps);
         let joined_during = procs
             .iter()
             .map(|p| p.pid)
@@ -182,7 +188,7 @@ impl ProbeSet {
         Ok(Window {
             pid: self.pid(),
             families: self.families.clone(),
-            delta: snap.delta(&start.snapshot),
+            delta,
             elapsed,
             end,
             maps,
@@ -196,8 +202,37 @@ impl ProbeSet {
             notes,
             live_heap,
             stack_limits: self.stack_limits(),
+            interp,
         })
     }
+}
+
+/// The names of the interpreted frames the window's stacks hold, read now
+/// from each process whose interpreter walked them (the code objects may
+/// be gone by the time the report is written).
+fn interp_names(
+    delta: &Snapshot,
+    maps: &BTreeMap<u32, ProcMaps>,
+) -> BTreeMap<u32, (Interp, BTreeMap<u64, InterpName>)> {
+    let mut words: BTreeMap<u32, std::collections::BTreeSet<u64>> = BTreeMap::new();
+    for st in delta.stacks.values() {
+        for k in st.counts.keys() {
+            if let Some(s) = st.ustacks.get(&k.ustack) {
+                let w = words.entry(k.tgid).or_default();
+                w.extend(s.iframes().iter().map(|f| f & !1));
+            }
+        }
+    }
+    words
+        .into_iter()
+        .filter(|(_, w)| !w.is_empty())
+        .filter_map(|(tgid, w)| {
+            let m = maps.get(&tgid)?;
+            let w: Vec<u64> = w.into_iter().collect();
+            let (interp, names) = crate::runtime::interp_names(m, &w)?;
+            Some((tgid, (interp, w.into_iter().zip(names).collect())))
+        })
+        .collect()
 }
 
 /// The current map of each live process of `procs`.

@@ -7,6 +7,7 @@
 mod build;
 pub mod coverage;
 pub mod flame;
+mod interp;
 pub mod live;
 mod lock_ops;
 pub mod output;

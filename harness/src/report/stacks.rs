@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::probe::{syscall_name, AllocEntry, CopyImpl, Family, Window};
 use crate::process::maps::basename;
 use crate::runtime;
-use crate::symbolize::{AddrKind, Site, Symbolizer};
+use crate::symbolize::{AddrKind, Naming, Site, Symbolizer};
 
 /// Whether `f` is a C allocator or copy entry point, matched exactly (a
 /// prefix would catch `freeaddrinfo`): the C API's names, glibc's `cfree`,
@@ -351,12 +351,12 @@ fn name_stack(
         frames.extend(sym.symbolize(maps, &[*first], AddrKind::InstructionPointer));
         frames.extend(sym.symbolize(maps, rest, AddrKind::ReturnAddress));
     }
-    let user_site = frames
-        .iter()
-        .enumerate()
-        .position(|(i, f)| !wrappers.is_wrapper(f) && !in_c_library(maps, f, i > 0))
-        .unwrap_or(0);
-    let mut incomplete = Vec::new();
+    let spliced = super::interp::splice(w, tgid, s, &mut frames);
+    let native = frames.iter().enumerate().position(|(i, f)| {
+        f.naming != Naming::Interpreted && !wrappers.is_wrapper(f) && !in_c_library(maps, f, i > 0)
+    });
+    let user_site = spliced.user_site(&frames, native);
+    let mut incomplete = spliced.why;
     if s.flags & stack_flag::TRUNCATED != 0 {
         incomplete.push("truncated".to_string());
     }

@@ -6,9 +6,10 @@
 use std::path::Path;
 
 use rig_ebpf::abi::alloc_kind as k;
+use rig_ebpf::abi::InterpProc;
 
 use super::alloc::AllocFamily;
-use super::{Allocator, Mapped, MarkerCounts, Module, Runtime};
+use super::{Allocator, Interp, InterpName, Mapped, MarkerCounts, Module, Runtime};
 
 pub const DOMAINS: &[&str] = &["PyObject_", "PyMem_", "PyMem_Raw"];
 
@@ -93,6 +94,40 @@ impl Runtime for Cpython {
         (marker == ("python", "gc__start")).then_some(("cpython", MarkerCounts::Collections))
     }
 
+    /// Its threads' Python frames, where rig knows the version's layout.
+    fn interp_frames(&self, m: &Module<'_>, at: &Mapped<'_>) -> Option<Result<Interp, String>> {
+        let runtime = m.facts.variable("_PyRuntime")?;
+        Some(frame_layout(m, at.open).and_then(|(offsets, _)| {
+            let mut layout = offsets;
+            layout.runtime = at
+                .address(m.facts, runtime)
+                .ok_or("its _PyRuntime is not where the map says the module is")?;
+            Ok(Interp {
+                layout,
+                evaluator: "_PyEval_EvalFrameDefault",
+                language: "python",
+            })
+        }))
+    }
+
+    /// Each frame's code object, read from the process now: its
+    /// qualified name, file and first line.
+    fn interp_names(
+        &self,
+        m: &Module<'_>,
+        at: &Mapped<'_>,
+        words: &[u64],
+    ) -> Option<Vec<InterpName>> {
+        let (_, code) = frame_layout(m, at.open).ok()?;
+        let code_type = at.address(m.facts, m.facts.variable("PyCode_Type")?)?;
+        Some(
+            words
+                .iter()
+                .map(|&w| code_name(at, &code, code_type, w & !1))
+                .collect(),
+        )
+    }
+
     fn allocators(&self, _m: &Module<'_>) -> Vec<Allocator> {
         let entries = DOMAINS
             .iter()
@@ -126,6 +161,116 @@ impl Cpython {
             inlined.allocs, inlined.frees
         ))
     }
+}
+
+/// Where a code object keeps what names it (bytes from its start).
+struct CodeLayout {
+    filename: u64,
+    qualname: u64,
+    firstlineno: u64,
+}
+
+/// The frame layout of the interpreter `m`, by its version: CPython 3.11's
+/// (Include/internal/pycore_{runtime,interp,frame}.h, Include/cpython/
+/// {pystate,code}.h; a unit test checks each offset against the headers
+/// where they are installed). Every version moves these structures
+/// (3.12 adds frames the C stack owns, 3.13 drops `cframe` and renames
+/// `f_code`), so another version is said, not guessed.
+fn frame_layout(m: &Module<'_>, open: &Path) -> Result<(InterpProc, CodeLayout), String> {
+    match py_version(m, open) {
+        Some((3, 11)) => Ok(layout_3_11()),
+        Some((major, minor)) => Err(format!(
+            "Python frames are not in its stacks: rig knows the frame layout of CPython 3.11, \
+             and this interpreter is {major}.{minor}"
+        )),
+        None => Err(
+            "Python frames are not in its stacks: the interpreter's version \
+                     (Py_Version) is unreadable"
+                .to_string(),
+        ),
+    }
+}
+
+fn layout_3_11() -> (InterpProc, CodeLayout) {
+    (
+        InterpProc {
+            current: 576,       // _PyRuntime.gilstate.tstate_current
+            interp_head: 40,    // _PyRuntime.interpreters.head
+            threads_head: 16,   // PyInterpreterState.threads.head
+            ts_next: 8,         // PyThreadState.next
+            ts_thread: 152,     // PyThreadState.thread_id (pthread_self())
+            ts_cframe: 56,      // PyThreadState.cframe
+            cframe_frame: 8,    // _PyCFrame.current_frame
+            frame_code: 32,     // _PyInterpreterFrame.f_code
+            frame_previous: 48, // _PyInterpreterFrame.previous
+            frame_entry: 68,    // _PyInterpreterFrame.is_entry
+            frame_span: 72,     // through is_entry, 8-byte aligned
+            ..Default::default()
+        },
+        CodeLayout {
+            filename: 112,
+            qualname: 128,
+            firstlineno: 72,
+        },
+    )
+}
+
+/// The name of the code object at `addr` in the process at `at`; an
+/// object that is no longer a code object (freed since the event: code
+/// made by `exec`, a function deleted) is said to be one.
+fn code_name(at: &Mapped<'_>, code: &CodeLayout, code_type: u64, addr: u64) -> InterpName {
+    let word = |a: u64| {
+        let mut b = [0u8; 8];
+        at.read(a, &mut b).map(|_| u64::from_le_bytes(b))
+    };
+    if word(addr + 8) != Some(code_type) {
+        return InterpName::Gone(format!(
+            "[Python code at {addr:#x}, freed before the window's end]"
+        ));
+    }
+    let text = |field: u64| word(addr + field).and_then(|p| py_str(at, p));
+    match (
+        text(code.qualname),
+        text(code.filename),
+        word(addr + code.firstlineno),
+    ) {
+        (Some(function), Some(file), Some(line)) => InterpName::Function {
+            function,
+            file,
+            line: line as u32,
+        },
+        _ => InterpName::Gone(format!("[Python code at {addr:#x}, unreadable]")),
+    }
+}
+
+/// A `str` object's text (a compact one, as code objects' names are): its
+/// length at +16, its state bits at +32 (kind in bits 2-4, compact bit 5,
+/// ascii bit 6), its characters after the header (48 bytes for ASCII, 72
+/// otherwise).
+fn py_str(at: &Mapped<'_>, addr: u64) -> Option<String> {
+    let mut head = [0u8; 40];
+    at.read(addr, &mut head)?;
+    let len = u64::from_le_bytes(head[16..24].try_into().ok()?);
+    let state = u32::from_le_bytes(head[32..36].try_into().ok()?);
+    let (kind, compact, ascii) = (
+        (state >> 2) & 7,
+        state & (1 << 5) != 0,
+        state & (1 << 6) != 0,
+    );
+    if !compact || len > 4096 || !matches!(kind, 1 | 2 | 4) {
+        return None;
+    }
+    let mut data = vec![0u8; len as usize * kind as usize];
+    at.read(addr + if ascii { 48 } else { 72 }, &mut data)?;
+    Some(
+        data.chunks(kind as usize)
+            .map(|c| {
+                let mut v = [0u8; 4];
+                v[..c.len()].copy_from_slice(c);
+                char::from_u32(u32::from_le_bytes(v)).unwrap_or('\u{fffd}')
+            })
+            .collect(),
+    )
 }
 
 /// The interpreter's version (major, minor), from `Py_Version` (3.11 on:
@@ -278,6 +423,104 @@ fn hook_test_sites(code: &[u8], ip: u64) -> Vec<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every offset the frame walk and the names read for CPython 3.11,
+    /// against the 3.11 headers (python3.11-dev, which scripts/deps.sh
+    /// installs): a C program prints each `offsetof`, and the `str` state
+    /// bits a compact ASCII name has.
+    #[test]
+    fn the_3_11_frame_layout_is_the_headers() {
+        let include = Path::new("/usr/include/python3.11");
+        if !include.join("internal/pycore_frame.h").exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI has no python3.11-dev headers (scripts/deps.sh installs them)"
+            );
+            eprintln!("skipped: no /usr/include/python3.11 (python3.11-dev)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("offsets.c");
+        std::fs::write(
+            &src,
+            r#"#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_frame.h>
+#include <internal/pycore_runtime.h>
+#include <internal/pycore_interp.h>
+#include <stdio.h>
+#define P(x) printf("%zu\n", (size_t)(x))
+int main(void) {
+    P(offsetof(_PyRuntimeState, gilstate.tstate_current));
+    P(offsetof(_PyRuntimeState, interpreters.head));
+    P(offsetof(PyInterpreterState, threads.head));
+    P(offsetof(PyThreadState, next));
+    P(offsetof(PyThreadState, thread_id));
+    P(offsetof(PyThreadState, cframe));
+    P(offsetof(_PyCFrame, current_frame));
+    P(offsetof(_PyInterpreterFrame, f_code));
+    P(offsetof(_PyInterpreterFrame, previous));
+    P(offsetof(_PyInterpreterFrame, is_entry));
+    P(offsetof(PyCodeObject, co_filename));
+    P(offsetof(PyCodeObject, co_qualname));
+    P(offsetof(PyCodeObject, co_firstlineno));
+    P(offsetof(PyASCIIObject, length));
+    P(offsetof(PyASCIIObject, state));
+    P(sizeof(PyASCIIObject));
+    P(sizeof(PyCompactUnicodeObject));
+    PyASCIIObject a = {0};
+    a.state.kind = PyUnicode_1BYTE_KIND;
+    a.state.compact = 1;
+    a.state.ascii = 1;
+    unsigned int state;
+    memcpy(&state, &a.state, sizeof(state));
+    P(state);
+    return 0;
+}
+"#,
+        )
+        .unwrap();
+        let exe = dir.path().join("offsets");
+        let cc = std::process::Command::new("cc")
+            .arg(format!("-I{}", include.display()))
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        let out = std::process::Command::new(&exe).output().unwrap();
+        let got: Vec<u64> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        let (p, c) = layout_3_11();
+        let want = [
+            p.current,
+            p.interp_head,
+            p.threads_head,
+            p.ts_next,
+            p.ts_thread,
+            p.ts_cframe,
+            p.cframe_frame,
+            p.frame_code,
+            p.frame_previous,
+            p.frame_entry,
+        ]
+        .map(u64::from)
+        .into_iter()
+        .chain([c.filename, c.qualname, c.firstlineno])
+        // py_str: length at 16, state at 32, headers of 48 and 72 bytes,
+        // kind 1 in bits 2-4, compact bit 5, ascii bit 6.
+        .chain([16, 32, 48, 72, (1 << 2) | (1 << 5) | (1 << 6)])
+        .collect::<Vec<u64>>();
+        assert_eq!(got, want);
+    }
 
     /// `mov 0x10(%rip),%rax; cmp $0x4fb450,%rax; jne +0` at 0x1000.
     const FIXED: &[u8] = &[

@@ -54,10 +54,10 @@ use go::gopclntab::GoVersion;
 
 pub use funcs::{func_entry, function_names, FuncEntry};
 pub use jit::PerfMap;
-pub use module::{Code, JitFrames, Mapped, MarkerCounts, Module};
+pub use module::{Code, Interp, InterpName, JitFrames, Mapped, MarkerCounts, Module};
 pub use process::{
-    c_library, each_module, implied_markers, is_wrapper_frame, jit_frames, jit_function,
-    jit_own_code, marker_layer, stack_end_reason, write_jit_names,
+    c_library, each_module, implied_markers, interp_frames, interp_names, is_wrapper_frame,
+    jit_frames, jit_function, jit_own_code, marker_layer, stack_end_reason, write_jit_names,
 };
 
 /// Which C library.
@@ -460,6 +460,26 @@ pub trait Runtime: Sync {
     /// place a call was made lies past it.
     fn jit_own_code(&self, _name: &str) -> bool {
         false
+    }
+
+    /// For a process that maps its module `m` (at `at`), where the module
+    /// interprets code whose frames it keeps in its own memory (CPython):
+    /// where each thread's frames are, for the kernel side to walk at
+    /// every event, or why rig cannot walk them. `None`: not an
+    /// interpreter.
+    fn interp_frames(&self, _m: &Module<'_>, _at: &Mapped<'_>) -> Option<Result<Interp, String>> {
+        None
+    }
+
+    /// The names of the interpreted frames `words` (as the kernel side
+    /// took them) in that process, read from it now, in order.
+    fn interp_names(
+        &self,
+        _m: &Module<'_>,
+        _at: &Mapped<'_>,
+        _words: &[u64],
+    ) -> Option<Vec<InterpName>> {
+        None
     }
 }
 

@@ -27,12 +27,21 @@ impl Mapped<'_> {
     /// The byte at link-time address `vaddr` of the module, read from the
     /// live process (a runtime's flag, as it runs).
     pub fn read_u8(&self, facts: &ElfFacts, vaddr: u64) -> Option<u8> {
-        use std::os::unix::fs::FileExt;
-        let base = crate::elf::load_base(self.maps, self.path, facts)?;
-        let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).ok()?;
         let mut b = [0u8; 1];
-        mem.read_exact_at(&mut b, base.wrapping_add(vaddr)).ok()?;
+        self.read(self.address(facts, vaddr)?, &mut b)?;
         Some(b[0])
+    }
+
+    /// Where link-time address `vaddr` of the module is in the process.
+    pub fn address(&self, facts: &ElfFacts, vaddr: u64) -> Option<u64> {
+        Some(crate::elf::load_base(self.maps, self.path, facts)?.wrapping_add(vaddr))
+    }
+
+    /// The process's memory at `addr`, `buf.len()` bytes of it.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Option<()> {
+        use std::os::unix::fs::FileExt;
+        let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).ok()?;
+        mem.read_exact_at(buf, addr).ok()
     }
 }
 
@@ -66,6 +75,29 @@ impl Code<'_> {
         let to = usize::try_from(off + (end - vaddr)).ok()?;
         self.data.get(from..to)
     }
+}
+
+/// Where an interpreter keeps each thread's frames in one process, for the
+/// kernel side to walk at every event, and the native function whose
+/// calls run them (where its frames are spliced into the native stack).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interp {
+    pub layout: rig_ebpf::abi::InterpProc,
+    pub evaluator: &'static str,
+    /// The language its frames are of, as their names say (`python`).
+    pub language: &'static str,
+}
+
+/// An interpreted frame as named at a window's end: its function, file and
+/// first line, or why it has no name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InterpName {
+    Function {
+        function: String,
+        file: String,
+        line: u32,
+    },
+    Gone(String),
 }
 
 /// What each call of a runtime's marker counts in its alloc layer.

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::{
-    is_shared_c_library_name, is_wrapper_code, no_row_reason, runtimes, JitFrames, Mapped,
-    MarkerCounts, Module, ModuleKind, Runtime, ALL,
+    is_shared_c_library_name, is_wrapper_code, no_row_reason, runtimes, Interp, InterpName,
+    JitFrames, Mapped, MarkerCounts, Module, ModuleKind, Runtime, ALL,
 };
 use crate::elf::ElfFacts;
 use crate::process::maps::ProcMaps;
@@ -84,6 +84,35 @@ pub fn jit_frames(maps: &ProcMaps) -> Option<JitFrames> {
         }
     });
     asked.insert(key(maps), said.clone());
+    said
+}
+
+/// Where the interpreter of the process whose map is `maps` keeps its
+/// threads' frames, or why rig cannot walk them (see
+/// [`super::Runtime::interp_frames`]); `None`: it runs no interpreter.
+pub fn interp_frames(maps: &ProcMaps) -> Option<Result<Interp, String>> {
+    let mut said = None;
+    each_module(maps, |m, at| {
+        if said.is_none() {
+            said = runtimes(m).find_map(|r| r.interp_frames(m, at));
+        }
+    });
+    said
+}
+
+/// The interpreter of the process whose map is `maps`, and the names of
+/// its frames `words` as it holds them now (see
+/// [`super::Runtime::interp_names`]).
+pub fn interp_names(maps: &ProcMaps, words: &[u64]) -> Option<(Interp, Vec<InterpName>)> {
+    let mut said = None;
+    each_module(maps, |m, at| {
+        if said.is_none() {
+            said = runtimes(m).find_map(|r| {
+                let interp = r.interp_frames(m, at)?.ok()?;
+                Some((interp, r.interp_names(m, at, words)?))
+            });
+        }
+    });
     said
 }
 

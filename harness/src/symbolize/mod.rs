@@ -44,6 +44,9 @@ pub enum Naming {
     /// Code a JIT compiler wrote (anonymous executable memory), named from
     /// the runtime's perf map (`runtime::jit`): `name+0xoff [jit]`.
     Jit,
+    /// An interpreter's frame (a Python function), named from its code
+    /// object: `module` is the language, `addr` the code object.
+    Interpreted,
 }
 
 /// A frame inlined at the site (outermost first, as blazesym reports them).
@@ -102,6 +105,14 @@ impl Site {
                 self.function.as_deref().unwrap_or("?"),
                 self.function_offset
             ),
+            Naming::Interpreted => {
+                let f = self.function.as_deref().unwrap_or("?");
+                let m = self.module.as_deref().unwrap_or("?");
+                match self.file_line() {
+                    Some(fl) => format!("{f} ({fl}) [{m}]"),
+                    None => format!("{f} [{m}]"),
+                }
+            }
             Naming::Unnamed => format!(
                 "{}+{:#x} [unnamed]",
                 self.module.as_deref().map(basename).unwrap_or("?"),

@@ -50,7 +50,9 @@ fn probe_cost_measures_every_probe_kind() {
             "function entry (--func)",
             "syscall enter + exit",
             "Go runtime.mallocgc entry",
-            "Go syscall enter + exit"
+            "Go syscall enter + exit",
+            "CPython syscall enter + exit",
+            "CPython call by function (--usdt python:function__entry#1)"
         ]
     );
     for r in rows.as_array().unwrap() {
@@ -64,7 +66,9 @@ fn probe_cost_measures_every_probe_kind() {
         // Each probed arm ran its BPF program (the kernel's run count was
         // not zero), with and without stacks: the Go rows too, whose
         // probe is on runtime.mallocgc in the Go executable and whose
-        // stacks are walked through Go frames.
+        // stacks are walked through Go frames, and the CPython rows, whose
+        // stacks also read 20 Python frames (and whose call marker fires
+        // only under the fixture's profile function: one hit per call).
         assert!(r["program_ns"].as_f64().unwrap().is_finite(), "{r}");
         assert!(r["program_ns_stacks"].as_f64().unwrap().is_finite(), "{r}");
         let per = r["hits_per_iteration"].as_u64().unwrap();

@@ -648,3 +648,107 @@ fn cpython_collections_are_counted_exactly_per_request_without_naming_a_probe() 
     );
     assert!(stdout.contains("GC cycles/req"), "{stdout}");
 }
+
+/// The rows of family `family` whose user site is the Python function
+/// `function`: (event, count, bytes, the stack's Python functions from the
+/// site outwards).
+fn at_python_function<'a>(
+    a: &'a serde_json::Value,
+    family: &str,
+    function: &str,
+) -> Vec<(&'a str, u64, u64, Vec<&'a str>)> {
+    let st = &a["stacks"];
+    st["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["family"] == family)
+        .filter_map(|r| {
+            let s = &st["stacks"][r["stack"].as_str()?];
+            let frames = s["frames"].as_array()?;
+            let site = s["user_site"].as_u64()? as usize;
+            let python = |f: &'a serde_json::Value| {
+                (f["naming"] == "interpreted").then(|| f["function"].as_str().unwrap())
+            };
+            (python(&frames[site])? == function).then(|| {
+                let outwards = frames[site..].iter().filter_map(python).collect();
+                let count = r["count"].as_u64().unwrap();
+                (
+                    r["event"].as_str().unwrap(),
+                    count,
+                    r["amount"].as_u64().unwrap(),
+                    outwards,
+                )
+            })
+        })
+        .collect()
+}
+
+/// Python frames in every counted stack. Debian's python3.11 with
+/// `PYTHONMALLOC=malloc` (every allocation a counted malloc) runs the
+/// fixture, whose make_item() makes one `Item` per call, 16 per request:
+/// the allocations whose user site is the Python function `make_item` are
+/// exactly 16 mallocs per request of 48 bytes each (a GC header, an object
+/// header and two slots), and their stacks run on through the Python
+/// frames that called it (`work.<locals>.<genexpr>`, `work`,
+/// `Handler.do_GET`); none ends early. The same window's `recvfrom`, made
+/// with the interpreter's lock released, is under a Python function too.
+/// With `--items 17`, 17.
+#[test]
+fn python_allocations_are_counted_under_the_python_function_that_made_them() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let server = rig_fixtures::python_server().display().to_string();
+    for items in [16u64, 17] {
+        let s = start("python3.11 (Debian)", |port| {
+            let mut argv: Vec<String> = ["env", "PYTHONMALLOC=malloc", PYTHON]
+                .map(String::from)
+                .to_vec();
+            argv.extend([server.clone(), port.to_string()]);
+            argv.extend(["--items".to_string(), items.to_string()]);
+            argv
+        });
+        let probes = ["--probes", "alloc,syscalls"];
+        let (stdout, a) = attach_driven_with(&s, "/work", 200, &probes, rig::exit::OK);
+        let requests = a["window"]["requests"].as_u64().unwrap();
+        assert_eq!(requests, 200, "{stdout}");
+        let made = at_python_function(&a, "alloc", "make_item");
+        let mallocs: Vec<_> = made.iter().filter(|r| r.0 == "malloc").collect();
+        let count: u64 = mallocs.iter().map(|r| r.1).sum();
+        let bytes: u64 = mallocs.iter().map(|r| r.2).sum();
+        assert_eq!(count, items * requests, "{made:#?}\n{stdout}");
+        assert_eq!(bytes, 48 * items * requests, "{made:#?}");
+        for (_, _, _, outwards) in &mallocs {
+            assert!(
+                outwards.starts_with(&[
+                    "make_item",
+                    "work.<locals>.<genexpr>",
+                    "work",
+                    "Handler.do_GET"
+                ]),
+                "{outwards:?}"
+            );
+        }
+        assert!(
+            stdout.contains("make_item (server.py:30) [python]"),
+            "{stdout}"
+        );
+        assert_eq!(a["stacks"]["incomplete_events"], serde_json::json!({}));
+        let reads: u64 = a["stacks"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["family"] == "syscalls" && r["event"] == "recvfrom")
+            .filter(|r| {
+                let s = &a["stacks"]["stacks"][r["stack"].as_str().unwrap()];
+                let site = &s["frames"][s["user_site"].as_u64().unwrap() as usize];
+                site["naming"] == "interpreted"
+            })
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum();
+        assert!(
+            reads >= requests,
+            "recvfrom under Python: {reads}\n{stdout}"
+        );
+    }
+}

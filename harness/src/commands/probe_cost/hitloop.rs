@@ -14,7 +14,7 @@ pub(super) struct Run {
 /// Run `hitloop KIND ITERS DEPTH` once, in one arm.
 pub(super) fn run_once(kind: &Kind, iterations: u64, arm: Arm) -> Result<Run> {
     use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(kind.fixture.path());
+    let mut cmd = kind.fixture.command();
     let extra = STACK_DEPTH - kind.fixture.own_frames(kind.hitloop);
     cmd.arg(kind.hitloop)
         .arg(iterations.to_string())

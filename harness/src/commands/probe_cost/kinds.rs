@@ -10,14 +10,32 @@ pub(super) enum Fixture {
     C,
     /// go/gohitloop (Go, no cgo).
     Go,
+    /// python/hitloop.py, run by Debian's CPython (link-time optimized,
+    /// with its USDT markers).
+    Python,
 }
 
+/// Debian 12's CPython, the one the Python kinds measure.
+pub(super) const PYTHON: &str = "/usr/bin/python3.11";
+
 impl Fixture {
-    pub(super) fn path(self) -> PathBuf {
+    /// The command that runs the loop program (its arguments follow).
+    pub(super) fn command(self) -> Command {
         match self {
-            Fixture::C => rig_fixtures::hitloop().to_path_buf(),
-            Fixture::Go => rig_fixtures::gohitloop(),
+            Fixture::C => Command::new(rig_fixtures::hitloop()),
+            Fixture::Go => Command::new(rig_fixtures::gohitloop()),
+            Fixture::Python => {
+                let mut c = Command::new(PYTHON);
+                c.arg(rig_fixtures::python_hitloop());
+                c
+            }
         }
+    }
+
+    /// Why the loop program cannot run here, if it cannot.
+    pub(super) fn missing(self) -> Option<String> {
+        (self == Fixture::Python && !std::path::Path::new(PYTHON).exists())
+            .then(|| format!("no {PYTHON} (Debian 12's python3.11)"))
     }
 
     /// Frames of the loop program itself under the probed call, counted
@@ -28,10 +46,13 @@ impl Fixture {
     /// main.main, runtime.main, runtime.goexit); Go's syscall, 6
     /// (syscall.rawSyscallNoError, main.hitSyscall with syscall.Getppid
     /// inlined, the last main.descend, main.main, runtime.main,
-    /// runtime.goexit).
+    /// runtime.goexit). CPython's are Python frames, 4 (<module>, main,
+    /// the last descend and the hit function): its kinds sit 20 Python
+    /// frames deep, under the interpreter's own native frames.
     pub(super) fn own_frames(self, hitloop: &str) -> u32 {
         match (self, hitloop) {
             (Fixture::Go, "malloc") => 7,
+            (Fixture::Python, _) => 4,
             _ => 6,
         }
     }
@@ -259,6 +280,30 @@ pub(super) const KINDS: &[Kind] = &[
         attach: Attach::Family,
         hits: "raw tracepoints",
         hits_per_iteration: 2,
+        bpftrace: None,
+    },
+    // With stacks, each event of a Python process also reads the thread's
+    // 20 Python frames from the interpreter's memory.
+    Kind {
+        name: "CPython syscall enter + exit",
+        fixture: Fixture::Python,
+        hitloop: "syscall",
+        family: Family::Syscalls,
+        attach: Attach::Family,
+        hits: "raw tracepoints",
+        hits_per_iteration: 2,
+        bpftrace: None,
+    },
+    // CPython's calls by function: the marker (semaphore raised by rig)
+    // keyed by the function's name.
+    Kind {
+        name: "CPython call by function (--usdt python:function__entry#1)",
+        fixture: Fixture::Python,
+        hitloop: "call",
+        family: Family::User,
+        attach: Attach::User("usdt python:function__entry#1"),
+        hits: "uprobe",
+        hits_per_iteration: 1,
         bpftrace: None,
     },
 ];

@@ -118,6 +118,10 @@ pub fn measure(iterations: u64, rounds: usize) -> Result<Vec<CostRow>> {
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
     let mut rows = Vec::new();
     for kind in KINDS {
+        if let Some(why) = kind.fixture.missing() {
+            crate::errln!("rig: probe-cost: {} not measured: {why}", kind.name);
+            continue;
+        }
         let (mut clean, mut probed, mut stacked) = (Vec::new(), Vec::new(), Vec::new());
         let (mut prog, mut prog_stacked) = (Vec::new(), Vec::new());
         let mut runs = Vec::new();

@@ -357,6 +357,11 @@ pub fn user_loc(s: &Site) -> Loc {
         Naming::Symbol => s.function.clone().unwrap_or_else(|| s.label()),
         Naming::Plt => format!("{}@plt", s.function.as_deref().unwrap_or("?")),
         Naming::Jit => format!("{} [jit]", s.function.as_deref().unwrap_or("?")),
+        Naming::Interpreted => format!(
+            "{} [{}]",
+            s.function.as_deref().unwrap_or("?"),
+            s.module.as_deref().unwrap_or("?")
+        ),
         Naming::Unnamed | Naming::NoModule => s.label(),
     };
     let mut lines = vec![Line {

@@ -7,6 +7,7 @@ use super::{per, table};
 use crate::probe::Family;
 use crate::report::stacks::StackSection;
 use crate::report::Attribution;
+use crate::symbolize::Naming;
 
 /// The top stacks of each family: the user site (first frame outside the
 /// allocator and standard-library wrappers) and the frames that called it.
@@ -147,6 +148,9 @@ fn stack_cells(st: &StackSection, stack: &Option<String>) -> (String, String, bo
                 .frames
                 .get(f.user_site)
                 .map(|s| match (&s.function, s.file_line()) {
+                    // An interpreted function's name is short already
+                    // (`work.<locals>.<genexpr>` is no generic argument).
+                    _ if s.naming == Naming::Interpreted => s.label(),
                     (Some(func), Some(fl)) => format!("{} ({fl})", short_name(func)),
                     (Some(func), None) => short_name(func),
                     _ => s.label(),
@@ -157,11 +161,10 @@ fn stack_cells(st: &StackSection, stack: &Option<String>) -> (String, String, bo
                 .iter()
                 .skip(f.user_site + 1)
                 .take(2)
-                .map(|s| {
-                    s.function
-                        .as_deref()
-                        .map(short_name)
-                        .unwrap_or_else(|| s.label())
+                .map(|s| match s.function.as_deref() {
+                    Some(f) if s.naming == Naming::Interpreted => f.to_string(),
+                    Some(f) => short_name(f),
+                    None => s.label(),
                 })
                 .collect();
             (site, callers.join(" ← "), !f.incomplete.is_empty())
