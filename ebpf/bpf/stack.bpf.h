@@ -510,7 +510,9 @@ __attribute__((noinline)) int take_iframes(__u32 tgid)
 	 * per event with three reads per frame, 2.2 with one. */
 	__u32 span = ip->frame_span;
 	__u32 code_at = ip->frame_code, prev_at = ip->frame_previous, entry_at = ip->frame_entry;
-	if (span > 128 || code_at + 8 > span || prev_at + 8 > span || entry_at + 1 > span) {
+	__u32 instr_at = ip->frame_instr;
+	if (span > 128 || code_at + 8 > span || prev_at + 8 > span || entry_at + 1 > span ||
+	    instr_at + 8 > span) {
 		w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
 		return 0;
 	}
@@ -538,15 +540,25 @@ __attribute__((noinline)) int take_iframes(__u32 tgid)
 		__u64 c = (off + code_at) & (STACK_CHUNK - 1);
 		__u64 p = (off + prev_at) & (STACK_CHUNK - 1);
 		__u64 e = (off + entry_at) & (STACK_CHUNK - 1);
-		if (c > STACK_CHUNK - 8 || p > STACK_CHUNK - 8) {
+		__u64 x = (off + instr_at) & (STACK_CHUNK - 1);
+		if (c > STACK_CHUNK - 8 || p > STACK_CHUNK - 8 || x > STACK_CHUNK - 8) {
 			w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
 			break;
 		}
-		__u64 code = 0;
+		__u64 code = 0, instr = 0;
 		__builtin_memcpy(&code, &w->buf[c], 8);
 		__builtin_memcpy(&f, &w->buf[p], 8);
+		__builtin_memcpy(&instr, &w->buf[x], 8);
 		__u8 entry = w->buf[e];
-		w->st.iframe[n & (RIG_STACK_MAX_IFRAMES - 1)] = code | (entry ? 1 : 0);
+		/* Instructions are 2-byte code units; before the first one ran,
+		 * the pointer is one unit before them: no index. */
+		__u64 first = code + ip->code_instr, index = 0xffff;
+		if (instr >= first && (instr - first) / 2 < 0xffff)
+			index = (instr - first) / 2;
+		if (code >> 48)
+			index = 0xffff;
+		w->st.iframe[n & (RIG_STACK_MAX_IFRAMES - 1)] =
+			(code & 0xffffffffffffull) | (index << 48) | (entry ? 1 : 0);
 		n++;
 	}
 	w->buf_len = 0;

@@ -132,10 +132,11 @@ _Static_assert(sizeof(struct unwind_proc) == 8 + 8 * RIG_UNWIND_GROUPS + 48 * RI
 /* A user stack, innermost frame first. ip[0] is the exact instruction;
  * ip[1..] are return addresses. iframe[] are the interpreter's own frames
  * of the same thread at the same instant (struct interp_proc), innermost
- * first: each is the frame's code object address, with bit 0 set on a
- * frame the interpreter entered from C (the outermost frame one native
- * call of its evaluation function runs): the harness splices them in
- * where those native calls are. */
+ * first: each is the frame's code object address (below 2^48), with bit 0
+ * set on a frame the interpreter entered from C (the outermost frame one
+ * native call of its evaluation function runs) and the index of the
+ * instruction it runs in bits 48-63: the harness splices them in where
+ * those native calls are. */
 struct ustack {
 	__u32 len;
 	__u32 flags;
@@ -169,12 +170,17 @@ struct interp_proc {
 	__u16 frame_code;
 	__u16 frame_previous;
 	__u16 frame_entry;
-	/* Bytes of a frame read at once (up to 128), covering the three
-	 * fields above: one read per frame, not three. */
+	/* The frame's last instruction run (a pointer into its code object's
+	 * instructions, which start at `code_instr`): the instruction index
+	 * goes into bits 48-63 of the frame's word (0xffff: none). */
+	__u16 frame_instr;
+	__u16 code_instr;
+	/* Bytes of a frame read at once (up to 128), covering the fields
+	 * above: one read per frame, not one per field. */
 	__u16 frame_span;
-	__u16 _pad;
+	__u16 _pad[3];
 };
-_Static_assert(sizeof(struct interp_proc) == 32, "interp_proc ABI");
+_Static_assert(sizeof(struct interp_proc) == 40, "interp_proc ABI");
 
 /* What a per-stack count is of: the family's event and its qualifier. */
 enum stack_what {

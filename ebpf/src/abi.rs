@@ -521,6 +521,30 @@ pub mod stack_flag {
 /// `RIG_STACK_MAX_IFRAMES` (stack.h): interpreted frames kept per stack.
 pub const STACK_MAX_IFRAMES: usize = 32;
 
+/// One word of `ustack.iframe` (stack.h): an interpreted frame.
+pub mod iframe {
+    /// The frame's code object.
+    pub fn code(word: u64) -> u64 {
+        word & 0xffff_ffff_fffe
+    }
+
+    /// Whether the interpreter entered the frame from C.
+    pub fn entered(word: u64) -> bool {
+        word & 1 != 0
+    }
+
+    /// The index of the instruction the frame runs, if it has run one.
+    pub fn instruction(word: u64) -> Option<u32> {
+        let i = (word >> 48) as u32;
+        (i != 0xffff).then_some(i)
+    }
+
+    /// The word without its entry bit: what names the frame.
+    pub fn named(word: u64) -> u64 {
+        word & !1
+    }
+}
+
 /// C twin: `struct ustack` (stack.h). Key: u64 stack id.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -531,7 +555,8 @@ pub struct UStack {
     pub ilen: u32,
     pub _pad: u32,
     /// The interpreter's frames (code object address, bit 0: entered
-    /// from C), innermost first.
+    /// from C, bits 48-63: the instruction it runs, 0xffff for none),
+    /// innermost first.
     pub iframe: [u64; STACK_MAX_IFRAMES],
 }
 const _: () = assert!(size_of::<UStack>() == 16 + 8 * STACK_MAX_FRAMES + 8 * STACK_MAX_IFRAMES);
@@ -574,10 +599,12 @@ pub struct InterpProc {
     pub frame_code: u16,
     pub frame_previous: u16,
     pub frame_entry: u16,
+    pub frame_instr: u16,
+    pub code_instr: u16,
     pub frame_span: u16,
-    pub _pad: u16,
+    pub _pad: [u16; 3],
 }
-const _: () = assert!(size_of::<InterpProc>() == 32);
+const _: () = assert!(size_of::<InterpProc>() == 40);
 
 /// C twin: `enum stack_what` (stack.h).
 pub mod stack_what {

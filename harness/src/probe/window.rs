@@ -219,7 +219,7 @@ fn interp_names(
         for k in st.counts.keys() {
             if let Some(s) = st.ustacks.get(&k.ustack) {
                 let w = words.entry(k.tgid).or_default();
-                w.extend(s.iframes().iter().map(|f| f & !1));
+                w.extend(s.iframes().iter().map(|&f| rig_ebpf::abi::iframe::named(f)));
             }
         }
     }

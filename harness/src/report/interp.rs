@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use rig_ebpf::abi::{stack_flag, UStack};
+use rig_ebpf::abi::{iframe, stack_flag, UStack};
 
 use crate::probe::Window;
 use crate::runtime::{Interp, InterpName};
@@ -72,8 +72,9 @@ fn splice_with(
             while next < words.len() {
                 let word = words[next];
                 next += 1;
-                out.push(site(interp, names.get(&(word & !1)), word & !1));
-                if word & 1 != 0 {
+                let name = names.get(&iframe::named(word));
+                out.push(site(interp, name, iframe::code(word)));
+                if iframe::entered(word) {
                     break;
                 }
             }

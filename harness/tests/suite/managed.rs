@@ -691,7 +691,8 @@ fn at_python_function<'a>(
 /// exactly 16 mallocs per request of 48 bytes each (a GC header, an object
 /// header and two slots), and their stacks run on through the Python
 /// frames that called it (`work.<locals>.<genexpr>`, `work`,
-/// `Handler.do_GET`); none ends early. The same window's `recvfrom`, made
+/// `Handler.do_GET`); none ends early. Each Item and its name are freed
+/// in the generator that summed them: 32 frees per request there. The same window's `recvfrom`, made
 /// with the interpreter's lock released, is under a Python function too.
 /// With `--items 17`, 17.
 #[test]
@@ -718,6 +719,13 @@ fn python_allocations_are_counted_under_the_python_function_that_made_them() {
         let bytes: u64 = mallocs.iter().map(|r| r.2).sum();
         assert_eq!(count, items * requests, "{made:#?}\n{stdout}");
         assert_eq!(bytes, 48 * items * requests, "{made:#?}");
+        // Each Item and its name die in the generator that summed them.
+        let freed: u64 = at_python_function(&a, "alloc", "work.<locals>.<genexpr>")
+            .iter()
+            .filter(|r| r.0 == "free")
+            .map(|r| r.1)
+            .sum();
+        assert_eq!(freed, 2 * items * requests, "{stdout}");
         for (_, _, _, outwards) in &mallocs {
             assert!(
                 outwards.starts_with(&[
@@ -729,8 +737,13 @@ fn python_allocations_are_counted_under_the_python_function_that_made_them() {
                 "{outwards:?}"
             );
         }
+        // The line it ran (`return Item(index)`), and its Python callers.
         assert!(
-            stdout.contains("make_item (server.py:30) [python]"),
+            stdout.contains("make_item (server.py:31) [python]"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("work.<locals>.<genexpr> ← work"),
             "{stdout}"
         );
         assert_eq!(a["stacks"]["incomplete_events"], serde_json::json!({}));

@@ -138,8 +138,9 @@ fn merged_rows(st: &StackSection, family: Family) -> Vec<(String, Shown, u64, u6
     merged
 }
 
-/// A stack's user site (with file:line), its next two callers, and whether
-/// the walk was incomplete.
+/// A stack's user site (with file:line), its next two callers (an
+/// interpreted site's: the next two interpreted frames), and whether the
+/// walk was incomplete.
 fn stack_cells(st: &StackSection, stack: &Option<String>) -> (String, String, bool) {
     let frames = stack.as_ref().and_then(|s| st.stacks.get(s));
     match frames {
@@ -156,10 +157,17 @@ fn stack_cells(st: &StackSection, stack: &Option<String>) -> (String, String, bo
                     _ => s.label(),
                 })
                 .unwrap_or_default();
+            // A Python site's callers are the Python functions that
+            // called it, past the interpreter's C between them.
+            let python = f
+                .frames
+                .get(f.user_site)
+                .is_some_and(|s| s.naming == Naming::Interpreted);
             let callers: Vec<String> = f
                 .frames
                 .iter()
                 .skip(f.user_site + 1)
+                .filter(|s| !python || s.naming == Naming::Interpreted)
                 .take(2)
                 .map(|s| match s.function.as_deref() {
                     Some(f) if s.naming == Naming::Interpreted => f.to_string(),
