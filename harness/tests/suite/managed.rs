@@ -765,3 +765,60 @@ fn python_allocations_are_counted_under_the_python_function_that_made_them() {
         );
     }
 }
+
+/// Each thread's own Python frames: two threads of one python3.11 take
+/// turns with the interpreter's lock, one calling os.getppid in `alpha`,
+/// the other os.getuid in `beta`. Every getppid of the window is under
+/// `alpha` and every getuid under `beta`: the frames are the thread's own
+/// (found by its TLS base), not those of the thread that holds the lock.
+#[test]
+fn each_thread_of_a_python_process_has_its_own_python_frames() {
+    use std::io::BufRead;
+    root_or_skip!();
+    let _g = probes_shared();
+    let script = "import os, threading, time\n\
+                  def alpha():\n    while True:\n        os.getppid()\n\
+                  def beta():\n    while True:\n        os.getuid()\n\
+                  for f in (alpha, beta):\n    threading.Thread(target=f, daemon=True).start()\n\
+                  print('READY', flush=True)\n\
+                  time.sleep(3600)\n";
+    let mut child = std::process::Command::new(PYTHON)
+        .args(["-c", script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "READY");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("a.json");
+    let out = std::process::Command::new(super::rig_bin())
+        .args(["attach", "--pid", &child.id().to_string()])
+        .args(["--probes", "syscalls", "--duration", "2s", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(rig::exit::OK), "{stdout}");
+    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for (event, function) in [("getppid", "alpha"), ("getuid", "beta")] {
+        let all: u64 = a["stacks"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["family"] == "syscalls" && r["event"] == event)
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum();
+        let under: u64 = at_python_function(&a, "syscalls", function)
+            .iter()
+            .filter(|r| r.0 == event)
+            .map(|r| r.1)
+            .sum();
+        assert!(all > 1000, "{event}: {all}\n{stdout}");
+        assert_eq!(under, all, "{event} under {function}\n{stdout}");
+    }
+}
