@@ -235,6 +235,72 @@ int rig_go_lock_ret(struct pt_regs *ctx)
 SEC("uprobe")
 int rig_mutex_unlock(struct pt_regs *ctx) { return on_unlock(ctx, PT_REGS_PARM1(ctx)); }
 
+/* A runtime's contended acquisitions marked by two USDT markers (the
+ * JVM's monitor__contended__enter and __entered; the cookie is the
+ * lock_op): each is a contended acquisition, its wait from the first
+ * marker to the second, by thread. The site is the first marker's
+ * instruction (a marker sits inside its function: no return address at
+ * the stack pointer), the mutex unknown (0); the stack says who
+ * acquired. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct go_lock_key); /* g: the thread */
+	__type(value, struct go_lock_pending);
+} marker_pending SEC(".maps");
+
+SEC("uprobe")
+int rig_marker_lock(struct pt_regs *ctx)
+{
+	if (!is_live_target(current_tgid()))
+		return 0;
+	stat_add(RIG_STAT_EVENTS, 1);
+	struct go_lock_key t = { .g = current_tid(), .tgid = current_tgid() };
+	struct go_lock_pending p = {
+		.caller = PT_REGS_IP(ctx),
+		.t_entry = bpf_ktime_get_ns(),
+		.op = (__u32)attach_cookie(ctx),
+	};
+	struct lock_val *v = lock_val_of(p.caller, 0, p.op);
+	if (v)
+		v->calls++;
+	if (rig_stacks) {
+		__u32 tgid = current_tgid();
+		p.ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+		stack_add(tgid, p.ustack, -1, STACK_LOCK, p.op, 0);
+	}
+	if (bpf_map_update_elem(&marker_pending, &t, &p, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+	return 0;
+}
+
+SEC("uprobe")
+int rig_marker_lock_ret(struct pt_regs *ctx)
+{
+	if (!is_live_target(current_tgid()))
+		return 0;
+	struct go_lock_key t = { .g = current_tid(), .tgid = current_tgid() };
+	struct go_lock_pending *p = bpf_map_lookup_elem(&marker_pending, &t);
+	if (!p) {
+		stat_add(RIG_STAT_UNPAIRED, 1); /* began waiting before attach */
+		return 0;
+	}
+	struct go_lock_pending cur = *p;
+	bpf_map_delete_elem(&marker_pending, &t);
+	__u64 wait = bpf_ktime_get_ns() - cur.t_entry;
+	struct lock_val *v = lock_val_of(cur.caller, 0, cur.op);
+	if (v) {
+		v->returns++;
+		v->acquired++;
+		v->contended++;
+		v->futex_wait_ns += wait;
+		v->call_ns += wait;
+	}
+	if (rig_stacks && cur.ustack)
+		stack_add(current_tgid(), cur.ustack, -1, STACK_FUTEX_WAIT, cur.op, wait);
+	return 0;
+}
+
 /* The Go runtime's own locks, runtime.lock2(l) and runtime.unlock2(l) (l in
  * rax): held by a thread (the runtime forbids preemption while one is held),
  * so counted as pthread mutexes are, by thread: every acquisition, contended

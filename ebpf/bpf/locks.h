@@ -19,6 +19,10 @@ enum lock_op {
 	/* RWMutex's waits before Go 1.20, through the semaphore sync.Mutex's
 	 * slow path waits on too (those are not counted again). */
 	LOCK_OP_GO_RWSEMA = 8,
+	/* A runtime's contended acquisition between two USDT markers, from
+	 * the first to the second by thread: the JVM's monitor enters
+	 * (hotspot:monitor__contended__enter to __entered). */
+	LOCK_OP_JVM_MONITOR = 9,
 };
 
 struct lock_key {

@@ -324,6 +324,9 @@ pub mod lock_op {
     /// RWMutex's waits before Go 1.20 (sync.runtime_SemacquireMutex, called
     /// outside sync.Mutex's slow path).
     pub const GO_RWSEMA: u32 = 8;
+    /// A runtime's contended acquisition between two markers (the JVM's
+    /// monitor enters).
+    pub const JVM_MONITOR: u32 = 9;
 }
 
 /// C twin: `struct lock_key` (locks.h).

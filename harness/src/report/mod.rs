@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use rig_ebpf::abi::{alloc_kind, ALLOC_ENTRY_MASK, ALLOC_ENTRY_SHIFT, ALLOC_KIND_MASK};
 
 pub use lock_ops::{
-    is_go_lock_op, is_lock_acquisition, is_lock_wait, lock_op_name, lock_wait_name,
+    is_lock_acquisition, is_lock_wait, lock_op_legend, lock_op_name, lock_wait_name,
 };
 use serde::Serialize;
 

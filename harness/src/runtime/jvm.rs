@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{JitFrames, Mapped, MarkerCounts, Module, Runtime};
+use super::{JitFrames, Mapped, MarkerCounts, MarkerLock, Module, Runtime};
 
 /// How long `jcmd` may take (it starts a JVM of its own, and the target
 /// starts its attach listener): past it, it is killed and the names are
@@ -42,8 +42,8 @@ impl Runtime for Jvm {
             "locks" if flag(m, at, "DTraceMonitorProbes") == Some(true) => {
                 "Java's uncontended monitor enters and java.util.concurrent locks: an \
                  atomic instruction in Java code, not counted; contended monitor enters are \
-                 counted from the JVM's hotspot:monitor__contended__enter marker (the user \
-                 family)"
+                 counted, with their waits, from the JVM's hotspot:monitor__contended__enter \
+                 and __entered markers (`monitor enter (contended)`)"
             }
             "alloc" => {
                 "the Java heap: objects Java code makes (`new`, arrays, strings) are placed \
@@ -61,7 +61,8 @@ impl Runtime for Jvm {
                  JVM's own, not the C library's mutexes: an uncontended one is an atomic \
                  instruction in Java code and is not counted; started with \
                  -XX:+DTraceMonitorProbes, the JVM fires hotspot:monitor__contended__enter \
-                 for each contended monitor enter, which `--usdt` counts"
+                 and __entered for each contended monitor enter, which the locks family then \
+                 counts, with its wait"
             }
             _ => return None,
         };
@@ -95,9 +96,8 @@ impl Runtime for Jvm {
     }
 
     /// With -XX:+DTraceAllocProbes the JVM fires a marker for every
-    /// object, with -XX:+DTraceMonitorProbes for every contended monitor
-    /// enter (flags read from the running JVM); it fires its collection
-    /// marker always.
+    /// object (the flag read from the running JVM); it fires its
+    /// collection marker always.
     fn implied_markers(&self, m: &Module<'_>, at: &Mapped<'_>, family: &str) -> Vec<&'static str> {
         let mut out = Vec::new();
         if family == "alloc" {
@@ -105,9 +105,6 @@ impl Runtime for Jvm {
                 out.push("hotspot:object__alloc#1/2");
             }
             out.push("hotspot:gc__begin");
-        }
-        if family == "locks" && flag(m, at, "DTraceMonitorProbes") == Some(true) {
-            out.push("hotspot:monitor__contended__enter");
         }
         let markers = crate::elf::usdt::markers(at.open);
         out.retain(|spec| {
@@ -118,6 +115,22 @@ impl Runtime for Jvm {
             })
         });
         out
+    }
+
+    /// With -XX:+DTraceMonitorProbes (read from the running JVM) it marks
+    /// every contended monitor enter: where its thread starts to wait, and
+    /// where it has the monitor.
+    fn marker_locks(&self, m: &Module<'_>, at: &Mapped<'_>) -> Vec<MarkerLock> {
+        if flag(m, at, "DTraceMonitorProbes") != Some(true) {
+            return Vec::new();
+        }
+        vec![MarkerLock {
+            waits: ("hotspot", "monitor__contended__enter"),
+            acquired: ("hotspot", "monitor__contended__entered"),
+            op: rig_ebpf::abi::lock_op::JVM_MONITOR,
+            counts: "every contended monitor enter (`synchronized`), its wait from \
+                     hotspot:monitor__contended__enter to __entered",
+        }]
     }
 
     /// Java objects and collections are the `java` layer of the alloc

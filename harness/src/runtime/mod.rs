@@ -54,7 +54,7 @@ use go::gopclntab::GoVersion;
 
 pub use funcs::{func_entry, function_names, FuncEntry};
 pub use jit::PerfMap;
-pub use module::{Code, Interp, InterpName, JitFrames, Mapped, MarkerCounts, Module};
+pub use module::{Code, Interp, InterpName, JitFrames, Mapped, MarkerCounts, MarkerLock, Module};
 pub use process::{
     c_library, each_module, implied_markers, interp_frames, interp_names, is_wrapper_frame,
     jit_frames, jit_function, jit_own_code, marker_layer, stack_end_reason, write_jit_names,
@@ -460,6 +460,13 @@ pub trait Runtime: Sync {
     /// place a call was made lies past it.
     fn jit_own_code(&self, _name: &str) -> bool {
         false
+    }
+
+    /// The contended acquisitions of its locks that its markers mark, in
+    /// the process that maps its module `m` (at `at`) (a JVM's monitors,
+    /// with -XX:+DTraceMonitorProbes).
+    fn marker_locks(&self, _m: &Module<'_>, _at: &Mapped<'_>) -> Vec<MarkerLock> {
+        Vec::new()
     }
 
     /// For a process that maps its module `m` (at `at`), where the module

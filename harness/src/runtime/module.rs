@@ -100,6 +100,18 @@ pub enum InterpName {
     Gone(String),
 }
 
+/// A runtime's contended lock acquisitions as two of its USDT markers
+/// mark them (`provider`, `name`): the wait from `waits` to `acquired`,
+/// by thread, counted by the locks family as operation `op`
+/// (`rig_ebpf::abi::lock_op`); `counts` says what, for the notes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkerLock {
+    pub waits: (&'static str, &'static str),
+    pub acquired: (&'static str, &'static str),
+    pub op: u32,
+    pub counts: &'static str,
+}
+
 /// What each call of a runtime's marker counts in its alloc layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MarkerCounts {

@@ -138,21 +138,66 @@ fn a_jvms_objects_and_collections_are_its_java_layer_without_naming_a_probe() {
 }
 
 /// `--probes locks` on a JVM with -XX:+DTraceMonitorProbes counts its
-/// contended monitor enters from the JVM's marker without a probe named:
-/// the fixture's one per request (another thread holds the monitor when
-/// the handler enters it) exactly; the uncontended ones are named as not
-/// counted.
+/// contended monitor enters as rows of the locks family, each with its
+/// wait, from the JVM's markers: the fixture's one per request (another
+/// thread holds the monitor when the handler enters it, for 20 ms)
+/// exactly, every one contended and waited; their stacks are whole, through
+/// the Java frames (frame pointers kept). The uncontended ones are named
+/// as not counted.
 #[test]
 fn a_jvms_contended_monitor_enters_are_counted_for_the_locks_family() {
     root_or_skip!();
     let _g = probes_shared();
-    let s = java_with(&["-XX:+DTraceMonitorProbes"], &["7", "0", "1"]);
+    let flags = ["-XX:+DTraceMonitorProbes", "-XX:+PreserveFramePointer"];
+    let s = java_with(&flags, &["7", "0", "1"]);
     let probes = ["--probes", "locks"];
     let (stdout, a) = attach_driven_with(&s, "/work", 100, &probes, rig::exit::INCOMPLETE);
     let requests = a["window"]["requests"].as_u64().unwrap();
     assert_eq!(requests, 100, "{stdout}");
-    let enters = user_probe(&a, "usdt:hotspot:monitor__contended__enter");
-    assert_eq!(enters["calls"], requests, "{stdout}");
+    let monitors: Vec<&serde_json::Value> = a["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["op"] == "monitor enter (contended)")
+        .collect();
+    let sum = |field: &str| -> u64 { monitors.iter().map(|r| r[field].as_u64().unwrap()).sum() };
+    assert_eq!(sum("calls"), requests, "{stdout}");
+    assert_eq!(sum("acquired"), requests, "{stdout}");
+    assert_eq!(sum("contended"), requests, "{stdout}");
+    assert!(sum("futex_wait_ns") > 0, "{stdout}");
+    assert!(stdout.contains("monitor enter (contended)"), "{stdout}");
+    assert!(
+        stdout.contains("a JVM's contended monitor enters"),
+        "{stdout}"
+    );
+    // No marker of the user family counts them twice.
+    assert!(
+        a["user"].as_array().is_none_or(|u| u.is_empty()),
+        "{:#}",
+        a["user"]
+    );
+    // Their stacks (the acquisition's, and the wait's) are whole and run
+    // through Java frames.
+    let st = &a["stacks"];
+    for event in ["monitor enter (contended)", "contended (monitor wait)"] {
+        let through: u64 = st["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["family"] == "locks" && r["event"] == event)
+            .filter(|r| {
+                let s = &st["stacks"][r["stack"].as_str().unwrap()];
+                let java = s["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f["naming"] == "jit");
+                java && s["incomplete"].as_array().unwrap().is_empty()
+            })
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(through, requests, "{event}\n{stdout}");
+    }
     let locks = losses(&a, "locks");
     assert!(
         locks

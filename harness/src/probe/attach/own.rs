@@ -132,6 +132,7 @@ impl Attacher<'_> {
                 kind,
                 facts: &facts,
             };
+            any |= self.attach_marker_locks(ebpf, maps, &m, &path, &open)?;
             let locks = match crate::runtime::own_locks(&m) {
                 Ok(l) => l,
                 Err(why) => {
@@ -221,6 +222,70 @@ impl Attacher<'_> {
             }
         }
         Ok(any)
+    }
+
+    /// Probe the contended acquisitions module `m` (mapped at `path`)
+    /// marks with USDT markers in this process (`Runtime::marker_locks`: a
+    /// JVM's monitors): a uprobe at each marker, the wait from the first
+    /// to the second; whether it has any.
+    fn attach_marker_locks(
+        &mut self,
+        ebpf: &mut Ebpf,
+        maps: &ProcMaps,
+        m: &Module<'_>,
+        path: &str,
+        open: &Path,
+    ) -> Result<bool, ProbeError> {
+        let at = crate::runtime::Mapped {
+            pid: maps.pid,
+            maps,
+            path,
+            open,
+        };
+        let locks: Vec<_> = crate::runtime::runtimes(m)
+            .flat_map(|r| r.marker_locks(m, &at))
+            .collect();
+        if locks.is_empty() {
+            return Ok(false);
+        }
+        let family = Family::Locks;
+        let markers = crate::elf::usdt::markers(open).map_err(|source| ProbeError::Resolve {
+            pid: self.pid,
+            lib: path.to_string(),
+            api: "its USDT markers".to_string(),
+            source,
+        })?;
+        for l in locks {
+            let find = |(provider, name): (&str, &str)| {
+                markers
+                    .0
+                    .iter()
+                    .find(|mk| mk.provider == provider && mk.name == name)
+                    .map(|mk| mk.file_offset)
+            };
+            let what = format!("{}:{}", l.waits.0, l.waits.1);
+            let (Some(waits), Some(acquired)) = (find(l.waits), find(l.acquired)) else {
+                let why = format!("not counted: {} has no such marker pair", basename(path));
+                self.note(family, what, why);
+                continue;
+            };
+            let cookie = Some(u64::from(l.op));
+            for (program, off) in [
+                ("rig_marker_lock", waits),
+                ("rig_marker_lock_ret", acquired),
+            ] {
+                self.place(ebpf, family, program, open, Placement::entry(off), cookie)?;
+            }
+            let how = format!(
+                "uprobes at {what} and {}:{} in {}: {}",
+                l.acquired.0,
+                l.acquired.1,
+                basename(path),
+                l.counts
+            );
+            self.note(family, what, how);
+        }
+        Ok(true)
     }
 }
 

@@ -413,12 +413,17 @@ fn mutexes(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
         ]);
     }
     // The same words as the README's "What the counters mean".
-    let go = if a.locks.iter().any(|r| crate::report::is_go_lock_op(r.op)) {
-        "; Go's slow paths (Mutex.lockSlow, RWMutex.* wait): every call is contended, and its \
-         wait (in the futex columns) is the call's time from entry to return"
-    } else {
-        ""
-    };
+    let mut legends: Vec<&str> = Vec::new();
+    for l in a
+        .locks
+        .iter()
+        .filter_map(|r| crate::report::lock_op_legend(r.op))
+    {
+        if !legends.contains(&l) {
+            legends.push(l);
+        }
+    }
+    let go: String = legends.iter().map(|l| format!("; {l}")).collect();
     let _ = writeln!(
         out,
         "\nmutexes: contended = a lock call that waited in the kernel (futex) at least once; \
