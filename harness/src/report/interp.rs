@@ -83,6 +83,25 @@ fn splice_with(
             out.push(f);
         }
     }
+    // A native walk cut short (its reason is the stack's) never reached
+    // the evaluator calls that ran the outer frames: they follow the cut,
+    // outermost last, rather than vanish.
+    let cut = stack_flag::TRUNCATED
+        | stack_flag::NO_TABLE
+        | stack_flag::NO_ROW
+        | stack_flag::BAD_RULE
+        | stack_flag::READ_FAIL
+        | stack_flag::NO_PROC
+        | stack_flag::NO_REGS
+        | stack_flag::LOST_RETURN;
+    let native_cut = s.flags & cut != 0;
+    if native_cut && next < words.len() {
+        done.first.get_or_insert(out.len());
+        for &word in &words[next..] {
+            let name = names.get(&iframe::named(word));
+            out.push(site(interp, name, iframe::code(word)));
+        }
+    }
     *frames = out;
     if left > 0 {
         for (bit, what) in [
@@ -229,6 +248,21 @@ mod tests {
         // ...but a C extension's function further in stays the site.
         frames[1].module = Some("_json.so".to_string());
         assert_eq!(done.user_site(&frames, Some(1)), 1);
+    }
+
+    /// A native walk cut short before the evaluator (a module without
+    /// unwind rows): the Python frames follow the cut, and are the site.
+    #[test]
+    fn interpreted_frames_follow_a_native_walk_cut_short() {
+        let mut frames = vec![native("malloc", "libc.so.6"), native("ext_fn", "ext.so")];
+        let s = stack(&[0x10 | 1], rig_ebpf::abi::stack_flag::NO_ROW);
+        let names = named(&[(0x10, "handler")]);
+        let done = splice_with(&interp(), &names, &s, &mut frames);
+        assert_eq!(
+            functions(&frames),
+            ["malloc", "ext_fn", "handler (app.py:16) [python]"]
+        );
+        assert_eq!(done.first, Some(2));
     }
 
     /// An evaluator call with no frame left keeps its native name, and the

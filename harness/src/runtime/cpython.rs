@@ -111,7 +111,7 @@ impl Runtime for Cpython {
     }
 
     /// Each frame's code object, read from the process now: its
-    /// qualified name, file and first line.
+    /// qualified name, file and the line the frame ran.
     fn interp_names(
         &self,
         m: &Module<'_>,
@@ -185,8 +185,9 @@ fn frame_layout(m: &Module<'_>, open: &Path) -> Result<(InterpProc, CodeLayout),
              and this interpreter is {major}.{minor}"
         )),
         None => Err(
-            "Python frames are not in its stacks: the interpreter's version \
-                     (Py_Version) is unreadable"
+            "Python frames are not in its stacks: rig knows the frame layout of \
+                     CPython 3.11, and this interpreter exports no Py_Version (CPython \
+                     before 3.11)"
                 .to_string(),
         ),
     }
