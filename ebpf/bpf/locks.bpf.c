@@ -171,6 +171,48 @@ struct {
 	__type(value, struct go_lock_pending);
 } go_pending SEC(".maps");
 
+/* A contended acquisition whose whole call is its wait (a Go slow path, a
+ * runtime's marked one) begins: counted at (caller, mutex, op), its stack
+ * taken, and kept pending in `map` under `key` until its end. */
+static __always_inline int begin_wait(struct pt_regs *ctx, void *map, void *key, __u64 caller,
+				      __u64 mutex, __u32 op)
+{
+	struct go_lock_pending p = {
+		.caller = caller,
+		.mutex = mutex,
+		.t_entry = bpf_ktime_get_ns(),
+		.op = op,
+	};
+	struct lock_val *v = lock_val_of(p.caller, p.mutex, p.op);
+	if (v)
+		v->calls++;
+	if (rig_stacks) {
+		__u32 tgid = current_tgid();
+		p.ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+		stack_add(tgid, p.ustack, -1, STACK_LOCK, p.op, 0);
+	}
+	if (bpf_map_update_elem(map, key, &p, BPF_ANY))
+		stat_add(RIG_STAT_MAP_FULL, 1);
+	return 0;
+}
+
+/* It has ended: one contended acquisition, its wait the time since it
+ * began, at its row and its stack. */
+static __always_inline void end_wait(struct go_lock_pending *cur)
+{
+	__u64 wait = bpf_ktime_get_ns() - cur->t_entry;
+	struct lock_val *v = lock_val_of(cur->caller, cur->mutex, cur->op);
+	if (v) {
+		v->returns++;
+		v->acquired++;
+		v->contended++;
+		v->futex_wait_ns += wait;
+		v->call_ns += wait;
+	}
+	if (rig_stacks && cur->ustack)
+		stack_add(current_tgid(), cur->ustack, -1, STACK_FUTEX_WAIT, cur->op, wait);
+}
+
 SEC("uprobe")
 int rig_go_lock(struct pt_regs *ctx)
 {
@@ -184,23 +226,7 @@ int rig_go_lock(struct pt_regs *ctx)
 		if (outer && outer->op == LOCK_OP_GO_MUTEX)
 			return 0;
 	}
-	struct go_lock_pending p = {
-		.caller = caller_of(ctx),
-		.mutex = ctx->rax,
-		.t_entry = bpf_ktime_get_ns(),
-		.op = op,
-	};
-	struct lock_val *v = lock_val_of(p.caller, p.mutex, p.op);
-	if (v)
-		v->calls++;
-	if (rig_stacks) {
-		__u32 tgid = current_tgid();
-		p.ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
-		stack_add(tgid, p.ustack, -1, STACK_LOCK, p.op, 0);
-	}
-	if (bpf_map_update_elem(&go_pending, &g, &p, BPF_ANY))
-		stat_add(RIG_STAT_MAP_FULL, 1);
-	return 0;
+	return begin_wait(ctx, &go_pending, &g, caller_of(ctx), ctx->rax, op);
 }
 
 SEC("uprobe")
@@ -218,17 +244,7 @@ int rig_go_lock_ret(struct pt_regs *ctx)
 		return 0; /* a nested call's return: not this slow path's */
 	struct go_lock_pending cur = *p;
 	bpf_map_delete_elem(&go_pending, &g);
-	__u64 wait = bpf_ktime_get_ns() - cur.t_entry;
-	struct lock_val *v = lock_val_of(cur.caller, cur.mutex, cur.op);
-	if (v) {
-		v->returns++;
-		v->acquired++;
-		v->contended++;
-		v->futex_wait_ns += wait;
-		v->call_ns += wait;
-	}
-	if (rig_stacks && cur.ustack)
-		stack_add(current_tgid(), cur.ustack, -1, STACK_FUTEX_WAIT, cur.op, wait);
+	end_wait(&cur);
 	return 0;
 }
 
@@ -256,22 +272,8 @@ int rig_marker_lock(struct pt_regs *ctx)
 		return 0;
 	stat_add(RIG_STAT_EVENTS, 1);
 	struct go_lock_key t = { .g = current_tid(), .tgid = current_tgid() };
-	struct go_lock_pending p = {
-		.caller = PT_REGS_IP(ctx),
-		.t_entry = bpf_ktime_get_ns(),
-		.op = (__u32)attach_cookie(ctx),
-	};
-	struct lock_val *v = lock_val_of(p.caller, 0, p.op);
-	if (v)
-		v->calls++;
-	if (rig_stacks) {
-		__u32 tgid = current_tgid();
-		p.ustack = take_ustack(tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
-		stack_add(tgid, p.ustack, -1, STACK_LOCK, p.op, 0);
-	}
-	if (bpf_map_update_elem(&marker_pending, &t, &p, BPF_ANY))
-		stat_add(RIG_STAT_MAP_FULL, 1);
-	return 0;
+	return begin_wait(ctx, &marker_pending, &t, PT_REGS_IP(ctx), 0,
+			  (__u32)attach_cookie(ctx));
 }
 
 SEC("uprobe")
@@ -287,17 +289,7 @@ int rig_marker_lock_ret(struct pt_regs *ctx)
 	}
 	struct go_lock_pending cur = *p;
 	bpf_map_delete_elem(&marker_pending, &t);
-	__u64 wait = bpf_ktime_get_ns() - cur.t_entry;
-	struct lock_val *v = lock_val_of(cur.caller, 0, cur.op);
-	if (v) {
-		v->returns++;
-		v->acquired++;
-		v->contended++;
-		v->futex_wait_ns += wait;
-		v->call_ns += wait;
-	}
-	if (rig_stacks && cur.ustack)
-		stack_add(current_tgid(), cur.ustack, -1, STACK_FUTEX_WAIT, cur.op, wait);
+	end_wait(&cur);
 	return 0;
 }
 

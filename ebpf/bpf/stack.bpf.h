@@ -103,6 +103,14 @@ struct walk {
 	/* The interrupted frame's rbp..rip, read from a signal frame's
 	 * mcontext (UNWIND_CFA_SIGNAL). */
 	__u64 sig[7];
+	/* The interpreted frames' walk (take_iframes): the process's layout,
+	 * this thread's TLS base, the thread-state scan's next state and what
+	 * it found, and the next frame to read. */
+	struct interp_proc interp;
+	__u64 iself;
+	__u64 inext;
+	__u64 ithread;
+	__u64 iframe;
 	struct ustack st;
 	__u8 buf[STACK_CHUNK];
 };
@@ -444,36 +452,118 @@ static __always_inline __u64 stack_hash(struct ustack *st)
 	return h ? h : 1;
 }
 
-/* The thread state of this thread in the interpreter `ip` describes, 0
- * when none is (a thread the interpreter never ran), INTERP_FAIL on a read
- * failure. The one holding the interpreter's lock is tried first: most
- * events come from it. */
+/* A read of the interpreter's memory failed. */
 #define INTERP_FAIL (~0ull)
-static __always_inline __u64 interp_thread(struct interp_proc *ip, __u64 self)
+
+/* One step of the scan of the interpreter's thread states for this
+ * thread's (a bpf_loop callback, as unwind_step): 1 stops, with
+ * `ithread` the state found, or INTERP_FAIL. Threads of the main
+ * interpreter only (a subinterpreter's are not walked). */
+static long interp_thread_step(__u32 i, void *ctx)
 {
-	__u64 ts = 0, tid = 0;
-	if (bpf_probe_read_user(&ts, 8, (void *)(ip->runtime + ip->current)))
-		return INTERP_FAIL;
-	if (ts && !bpf_probe_read_user(&tid, 8, (void *)(ts + ip->ts_thread)) && tid == self)
-		return ts;
-	__u64 interp = 0;
-	if (bpf_probe_read_user(&interp, 8, (void *)(ip->runtime + ip->interp_head)) || !interp ||
-	    bpf_probe_read_user(&ts, 8, (void *)(interp + ip->threads_head)))
-		return INTERP_FAIL;
-	/* Threads of the main interpreter (a subinterpreter's are not walked). */
-	for (int i = 0; i < 64 && ts; i++) {
-		if (bpf_probe_read_user(&tid, 8, (void *)(ts + ip->ts_thread)))
-			return INTERP_FAIL;
-		if (tid == self)
-			return ts;
-		if (bpf_probe_read_user(&ts, 8, (void *)(ts + ip->ts_next)))
-			return INTERP_FAIL;
+	__u32 zero = 0;
+	struct walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!w)
+		return 1;
+	__u64 ts = w->inext, tid = 0;
+	if (!ts)
+		return 1;
+	if (bpf_probe_read_user(&tid, 8, (void *)(ts + w->interp.ts_thread))) {
+		w->ithread = INTERP_FAIL;
+		return 1;
+	}
+	if (tid == w->iself) {
+		w->ithread = ts;
+		return 1;
+	}
+	if (bpf_probe_read_user(&w->inext, 8, (void *)(ts + w->interp.ts_next))) {
+		w->ithread = INTERP_FAIL;
+		return 1;
 	}
 	return 0;
 }
 
+/* One interpreted frame into the walk's stack (a bpf_loop callback): 1
+ * stops. Frames are read in chunks into the walk's buffer (the native walk
+ * is done with it): a thread's frames sit one after another in its frame
+ * stack, each caller below its callee, so one read ending at a frame
+ * usually holds its callers too. A chunk reaches down at most to the start
+ * of the frame's page, never into memory that may not be mapped. Measured
+ * with `rig probe-cost` (20 Python frames): 3.6 us per event with three
+ * reads per frame, 2.2 with one. */
+static long iframe_step(__u32 i, void *ctx)
+{
+	__u32 zero = 0;
+	struct walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!w)
+		return 1;
+	__u64 f = w->iframe;
+	if (!f)
+		return 1;
+	__u32 n = w->st.ilen;
+	if (n >= RIG_STACK_MAX_IFRAMES) {
+		w->st.flags |= RIG_STACK_INTERP_TRUNCATED;
+		return 1;
+	}
+	__u64 span = w->interp.frame_span;
+	if (f < w->buf_base || f + span > w->buf_base + w->buf_len) {
+		__u64 end = f + span, floor = f & ~4095ull;
+		__u64 start = end - floor > STACK_CHUNK ? end - STACK_CHUNK : floor;
+		__u64 l = end - start;
+		if (l > STACK_CHUNK)
+			l = STACK_CHUNK;
+		if (bpf_probe_read_user(w->buf, l, (void *)start)) {
+			w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
+			return 1;
+		}
+		w->buf_base = start;
+		w->buf_len = l;
+	}
+	__u64 off = f - w->buf_base;
+	__u64 c = (off + w->interp.frame_code) & (STACK_CHUNK - 1);
+	__u64 p = (off + w->interp.frame_previous) & (STACK_CHUNK - 1);
+	__u64 e = (off + w->interp.frame_entry) & (STACK_CHUNK - 1);
+	__u64 x = (off + w->interp.frame_instr) & (STACK_CHUNK - 1);
+	if (c > STACK_CHUNK - 8 || p > STACK_CHUNK - 8 || x > STACK_CHUNK - 8) {
+		w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
+		return 1;
+	}
+	__u64 code = 0, instr = 0;
+	__builtin_memcpy(&code, &w->buf[c], 8);
+	__builtin_memcpy(&w->iframe, &w->buf[p], 8);
+	__builtin_memcpy(&instr, &w->buf[x], 8);
+	__u8 entry = w->buf[e];
+	/* Instructions are 2-byte code units; before the first one ran, the
+	 * pointer is one unit before them: no index. */
+	__u64 first = code + w->interp.code_instr, index = 0xffff;
+	if (instr >= first && (instr - first) / 2 < 0xffff)
+		index = (instr - first) / 2;
+	if (code >> 48)
+		index = 0xffff;
+	w->st.iframe[n & (RIG_STACK_MAX_IFRAMES - 1)] =
+		(code & 0xffffffffffffull) | (index << 48) | (entry ? 1 : 0);
+	w->st.ilen = n + 1;
+	return 0;
+}
+
+#ifdef RIG_COMPAT
+/* Without bpf_loop, each step a global function (see unwind_step_global). */
+__attribute__((noinline)) int interp_thread_step_global(__u32 i)
+{
+	return interp_thread_step(i, 0) != 0;
+}
+
+__attribute__((noinline)) int iframe_step_global(__u32 i)
+{
+	return iframe_step(i, 0) != 0;
+}
+#endif
+
 /* The interpreted frames of this thread into the walk's stack (see struct
- * ustack). A global function: verified once per program. */
+ * ustack). A global function: verified once per program; its loops are
+ * bpf_loop callbacks, each verified once. The thread state holding the
+ * interpreter's lock is tried first (most events come from it), then the
+ * interpreter's list of them (up to 256). */
 __attribute__((noinline)) int take_iframes(__u32 tgid)
 {
 	__u32 zero = 0;
@@ -484,9 +574,30 @@ __attribute__((noinline)) int take_iframes(__u32 tgid)
 	struct interp_proc *ip = bpf_map_lookup_elem(&interp_procs, &tgid);
 	if (!ip)
 		return 0;
+	w->interp = *ip;
 	struct task_struct___interp *t = (void *)bpf_get_current_task();
-	__u64 self = BPF_CORE_READ(t, thread.fsbase);
-	__u64 ts = interp_thread(ip, self);
+	w->iself = BPF_CORE_READ(t, thread.fsbase);
+	__u64 ts = 0, tid = 0, interp = 0;
+	w->ithread = 0;
+	if (bpf_probe_read_user(&ts, 8, (void *)(ip->runtime + ip->current))) {
+		w->ithread = INTERP_FAIL;
+	} else if (ts && !bpf_probe_read_user(&tid, 8, (void *)(ts + ip->ts_thread)) &&
+		   tid == w->iself) {
+		w->ithread = ts;
+	} else if (bpf_probe_read_user(&interp, 8, (void *)(ip->runtime + ip->interp_head)) ||
+		   !interp ||
+		   bpf_probe_read_user(&w->inext, 8, (void *)(interp + ip->threads_head))) {
+		w->ithread = INTERP_FAIL;
+	} else {
+#ifdef RIG_COMPAT
+		for (__u32 i = 0; i < 256; i++)
+			if (interp_thread_step_global(i))
+				break;
+#else
+		bpf_loop(256, interp_thread_step, 0, 0);
+#endif
+	}
+	ts = w->ithread;
 	if (ts == INTERP_FAIL) {
 		w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
 		return 0;
@@ -495,74 +606,29 @@ __attribute__((noinline)) int take_iframes(__u32 tgid)
 		w->st.flags |= RIG_STACK_INTERP_NO_THREAD;
 		return 0;
 	}
-	__u64 cf = 0, f = 0;
+	__u64 cf = 0;
 	if (bpf_probe_read_user(&cf, 8, (void *)(ts + ip->ts_cframe)) || !cf ||
-	    bpf_probe_read_user(&f, 8, (void *)(cf + ip->cframe_frame))) {
+	    bpf_probe_read_user(&w->iframe, 8, (void *)(cf + ip->cframe_frame))) {
 		w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
 		return 0;
 	}
-	/* Frames are read in chunks into the walk's buffer (the native walk
-	 * is done with it): a thread's frames sit one after another in its
-	 * frame stack, each caller below its callee, so one read ending at a
-	 * frame usually holds its callers too. A chunk reaches down at most to
-	 * the start of the frame's page, never into memory that may not be
-	 * mapped. Measured with `rig probe-cost` (20 Python frames): 3.6 us
-	 * per event with three reads per frame, 2.2 with one. */
+	/* Every field a frame step reads lies in the bytes it reads. */
 	__u32 span = ip->frame_span;
-	__u32 code_at = ip->frame_code, prev_at = ip->frame_previous, entry_at = ip->frame_entry;
-	__u32 instr_at = ip->frame_instr;
-	if (span > 128 || code_at + 8 > span || prev_at + 8 > span || entry_at + 1 > span ||
-	    instr_at + 8 > span) {
+	if (span > 128 || ip->frame_code + 8 > span || ip->frame_previous + 8 > span ||
+	    ip->frame_entry + 1 > span || ip->frame_instr + 8 > span) {
 		w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
 		return 0;
 	}
-	__u64 base = 0, len = 0;
-	__u32 n = 0;
-	for (int i = 0; i < RIG_STACK_MAX_IFRAMES + 1 && f; i++) {
-		if (n >= RIG_STACK_MAX_IFRAMES) {
-			w->st.flags |= RIG_STACK_INTERP_TRUNCATED;
-			break;
-		}
-		if (f < base || f + span > base + len) {
-			__u64 end = f + span, floor = f & ~4095ull;
-			__u64 start = end - floor > STACK_CHUNK ? end - STACK_CHUNK : floor;
-			__u64 l = end - start;
-			if (l > STACK_CHUNK)
-				l = STACK_CHUNK;
-			if (bpf_probe_read_user(w->buf, l, (void *)start)) {
-				w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
-				break;
-			}
-			base = start;
-			len = l;
-		}
-		__u64 off = f - base;
-		__u64 c = (off + code_at) & (STACK_CHUNK - 1);
-		__u64 p = (off + prev_at) & (STACK_CHUNK - 1);
-		__u64 e = (off + entry_at) & (STACK_CHUNK - 1);
-		__u64 x = (off + instr_at) & (STACK_CHUNK - 1);
-		if (c > STACK_CHUNK - 8 || p > STACK_CHUNK - 8 || x > STACK_CHUNK - 8) {
-			w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
-			break;
-		}
-		__u64 code = 0, instr = 0;
-		__builtin_memcpy(&code, &w->buf[c], 8);
-		__builtin_memcpy(&f, &w->buf[p], 8);
-		__builtin_memcpy(&instr, &w->buf[x], 8);
-		__u8 entry = w->buf[e];
-		/* Instructions are 2-byte code units; before the first one ran,
-		 * the pointer is one unit before them: no index. */
-		__u64 first = code + ip->code_instr, index = 0xffff;
-		if (instr >= first && (instr - first) / 2 < 0xffff)
-			index = (instr - first) / 2;
-		if (code >> 48)
-			index = 0xffff;
-		w->st.iframe[n & (RIG_STACK_MAX_IFRAMES - 1)] =
-			(code & 0xffffffffffffull) | (index << 48) | (entry ? 1 : 0);
-		n++;
-	}
+	w->buf_base = 0;
 	w->buf_len = 0;
-	w->st.ilen = n;
+#ifdef RIG_COMPAT
+	for (__u32 i = 0; i < RIG_STACK_MAX_IFRAMES + 1; i++)
+		if (iframe_step_global(i))
+			break;
+#else
+	bpf_loop(RIG_STACK_MAX_IFRAMES + 1, iframe_step, 0, 0);
+#endif
+	w->buf_len = 0;
 	return 0;
 }
 
