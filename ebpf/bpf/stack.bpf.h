@@ -547,15 +547,17 @@ static long iframe_step(__u32 i, void *ctx)
 }
 
 #ifdef RIG_COMPAT
-/* Without bpf_loop, each step a global function (see unwind_step_global). */
+/* Without bpf_loop, each step a global function (see unwind_step_global).
+ * Each reads its argument: clang otherwise leaves it unset at the call,
+ * and the verifier refuses a call whose argument is no scalar. */
 __attribute__((noinline)) int interp_thread_step_global(__u32 i)
 {
-	return interp_thread_step(i, 0) != 0;
+	return i >= 256 || interp_thread_step(i, 0) != 0;
 }
 
 __attribute__((noinline)) int iframe_step_global(__u32 i)
 {
-	return iframe_step(i, 0) != 0;
+	return i > RIG_STACK_MAX_IFRAMES || iframe_step(i, 0) != 0;
 }
 #endif
 
