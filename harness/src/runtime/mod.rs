@@ -18,7 +18,7 @@
 //! | `musl` | musl's libc.so, or a static musl executable | malloc & co | the stack height analysis of its machine code | as glibc |
 //! | `go` | Go code | `runtime.mallocgc`, GC cycles; never a return probe | `.gopclntab`'s pcsp tables | `.gopclntab` |
 //! | `native` | other ELF code: jemalloc, tcmalloc, mimalloc, Rust's shims, libstdc++ | each allocator's own names | `.eh_frame` | as glibc |
-//! | `cpython` | CPython's allocation APIs; pymalloc inlined (named unseen) | PyObject_/PyMem_; its collection marker | `.eh_frame` | as glibc |
+//! | `cpython` | CPython's allocation APIs; pymalloc inlined (named unseen) | PyObject_/PyMem_; its collection marker | `.eh_frame`; its threads' Python frames (3.11, `cpython/frames.rs`) | as glibc; Python frames by code object |
 //! | `jvm` | HotSpot's `libjvm.so`; the Java heap's bytes (named unseen) | its markers: objects, collections, contended monitors (`implied_markers`) | `.eh_frame`; its JIT code by frame pointer with `-XX:+PreserveFramePointer` | as glibc; its JIT code from the perf map `jcmd` writes |
 //! | `pools` | an application's own allocator (haproxy, APR, nginx, PostgreSQL, glib; `--alloc-func`) | its pool entry points, a layer beside the heap's | `.eh_frame` | as glibc |
 //! | `v8` | V8's embedded builtins; the JavaScript heap (named unseen) | none | frame-pointer rows after their prologue; its JIT code by frame pointer | as glibc |
