@@ -561,21 +561,13 @@ __attribute__((noinline)) int iframe_step_global(__u32 i)
 }
 #endif
 
-/* The interpreted frames of this thread into the walk's stack (see struct
- * ustack). A global function: verified once per program; its loops are
- * bpf_loop callbacks, each verified once. The thread state holding the
- * interpreter's lock is tried first (most events come from it), then the
- * interpreter's list of them (up to 256). */
-__attribute__((noinline)) int take_iframes(__u32 tgid)
+/* This thread's thread state in the interpreter `ip` describes, with the
+ * walk's `interp` set to it: the one holding the interpreter's lock when it
+ * is this thread's (most events come from it), else found in the
+ * interpreter's list of them (up to 256); 0 when none is this thread's,
+ * INTERP_FAIL when a read failed. */
+static __always_inline __u64 find_ithread(struct walk *w, struct interp_proc *ip)
 {
-	__u32 zero = 0;
-	struct walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
-	if (!w)
-		return 0;
-	w->st.ilen = 0;
-	struct interp_proc *ip = bpf_map_lookup_elem(&interp_procs, &tgid);
-	if (!ip)
-		return 0;
 	w->interp = *ip;
 	struct task_struct___interp *t = (void *)bpf_get_current_task();
 	w->iself = BPF_CORE_READ(t, thread.fsbase);
@@ -599,7 +591,25 @@ __attribute__((noinline)) int take_iframes(__u32 tgid)
 		bpf_loop(256, interp_thread_step, 0, 0);
 #endif
 	}
-	ts = w->ithread;
+	return w->ithread;
+}
+
+/* The interpreted frames of this thread into the walk's stack (see struct
+ * ustack). A global function: verified once per program; its loops are
+ * bpf_loop callbacks, each verified once. The thread state holding the
+ * interpreter's lock is tried first (most events come from it), then the
+ * interpreter's list of them (up to 256). */
+__attribute__((noinline)) int take_iframes(__u32 tgid)
+{
+	__u32 zero = 0;
+	struct walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!w)
+		return 0;
+	w->st.ilen = 0;
+	struct interp_proc *ip = bpf_map_lookup_elem(&interp_procs, &tgid);
+	if (!ip)
+		return 0;
+	__u64 ts = find_ithread(w, ip);
 	if (ts == INTERP_FAIL) {
 		w->st.flags |= RIG_STACK_INTERP_READ_FAIL;
 		return 0;
@@ -632,6 +642,48 @@ __attribute__((noinline)) int take_iframes(__u32 tgid)
 #endif
 	w->buf_len = 0;
 	return 0;
+}
+
+/* At the handler of an interpreter's call instruction (`--interp-calls`,
+ * rig_user_interp): the code object of the frame this thread enters, as a
+ * frame word with no instruction (named like a stack's), when it enters
+ * it by a call: the instruction it runs (2-byte code units: opcode,
+ * argument) is one of the two opcodes in `check` (bits 0-7, 8-15) with
+ * argument 0. That instruction is the one after the frame's last one run
+ * (`frame_instr`), or, while a trace or profile function is set (CPython
+ * 3.11's tracing dispatch records the instruction before running it),
+ * that one itself. 0 for a generator resumed (argument 1 to 3), or when
+ * the frame cannot be read (counted in the stats: never a silent zero). */
+__attribute__((noinline)) __u64 interp_call_code(__u32 tgid, __u64 check)
+{
+	__u32 zero = 0;
+	struct walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!w)
+		return 0;
+	struct interp_proc *ip = bpf_map_lookup_elem(&interp_procs, &tgid);
+	if (!ip) {
+		stat_add(RIG_STAT_LOOKUP_FAIL, 1);
+		return 0;
+	}
+	__u64 ts = find_ithread(w, ip);
+	__u64 cf = 0, f = 0, code = 0, prev = 0;
+	__u16 units[2] = {};
+	if (ts == INTERP_FAIL || !ts ||
+	    bpf_probe_read_user(&cf, 8, (void *)(ts + w->interp.ts_cframe)) || !cf ||
+	    bpf_probe_read_user(&f, 8, (void *)(cf + w->interp.cframe_frame)) || !f ||
+	    bpf_probe_read_user(&code, 8, (void *)(f + w->interp.frame_code)) ||
+	    bpf_probe_read_user(&prev, 8, (void *)(f + w->interp.frame_instr)) ||
+	    bpf_probe_read_user(units, 4, (void *)prev)) {
+		stat_add(RIG_STAT_READ_FAIL, 1);
+		return 0;
+	}
+	__u8 a = check & 0xff, b = (check >> 8) & 0xff;
+	__u16 unit = units[1];
+	if ((unit & 0xff) != a && (unit & 0xff) != b)
+		unit = units[0];
+	if (((unit & 0xff) != a && (unit & 0xff) != b) || (unit >> 8) != 0)
+		return 0;
+	return (code & 0xfffffffffffeull) | (0xffffull << 48);
 }
 
 /* Walk the user stack from (ip, sp, bp) and store it; returns its id, or 0

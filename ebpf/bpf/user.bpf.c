@@ -193,6 +193,26 @@ int rig_user_go(struct pt_regs *ctx)
 	return count_user(ctx, caller_of(ctx));
 }
 
+/* At the handler of an interpreter's call instruction (`--interp-calls`):
+ * a call of an interpreted function, counted by the code object it enters
+ * (the key's caller, named at the window's end); a generator resumed
+ * passes. The site's `value` holds the opcodes a call starts with. */
+SEC("uprobe")
+int rig_user_interp(struct pt_regs *ctx)
+{
+	__u32 tgid = current_tgid();
+	if (!is_target(tgid))
+		return 0;
+	__u32 site = (__u32)attach_cookie(ctx);
+	struct user_arg *a = bpf_map_lookup_elem(&user_args, &site);
+	if (!a)
+		return 0;
+	__u64 code = interp_call_code(tgid, (__u64)a->value);
+	if (!code)
+		return 0;
+	return count_user(ctx, code);
+}
+
 /* At a timed function's return (a uretprobe, never in Go code): the call
  * is found by its thread and stack pointer (the return popped one word
  * off the entry's), and the time since the thread's outermost call of the

@@ -37,7 +37,9 @@ struct user_arg {
 	__u8 flags;     /* USER_TIMED */
 	__u16 reg_off; /* offset in struct pt_regs */
 	__u16 _pad1;
-	__s64 value; /* the constant, or the displacement */
+	__s64 value; /* the constant, or the displacement; at an interpreter's
+		      * call handler (rig_user_interp), the opcodes a call
+		      * starts with (bits 0-7, 8-15) */
 };
 _Static_assert(sizeof(struct user_arg) == 16, "user_arg ABI");
 

@@ -251,6 +251,8 @@ pub struct UserArg {
     pub flags: u8,
     pub reg_off: u16,
     pub _pad1: u16,
+    /// The constant or the displacement; at an interpreter's call handler
+    /// (`rig_user_interp`), the opcodes a call starts with (bits 0-7, 8-15).
     pub value: i64,
 }
 const _: () = assert!(size_of::<UserArg>() == 16);

@@ -65,8 +65,16 @@ pub(super) fn counted_measure(
         spec.func_time,
         &spec.alloc_func,
         &spec.free_func,
+        &spec.interp_calls,
     );
-    let in_matrix = Named::new(&m.usdt, &m.func, m.func_time, &m.alloc_func, &m.free_func);
+    let in_matrix = Named::new(
+        &m.usdt,
+        &m.func,
+        m.func_time,
+        &m.alloc_func,
+        &m.free_func,
+        &m.interp_calls,
+    );
     let user_probes = UserProbe::of_spec(in_spec)
         .map_err(|e| Fail(format!("target spec {}: {e}", spec.name)))?
         .into_iter()

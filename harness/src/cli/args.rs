@@ -534,6 +534,12 @@ pub struct AttachArgs {
     /// The free of a declared allocator (`--alloc-func`). Repeatable.
     #[arg(long, value_name = "[MODULE!]NAME")]
     pub free_func: Vec<String>,
+    /// Count every call of an interpreted function per request, by the
+    /// function: `python` (CPython 3.11, whose own call marker fires only
+    /// under a profiler), at the interpreter's handler of a call's first
+    /// instruction (each Python call and generator step a uprobe hit).
+    #[arg(long, value_name = "LANGUAGE")]
+    pub interp_calls: Vec<String>,
     #[command(flatten)]
     pub common: Common,
     /// `-- COMMAND ARGS...`: the load. The window opens before it starts and

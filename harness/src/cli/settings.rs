@@ -13,6 +13,7 @@ pub(super) fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<
         spec.func_time,
         &spec.alloc_func,
         &spec.free_func,
+        &spec.interp_calls,
     ))
     .with_context(|| format!("target spec {}", file.display()))?;
     let tls = match &spec.tls_variant {
@@ -108,6 +109,7 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         func_time: a.func_time,
         alloc_func: &a.alloc_func,
         free_func: &a.free_func,
+        interp_calls: &a.interp_calls,
     };
     let user_probes = user_probes(named)?;
     if named.declares_allocators() && !families.contains(&Family::Alloc) {
@@ -159,6 +161,7 @@ fn matrix_probes(m: &crate::scenario::Matrix, path: &std::path::Path) -> Result<
         p.func_time,
         &p.alloc_func,
         &p.free_func,
+        &p.interp_calls,
     ))
     .with_context(|| format!("[probes] of {}", path.display()))?;
     Ok(())

@@ -1,7 +1,8 @@
 //! `rig probes --pid P [PATTERN]`: what a running process offers to be
 //! probed by name, as `bpftrace -l` lists it: the USDT markers of every
-//! file it maps (provider, name, file, address, semaphore, arguments) and,
-//! for a pattern, the functions whose names match it.
+//! file it maps (provider, name, file, address, semaphore, arguments), an
+//! interpreter whose calls `--interp-calls` counts, and, for a pattern,
+//! the functions whose names match it.
 //!
 //! A pattern is a glob (`*` any run of characters, `?` one) matched against
 //! each spelling a user may write: `PROVIDER:NAME` and `FILE:PROVIDER:NAME`
@@ -27,6 +28,9 @@ struct Module {
     functions: Vec<String>,
     /// Functions it has in all (whether they match or not).
     all_functions: usize,
+    /// An interpreter's calls, as `--interp-calls` counts them: the
+    /// language, or why rig cannot count them there.
+    interp_calls: Option<Result<&'static str, String>>,
 }
 
 /// The command: read the process's mapped files and print what matches.
@@ -75,11 +79,13 @@ pub fn command(pid: u32, pattern: Option<&str>) -> Result<i32> {
             .into_iter()
             .filter(|m| pattern.is_none_or(|p| marker_matches(p, &o.path, m)))
             .collect();
+        let interp_calls = crate::probe::user::interp_calls(&o.path, &file, &facts);
         modules.push(Module {
             path: o.path,
             markers,
             functions,
             all_functions: names.len(),
+            interp_calls,
         });
     }
     let matched = modules
@@ -114,6 +120,16 @@ fn render(pid: u32, pattern: Option<&str>, modules: &[Module], near: &[String]) 
                 k.vaddr,
                 if args.is_empty() { "none" } else { &args }
             ));
+        }
+    }
+    for m in modules.iter().filter(|_| pattern.is_none()) {
+        match &m.interp_calls {
+            Some(Ok(language)) => out.push_str(&format!(
+                "interp-calls {language}  {}  (every call by function)\n",
+                m.path
+            )),
+            Some(Err(why)) => out.push_str(&format!("interp-calls: {}: {why}\n", m.path)),
+            None => {}
         }
     }
     let mut listed = 0usize;

@@ -57,6 +57,8 @@ fn names_are_checked() {
         "h1 /u c1: func:userwork_step calls/req",
         "application arena_alloc calls @ handle (userwork.c:97)",
         "application __pool_alloc bytes @ stream_new",
+        "python:calls calls/req",
+        "python:calls calls @ make_item (server.py:30)",
     ] {
         assert!(check_counter_name(ok).is_ok(), "{ok}");
     }
@@ -67,6 +69,8 @@ fn names_are_checked() {
         "kprobe:f calls/req",
         "application  calls @ f",
         "arena_alloc calls @ f",
+        "cobol:calls calls/req",
+        "python:call calls/req",
     ] {
         assert!(check_counter_name(bad).is_err(), "{bad}");
     }

@@ -264,7 +264,7 @@ pub fn counter_forms() -> String {
          `Ir @ FUNCTION` (self instructions, callgrind); a probe you named (`--usdt`, `--func`): \
          `PROBE calls/req`, `PROBE argN summed/req`, `PROBE calls @ SITE`, `PROBE argN summed @ SITE`, \
          `PROBE calls @ argS=VALUE` (counted by a string argument, `--usdt …#S`) \
-         (PROBE: `usdt:PROVIDER:NAME` or `func:NAME`); an application allocator's \
+         (PROBE: `usdt:PROVIDER:NAME`, `func:NAME` or `LANGUAGE:calls`, `--interp-calls`); an application allocator's \
          `application NAME calls @ SITE`, `application NAME bytes @ SITE`; with several cases, \
          `CASE: COUNTER`",
         totals().collect::<Vec<_>>().join(", "),
@@ -273,7 +273,8 @@ pub fn counter_forms() -> String {
 }
 
 /// A named probe's counter kind: `usdt:PROVIDER:NAME calls`, `func:NAME
-/// calls`, or either's `argN summed` (the names `probe::user` gives).
+/// calls`, either's `argN summed`, or `LANGUAGE:calls calls` (the names
+/// `probe::user` gives).
 fn is_user_kind(head: &str) -> bool {
     let probe = head.strip_suffix(" calls").or_else(|| {
         let (probe, arg) = head.strip_suffix(" summed")?.rsplit_once(" arg")?;
@@ -282,6 +283,8 @@ fn is_user_kind(head: &str) -> bool {
     probe.is_some_and(|p| {
         let name = p.strip_prefix("usdt:").or_else(|| p.strip_prefix("func:"));
         name.is_some_and(|n| !n.is_empty() && !n.contains(' '))
+            || p.strip_suffix(":calls")
+                .is_some_and(|l| crate::runtime::CALL_LANGUAGES.contains(&l))
     })
 }
 

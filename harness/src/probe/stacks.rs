@@ -136,7 +136,9 @@ impl StackTables {
         maps: &ProcMaps,
     ) -> Result<(), ProbeError> {
         if self.mode == Stacks::Off {
-            return Ok(());
+            // Counting an interpreter's calls (`--interp-calls`) finds the
+            // frame entered as a stack's walk does.
+            return self.install_interp(objects, pid, maps);
         }
         let entry = self.tables.proc_entry(maps, self.capacity);
         let new_rows = &self.tables.rows[self.written.rows..];
@@ -196,7 +198,9 @@ impl StackTables {
         let interp = match crate::runtime::interp_frames(maps) {
             None => return Ok(()),
             Some(Err(why)) => {
-                self.tables.note_limit(format!("pid {pid}: {why}"));
+                if self.mode == Stacks::On {
+                    self.tables.note_limit(format!("pid {pid}: {why}"));
+                }
                 return Ok(());
             }
             Some(Ok(interp)) => interp,

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::user::{SiteAt, UserSite};
 use super::{AttachNote, CopyImpl, Family, Followed, ProbeError, ProbeSet, Snapshot};
 use crate::process::maps::ProcMaps;
 use crate::process::ProcessId;
@@ -179,7 +180,8 @@ impl ProbeSet {
             }
         }
         let delta = snap.delta(&start.snapshot);
-        let interp = interp_names(&delta, &maps);
+        let user_sites = self.user_sites();
+        let interp = interp_names(&delta, &maps, &user_sites);
         let joined_during = procs
             .iter()
             .map(|p| p.pid)
@@ -196,7 +198,7 @@ impl ProbeSet {
             joined_during,
             scope: self.scope(),
             copy_impls: self.copy_impls(),
-            user_sites: self.user_sites(),
+            user_sites,
             alloc_entries: self.alloc_entries(),
             alloc_unprobed: self.alloc_unprobed(),
             notes,
@@ -207,14 +209,21 @@ impl ProbeSet {
     }
 }
 
-/// The names of the interpreted frames the window's stacks hold, read now
-/// from each process whose interpreter walked them (the code objects may
-/// be gone by the time the report is written).
+/// The names of the interpreted frames the window's stacks hold, and of
+/// the functions whose calls `--interp-calls` counted (their key's caller
+/// is a frame word), read now from each process whose interpreter walked
+/// them (the code objects may be gone by the time the report is written).
 fn interp_names(
     delta: &Snapshot,
     maps: &BTreeMap<u32, ProcMaps>,
+    user_sites: &[UserSite],
 ) -> BTreeMap<u32, (Interp, BTreeMap<u64, InterpName>)> {
     let mut words: BTreeMap<u32, std::collections::BTreeSet<u64>> = BTreeMap::new();
+    for k in delta.user.keys() {
+        if user_sites.get(k.site as usize).map(|s| s.at) == Some(SiteAt::InterpCall) {
+            words.entry(k.tgid).or_default().insert(k.caller);
+        }
+    }
     for st in delta.stacks.values() {
         for k in st.counts.keys() {
             if let Some(s) = st.ustacks.get(&k.ustack) {

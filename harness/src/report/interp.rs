@@ -126,6 +126,31 @@ fn splice_with(
     done
 }
 
+/// The interpreted function whose frame word is `word` in process `tgid`
+/// of the window: the function a call counted by `--interp-calls`
+/// entered.
+pub(super) fn entered(w: &Window, tgid: u32, word: u64) -> Site {
+    match w.interp.get(&tgid) {
+        Some((interp, names)) => site(interp, names.get(&word), iframe::code(word)),
+        None => {
+            let code = iframe::code(word);
+            let mut s = site(
+                &Interp {
+                    layout: Default::default(),
+                    evaluator: "",
+                    language: "interpreted",
+                },
+                None,
+                code,
+            );
+            s.function = Some(format!(
+                "[interpreted code at {code:#x}, its process gone before the window's end]"
+            ));
+            s
+        }
+    }
+}
+
 /// An interpreted frame as a site: its function, file and first line, in
 /// its language.
 fn site(interp: &Interp, name: Option<&InterpName>, code: u64) -> Site {

@@ -390,6 +390,11 @@ pub fn role(command: &str) -> String {
 /// Whether two sites (possibly from different processes) are the same code:
 /// same module and offset, or the same address outside any module.
 pub(crate) fn same_site(a: &Site, b: &Site) -> bool {
+    use crate::symbolize::Naming::Interpreted;
+    if a.naming == Interpreted || b.naming == Interpreted {
+        // An interpreted function: its code object, at the line it ran.
+        return a.naming == b.naming && a.addr == b.addr && a.line == b.line;
+    }
     match (&a.module, &b.module) {
         (Some(ma), Some(mb)) if !ma.starts_with('[') => {
             ma == mb && a.module_offset == b.module_offset

@@ -92,6 +92,7 @@ impl Builder<'_> {
                 .user
                 .keys()
                 .filter(|k| kind_of(k.site) == kind)
+                .filter(|k| sites.get(k.site as usize).map(|s| s.at) != Some(SiteAt::InterpCall))
                 .map(|k| (k.tgid, k.caller))
                 .collect();
             named[i] = self.callers(addrs, kind);
@@ -120,8 +121,12 @@ impl Builder<'_> {
             };
             let sum = arg_sum(s, v.bytes);
             add((&mut row.calls, &mut row.arg_sum), v.calls, sum);
-            let i = usize::from(kind_of(k.site) == AddrKind::ReturnAddress);
-            let site = named[i][&(k.tgid, k.caller)].clone();
+            let site = if s.at == SiteAt::InterpCall {
+                super::interp::entered(w, k.tgid, k.caller)
+            } else {
+                let i = usize::from(kind_of(k.site) == AddrKind::ReturnAddress);
+                named[i][&(k.tgid, k.caller)].clone()
+            };
             let same = |r: &&mut UserSiteRow| super::same_site(&r.site, &site);
             match row.sites.iter_mut().find(same) {
                 Some(r) => add((&mut r.calls, &mut r.arg_sum), v.calls, sum),

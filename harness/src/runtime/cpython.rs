@@ -8,8 +8,9 @@ use std::path::Path;
 use rig_ebpf::abi::alloc_kind as k;
 
 use super::alloc::AllocFamily;
-use super::{Allocator, Interp, InterpName, Mapped, MarkerCounts, Module, Runtime};
+use super::{Allocator, Interp, InterpCalls, InterpName, Mapped, MarkerCounts, Module, Runtime};
 
+mod calls;
 mod frames;
 use frames::{code_name, frame_layout};
 
@@ -127,6 +128,41 @@ impl Runtime for Cpython {
                 .iter()
                 .map(|&w| code_name(at, &code, code_type, w))
                 .collect(),
+        )
+    }
+
+    /// Its Python function calls, where the version is one whose frames
+    /// rig walks (the kernel side finds the frame as a stack's walk does):
+    /// the handlers of the instruction every call starts with.
+    fn interp_calls(&self, m: &Module<'_>, open: &Path) -> Option<Result<InterpCalls, String>> {
+        m.facts.variable("_PyRuntime")?;
+        let resume = calls::RESUME_3_11;
+        Some(
+            frame_layout(m, open)
+                .map_err(|why| {
+                    why.replace(
+                        "Python frames are not in its stacks",
+                        "its Python calls are not counted",
+                    )
+                })
+                .and_then(|_| {
+                    let ops = [resume.0, resume.1];
+                    let probes = crate::elf::cached(open, |p| calls::call_probes(p, m.facts, &ops))
+                        .map_err(|e| format!("its Python calls are not counted: {e:#}"))?;
+                    let file_offsets = probes
+                        .0
+                        .iter()
+                        .map(|&at| m.facts.vaddr_to_file_offset(at))
+                        .collect::<Option<Vec<u64>>>()
+                        .ok_or(
+                            "its Python calls are not counted: a RESUME handler is not in the file",
+                        )?;
+                    Ok(InterpCalls {
+                        language: "python",
+                        file_offsets,
+                        check: u64::from(resume.0) | u64::from(resume.1) << 8,
+                    })
+                }),
         )
     }
 

@@ -48,13 +48,40 @@ pub fn function_names(open: &Path, kind: ModuleKind, facts: &ElfFacts) -> Vec<St
 /// Where a probe counting the calls of `symbol` (a raw name from
 /// [`function_names`]) goes in the module at `open`.
 pub fn func_entry(open: &Path, kind: ModuleKind, symbol: &str) -> Result<Option<FuncEntry>> {
+    asked(
+        open,
+        kind,
+        |r| r.func_entry(open, symbol),
+        |facts| facts.lookup_function(symbol).map(FuncEntry::Placed),
+    )
+}
+
+/// Where to probe `symbol` in the module at `open` (of `kind`): where its
+/// runtime says, else its ELF symbol.
+pub fn entry_point(open: &Path, kind: ModuleKind, symbol: &str) -> Result<Option<SymbolInfo>> {
+    asked(
+        open,
+        kind,
+        |r| r.entry_point(open, symbol),
+        |facts| facts.lookup_symbol(symbol),
+    )
+}
+
+/// What the first runtime of the module at `open` that answers `ask` says,
+/// else what its ELF file says (`file`).
+fn asked<T>(
+    open: &Path,
+    kind: ModuleKind,
+    ask: impl Fn(&dyn super::Runtime) -> Option<Result<Option<T>>>,
+    file: impl FnOnce(&ElfFacts) -> Option<T>,
+) -> Result<Option<T>> {
     let facts = ElfFacts::shared(open)?;
     let m = Module {
         kind,
         facts: &facts,
     };
-    if let Some(found) = runtimes(&m).find_map(|r| r.func_entry(open, symbol)) {
+    if let Some(found) = runtimes(&m).find_map(ask) {
         return found;
     }
-    Ok(facts.lookup_function(symbol).map(FuncEntry::Placed))
+    Ok(file(&facts))
 }

@@ -52,9 +52,12 @@ use crate::process::maps::{basename, Mapping, ProcMaps};
 use alloc::{AllocFamily, Entry};
 use go::gopclntab::GoVersion;
 
-pub use funcs::{func_entry, function_names, FuncEntry};
+pub use funcs::{entry_point, func_entry, function_names, FuncEntry};
 pub use jit::PerfMap;
-pub use module::{Code, Interp, InterpName, JitFrames, Mapped, MarkerCounts, MarkerLock, Module};
+pub use module::{
+    Code, Interp, InterpCalls, InterpName, JitFrames, Mapped, MarkerCounts, MarkerLock, Module,
+    CALL_LANGUAGES,
+};
 pub use process::{
     c_library, each_module, implied_markers, interp_frames, interp_names, is_wrapper_frame,
     jit_frames, jit_function, jit_own_code, marker_layer, stack_end_reason, write_jit_names,
@@ -488,6 +491,13 @@ pub trait Runtime: Sync {
     ) -> Option<Vec<InterpName>> {
         None
     }
+
+    /// Where module `m` (at `open`), an interpreter, starts each call of an
+    /// interpreted function, for `--interp-calls`; why rig cannot count
+    /// them there. `None`: not an interpreter.
+    fn interp_calls(&self, _m: &Module<'_>, _open: &Path) -> Option<Result<InterpCalls, String>> {
+        None
+    }
 }
 
 /// A function as a runtime's own table names the code at one address:
@@ -658,18 +668,10 @@ pub fn names(m: &Module<'_>, open: &Path) -> Option<std::sync::Arc<dyn CodeNames
     runtimes(m).find_map(|r| r.names(open))
 }
 
-/// Where to probe `symbol` in the module at `open` (of `kind`): where its
-/// runtime says, else its ELF symbol.
-pub fn entry_point(open: &Path, kind: ModuleKind, symbol: &str) -> Result<Option<SymbolInfo>> {
-    let facts = ElfFacts::shared(open)?;
-    let m = Module {
-        kind,
-        facts: &facts,
-    };
-    if let Some(found) = runtimes(&m).find_map(|r| r.entry_point(open, symbol)) {
-        return found;
-    }
-    Ok(facts.lookup_symbol(symbol))
+/// Where interpreter module `m` (at `open`) starts each call of an
+/// interpreted function (see [`Runtime::interp_calls`]).
+pub fn interp_calls(m: &Module<'_>, open: &Path) -> Option<Result<InterpCalls, String>> {
+    runtimes(m).find_map(|r| r.interp_calls(m, open))
 }
 
 /// A row with a rule that needs no offsets (`END`, `NONE`, `GO_CGO`, `SIGNAL`).

@@ -88,6 +88,24 @@ pub struct Interp {
     pub language: &'static str,
 }
 
+/// Where an interpreter starts each call of an interpreted function, for
+/// the probe that counts them by function (`--interp-calls LANGUAGE`): the
+/// places in the module's file, and the instruction the kernel side finds
+/// a call by there (`rig_user_interp`): in `check`, the opcodes of the
+/// call's first instruction (bits 0-7 and 8-15), whose argument is 0 for a
+/// call and not for a generator's resumption.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterpCalls {
+    /// One of [`CALL_LANGUAGES`].
+    pub language: &'static str,
+    pub file_offsets: Vec<u64>,
+    pub check: u64,
+}
+
+/// The languages whose calls a runtime counts (`InterpCalls::language`):
+/// each is the probe `LANGUAGE:calls`.
+pub const CALL_LANGUAGES: &[&str] = &["python"];
+
 /// An interpreted frame as named at a window's end: its function, file and
 /// first line, or why it has no name.
 #[derive(Clone, Debug, PartialEq, Eq)]

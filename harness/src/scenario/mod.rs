@@ -222,9 +222,10 @@ pub struct Matrix {
 }
 
 /// `[probes] usdt = [...]  func = [...]  func_time = true  alloc_func =
-/// [...]  free_func = [...]`: USDT markers, functions and application
-/// allocators, spelt as `rig attach --usdt`/`--func`/`--alloc-func`/
-/// `--free-func` take them (their form is checked by the command that
+/// [...]  free_func = [...]  interp_calls = ["python"]`: USDT markers,
+/// functions, application allocators and interpreted calls, spelt as `rig
+/// attach --usdt`/`--func`/`--alloc-func`/`--free-func`/`--interp-calls`
+/// take them (their form is checked by the command that
 /// loads the matrix).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,6 +240,8 @@ pub struct NamedProbes {
     pub alloc_func: Vec<String>,
     #[serde(default)]
     pub free_func: Vec<String>,
+    #[serde(default)]
+    pub interp_calls: Vec<String>,
 }
 
 /// One `[[suite]]`: its name, its own times (`None` takes the matrix's

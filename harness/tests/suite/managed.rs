@@ -385,8 +385,9 @@ fn java_objects_of_the_fixtures_class_are_counted_exactly_per_request_by_class()
 struct Specs(std::path::PathBuf);
 
 impl Specs {
-    /// `targets`: (name, argv with `{port}`), each with `usdt`.
-    fn new(name: &str, targets: &[(String, Vec<String>)], usdt: &str) -> Specs {
+    /// `targets`: (name, argv with `{port}`), each with the probes of
+    /// `named` (a spec's lines: `usdt = [...]`, `interp_calls = [...]`).
+    fn new(name: &str, targets: &[(String, Vec<String>)], named: &str) -> Specs {
         let dir = std::env::temp_dir().join(format!("rig-managed-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -394,7 +395,7 @@ impl Specs {
             let spec = format!(
                 "name = {target:?}\nargv = {argv:?}\n\
                  port = \"argv\"\nready = {{ stdout = \"READY\" }}\nready_timeout_ms = 60000\n\
-                 usdt = [{usdt:?}]\n\n\
+                 {named}\n\n\
                  [protocols]\nh1 = true\n\n[[endpoints]]\npath = \"/work\"\nstatus = 200\n\
                  content_type = \"text/plain\"\nbody = {{ literal = \"ok\\n\" }}\n",
             );
@@ -426,7 +427,7 @@ impl Specs {
                 (format!("java{items}"), argv.map(String::from).to_vec())
             })
             .to_vec();
-        Specs::new(name, &targets, "hotspot:object__alloc#1/2")
+        Specs::new(name, &targets, r#"usdt = ["hotspot:object__alloc#1/2"]"#)
     }
 
     fn path(&self, f: &str) -> String {
@@ -513,31 +514,33 @@ fn rig_gate_blesses_java_objects_by_class_and_two_more_per_request_breach_it() {
 }
 
 /// Python calls per request by function are gateable: blessed from the
-/// fixture calling make_item 16 times per request (its profile function
-/// set, so CPython 3.11 fires the marker), a build calling it 17 times
-/// breaches it by exactly 1.
+/// fixture calling make_item 16 times per request (counted by
+/// `interp_calls = ["python"]`, no profile function set), a build calling
+/// it 17 times breaches it by exactly 1.
 #[test]
 fn rig_gate_blesses_python_calls_by_function_and_one_more_per_request_breaches_it() {
     root_or_skip!();
     let _g = probes_shared();
-    let counter = "usdt:python:function__entry calls @ arg1=make_item";
+    let counter = PY_CALLS;
     python_specs("pygate").gate("py16", "py17", counter, 16.0, "17.000/req > 16.000");
 }
 
 /// The Python fixture calling make_item 16 and 17 times per request
-/// (`py16`, `py17`), its profile function set so CPython 3.11 fires its
-/// function marker, counted by function.
+/// (`py16`, `py17`), its calls counted by function.
 fn python_specs(name: &str) -> Specs {
     let server = rig_fixtures::python_server().display().to_string();
     let targets: Vec<(String, Vec<String>)> = [16, 17]
         .map(|items| {
             let n = items.to_string();
-            let argv = [PYTHON, &server, "{port}", "--profile", "--items", &n];
+            let argv = [PYTHON, &server, "{port}", "--items", &n];
             (format!("py{items}"), argv.map(String::from).to_vec())
         })
         .to_vec();
-    Specs::new(name, &targets, "python:function__entry#1")
+    Specs::new(name, &targets, r#"interp_calls = ["python"]"#)
 }
+
+/// The counter of the fixture's make_item calls (`--interp-calls python`).
+const PY_CALLS: &str = "python:calls calls @ make_item (server.py:30)";
 
 /// `rig ab` of the 7- and 9-item builds: `Server$Item` is a code
 /// difference of exactly 7.0 against 9.0 objects per request.
@@ -555,7 +558,7 @@ fn rig_ab_names_the_java_class_with_two_more_objects_per_request_as_a_code_diffe
 fn rig_ab_names_the_python_function_called_once_more_per_request_as_a_code_difference() {
     root_or_skip!();
     let _g = probes_shared();
-    let counter = "usdt:python:function__entry calls @ arg1=make_item";
+    let counter = PY_CALLS;
     python_specs("pyab").ab("py16", "py17", counter, [16.0, 17.0]);
 }
 
@@ -658,6 +661,111 @@ fn python_calls_by_function_are_exact_where_cpython_fires_its_marker_and_named_w
     let by = |function: &str| calls_by(probe, function);
     assert_eq!(by("work"), Some(requests), "{stdout}");
     assert_eq!(by("make_item"), Some(16 * requests), "{stdout}");
+}
+
+/// `--interp-calls python` on Debian's python3.11, running normally (no
+/// profile function, so its own call marker never fires): every call of
+/// the fixture's functions per request exactly, by construction: make_item
+/// and Item.__init__ ITEMS times (16, then 17), work, its generator,
+/// Handler.do_GET and Handler.log_message once. The generator is entered once per request and
+/// resumed ITEMS times more: those resumptions are not calls. The stacks
+/// of make_item's calls run on through the generator and work. Then,
+/// against CPython's own count, with a profile function set so that its
+/// python:function__entry marker fires, both in one window: each of the
+/// fixture's functions that is not a generator has as many calls by either;
+/// the marker counts the generator's every resumption as an entry (17 per
+/// request: 16 items and its end), rig its one call.
+#[test]
+fn python_calls_are_counted_by_function_without_a_profiler_as_cpythons_marker_counts_them() {
+    root_or_skip!();
+    let _g = probes_shared();
+    let server = rig_fixtures::python_server().display().to_string();
+    let run = |items: u64, profile: bool, probes: &[&str]| {
+        let s = start("python3.11 (Debian)", |port| {
+            let mut argv = vec![PYTHON.to_string(), server.clone(), port.to_string()];
+            argv.extend(["--items".to_string(), items.to_string()]);
+            if profile {
+                argv.push("--profile".into());
+            }
+            argv
+        });
+        attach_driven_with(&s, "/work", 200, probes, rig::exit::OK)
+    };
+    // The calls of the fixture's own functions (in server.py), by name.
+    let own = |probe: &serde_json::Value| -> std::collections::BTreeMap<String, u64> {
+        let mut by = std::collections::BTreeMap::new();
+        for r in probe["sites"].as_array().unwrap() {
+            let site = &r["site"];
+            if site["naming"] == "interpreted"
+                && site["file"]
+                    .as_str()
+                    .unwrap_or("")
+                    .ends_with("python/server.py")
+            {
+                let f = site["function"].as_str().unwrap().to_string();
+                *by.entry(f).or_insert(0) += r["calls"].as_u64().unwrap();
+            }
+        }
+        by
+    };
+    for items in [16u64, 17] {
+        let probes = ["--probes", "syscalls", "--interp-calls", "python"];
+        let (stdout, a) = run(items, false, &probes);
+        let requests = a["window"]["requests"].as_u64().unwrap();
+        assert_eq!(requests, 200, "{stdout}");
+        let calls = own(user_probe(&a, "python:calls"));
+        let expect: std::collections::BTreeMap<String, u64> = [
+            ("Item.__init__", items),
+            ("make_item", items),
+            ("work", 1),
+            ("work.<locals>.<genexpr>", 1),
+            ("Handler.do_GET", 1),
+            // http.server logs each request through it (rig's fixture
+            // keeps it quiet).
+            ("Handler.log_message", 1),
+        ]
+        .into_iter()
+        .map(|(f, n)| (f.to_string(), n * requests))
+        .collect();
+        assert_eq!(calls, expect, "{stdout}");
+        let made = at_python_function(&a, "user", "make_item");
+        assert_eq!(made.iter().map(|r| r.1).sum::<u64>(), items * requests);
+        for (_, _, _, outwards) in &made {
+            assert!(
+                outwards.starts_with(&["make_item", "work.<locals>.<genexpr>", "work"]),
+                "{outwards:?}"
+            );
+        }
+    }
+
+    let probes = [
+        "--probes",
+        "syscalls",
+        "--interp-calls",
+        "python",
+        "--usdt",
+        "python:function__entry#1",
+    ];
+    let (stdout, a) = run(16, true, &probes);
+    let requests = a["window"]["requests"].as_u64().unwrap();
+    let calls = own(user_probe(&a, "python:calls"));
+    let marker = user_probe(&a, "usdt:python:function__entry");
+    // Names no other function of the process has (the marker gives a
+    // function's name alone: `__init__` is every class's).
+    for (function, name) in [
+        ("make_item", "make_item"),
+        ("work", "work"),
+        ("Handler.do_GET", "do_GET"),
+    ] {
+        assert_eq!(
+            calls_by(marker, name),
+            calls.get(function).copied(),
+            "{function}\n{stdout}"
+        );
+    }
+    assert_eq!(calls.get("make_item"), Some(&(16 * requests)), "{stdout}");
+    assert_eq!(calls.get("work.<locals>.<genexpr>"), Some(&requests));
+    assert_eq!(calls_by(marker, "<genexpr>"), Some(17 * requests));
 }
 
 /// `--probes alloc` on Debian's python3.11 counts its collections from its

@@ -99,8 +99,11 @@ pub(super) fn run_hitloop(
             (_, Attach::User(spec)) => {
                 let probe = match spec.split_once(' ') {
                     Some(("usdt", s)) => crate::probe::user::UserProbe::usdt(s),
+                    Some(("interp-calls", s)) => crate::probe::user::UserProbe::interp_calls(s),
                     Some((_, s)) => crate::probe::user::UserProbe::func(s),
-                    None => unreachable!("a user kind is `usdt SPEC` or `func SPEC`"),
+                    None => unreachable!(
+                        "a user kind is `usdt SPEC`, `func SPEC` or `interp-calls LANGUAGE`"
+                    ),
                 }
                 .map_err(anyhow::Error::msg)?;
                 Some(ProbeSet::attach_named(

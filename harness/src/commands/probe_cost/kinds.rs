@@ -87,7 +87,8 @@ pub(super) enum Attach {
     },
     /// A whole family.
     Family,
-    /// Probes a user names (`--usdt` and `--func` as written).
+    /// Probes a user names (`--usdt`, `--func` and `--interp-calls` as
+    /// written).
     User(&'static str),
 }
 
@@ -302,6 +303,19 @@ pub(super) const KINDS: &[Kind] = &[
         hitloop: "call",
         family: Family::User,
         attach: Attach::User("usdt python:function__entry#1"),
+        hits: "uprobe",
+        hits_per_iteration: 1,
+        bpftrace: None,
+    },
+    // CPython's calls by function without a profile function: the
+    // evaluator's handler of the instruction a call starts with, the frame
+    // entered read from the interpreter's memory.
+    Kind {
+        name: "CPython call by function (--interp-calls python)",
+        fixture: Fixture::Python,
+        hitloop: "pycall",
+        family: Family::User,
+        attach: Attach::User("interp-calls python"),
         hits: "uprobe",
         hits_per_iteration: 1,
         bpftrace: None,

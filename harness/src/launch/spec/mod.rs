@@ -85,7 +85,9 @@
 //!   gate` and `rig ab`; `func_time = true` adds the time inside each
 //!   function (`--func-time`); `alloc_func = ["arena_alloc@0"]` and
 //!   `free_func = ["arena_reset"]` declare application allocators, counted
-//!   by the alloc probes (`--alloc-func`, `--free-func`).
+//!   by the alloc probes (`--alloc-func`, `--free-func`); `interp_calls =
+//!   ["python"]` counts every call of an interpreted function by function
+//!   (`--interp-calls`).
 //! - Unknown keys are errors (a misspelt `redy` must not silently mean
 //!   "no readiness check").
 
@@ -293,6 +295,9 @@ pub struct TargetSpec {
     /// `--free-func` spell them.
     pub alloc_func: Vec<String>,
     pub free_func: Vec<String>,
+    /// The languages whose interpreted calls are counted by function
+    /// (`interp_calls = ["python"]`), as `--interp-calls` spells them.
+    pub interp_calls: Vec<String>,
     /// Run the target as this user (name or uid) and group (default: the
     /// user's primary group); `None`: as rig's user (root warns).
     pub user: Option<String>,

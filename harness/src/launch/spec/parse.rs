@@ -116,6 +116,7 @@ pub(super) fn parse(path: &Path, text: &str) -> (Option<TargetSpec>, Vec<ConfigE
         func_time: raw.func_time,
         alloc_func: raw.alloc_func.clone(),
         free_func: raw.free_func.clone(),
+        interp_calls: raw.interp_calls.clone(),
         user: raw.user.as_ref().map(|u| u.get_ref().clone()),
         group: raw.group.as_ref().map(|g| g.get_ref().clone()),
         path: path.to_path_buf(),

@@ -37,6 +37,8 @@ pub(super) struct RawSpec {
     pub(super) alloc_func: Vec<String>,
     #[serde(default)]
     pub(super) free_func: Vec<String>,
+    #[serde(default)]
+    pub(super) interp_calls: Vec<String>,
     pub(super) user: Option<Spanned<String>>,
     pub(super) group: Option<Spanned<String>>,
 }

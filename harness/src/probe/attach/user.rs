@@ -140,7 +140,9 @@ impl Attacher<'_> {
             let program = site.at.program();
             let at = match site.at {
                 SiteAt::FuncEntry => placement(family, program, &open, site.file_offset, &[])?,
-                SiteAt::Marker | SiteAt::StackCheck => Placement::entry(site.file_offset),
+                SiteAt::Marker | SiteAt::StackCheck | SiteAt::InterpCall => {
+                    Placement::entry(site.file_offset)
+                }
             };
             let what = format!(
                 "{} ({}+{:#x})",
@@ -206,6 +208,11 @@ impl Attacher<'_> {
                     };
                     let how = match site.at {
                         SiteAt::Marker => "uprobe on the marker".to_string(),
+                        SiteAt::InterpCall => "uprobe on the interpreter's handler of the \
+                                               instruction a call starts with: calls counted by \
+                                               the function they enter, a generator's \
+                                               resumptions passed over"
+                            .to_string(),
                         SiteAt::StackCheck => {
                             "uprobe on its stack check (the pass that grows the stack not counted)"
                                 .to_string()

@@ -54,6 +54,10 @@ pub enum UserProbe {
         size_arg: Option<u8>,
         free: bool,
     },
+    /// The calls of every function an interpreter runs, by function
+    /// (`--interp-calls LANGUAGE`): at the interpreter's handler of a
+    /// call's first instruction (`runtime::interp_calls`).
+    InterpCalls { language: String },
 }
 
 /// A marker's string argument its calls are counted by (`#S[/L]`): the
@@ -178,6 +182,20 @@ impl UserProbe {
         })
     }
 
+    /// `--interp-calls LANGUAGE`: the languages whose interpreters rig
+    /// counts calls in.
+    pub fn interp_calls(language: &str) -> Result<UserProbe, String> {
+        match crate::runtime::CALL_LANGUAGES.contains(&language) {
+            true => Ok(UserProbe::InterpCalls {
+                language: language.to_string(),
+            }),
+            false => Err(format!(
+                "interp-calls `{language}`: rig counts the calls of `{}`",
+                crate::runtime::CALL_LANGUAGES.join("`, `")
+            )),
+        }
+    }
+
     /// Whether the user family counts it (markers and functions); a
     /// declared allocator is the alloc family's.
     pub fn counted_by_user_family(&self) -> bool {
@@ -200,6 +218,9 @@ impl UserProbe {
         }
         if n.func_time && n.func.is_empty() {
             return Err("func-time without a function to time: name one with func".into());
+        }
+        for l in n.interp_calls {
+            out.push(UserProbe::interp_calls(l)?);
         }
         for (list, free) in [(n.alloc_func, false), (n.free_func, true)] {
             for spec in list {
@@ -234,13 +255,15 @@ impl UserProbe {
                 ..
             } => format!("--alloc-func {name}@{n}"),
             UserProbe::Alloc { name, .. } => format!("--alloc-func {name}"),
+            UserProbe::InterpCalls { language } => format!("--interp-calls {language}"),
         }
     }
 }
 
 /// The probes a target spec, a matrix's `[probes]` or the flags name, as
 /// written: `usdt`, `func` (`func_time`: timed) and the application
-/// allocators `alloc_func`, `free_func`.
+/// allocators `alloc_func`, `free_func`, and the languages whose calls are
+/// counted, `interp_calls`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Named<'a> {
     pub usdt: &'a [String],
@@ -248,6 +271,7 @@ pub struct Named<'a> {
     pub func_time: bool,
     pub alloc_func: &'a [String],
     pub free_func: &'a [String],
+    pub interp_calls: &'a [String],
 }
 
 impl<'a> Named<'a> {
@@ -258,6 +282,7 @@ impl<'a> Named<'a> {
         func_time: bool,
         alloc_func: &'a [String],
         free_func: &'a [String],
+        interp_calls: &'a [String],
     ) -> Named<'a> {
         Named {
             usdt,
@@ -265,6 +290,7 @@ impl<'a> Named<'a> {
             func_time,
             alloc_func,
             free_func,
+            interp_calls,
         }
     }
 
@@ -286,6 +312,9 @@ pub enum SiteAt {
     FuncEntry,
     /// On a Go function's stack check (its caller is the call site).
     StackCheck,
+    /// On an interpreter's handler of a call's first instruction (the
+    /// interpreted function it enters is the site).
+    InterpCall,
 }
 
 impl SiteAt {
@@ -295,6 +324,7 @@ impl SiteAt {
             SiteAt::Marker => "rig_user_usdt",
             SiteAt::FuncEntry => "rig_user_func",
             SiteAt::StackCheck => "rig_user_go",
+            SiteAt::InterpCall => "rig_user_interp",
         }
     }
 }
@@ -421,6 +451,30 @@ pub fn resolve(
                     }
                 }
                 UserProbe::Alloc { .. } => {}
+                UserProbe::InterpCalls { language } => {
+                    let Some(kind) = kind else { continue };
+                    let m = crate::runtime::Module {
+                        kind,
+                        facts: &facts,
+                    };
+                    match crate::runtime::interp_calls(&m, &open) {
+                        Some(Ok(c)) if c.language == language => {
+                            matched[i] += 1;
+                            out.sites.extend(
+                                c.file_offsets
+                                    .iter()
+                                    .map(|&at| interp_call_site(&c, &o.path, at)),
+                            );
+                        }
+                        Some(Err(why)) => {
+                            return Err(UserProbeError::Argument {
+                                spec: p.spec(),
+                                why: format!("{} in pid {pid}: {why}", o.path),
+                            })
+                        }
+                        _ => {}
+                    }
+                }
                 UserProbe::Func { pattern, timed } => {
                     let Some(kind) = kind else { continue };
                     let fs = functions.get_or_insert_with(|| {
@@ -526,6 +580,19 @@ pub fn function_names(path: &str, open: &std::path::Path, facts: &ElfFacts) -> V
     }
 }
 
+/// The language whose calls `--interp-calls` counts in the module mapped as
+/// `path` (read at `open`), or why rig cannot count them there; `None`: no
+/// interpreter.
+pub fn interp_calls(
+    path: &str,
+    open: &std::path::Path,
+    facts: &ElfFacts,
+) -> Option<Result<&'static str, String>> {
+    let kind = ModuleKind::of_file(path, open).ok()?;
+    let m = crate::runtime::Module { kind, facts };
+    crate::runtime::interp_calls(&m, open).map(|c| c.map(|c| c.language))
+}
+
 /// The error for a spec that matched nothing in `pid`.
 pub fn no_match(pid: u32, probe: &UserProbe, closest: Vec<String>) -> UserProbeError {
     UserProbeError::NoMatch {
@@ -560,6 +627,29 @@ fn func_site(shown: &str, module: &str, e: FuncEntry, timed: bool) -> UserSite {
     }
 }
 
+/// A site of `--interp-calls`: one of the interpreter's call handlers, the
+/// opcodes a call starts with for the kernel side in its `value`.
+fn interp_call_site(c: &crate::runtime::InterpCalls, module: &str, file_offset: u64) -> UserSite {
+    UserSite {
+        probe: format!("{}:calls", c.language),
+        arg: None,
+        by: None,
+        module: module.to_string(),
+        file_offset,
+        at: SiteAt::InterpCall,
+        semaphore: None,
+        timed: false,
+        ifunc: false,
+        arg_abi: UserArg {
+            value: c.check as i64,
+            ..UserArg::default()
+        },
+        by_abi: UserByArg::default(),
+        caveat: None,
+        everywhere: false,
+    }
+}
+
 /// The names nearest to `p` in the modules of `maps`.
 pub fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
     let mut spellings = Vec::new();
@@ -576,6 +666,7 @@ pub fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
                     spellings.push(format!("{base}:{}:{}", m.provider, m.name));
                 }
             }
+            UserProbe::InterpCalls { .. } => {}
             UserProbe::Func { .. } | UserProbe::Alloc { .. } => {
                 let Ok(facts) = ElfFacts::shared(&open) else {
                     continue;
@@ -591,6 +682,7 @@ pub fn spellings_near(maps: &ProcMaps, p: &UserProbe) -> Vec<String> {
     let pattern = match p {
         UserProbe::Usdt { pattern, .. } | UserProbe::Func { pattern, .. } => pattern,
         UserProbe::Alloc { name, .. } => name,
+        UserProbe::InterpCalls { .. } => return Vec::new(),
     };
     closest(pattern, &spellings)
 }

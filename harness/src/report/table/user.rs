@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{per, table, Attribution};
+use crate::symbolize::Naming;
 
 /// One block per probe: its total, then its sites (at most `top`).
 pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Option<u64>) {
@@ -31,9 +32,17 @@ pub(super) fn user_probes(out: &mut String, a: &Attribution, top: usize, n: Opti
         if p.sites.is_empty() {
             continue;
         }
+        // An interpreter's calls (`--interp-calls`) are by the function
+        // they entered.
+        let interpreted = p.sites.iter().all(|s| s.site.naming == Naming::Interpreted);
+        let head = if interpreted {
+            "function called"
+        } else {
+            "call site"
+        };
         let sites = p.sites.iter().take(top);
         let sites = sites.map(|s| (s.site.label(), s.calls, s.arg_sum, None));
-        let _ = writeln!(out, "{}", counts("call site", sites, p.arg.is_some(), n));
+        let _ = writeln!(out, "{}", counts(head, sites, p.arg.is_some(), n));
         if let Some(by) = p.by {
             let more = p.by_value.len().saturating_sub(top);
             let values = p.by_value.iter().take(top).map(|v| {
