@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::launch::spec::TargetSpec;
 use crate::launch::start::{Launched, ObjectFact};
 use crate::load::{Client, LoadReport};
-use crate::probe::user::{Named, UserProbe};
+use crate::probe::user::UserProbe;
 use crate::probe::{Family, ProbeSet, Scope, Stacks};
 use crate::report::Attribution;
 use crate::scenario::{Case, HttpCase};
@@ -59,22 +59,8 @@ pub(super) fn counted_measure(
     };
     // The probes of the server's own code its spec and the matrix name.
     let m = &rs.matrix.probes;
-    let in_spec = Named::new(
-        &spec.usdt,
-        &spec.func,
-        spec.func_time,
-        &spec.alloc_func,
-        &spec.free_func,
-        &spec.interp_calls,
-    );
-    let in_matrix = Named::new(
-        &m.usdt,
-        &m.func,
-        m.func_time,
-        &m.alloc_func,
-        &m.free_func,
-        &m.interp_calls,
-    );
+    let in_spec = crate::named_probes!(spec);
+    let in_matrix = crate::named_probes!(m);
     let user_probes = UserProbe::of_spec(in_spec)
         .map_err(|e| Fail(format!("target spec {}: {e}", spec.name)))?
         .into_iter()

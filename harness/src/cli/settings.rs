@@ -7,15 +7,8 @@ use crate::probe::user::Named;
 /// A target spec and its TLS variant, if it names one.
 pub(super) fn load_target(file: &std::path::Path) -> Result<(TargetSpec, Option<TargetSpec>)> {
     let spec = TargetSpec::load(file).with_context(|| format!("target spec {}", file.display()))?;
-    user_probes(Named::new(
-        &spec.usdt,
-        &spec.func,
-        spec.func_time,
-        &spec.alloc_func,
-        &spec.free_func,
-        &spec.interp_calls,
-    ))
-    .with_context(|| format!("target spec {}", file.display()))?;
+    user_probes(crate::named_probes!(spec))
+        .with_context(|| format!("target spec {}", file.display()))?;
     let tls = match &spec.tls_variant {
         Some(p) => Some(
             TargetSpec::load(p).with_context(|| format!("tls_variant of {}", file.display()))?,
@@ -103,14 +96,7 @@ pub(super) fn settings(a: &AttachArgs) -> Result<AttachSettings> {
         }
         None => None,
     };
-    let named = Named {
-        usdt: &a.usdt,
-        func: &a.func,
-        func_time: a.func_time,
-        alloc_func: &a.alloc_func,
-        free_func: &a.free_func,
-        interp_calls: &a.interp_calls,
-    };
+    let named = crate::named_probes!(a);
     let user_probes = user_probes(named)?;
     if named.declares_allocators() && !families.contains(&Family::Alloc) {
         crate::refuse!(
@@ -155,15 +141,8 @@ pub(super) fn user_probes(named: Named<'_>) -> Result<Vec<UserProbe>> {
 /// A matrix's `[probes]`, checked for their form.
 fn matrix_probes(m: &crate::scenario::Matrix, path: &std::path::Path) -> Result<()> {
     let p = &m.probes;
-    user_probes(Named::new(
-        &p.usdt,
-        &p.func,
-        p.func_time,
-        &p.alloc_func,
-        &p.free_func,
-        &p.interp_calls,
-    ))
-    .with_context(|| format!("[probes] of {}", path.display()))?;
+    user_probes(crate::named_probes!(p))
+        .with_context(|| format!("[probes] of {}", path.display()))?;
     Ok(())
 }
 

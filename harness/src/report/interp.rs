@@ -312,4 +312,19 @@ mod tests {
             ["python: no thread state of the interpreter was this thread's"]
         );
     }
+
+    /// Two Python functions are two sites though both are of the module
+    /// `python` at offset 0 (the native rule, module and offset, would make
+    /// every Python function one site); one function at one line is one.
+    #[test]
+    fn interpreted_sites_are_the_same_by_code_object_and_line() {
+        let names = named(&[(0x1000, "make_item"), (0x2000, "work")]);
+        let a = site(&interp(), names.get(&0x1000), 0x1000);
+        let b = site(&interp(), names.get(&0x2000), 0x2000);
+        assert!(!crate::report::same_site(&a, &b));
+        assert!(crate::report::same_site(&a, &a.clone()));
+        let mut native = native("make_item", "python");
+        native.addr = 0x1000;
+        assert!(!crate::report::same_site(&a, &native));
+    }
 }

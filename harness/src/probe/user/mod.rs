@@ -1,9 +1,11 @@
-//! Probes a user names: USDT markers (`--usdt [BINARY:]PROVIDER:NAME[@N][#S[/L]]`)
-//! and functions (`--func [MODULE!]PATTERN`), found in the modules a
-//! process maps and counted per request like any family (`Family::User`).
+//! Probes a user names: USDT markers (`--usdt [BINARY:]PROVIDER:NAME[@N][#S[/L]]`),
+//! functions (`--func [MODULE!]PATTERN`) and an interpreter's calls
+//! (`--interp-calls LANGUAGE`), found in the modules a process maps and
+//! counted per request like any family (`Family::User`).
 //!
 //! In: the specs as written and a process's memory map. Out: the sites a
-//! probe goes at ([`UserSite`]: a marker's `nop`, a function's entry), each
+//! probe goes at ([`UserSite`]: a marker's `nop`, a function's entry, an
+//! interpreter's call handler), each
 //! with the probe it counts for, its semaphore and the argument it sums;
 //! or why a spec cannot be counted (nothing matches it, with the nearest
 //! names; more functions than [`MAX_SITES`]; an argument the marker does
@@ -196,8 +198,8 @@ impl UserProbe {
         }
     }
 
-    /// Whether the user family counts it (markers and functions); a
-    /// declared allocator is the alloc family's.
+    /// Whether the user family counts it (markers, functions, an
+    /// interpreter's calls); a declared allocator is the alloc family's.
     pub fn counted_by_user_family(&self) -> bool {
         !matches!(self, UserProbe::Alloc { .. })
     }
@@ -260,6 +262,22 @@ impl UserProbe {
     }
 }
 
+/// The probes named by `$s`: a target spec, a matrix's `[probes]` or the
+/// flags, each of which has the fields of [`Named`].
+#[macro_export]
+macro_rules! named_probes {
+    ($s:expr) => {
+        $crate::probe::user::Named {
+            usdt: &$s.usdt,
+            func: &$s.func,
+            func_time: $s.func_time,
+            alloc_func: &$s.alloc_func,
+            free_func: &$s.free_func,
+            interp_calls: &$s.interp_calls,
+        }
+    };
+}
+
 /// The probes a target spec, a matrix's `[probes]` or the flags name, as
 /// written: `usdt`, `func` (`func_time`: timed) and the application
 /// allocators `alloc_func`, `free_func`, and the languages whose calls are
@@ -274,26 +292,7 @@ pub struct Named<'a> {
     pub interp_calls: &'a [String],
 }
 
-impl<'a> Named<'a> {
-    /// The lists as a target spec or a matrix's `[probes]` holds them.
-    pub fn new(
-        usdt: &'a [String],
-        func: &'a [String],
-        func_time: bool,
-        alloc_func: &'a [String],
-        free_func: &'a [String],
-        interp_calls: &'a [String],
-    ) -> Named<'a> {
-        Named {
-            usdt,
-            func,
-            func_time,
-            alloc_func,
-            free_func,
-            interp_calls,
-        }
-    }
-
+impl Named<'_> {
     /// Whether it declares an application allocator (counted by the alloc
     /// family, which must be on).
     pub fn declares_allocators(&self) -> bool {

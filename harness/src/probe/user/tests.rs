@@ -136,3 +136,25 @@ fn pythons_markers_resolve_and_bad_specs_are_refused_with_the_reason() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `--interp-calls LANGUAGE`: a language rig counts the calls of, written
+/// back as given; another is refused naming the ones it knows.
+#[test]
+fn interp_calls_take_a_language_rig_counts_the_calls_of() {
+    let p = UserProbe::interp_calls("python").unwrap();
+    assert_eq!(
+        p,
+        UserProbe::InterpCalls {
+            language: "python".into()
+        }
+    );
+    assert_eq!(p.spec(), "--interp-calls python");
+    assert!(p.counted_by_user_family());
+    let why = UserProbe::interp_calls("ruby").unwrap_err();
+    assert!(why.contains("`python`"), "{why}");
+    let named = Named {
+        interp_calls: &["python".to_string()],
+        ..Named::default()
+    };
+    assert_eq!(UserProbe::of_spec(named).unwrap(), vec![p]);
+}
