@@ -15,6 +15,7 @@ pub mod ifunc;
 pub mod instructions;
 pub mod kernel;
 pub mod live;
+mod multi;
 pub mod perf;
 pub mod placement;
 mod preload;
@@ -241,6 +242,8 @@ pub enum ProbeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("reading the runs of code the families do not count: {0}")]
+    Unseen(String),
     #[error("listing online CPUs for the fault probes: {0}")]
     Cpus(std::io::Error),
     #[error("mapping the unwind table of the {family} probes: {source}")]
@@ -272,6 +275,9 @@ pub struct Snapshot {
     /// (site, process, string) -> calls and the summed argument, for the
     /// sites counted by a string argument (`--usdt …#S`).
     pub user_by: BTreeMap<UserStrKey, CallsBytes>,
+    /// Runs of code the families do not count (CPython's inlined
+    /// pymalloc), by counter (`Window::unseen` says what each is).
+    pub unseen: Vec<u64>,
     /// Each family's self-stats (events, losses).
     pub stats: BTreeMap<Family, Stats>,
     /// Each family's per-stack counts and the stacks they name (empty when
@@ -294,6 +300,9 @@ impl Snapshot {
             user: delta_map(&self.user, &start.user),
             user_ns: delta_map(&self.user_ns, &start.user_ns),
             user_by: delta_map(&self.user_by, &start.user_by),
+            unseen: (self.unseen.iter().enumerate())
+                .map(|(i, v)| v.saturating_sub(start.unseen.get(i).copied().unwrap_or(0)))
+                .collect(),
             stacks: self
                 .stacks
                 .iter()

@@ -83,6 +83,8 @@ pub struct Window {
     /// tgid -> its interpreter and the names of the interpreted frames its
     /// stacks hold (code object address -> name), read at the window's end.
     pub interp: BTreeMap<u32, (Interp, BTreeMap<u64, InterpName>)>,
+    /// How often the code the families do not count ran in the window.
+    pub unseen: Vec<super::attach::UnseenCount>,
 }
 
 impl Window {
@@ -190,7 +192,6 @@ impl ProbeSet {
         Ok(Window {
             pid: self.pid(),
             families: self.families.clone(),
-            delta,
             elapsed,
             end,
             maps,
@@ -205,6 +206,8 @@ impl ProbeSet {
             live_heap,
             stack_limits: self.stack_limits(),
             interp,
+            unseen: self.unseen(&delta),
+            delta,
         })
     }
 }

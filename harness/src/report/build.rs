@@ -320,7 +320,11 @@ pub(super) fn cpu(w: &Window, stacks: &super::stacks::StackSection) -> CpuSample
 
 /// Per family, what the window missed: lost events, processes without
 /// uprobes or that got them late, allocators rig could not probe.
-pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
+pub(super) fn losses(
+    w: &Window,
+    counted: &super::AllocTotals,
+    requests: Option<u64>,
+) -> BTreeMap<Family, Vec<(String, u64)>> {
     let d = &w.delta;
     let mut losses: BTreeMap<Family, Vec<(String, u64)>> = d
         .losses()
@@ -373,10 +377,11 @@ pub(super) fn losses(w: &Window) -> BTreeMap<Family, Vec<(String, u64)>> {
         });
     }
     for ((f, module, why), processes) in unseen {
-        losses
-            .entry(f)
-            .or_default()
-            .push((format!("{why} ({module})"), processes));
+        let line = match super::unseen::measured(w, f, &module, counted, requests) {
+            Some(measured) => format!("{why} ({module}); {measured}"),
+            None => format!("{why} ({module})"),
+        };
+        losses.entry(f).or_default().push((line, processes));
     }
     // A marker its runtime says does not fire as named (CPython 3.11's
     // function markers, which fire only while a profile function is set):

@@ -13,6 +13,7 @@ mod lock_ops;
 pub mod output;
 pub mod stacks;
 pub mod table;
+mod unseen;
 pub mod user;
 
 use std::collections::BTreeMap;
@@ -52,6 +53,9 @@ pub struct Attribution {
     /// Allocators found in a measured process that rig could not probe; any
     /// makes the alloc family incomplete.
     pub alloc_unprobed: Vec<Unprobed>,
+    /// How often the allocator code the family does not count ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alloc_unseen: Vec<crate::probe::attach::UnseenCount>,
     pub copy_impls: Vec<CopyImpl>,
     pub copy: Vec<CopyRow>,
     pub locks: Vec<LockRow>,
@@ -526,7 +530,7 @@ impl Attribution {
         let faults = b.faults();
         let sched = b.sched();
         let processes = b.processes();
-        let losses = build::losses(w);
+        let losses = build::losses(w, &alloc_totals, requests);
         let probe_syscalls_excluded = w
             .delta
             .stats
@@ -559,6 +563,7 @@ impl Attribution {
             } else {
                 Vec::new()
             },
+            alloc_unseen: unseen::of_family(w, Family::Alloc),
             copy_impls: w.copy_impls.clone(),
             copy,
             locks,

@@ -56,11 +56,12 @@ pub use funcs::{entry_point, func_entry, function_names, FuncEntry};
 pub use jit::PerfMap;
 pub use module::{
     Code, Interp, InterpCalls, InterpName, JitFrames, Mapped, MarkerCounts, MarkerLock, Module,
-    CALL_LANGUAGES,
+    UnseenSites, CALL_LANGUAGES,
 };
 pub use process::{
     c_library, each_module, implied_markers, interp_frames, interp_names, is_wrapper_frame,
-    jit_frames, jit_function, jit_own_code, marker_layer, stack_end_reason, write_jit_names,
+    jit_frames, jit_function, jit_own_code, marker_layer, stack_end_reason, unseen_sites,
+    write_jit_names,
 };
 
 /// Which C library.
@@ -394,6 +395,13 @@ pub trait Runtime: Sync {
     /// silent zero. `None`: nothing, or not its say.
     fn unseen(&self, _m: &Module<'_>, _at: &Mapped<'_>, _family: &str) -> Option<String> {
         None
+    }
+
+    /// Where the code [`Runtime::unseen`] names can have its runs counted
+    /// (one uprobe_multi link on all of them), so the report measures the
+    /// share of the family it missed. Empty: nowhere.
+    fn unseen_sites(&self, _m: &Module<'_>, _at: &Mapped<'_>, _family: &str) -> Vec<UnseenSites> {
+        Vec::new()
     }
 
     /// Why USDT marker `provider:name` in its code (the file at `open`)

@@ -102,6 +102,18 @@ pub struct InterpCalls {
     pub check: u64,
 }
 
+/// Code of a family that rig does not count but can count the runs of
+/// (see [`Runtime::unseen_sites`]): each hit of one of `file_offsets` is
+/// one event of kind `label` (`"allocations"`, `"frees"`), with no size and
+/// no caller. `paths` counts every such path found, those without a
+/// place to probe included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnseenSites {
+    pub label: &'static str,
+    pub file_offsets: Vec<u64>,
+    pub paths: usize,
+}
+
 /// The languages whose calls a runtime counts (`InterpCalls::language`):
 /// each is the probe `LANGUAGE:calls`.
 pub const CALL_LANGUAGES: &[&str] = &["python"];

@@ -127,6 +127,14 @@ pub fn write_jit_names(maps: &ProcMaps) -> Vec<Result<String, String>> {
     out
 }
 
+/// Where the code of module `m` that family `family` does not count can
+/// have its runs counted (see [`Runtime::unseen_sites`]).
+pub fn unseen_sites(m: &Module<'_>, at: &Mapped<'_>, family: &str) -> Vec<super::UnseenSites> {
+    runtimes(m)
+        .flat_map(|r| r.unseen_sites(m, at, family))
+        .collect()
+}
+
 /// The markers the families `families` count without the user naming
 /// them in the process whose map is `maps` (see
 /// [`super::Runtime::implied_markers`]), each as a `--usdt` spec on its

@@ -564,23 +564,33 @@ fn rig_ab_names_the_python_function_called_once_more_per_request_as_a_code_diffe
 
 /// Debian's python3.11 with pymalloc (the default): the alloc family is
 /// incomplete, naming the inlined allocation and free paths it found in
-/// the interpreter's machine code (Debian's build has 190 and 51 today;
+/// the interpreter's machine code (Debian's build has 204 and 51 today;
 /// the test asks for some of each, not that number) and `PYTHONMALLOC=
-/// malloc`. Started with `PYTHONMALLOC=malloc`, the same server's family
-/// is complete, and counts more allocations per request than the pymalloc
-/// run saw: what the inlined paths hid.
+/// malloc`, and measuring how often they ran: one uprobe_multi link on
+/// the branch after every path's hook test. Started with `PYTHONMALLOC=
+/// malloc`, the same server's family is complete, and counts more
+/// allocations per request than the pymalloc run saw: what the inlined
+/// paths hid.
+///
+/// The measured runs are checked against that independent count: one
+/// more `Item` per request (`--items 17` against 16) adds exactly as many
+/// inlined allocations in the pymalloc run as counted mallocs in the
+/// `PYTHONMALLOC=malloc` run, per request and whole, and none the family
+/// counts in the pymalloc run.
 #[test]
-fn cpythons_inlined_pymalloc_is_named_and_pythonmalloc_malloc_makes_the_family_complete() {
+fn cpythons_inlined_pymalloc_is_named_measured_and_pythonmalloc_malloc_makes_the_family_complete() {
     root_or_skip!();
     let _g = probes_shared();
     let server = rig_fixtures::python_server().display().to_string();
-    let run = |malloc: bool| {
+    const REQUESTS: u64 = 300;
+    let run = |malloc: bool, items: u64| {
         let s = start("python3.11 (Debian)", |port| {
             let mut argv: Vec<String> = Vec::new();
             if malloc {
                 argv.extend(["env", "PYTHONMALLOC=malloc"].map(String::from));
             }
             argv.extend([PYTHON.to_string(), server.clone(), port.to_string()]);
+            argv.extend(["--items".to_string(), items.to_string()]);
             argv
         });
         let exit = if malloc {
@@ -588,38 +598,87 @@ fn cpythons_inlined_pymalloc_is_named_and_pythonmalloc_malloc_makes_the_family_c
         } else {
             rig::exit::INCOMPLETE
         };
-        attach_driven_with(&s, "/work", 300, &["--probes", "alloc"], exit)
+        let (stdout, a) = attach_driven_with(&s, "/work", REQUESTS, &["--probes", "alloc"], exit);
+        assert_eq!(a["window"]["requests"], REQUESTS, "{stdout}");
+        (stdout, a)
     };
-    let (stdout, a) = run(false);
+    let counted = |a: &serde_json::Value, what: &str| a["alloc_totals"][what].as_u64().unwrap();
+    let inlined = |a: &serde_json::Value, label: &str| -> u64 {
+        let c = a["alloc_unseen"]
+            .as_array()
+            .and_then(|l| l.iter().find(|c| c["label"] == label))
+            .unwrap_or_else(|| panic!("no {label} in {:#}", a["alloc_unseen"]));
+        assert_eq!(c["module"], "/usr/bin/python3.11", "{c}");
+        let (sites, paths) = (c["sites"].as_u64().unwrap(), c["paths"].as_u64().unwrap());
+        assert!(sites > 0 && sites * 10 >= paths * 9, "{c}");
+        c["count"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("not measured: {c}"))
+    };
+
+    let (stdout, a) = run(false, 16);
     assert_eq!(a["complete"], false, "{stdout}");
     let alloc = losses(&a, "alloc");
-    let inlined = alloc
+    let line = alloc
         .iter()
         .find(|w| w.starts_with("CPython's object allocator (pymalloc) is inlined"))
         .unwrap_or_else(|| panic!("{alloc:#?}\n{stdout}"));
     let number = |before: &str| -> u64 {
-        let at = inlined.find(before).unwrap_or_else(|| panic!("{inlined}"));
-        let digits: String = inlined[..at]
+        let at = line.find(before).unwrap_or_else(|| panic!("{line}"));
+        let digits: String = line[..at]
             .trim_end()
             .rsplit(' ')
             .next()
             .unwrap()
             .to_string();
-        digits.parse().unwrap_or_else(|_| panic!("{inlined}"))
+        digits.parse().unwrap_or_else(|_| panic!("{line}"))
     };
-    assert!(number(" allocation and") > 0, "{inlined}");
-    assert!(number(" free paths") > 0, "{inlined}");
-    assert!(inlined.contains("PYTHONMALLOC=malloc"), "{inlined}");
-    assert!(inlined.ends_with("(/usr/bin/python3.11)"), "{inlined}");
-    let seen = a["alloc_totals"]["allocations"].as_u64().unwrap();
+    assert!(number(" allocation and") > 0, "{line}");
+    assert!(number(" free paths") > 0, "{line}");
+    assert!(line.contains("PYTHONMALLOC=malloc"), "{line}");
+    // uprobe_multi links are 6.6 on: before, the share is said unmeasured.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = release
+        .split(['.', '-'])
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    if (v.next().unwrap(), v.next().unwrap()) < (6, 6) {
+        let why = "(/usr/bin/python3.11); how often they ran is not measured: no uprobe_multi";
+        assert!(line.contains(why), "{line}");
+        return;
+    }
+    assert!(
+        line.contains("(/usr/bin/python3.11); measured in this window"),
+        "{line}"
+    );
+    assert!(line.contains("% of the allocations and "), "{line}");
+    // Most of what Python allocates runs inlined, uncounted.
+    let (seen, hidden) = (counted(&a, "allocations"), inlined(&a, "allocations"));
+    assert!(
+        hidden > 2 * seen,
+        "{seen} counted, {hidden} inlined\n{stdout}"
+    );
+    assert!(inlined(&a, "frees") > counted(&a, "frees"), "{stdout}");
 
-    let (stdout, b) = run(true);
+    let (stdout, b) = run(true, 16);
     assert_eq!(b["complete"], true, "{stdout}");
-    let all = b["alloc_totals"]["allocations"].as_u64().unwrap();
+    assert!(b.get("alloc_unseen").is_none(), "{stdout}");
+    let all = counted(&b, "allocations");
     assert!(
         all > 2 * seen,
         "PYTHONMALLOC=malloc counted {all} allocations, pymalloc {seen}\n{stdout}"
     );
+
+    // One more Item per request, seen by both counts alike.
+    let (stdout17, a17) = run(false, 17);
+    let (_, b17) = run(true, 17);
+    let by_malloc = counted(&b17, "allocations") - all;
+    assert!(by_malloc > 0 && by_malloc % REQUESTS == 0, "{by_malloc}");
+    assert_eq!(
+        inlined(&a17, "allocations") - hidden,
+        by_malloc,
+        "inlined runs against counted mallocs, 17 items against 16\n{stdout17}"
+    );
+    assert_eq!(counted(&a17, "allocations"), seen, "{stdout17}");
 }
 
 /// CPython 3.11's python:function__entry, named with `#1` (the function

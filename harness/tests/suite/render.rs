@@ -142,6 +142,7 @@ fn attribution() -> Attribution {
         },
         alloc_layers: Vec::new(),
         alloc_unprobed: Vec::new(),
+        alloc_unseen: Vec::new(),
         copy_impls: Vec::new(),
         copy: vec![CopyRow {
             site: parse.clone(),

@@ -104,6 +104,10 @@ impl Shared {
                 });
             }
         }
+        let families: Vec<Family> = (self.objects.iter().map(|(f, _)| *f))
+            .filter(|f| matches!(f, Family::Alloc | Family::Copy | Family::Locks))
+            .collect();
+        self.unseen.join(&families, pid, &maps);
         self.procs
             .insert(pid, Followed::new(pid, joined, Some(maps)));
         Ok(())

@@ -45,12 +45,14 @@ mod detach;
 mod follow;
 mod own;
 mod programs;
+mod unseen;
 mod uprobes;
 mod user;
 
 pub use detach::{detach_in_background, wait_detached};
 use follow::follow;
 use programs::*;
+pub use unseen::UnseenCount;
 
 /// A memcpy/memmove/memset implementation the copy probes attached to; its
 /// index in `ProbeSet::copy_impls` is the attach cookie in `CopyKey`.
@@ -184,6 +186,8 @@ struct Shared {
     notes: Vec<AttachNote>,
     /// The probes a user named, their sites and the links that hold them.
     user: user::UserState,
+    /// How often the code the families do not count ran.
+    unseen: unseen::UnseenState,
     /// The uprobes each address-space layout got, to give a process with
     /// the same layout (a forked child) the same ones at once.
     plans: Vec<Plan>,
@@ -398,6 +402,7 @@ impl ProbeSet {
             alloc_unprobed: Vec::new(),
             notes: refused.into_iter().chain(implied).collect(),
             user: user::UserState::new(user_probes, scope == Scope::Tree),
+            unseen: Default::default(),
             plans: Vec::new(),
         };
         shared.join_at_attach(pid, &pids)?;
@@ -477,6 +482,7 @@ impl ProbeSet {
                 alloc_unprobed: Vec::new(),
                 notes: Vec::new(),
                 user: user::UserState::new(&[], false),
+                unseen: Default::default(),
                 plans: Vec::new(),
             })),
             stop: Arc::new(AtomicBool::new(false)),
@@ -605,6 +611,12 @@ impl ProbeSet {
         self.shared().user.sites.clone()
     }
 
+    /// The counters of code the families do not count, with their runs
+    /// in `delta` (a window's difference).
+    pub fn unseen(&self, delta: &Snapshot) -> Vec<UnseenCount> {
+        self.shared().unseen.counted(&delta.unseen)
+    }
+
     /// Allocators found in a measured process that rig could not probe.
     pub fn alloc_unprobed(&self) -> Vec<Unprobed> {
         self.shared().alloc_unprobed.clone()
@@ -663,6 +675,7 @@ impl ProbeSet {
                 s.stacks.insert(f, stacks::read_stack_counts(ebpf, f)?);
             }
         }
+        s.unseen = shared.unseen.read().map_err(ProbeError::Unseen)?;
         for (family, ebpf) in &shared.objects {
             if let Some(st) = s.stacks.get_mut(family) {
                 stacks::read_frames(ebpf, *family, st)?;

@@ -52,7 +52,7 @@ pub(super) fn call_probes(path: &Path, facts: &ElfFacts, ops: &[u8]) -> Result<C
 pub(super) struct CallProbes(pub(super) Vec<u64>);
 
 /// The executable sections of `obj`: (address, bytes).
-fn text_of<'d>(obj: &object::File<'d>) -> Vec<(u64, &'d [u8])> {
+pub(super) fn text_of<'d>(obj: &object::File<'d>) -> Vec<(u64, &'d [u8])> {
     use object::{Object, ObjectSection, SectionKind};
     obj.sections()
         .filter(|s| s.kind() == SectionKind::Text)
@@ -61,7 +61,7 @@ fn text_of<'d>(obj: &object::File<'d>) -> Vec<(u64, &'d [u8])> {
 }
 
 /// Where the direct branches of `text` land inside `within` (start, end).
-fn branch_landings(text: &[(u64, &[u8])], within: (u64, u64)) -> BTreeSet<u64> {
+pub(super) fn branch_landings(text: &[(u64, &[u8])], within: (u64, u64)) -> BTreeSet<u64> {
     use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
     let mut out = BTreeSet::new();
     let mut ins = Instruction::default();
