@@ -16,6 +16,7 @@ pub mod instructions;
 pub mod kernel;
 pub mod live;
 mod multi;
+pub use multi::CountingProbe;
 pub mod perf;
 pub mod placement;
 mod preload;

@@ -17,6 +17,7 @@ use std::path::Path;
 const BPF_MAP_CREATE: i64 = 0;
 const BPF_MAP_LOOKUP_ELEM: i64 = 1;
 const BPF_PROG_LOAD: i64 = 5;
+const BPF_OBJ_GET_INFO_BY_FD: i64 = 15;
 const BPF_LINK_CREATE: i64 = 28;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
@@ -164,4 +165,47 @@ fn bpf(cmd: i64, attr: &mut [u8]) -> std::io::Result<OwnedFd> {
     let fd = bpf_raw(cmd, attr)?;
     // SAFETY: the kernel returned a new fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+impl MultiCounts {
+    /// The program's run time and runs so far, while the kernel's BPF
+    /// run-time statistics are on (`None` when its id cannot be read).
+    pub fn runtime(&self) -> Option<(std::time::Duration, u64)> {
+        let mut info = [0u8; 256];
+        let mut attr = [0u8; 16];
+        put32(&mut attr, 0, self.prog.as_raw_fd() as u32);
+        put32(&mut attr, 4, info.len() as u32);
+        put64(&mut attr, 8, info.as_mut_ptr() as u64);
+        bpf_raw(BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
+        let id = u32::from_ne_bytes(info[4..8].try_into().ok()?);
+        aya::programs::loaded_programs()
+            .flatten()
+            .find(|p| p.id() == id)
+            .map(|p| (p.run_time(), p.run_count()))
+    }
+}
+
+/// One counting uprobe (the program above, in its own link) on the entry
+/// of function `symbol` of process `pid`'s C library: what one hit of the
+/// counting links costs, for `rig probe-cost`.
+pub struct CountingProbe(MultiCounts);
+
+impl CountingProbe {
+    pub fn at_c_library(pid: u32, symbol: &str) -> Result<CountingProbe, String> {
+        let maps = crate::process::maps::ProcMaps::read(pid).map_err(|e| e.to_string())?;
+        let (lib, _) = crate::runtime::c_library(pid, &maps)
+            .ok_or_else(|| format!("process {pid} maps no C library"))?;
+        let open = maps.readable_path(&lib);
+        let sym = crate::elf::lookup_symbol(&open, symbol)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("{lib} has no {symbol}"))?;
+        let mut counts = MultiCounts::new(1)?;
+        counts.attach(&open, &[(sym.file_offset, 0)], pid)?;
+        Ok(CountingProbe(counts))
+    }
+
+    /// Its program's run time and runs (see [`MultiCounts::runtime`]).
+    pub fn runtime(&self) -> Option<(std::time::Duration, u64)> {
+        self.0.runtime()
+    }
 }

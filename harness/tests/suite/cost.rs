@@ -39,6 +39,7 @@ fn probe_cost_measures_every_probe_kind() {
         [
             "malloc entry",
             "malloc return",
+            "counting uprobe (uprobe_multi link, as on CPython's inlined pymalloc)",
             "free entry",
             "memcpy implementation entry",
             "pthread_mutex_lock entry",
@@ -70,12 +71,18 @@ fn probe_cost_measures_every_probe_kind() {
         // stacks are walked through Go frames, and the CPython rows, whose
         // stacks also read 20 Python frames (and whose call marker fires
         // only under the fixture's profile function: one hit per call;
-        // the call handler's probe counts the same calls without one).
+        // the call handler's probe counts the same calls without one;
+        // the counting uprobe's runs are its own program's, read by id).
         assert!(r["program_ns"].as_f64().unwrap().is_finite(), "{r}");
         assert!(r["program_ns_stacks"].as_f64().unwrap().is_finite(), "{r}");
         let per = r["hits_per_iteration"].as_u64().unwrap();
         for n in r["program_runs"].as_array().unwrap() {
             assert!(n.as_u64().unwrap() >= 2000 * per, "{r}");
+        }
+        // The counting link (raw bpf(2), filtered by process) ran its
+        // program once per malloc of the loop, no more.
+        if r["kind"].as_str().unwrap().starts_with("counting uprobe") {
+            assert_eq!(r["program_runs"], serde_json::json!([2000, 2000]), "{r}");
         }
         assert!(stdout.contains(r["kind"].as_str().unwrap()));
     }

@@ -88,8 +88,15 @@ pub(super) fn run_hitloop(
             (Arm::Bpftrace, None) => bail!("{}: no bpftrace probe to compare", kind.name),
             _ => None,
         };
+        let counting = match (arm, &kind.attach) {
+            (Arm::Probed | Arm::Stacked, Attach::Counting { symbol }) => Some(
+                crate::probe::CountingProbe::at_c_library(pid, symbol)
+                    .map_err(anyhow::Error::msg)?,
+            ),
+            _ => None,
+        };
         let probes = match (arm, &kind.attach) {
-            (Arm::Clean | Arm::Bpftrace, _) => None,
+            (Arm::Clean | Arm::Bpftrace, _) | (_, Attach::Counting { .. }) => None,
             (_, Attach::Family) => Some(ProbeSet::attach_with(
                 pid,
                 &[kind.family],
@@ -130,14 +137,17 @@ pub(super) fn run_hitloop(
             .write_all(b"go\n")?;
         line.clear();
         out.read_line(&mut line)?;
-        let (program, program_runs) = match probes.as_ref() {
-            Some(p) => {
-                let (t, n) = p.program_runtime();
-                ((n > 0).then(|| t.as_nanos() as f64 / n as f64), n)
-            }
+        let runtime = match (probes.as_ref(), counting.as_ref()) {
+            (Some(p), _) => Some(p.program_runtime()),
+            (None, Some(c)) => c.runtime(),
+            (None, None) => None,
+        };
+        let (program, program_runs) = match runtime {
+            Some((t, n)) => ((n > 0).then(|| t.as_nanos() as f64 / n as f64), n),
             None => (None, 0),
         };
         drop(probes);
+        drop(counting);
         let bpftrace_hits = match bpftrace.as_mut() {
             Some(b) => Some(b.stop()?),
             None => None,

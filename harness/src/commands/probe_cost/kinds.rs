@@ -90,6 +90,10 @@ pub(super) enum Attach {
     /// Probes a user names (`--usdt`, `--func` and `--interp-calls` as
     /// written).
     User(&'static str),
+    /// One counting uprobe of a uprobe_multi link (as on CPython's inlined
+    /// pymalloc paths) at a C library function: no stacks, so its stacked
+    /// arm is the same probe.
+    Counting { symbol: &'static str },
 }
 
 pub(super) struct Kind {
@@ -136,6 +140,18 @@ pub(super) const KINDS: &[Kind] = &[
             symbol: "malloc",
         },
         hits: "uretprobe",
+        hits_per_iteration: 1,
+        bpftrace: None,
+    },
+    // The probe of the runs the alloc family does not count (CPython's
+    // inlined pymalloc paths): a counter bumped by cookie, nothing else.
+    Kind {
+        name: "counting uprobe (uprobe_multi link, as on CPython's inlined pymalloc)",
+        fixture: Fixture::C,
+        hitloop: "malloc",
+        family: Family::Alloc,
+        attach: Attach::Counting { symbol: "malloc" },
+        hits: "uprobe",
         hits_per_iteration: 1,
         bpftrace: None,
     },

@@ -522,7 +522,8 @@ impl ProbeSet {
                 }
             }
         }
-        total
+        let (t, n) = shared.unseen.runtime();
+        (total.0 + t, total.1 + n)
     }
 
     /// How many instructions the kernel's verifier processed for each

@@ -118,6 +118,14 @@ impl UnseenState {
         }
     }
 
+    /// Its program's run time and runs so far (nothing when none runs).
+    pub(super) fn runtime(&self) -> (std::time::Duration, u64) {
+        match &self.counts {
+            Some(Ok(c)) => c.runtime().unwrap_or_default(),
+            _ => Default::default(),
+        }
+    }
+
     /// The counters with their runs between two reads (`delta`).
     pub(super) fn counted(&self, delta: &[u64]) -> Vec<UnseenCount> {
         self.counters
