@@ -85,6 +85,10 @@ pub struct Window {
     pub interp: BTreeMap<u32, (Interp, BTreeMap<u64, InterpName>)>,
     /// How often the code the families do not count ran in the window.
     pub unseen: Vec<super::attach::UnseenCount>,
+    /// Per probe of a marker that counts objects by type
+    /// (`usdt:hotspot:object__alloc`), each type's size in bytes, as its
+    /// runtime gave them at the window's end.
+    pub object_sizes: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl Window {
@@ -183,6 +187,7 @@ impl ProbeSet {
         }
         let delta = snap.delta(&start.snapshot);
         let user_sites = self.user_sites();
+        let object_sizes = object_sizes(&maps, &user_sites, &mut notes);
         let interp = interp_names(&delta, &maps, &user_sites);
         let joined_during = procs
             .iter()
@@ -208,6 +213,7 @@ impl ProbeSet {
             interp,
             unseen: self.unseen(&delta),
             delta,
+            object_sizes,
         })
     }
 }
@@ -245,6 +251,43 @@ fn interp_names(
             Some((tgid, (interp, w.into_iter().zip(names).collect())))
         })
         .collect()
+}
+
+/// The sizes of the objects the probed markers count by type, from each
+/// live process's runtime, asked only when such a marker was probed (a
+/// JVM's class histogram walks its heap); why not, in `notes`.
+fn object_sizes(
+    maps: &BTreeMap<u32, ProcMaps>,
+    user_sites: &[UserSite],
+    notes: &mut Vec<super::AttachNote>,
+) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let counts_objects = |probe: &str| {
+        let mut parts = probe.splitn(3, ':');
+        let (Some("usdt"), Some(provider), Some(name)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        crate::runtime::marker_layer((provider, name))
+            .is_some_and(|(_, c)| c == crate::runtime::MarkerCounts::Objects)
+    };
+    let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    if !user_sites.iter().any(|s| counts_objects(&s.probe)) {
+        return out;
+    }
+    for m in maps.values().filter(|m| m.pid_alive()) {
+        for s in crate::runtime::object_sizes(m) {
+            let probe = format!("usdt:{}", s.marker);
+            match s.sizes {
+                Ok(sizes) => out.entry(probe).or_default().extend(sizes),
+                Err(why) => notes.push(super::AttachNote {
+                    family: Family::Alloc,
+                    what: format!("{probe} object sizes of pid {}", m.pid),
+                    note: format!("not read, so their bytes are not counted: {why}"),
+                }),
+            }
+        }
+    }
+    out
 }
 
 /// The current map of each live process of `procs`.

@@ -56,6 +56,11 @@ pub struct UserValueRow {
     pub calls: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arg_sum: Option<i128>,
+    /// Bytes of the objects of this type a marker counted by type, its
+    /// calls times the size its runtime gave at the window's end (a JVM's
+    /// instance size); absent when unknown (an array), never 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
     /// Its calls by where they were made, most first (with stacks): the
     /// innermost frame of JIT code its runtime names as the program's own
     /// (a Java class at the Java method that makes it), else the stack's
@@ -149,6 +154,7 @@ impl Builder<'_> {
                         value,
                         calls: 0,
                         arg_sum: sum.map(|_| 0),
+                        bytes: None,
                         sites: Vec::new(),
                     });
                     row.by_value.len() - 1
@@ -180,8 +186,12 @@ impl Builder<'_> {
             r.sites.sort_by_key(|s| std::cmp::Reverse(s.calls));
             r.by_value
                 .sort_by(|a, b| b.calls.cmp(&a.calls).then(a.value.cmp(&b.value)));
+            let sizes = w.object_sizes.get(&r.probe);
             for v in &mut r.by_value {
                 v.sites.sort_by_key(|s| std::cmp::Reverse(s.calls));
+                v.bytes = sizes
+                    .and_then(|s| s.get(&v.value))
+                    .map(|size| size * v.calls);
             }
         }
         rows
@@ -191,7 +201,8 @@ impl Builder<'_> {
 /// The alloc layers the user probes' calls are (a runtime's markers for
 /// its heap's objects and collections: the JVM's `java` layer, CPython's
 /// collections), added to `layers`: beside the heap's, never in its
-/// totals; objects unsized (their marker's size is not theirs).
+/// totals; objects sized by the sizes their runtime gave per type (the
+/// marker's own size argument is not theirs), the rest unsized.
 pub(super) fn marker_layers(layers: &mut Vec<super::AllocLayer>, user: &[UserProbeRow]) {
     use crate::runtime::MarkerCounts;
     for p in user {
@@ -217,8 +228,11 @@ pub(super) fn marker_layers(layers: &mut Vec<super::AllocLayer>, user: &[UserPro
         let t = &mut layers[i].totals;
         match counts {
             MarkerCounts::Objects => {
+                let sized = p.by_value.iter().filter_map(|v| Some((v.calls, v.bytes?)));
+                let (calls, bytes) = sized.fold((0, 0), |(c, b), (vc, vb)| (c + vc, b + vb));
                 t.allocations += p.calls;
-                t.not_sized += p.calls;
+                t.bytes += bytes;
+                t.not_sized += p.calls.saturating_sub(calls);
             }
             MarkerCounts::Collections => t.gc_cycles += p.calls,
         }

@@ -7,11 +7,12 @@
 //! where it keeps them (`-XX:+PreserveFramePointer`, read from the
 //! running JVM's own flag).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{JitFrames, Mapped, MarkerCounts, MarkerLock, Module, Runtime};
+use super::{JitFrames, Mapped, MarkerCounts, MarkerLock, Module, ObjectSizes, Runtime};
 
 /// How long `jcmd` may take (it starts a JVM of its own, and the target
 /// starts its attach listener): past it, it is killed and the names are
@@ -33,11 +34,14 @@ impl Runtime for Jvm {
     fn unseen(&self, m: &Module<'_>, at: &Mapped<'_>, family: &str) -> Option<String> {
         let why = match family {
             "alloc" if flag(m, at, "DTraceAllocProbes") == Some(true) => {
-                "the Java heap's bytes: its objects are counted, by class, from the JVM's \
-                 hotspot:object__alloc marker (the `java` layer; usdt:hotspot:object__alloc \
-                 in the user family), but the size that marker passes is not the object's \
-                 for objects C1-compiled code makes (OpenJDK 17's Runtime1 stub passes none: \
-                 a 24-byte object read as 2624), so bytes are not counted"
+                "the Java heap's arrays' bytes: its objects are counted, by class, from the \
+                 JVM's hotspot:object__alloc marker (the `java` layer; \
+                 usdt:hotspot:object__alloc in the user family), and an object's bytes are \
+                 its class's instance size, from the JVM's class histogram read at the \
+                 window's end (`jcmd PID GC.class_histogram -all`); an array's size varies \
+                 with its length, and the size that marker passes is not the object's for \
+                 objects C1-compiled code makes (OpenJDK 17's Runtime1 stub passes none: a \
+                 24-byte object read as 2624), so arrays' bytes are not counted"
             }
             "locks" if flag(m, at, "DTraceMonitorProbes") == Some(true) => {
                 "Java's uncontended monitor enters and java.util.concurrent locks: an \
@@ -93,6 +97,14 @@ impl Runtime for Jvm {
 
     fn write_jit_names(&self, _m: &Module<'_>, at: &Mapped<'_>) -> Option<Result<String, String>> {
         Some(perf_map(at))
+    }
+
+    /// Its classes' instance sizes, where it fires its object marker.
+    fn object_sizes(&self, m: &Module<'_>, at: &Mapped<'_>) -> Option<ObjectSizes> {
+        (flag(m, at, "DTraceAllocProbes") == Some(true)).then(|| ObjectSizes {
+            marker: "hotspot:object__alloc",
+            sizes: instance_sizes(at),
+        })
     }
 
     /// With -XX:+DTraceAllocProbes the JVM fires a marker for every
@@ -179,10 +191,57 @@ fn flag(m: &Module<'_>, at: &Mapped<'_>, name: &str) -> Option<bool> {
     at.read_u8(m.facts, v).map(|b| b != 0)
 }
 
-/// Has the JVM at `at` write `/tmp/perf-PID.map` (every compiled method,
-/// stub and the interpreter, as the code cache holds them now) with the
-/// `jcmd` of its own JDK, found through its root (a container's files).
+/// Have the JVM write its perf map now (`jcmd PID Compiler.perfmap`,
+/// JDK 17 on): what was done, or why Java frames stay unnamed.
 fn perf_map(at: &Mapped<'_>) -> Result<String, String> {
+    let (said, asked) = jcmd(at, "Compiler.perfmap", &[])
+        .map_err(|e| format!("{e}; Java frames are unnamed addresses"))?;
+    if said.contains("Command executed successfully") {
+        Ok(format!(
+            "Java code named from the JVM's perf map, written at the window's end by {asked}"
+        ))
+    } else {
+        Err(format!(
+            "{asked} failed: {said}; Java frames are unnamed addresses"
+        ))
+    }
+}
+
+/// Each class's instance size in bytes, from the JVM's own class
+/// histogram (`jcmd PID GC.class_histogram -all`: every object on the
+/// heap, reachable or not, without a collection), keyed by the class's
+/// internal name as `hotspot:object__alloc` passes it (`java/lang/String`,
+/// `Server$Item`). Arrays are left out: their size varies with their
+/// length.
+fn instance_sizes(at: &Mapped<'_>) -> Result<BTreeMap<String, u64>, String> {
+    let (said, asked) = jcmd(at, "GC.class_histogram", &["-all"])?;
+    let sizes = parse_histogram(&said);
+    if sizes.is_empty() {
+        return Err(format!("{asked} listed no class: {said}"));
+    }
+    Ok(sizes)
+}
+
+/// A class histogram's rows (`   48:   344   8256  Server$Item (module)`)
+/// as instance sizes: bytes ÷ instances, for classes (not arrays) whose
+/// bytes divide evenly.
+fn parse_histogram(said: &str) -> BTreeMap<String, u64> {
+    said.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            f.next()?.strip_suffix(':')?.parse::<u64>().ok()?;
+            let instances: u64 = f.next()?.parse().ok()?;
+            let bytes: u64 = f.next()?.parse().ok()?;
+            let class = f.next()?;
+            let whole = instances > 0 && bytes.is_multiple_of(instances);
+            (whole && !class.starts_with('[')).then(|| (class.replace('.', "/"), bytes / instances))
+        })
+        .collect()
+}
+
+/// Run `jcmd PID COMMAND ARGS` of the JDK the JVM at `at` runs from (in its
+/// own root): its output, and the command as written, for the notes.
+fn jcmd(at: &Mapped<'_>, command: &str, args: &[&str]) -> Result<(String, String), String> {
     // JAVA_HOME/lib/server/libjvm.so -> JAVA_HOME/bin/jcmd
     let home = Path::new(at.path.trim_end_matches(" (deleted)"))
         .ancestors()
@@ -193,20 +252,37 @@ fn perf_map(at: &Mapped<'_>) -> Result<String, String> {
         .join("bin/jcmd");
     if !jcmd.exists() {
         return Err(format!(
-            "no jcmd in {}/bin (a JRE without the JDK's tools): Java frames are unnamed \
-             addresses unless the JVM writes /tmp/perf-{}.map itself",
-            home.display(),
-            at.pid
+            "no jcmd in {}/bin (a JRE without the JDK's tools)",
+            home.display()
         ));
     }
-    let asked = format!("`{} {} Compiler.perfmap`", jcmd.display(), at.pid);
+    let pid = at.pid.to_string();
+    let asked = format!(
+        "`{} {pid} {command}{}`",
+        jcmd.display(),
+        args.iter().map(|a| format!(" {a}")).collect::<String>()
+    );
     let mut child = Command::new(&jcmd)
-        .args([at.pid.to_string().as_str(), "Compiler.perfmap"])
+        .arg(&pid)
+        .arg(command)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("{asked} could not start: {e}"))?;
+    // Read as it writes: a histogram is more than a pipe holds.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut out);
+            }
+            String::from_utf8_lossy(&out).into_owned()
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
     let t0 = Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -221,22 +297,47 @@ fn perf_map(at: &Mapped<'_>) -> Result<String, String> {
             }
         }
     };
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let said = String::from_utf8_lossy(&out.stdout);
-    // jcmd exits 0 also when the command failed in the target: its
-    // answer says.
-    if status.success() && said.contains("Command executed successfully") {
-        Ok(format!(
-            "Java code named from the JVM's perf map, written at the window's end by {asked}"
-        ))
+    let said = stdout.join().unwrap_or_default();
+    let err = stderr.join().unwrap_or_default();
+    // jcmd exits 0 also when the command failed in the target: its answer
+    // says, and the caller reads it.
+    if status.success() {
+        Ok((said, asked))
     } else {
-        let err = String::from_utf8_lossy(&out.stderr);
         Err(format!(
-            "{asked} failed ({status}): {}; Java frames are unnamed addresses",
+            "{asked} failed ({status}): {}",
             format!("{said} {err}")
                 .split_whitespace()
                 .collect::<Vec<_>>()
                 .join(" ")
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// OpenJDK 17's `GC.class_histogram -all`, cut: classes by their
+    /// internal names and instance sizes; arrays, the header, the total
+    /// and a class whose bytes do not divide left out.
+    #[test]
+    fn a_class_histogram_gives_instance_sizes_of_classes_not_arrays() {
+        let said = "12345:\n \
+            num     #instances         #bytes  class name (module)\n\
+            -------------------------------------------------------\n   \
+            1:          9370         955048  [B (java.base@17.0.15)\n   \
+            3:         24808         595392  java.lang.String (java.base@17.0.15)\n  \
+            48:           344           8256  Server$Item\n  \
+            50:             3            100  Odd\n\
+            Total         34522        1558696\n";
+        let sizes = parse_histogram(said);
+        assert_eq!(
+            sizes.into_iter().collect::<Vec<_>>(),
+            [
+                ("Server$Item".to_string(), 24),
+                ("java/lang/String".to_string(), 24)
+            ]
+        );
     }
 }

@@ -4,12 +4,11 @@
 //!
 //! In: a mapped module (its path as in maps, its ELF facts, its bytes).
 //! Out: its [`ModuleKind`], decided once, and the runtimes whose code it
-//! holds ([`runtimes`]), each answering for that code: the allocator entry
-//! points it provides, whether return probes may go in it, which unwind
-//! rows it needs beyond `.eh_frame` and how code without rows is read,
-//! which of its frames are wrappers a user site lies past, and why a stack
-//! ending in it with no row ends there. `probe`, `symbolize` and `report`
-//! ask here; none of them branches on a runtime itself.
+//! holds ([`runtimes`]), each answering for that code: its allocator entry
+//! points, whether return probes may go in it, its unwind rows beyond
+//! `.eh_frame`, which frames are wrappers, why a stack ends in it, what
+//! it does that rig does not count. `probe`, `symbolize` and `report` ask
+//! here; none of them branches on a runtime itself.
 //!
 //! | file | code | entry points | unwinding | naming |
 //! |---|---|---|---|---|
@@ -18,8 +17,8 @@
 //! | `musl` | musl's libc.so, or a static musl executable | malloc & co | the stack height analysis of its machine code | as glibc |
 //! | `go` | Go code | `runtime.mallocgc`, GC cycles; never a return probe | `.gopclntab`'s pcsp tables | `.gopclntab` |
 //! | `native` | other ELF code: jemalloc, tcmalloc, mimalloc, Rust's shims, libstdc++ | each allocator's own names | `.eh_frame` | as glibc |
-//! | `cpython` | CPython's allocation APIs; pymalloc inlined (named unseen) | PyObject_/PyMem_; its collection marker | `.eh_frame`; its threads' Python frames (3.11, `cpython/frames.rs`) | as glibc; Python frames by code object |
-//! | `jvm` | HotSpot's `libjvm.so`; the Java heap's bytes (named unseen) | its markers: objects, collections, contended monitors (`implied_markers`) | `.eh_frame`; its JIT code by frame pointer with `-XX:+PreserveFramePointer` | as glibc; its JIT code from the perf map `jcmd` writes |
+//! | `cpython` | CPython's allocation APIs; pymalloc inlined (named unseen, its runs measured) | PyObject_/PyMem_; its collection marker | `.eh_frame`; its threads' Python frames (3.11, `cpython/frames.rs`) | as glibc; Python frames by code object |
+//! | `jvm` | HotSpot's `libjvm.so`; arrays' bytes (named unseen) | its markers: objects, collections, contended monitors (`implied_markers`) | `.eh_frame`; its JIT code by frame pointer with `-XX:+PreserveFramePointer` | as glibc; its JIT code from the perf map `jcmd` writes |
 //! | `pools` | an application's own allocator (haproxy, APR, nginx, PostgreSQL, glib; `--alloc-func`) | its pool entry points, a layer beside the heap's | `.eh_frame` | as glibc |
 //! | `v8` | V8's embedded builtins; the JavaScript heap (named unseen) | none | frame-pointer rows after their prologue; its JIT code by frame pointer | as glibc |
 //! | `jit` | anonymous executable memory | none | a frame-pointer row where its runtime keeps them (`jit_frames`), else none: a stack ends there, marked | `/tmp/perf-PID.map` |
@@ -56,12 +55,12 @@ pub use funcs::{entry_point, func_entry, function_names, FuncEntry};
 pub use jit::PerfMap;
 pub use module::{
     Code, Interp, InterpCalls, InterpName, JitFrames, Mapped, MarkerCounts, MarkerLock, Module,
-    UnseenSites, CALL_LANGUAGES,
+    ObjectSizes, UnseenSites, CALL_LANGUAGES,
 };
 pub use process::{
     c_library, each_module, implied_markers, interp_frames, interp_names, is_wrapper_frame,
-    jit_frames, jit_function, jit_own_code, marker_layer, stack_end_reason, unseen_sites,
-    write_jit_names,
+    jit_frames, jit_function, jit_own_code, marker_layer, object_sizes, stack_end_reason,
+    unseen_sites, write_jit_names,
 };
 
 /// Which C library.
@@ -408,12 +407,7 @@ pub trait Runtime: Sync {
     /// does not fire as its name says (a runtime's known defect): a count
     /// of it would be a silent zero, so the report says why and the user
     /// family is incomplete.
-    fn marker_caveat(
-        &self,
-        _m: &Module<'_>,
-        _open: &Path,
-        _marker: (&str, &str),
-    ) -> Option<String> {
+    fn marker_caveat(&self, _m: &Module<'_>, _o: &Path, _mk: (&str, &str)) -> Option<String> {
         None
     }
 
@@ -434,6 +428,13 @@ pub trait Runtime: Sync {
     /// of its JIT code now (the perf map the `jit` runtime reads): what it
     /// did, to say, or why it could not. `None`: not its say.
     fn write_jit_names(&self, _m: &Module<'_>, _at: &Mapped<'_>) -> Option<Result<String, String>> {
+        None
+    }
+
+    /// At a window's end, the size in bytes of each type of object whose
+    /// allocations a marker of its counts (`marker_layer`'s `Objects`),
+    /// by the marker's name for the type, read from the process now.
+    fn object_sizes(&self, _m: &Module<'_>, _at: &Mapped<'_>) -> Option<ObjectSizes> {
         None
     }
 

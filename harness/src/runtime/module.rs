@@ -114,6 +114,15 @@ pub struct UnseenSites {
     pub paths: usize,
 }
 
+/// The sizes a runtime gives, at a window's end, of the objects marker
+/// `marker` (`provider:name`) counts by type: type name → bytes, or why
+/// none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectSizes {
+    pub marker: &'static str,
+    pub sizes: Result<std::collections::BTreeMap<String, u64>, String>,
+}
+
 /// The languages whose calls a runtime counts (`InterpCalls::language`):
 /// each is the probe `LANGUAGE:calls`.
 pub const CALL_LANGUAGES: &[&str] = &["python"];

@@ -127,6 +127,16 @@ pub fn write_jit_names(maps: &ProcMaps) -> Vec<Result<String, String>> {
     out
 }
 
+/// The object sizes the runtimes of the process whose map is `maps` give
+/// now (see [`Runtime::object_sizes`]).
+pub fn object_sizes(maps: &ProcMaps) -> Vec<super::ObjectSizes> {
+    let mut out = Vec::new();
+    each_module(maps, |m, at| {
+        out.extend(runtimes(m).filter_map(|r| r.object_sizes(m, at)));
+    });
+    out
+}
+
 /// Where the code of module `m` that family `family` does not count can
 /// have its runs counted (see [`Runtime::unseen_sites`]).
 pub fn unseen_sites(m: &Module<'_>, at: &Mapped<'_>, family: &str) -> Vec<super::UnseenSites> {

@@ -93,8 +93,9 @@ fn user_probe<'a>(a: &'a serde_json::Value, probe: &str) -> &'a serde_json::Valu
 /// objects, by class, and its collections as the alloc family's `java`
 /// layer, without a probe named: the fixture's 7 `Server$Item`s per
 /// request exactly, and its one System.gc() per request exactly, as the
-/// JVM's own collector beans count them. The objects' bytes are named as
-/// not counted.
+/// JVM's own collector beans count them. The objects' bytes are their
+/// classes' instance sizes, as the JVM's class histogram gives them
+/// (Server$Item's 24 bytes exact); arrays' bytes are named as not counted.
 #[test]
 fn a_jvms_objects_and_collections_are_its_java_layer_without_naming_a_probe() {
     root_or_skip!();
@@ -119,14 +120,42 @@ fn a_jvms_objects_and_collections_are_its_java_layer_without_naming_a_probe() {
         "{stdout}"
     );
     assert_eq!(java["totals"]["allocations"], objects["calls"]);
-    assert_eq!(java["totals"]["not_sized"], objects["calls"]);
+    // A Server$Item is 24 bytes by the JVM's layout on x86-64 (Debian's
+    // defaults, compressed class pointers and oops): a 12-byte header, an
+    // int and a reference of 4 bytes each, aligned to 8. Its bytes are its
+    // calls times that size, from the JVM's own class histogram.
+    let by_value = objects["by_value"].as_array().unwrap();
+    let item = by_value
+        .iter()
+        .find(|v| v["value"] == "Server$Item")
+        .unwrap();
+    assert_eq!(item["bytes"], 24 * 7 * requests, "{item}");
+    // Every type the histogram sized is in the layer's bytes; the rest
+    // (arrays) are its unsized calls.
+    let sized = by_value.iter().filter(|v| v["bytes"].is_u64());
+    let (calls, bytes) = sized.fold((0, 0), |(c, b), v| {
+        (
+            c + v["calls"].as_u64().unwrap(),
+            b + v["bytes"].as_u64().unwrap(),
+        )
+    });
+    assert_eq!(java["totals"]["bytes"], bytes, "{stdout}");
+    let all = objects["calls"].as_u64().unwrap();
+    assert_eq!(java["totals"]["not_sized"], all - calls, "{stdout}");
+    assert!(
+        by_value
+            .iter()
+            .filter(|v| v["value"].as_str().unwrap().starts_with('['))
+            .all(|v| v.get("bytes").is_none()),
+        "arrays are not sized: {by_value:#?}"
+    );
     assert_eq!(java["beside_the_heap"], true);
     assert!(stdout.contains("java allocator: "), "{stdout}");
     let alloc = losses(&a, "alloc");
     assert!(
         alloc
             .iter()
-            .any(|w| w.starts_with("the Java heap's bytes:")),
+            .any(|w| w.starts_with("the Java heap's arrays' bytes:")),
         "{alloc:#?}"
     );
     let notes = a["notes"].as_array().unwrap();
